@@ -1,0 +1,256 @@
+"""Whole-tree forward kinematics and frame Jacobians.
+
+One traversal primitive (:func:`body_transforms`) does one batched operation
+per tree depth level; everything else (frame poses, Jacobians, dynamics)
+builds on it. Poses are kept as rotation ``(..., 3, 3)`` plus translation
+``(..., 3)`` in the hot path and only assembled into 4x4 matrices at the end.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._errors import InputError
+from ..model import JointType, RobotModel
+from ..spatial import quat_to_matrix
+
+__all__ = [
+    "joint_values",
+    "local_transforms",
+    "body_transforms",
+    "frame_transforms",
+    "forward_kinematics",
+    "frame_jacobian",
+    "body_axes_world",
+    "to_homogeneous",
+    "resolve_frame",
+]
+
+
+def _skew_const(a: torch.Tensor) -> torch.Tensor:
+    z = torch.zeros_like(a[..., 0])
+    return torch.stack(
+        [
+            torch.stack([z, -a[..., 2], a[..., 1]], -1),
+            torch.stack([a[..., 2], z, -a[..., 0]], -1),
+            torch.stack([-a[..., 1], a[..., 0], z], -1),
+        ],
+        -2,
+    )
+
+
+def _cache(model: RobotModel) -> dict:
+    """Constant tensors derived from the model (cheap; rebuilt per call so that
+    replaced parameters and ``.to()`` copies can never see stale values)."""
+    pl = model.joint_placement[1:]
+    Rpl, ppl = pl[:, :3, :3], pl[:, :3, 3]
+    K = _skew_const(model.joint_axis[1:])
+    is_pri = torch.tensor(
+        [t == JointType.PRISMATIC for t in model.joint_type[1:]], dtype=model.dtype, device=model.device
+    )
+    return {
+        "Rpl": Rpl,
+        "ppl": ppl,
+        "A": Rpl @ K,
+        "B": Rpl @ (K @ K),
+        "Raxis": (Rpl @ model.joint_axis[1:, :, None])[..., 0],
+        "is_pri": is_pri,
+        "is_rev": 1.0 - is_pri,
+    }
+
+
+def joint_values(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
+    """The value of every moving body's joint, mimic joints included.
+
+    Args:
+        q: ``(..., nq)`` configuration.
+
+    Returns:
+        ``(..., nb - 1)``: ``multiplier * joints[coordinate] + offset`` for bodies 1..nb-1.
+    """
+    joints = q[..., 7:] if model.floating_base else q
+    return joints[..., model.joint_coordinate[1:]] * model.joint_multiplier[1:] + model.joint_offset[1:]
+
+
+def local_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Parent-body-from-body poses of every body at ``q``.
+
+    Returns:
+        ``R (..., nb, 3, 3)``, ``p (..., nb, 3)``; body 0 is the world-from-root pose.
+    """
+    c = _cache(model)
+    batch = q.shape[:-1]
+    nb = model.num_bodies
+    if model.floating_base:
+        R0 = quat_to_matrix(q[..., 3:7])[..., None, :, :]
+        p0 = q[..., None, 0:3]
+    else:
+        R0 = torch.eye(3, dtype=q.dtype, device=q.device).expand(*batch, 1, 3, 3)
+        p0 = q.new_zeros(*batch, 1, 3)
+    if nb == 1:
+        return R0, p0
+    theta = joint_values(model, q)
+    ang = theta * c["is_rev"]
+    s = torch.sin(ang)[..., None, None]
+    omc = (1.0 - torch.cos(ang))[..., None, None]
+    # Rodrigues folded into the placement: Rpl @ exp(theta K) = Rpl + s Rpl K + (1 - cos) Rpl K^2.
+    R = c["Rpl"] + s * c["A"] + omc * c["B"]
+    p = c["ppl"] + c["Raxis"] * (theta * c["is_pri"])[..., None]
+    return torch.cat([R0, R], dim=-3), torch.cat([p0.expand(*batch, 1, 3), p], dim=-2)
+
+
+def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """World-from-body poses of every body (``body_names`` order).
+
+    One batched compose per depth level of the tree.
+
+    Args:
+        q: ``(..., nq)`` configuration (checked against the model).
+
+    Returns:
+        ``R (..., nb, 3, 3)``, ``p (..., nb, 3)``.
+    """
+    model.check_q(q)
+    Rl, pl = local_transforms(model, q)
+    Rs, ps = [Rl[..., :1, :, :]], [pl[..., :1, :]]
+    for d in range(1, len(model.levels)):
+        idx, par = model.levels[d], model.level_parent[d]
+        Rp = Rs[-1][..., par, :, :]
+        pp = ps[-1][..., par, :]
+        Rs.append(Rp @ Rl[..., idx, :, :])
+        ps.append((Rp @ pl[..., idx, :, None])[..., 0] + pp)
+    order = torch.cat(model.levels)
+    R, p = torch.cat(Rs, dim=-3), torch.cat(ps, dim=-2)
+    if bool(torch.equal(order, torch.arange(len(order), device=order.device))):
+        return R, p
+    inv = torch.empty_like(order)
+    inv[order] = torch.arange(len(order), device=order.device)
+    return R[..., inv, :, :], p[..., inv, :]
+
+
+def resolve_frame(model: RobotModel, frame) -> int:
+    """A frame given by link name or index, as an index (typed error if unknown)."""
+    if isinstance(frame, str):
+        return model.frame_index(frame)
+    if isinstance(frame, int) and -model.num_frames <= frame < model.num_frames:
+        return frame % model.num_frames
+    raise InputError(f"frame must be a link name or an index below {model.num_frames}, got {frame!r}")
+
+
+def frame_transforms(
+    model: RobotModel, q: torch.Tensor, frames=None, *, bodies: tuple | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """World-from-frame poses as rotation and translation.
+
+    Args:
+        q: ``(..., nq)``.
+        frames: ``None`` for every link frame, or a sequence of names / indices.
+        bodies: precomputed :func:`body_transforms` output, to reuse one FK pass.
+
+    Returns:
+        ``R (..., k, 3, 3)``, ``p (..., k, 3)``.
+    """
+    Rb, pb = body_transforms(model, q) if bodies is None else bodies
+    if frames is None:
+        fb, fpl = model.frame_body, model.frame_placement
+    else:
+        idx = torch.tensor([resolve_frame(model, f) for f in frames], device=model.device)
+        fb, fpl = model.frame_body[idx], model.frame_placement[idx]
+    Rbf, pbf = Rb[..., fb, :, :], pb[..., fb, :]
+    R = Rbf @ fpl[:, :3, :3]
+    p = (Rbf @ fpl[:, :3, 3:4])[..., 0] + pbf
+    return R, p
+
+
+def to_homogeneous(R: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Assemble ``(..., 4, 4)`` from ``R (..., 3, 3)`` and ``p (..., 3)``."""
+    top = torch.cat([R, p[..., :, None]], dim=-1)
+    bottom = torch.zeros_like(top[..., :1, :])
+    bottom[..., 0, 3] = 1.0
+    return torch.cat([top, bottom], dim=-2)
+
+
+def forward_kinematics(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
+    """The pose of every link frame in the root frame (the world for a floating base).
+
+    Args:
+        model: the robot.
+        q: ``(..., nq)`` configuration in the model's dtype and device.
+
+    Returns:
+        ``(..., n_frames, 4, 4)`` poses ``T_root_link``, in ``model.link_names`` order.
+    """
+    return to_homogeneous(*frame_transforms(model, q))
+
+
+def body_axes_world(model: RobotModel, Rb: torch.Tensor) -> torch.Tensor:
+    """Each moving body's joint axis in world coordinates, ``(..., nb - 1, 3)``.
+
+    The axis is fixed in the joint frame and the joint frame is the body frame,
+    so the world axis is ``R_world_body @ axis``.
+    """
+    return (Rb[..., 1:, :, :] @ model.joint_axis[1:, :, None])[..., 0]
+
+
+def frame_jacobian(model: RobotModel, q: torch.Tensor, frame, *, bodies=None) -> torch.Tensor:
+    """Geometric Jacobian of a frame, ``[linear; angular]`` rows.
+
+    The twist ``J v`` is the velocity of the frame's origin and its angular
+    velocity, both expressed in the root frame (the world for a floating base).
+    For a floating base, ``v[:6]`` is the base twist in the base frame.
+
+    Args:
+        model: the robot.
+        q: ``(..., nq)``.
+        frame: link name or frame index.
+        bodies: optional precomputed :func:`body_transforms` output.
+
+    Returns:
+        ``(..., 6, nv)``.
+    """
+    f = resolve_frame(model, frame)
+    Rb, pb = body_transforms(model, q) if bodies is None else bodies
+    _, pf = frame_transforms(model, q, [f], bodies=(Rb, pb))
+    pf = pf[..., 0, :]
+    cols = []
+    if model.floating_base:
+        R0 = Rb[..., 0, :, :]
+        r = pf - pb[..., 0, :]
+        top = torch.cat([R0, -_skew_const(r) @ R0], dim=-1)
+        bottom = torch.cat([torch.zeros_like(R0), R0], dim=-1)
+        cols.append(torch.cat([top, bottom], dim=-2))
+    if model.num_joints:
+        J_bodies = _body_columns(model, Rb, pb, pf)  # (..., 6, nb-1)
+        cols.append(J_bodies @ _coupling(model, f))
+    return torch.cat(cols, dim=-1)
+
+
+def _body_columns(model, Rb, pb, point) -> torch.Tensor:
+    """Motion columns ``(..., 6, nb - 1)`` of every moving body for a world point."""
+    axes = body_axes_world(model, Rb)
+    is_pri = torch.tensor(
+        [t == JointType.PRISMATIC for t in model.joint_type[1:]], dtype=model.dtype, device=model.device
+    )[:, None]
+    r = point[..., None, :] - pb[..., 1:, :]
+    lin = torch.where(is_pri > 0, axes, torch.cross(axes, r, dim=-1))
+    ang = axes * (1.0 - is_pri)
+    return torch.cat([lin, ang], dim=-1).transpose(-1, -2)
+
+
+def _coupling(model: RobotModel, frame: int) -> torch.Tensor:
+    """``(nb - 1, nj)`` map from body joint rates to joint coordinates for the
+    bodies supporting ``frame`` (mimic multipliers included)."""
+    nb, nj = model.num_bodies, model.num_joints
+    parent = model.parent.tolist()
+    support = torch.zeros(nb, dtype=model.dtype, device=model.device)
+    b = int(model.frame_body[frame])
+    chain = []
+    while b > 0:
+        chain.append(b)
+        b = parent[b]
+    if chain:
+        support[torch.tensor(chain, device=model.device)] = 1.0
+    G = torch.zeros(nb - 1, nj, dtype=model.dtype, device=model.device)
+    rows = torch.arange(nb - 1, device=model.device)
+    G[rows, model.joint_coordinate[1:]] = model.joint_multiplier[1:] * support[1:]
+    return G

@@ -1,0 +1,648 @@
+"""The immutable, flat robot model built once at load time."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .._errors import InputError, InvalidValueError, TopologyError, UnknownNameError
+from ._urdf import Geometry, JointSpec, URDFSpec, parse_urdf
+
+__all__ = ["RobotModel", "JointType", "FrameGeometry"]
+
+
+class JointType:
+    """Integer codes of the joint that moves each body (``RobotModel.joint_type``)."""
+
+    ROOT = 0  #: the fixed root body (fixed-base model)
+    FREE = 1  #: floating base: 7 coordinates (p, quat wxyz), 6 velocities
+    REVOLUTE = 2  #: revolute or continuous: one angle coordinate
+    PRISMATIC = 3  #: one translation coordinate
+
+    NAMES = {0: "root", 1: "free", 2: "revolute", 3: "prismatic"}
+
+
+@dataclass(frozen=True)
+class FrameGeometry:
+    """A shape attached to a link frame (``kind``, ``params``, pose in the link frame)."""
+
+    link: str
+    geometry: Geometry
+
+
+# Fields that hold tensors, with the float64 master array of each kept for exact
+# dtype changes. Physical parameters may be replaced by user tensors.
+_TENSOR_FIELDS = (
+    "joint_axis",
+    "joint_placement",
+    "joint_multiplier",
+    "joint_offset",
+    "frame_placement",
+    "body_mass",
+    "body_com",
+    "body_inertia",
+    "lower",
+    "upper",
+    "velocity_limit",
+    "effort_limit",
+    "damping",
+    "friction",
+    "armature",
+    "gravity",
+)
+_INT_FIELDS = ("parent", "joint_coordinate", "frame_body")
+PHYSICAL_PARAMETERS = ("body_mass", "body_com", "body_inertia", "damping", "friction", "armature", "gravity")
+
+
+@dataclass(frozen=True, eq=False)
+class RobotModel:
+    """A rigid-body tree in flat tensors, in topological (depth-first) order.
+
+    Bodies are the rigid bodies that move independently: body 0 is the root
+    link (fixed to the world, or on a free joint for a floating base) and every
+    moving joint (revolute, continuous, prismatic) starts a new body whose frame
+    is the joint's child-link frame. Fixed joints are folded: their child links
+    become frames of the body they hang from, and their inertias are merged
+    into it. Every URDF link is a named frame (``link_names``).
+
+    Coordinates: ``q = [p_world (3), quat_wxyz (4), joints]`` with a floating
+    base, else ``q = joints``; ``v = [v_base (3), omega_base (3), joint rates]``
+    with the base twist in the base frame. ``joints`` are the independent joint
+    coordinates, in ``joint_names`` order; mimic joints are not coordinates but
+    follow ``multiplier * q_leader + offset``.
+
+    Attributes (``nb`` bodies, ``nf`` frames, ``nj`` joint coordinates):
+        name: robot name from the URDF.
+        floating_base: whether body 0 sits on a free joint.
+        body_names: ``(nb,)`` link name of each body frame.
+        parent: ``(nb,)`` long, parent body index, ``-1`` for the root.
+        joint_type: tuple of :class:`JointType` codes, one per body.
+        joint_names: ``(nj,)`` independent joint coordinates, in ``q`` order.
+        body_joint_names: joint name that moves each body (``""`` for the root).
+        joint_axis: ``(nb, 3)`` unit axis in the joint frame (zero for the root).
+        joint_placement: ``(nb, 4, 4)`` parent-body-from-joint pose at ``q = 0``.
+        joint_coordinate: ``(nb,)`` long, index in the joint coordinates of the
+            coordinate that drives each body (``-1`` for the root).
+        joint_multiplier, joint_offset: ``(nb,)`` body joint value is
+            ``multiplier * joints[joint_coordinate] + offset`` (1 and 0 except
+            for mimic joints).
+        link_names: ``(nf,)`` every link, in depth-first order.
+        frame_body: ``(nf,)`` long, body each frame belongs to.
+        frame_placement: ``(nf, 4, 4)`` body-from-frame pose.
+        body_mass: ``(nb,)`` kg. body_com: ``(nb, 3)`` m in the body frame.
+        body_inertia: ``(nb, 3, 3)`` kg m^2 about the centre of mass, body axes.
+        lower, upper: ``(nj,)`` position limits (``-inf``/``inf`` if unbounded).
+        velocity_limit, effort_limit: ``(nj,)`` (``inf`` if not given).
+        damping, friction, armature: ``(nj,)`` from ``<dynamics>`` (armature 0).
+        gravity: ``(3,)`` m/s^2, default ``(0, 0, -9.81)``.
+        levels: tuple of long tensors, the body indices at each tree depth.
+        level_parent: tuple of long tensors, for level ``d > 0`` the position of
+            each body's parent inside level ``d - 1`` (level 0 holds ``[]``).
+        geometries: visual shapes as :class:`FrameGeometry`; collisions likewise.
+        fingerprint: hex digest of the kinematic geometry in canonical float64.
+    """
+
+    name: str
+    floating_base: bool
+    body_names: tuple[str, ...]
+    body_joint_names: tuple[str, ...]
+    joint_type: tuple[int, ...]
+    joint_names: tuple[str, ...]
+    link_names: tuple[str, ...]
+    parent: torch.Tensor
+    joint_axis: torch.Tensor
+    joint_placement: torch.Tensor
+    joint_coordinate: torch.Tensor
+    joint_multiplier: torch.Tensor
+    joint_offset: torch.Tensor
+    frame_body: torch.Tensor
+    frame_placement: torch.Tensor
+    body_mass: torch.Tensor
+    body_com: torch.Tensor
+    body_inertia: torch.Tensor
+    lower: torch.Tensor
+    upper: torch.Tensor
+    velocity_limit: torch.Tensor
+    effort_limit: torch.Tensor
+    damping: torch.Tensor
+    friction: torch.Tensor
+    armature: torch.Tensor
+    gravity: torch.Tensor
+    levels: tuple[torch.Tensor, ...]
+    level_parent: tuple[torch.Tensor, ...]
+    visuals: tuple[FrameGeometry, ...]
+    collisions: tuple[FrameGeometry, ...]
+    fingerprint: str
+    source_path: Path | None = None
+    _master: dict = field(default_factory=dict, repr=False)
+    _replaced: frozenset = field(default_factory=frozenset, repr=False)
+
+    # ------------------------------------------------------------------ build
+
+    @classmethod
+    def from_urdf(
+        cls,
+        source,
+        *,
+        floating_base: bool = False,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str = "cpu",
+    ) -> RobotModel:
+        """Load a URDF (text, bytes or path) into a model.
+
+        The file is parsed in float64 and then cast, so a float64 model is exact.
+
+        Args:
+            source: URDF text (``str`` starting with ``<``), ``bytes`` or a path.
+            floating_base: put a free joint (6 degrees of freedom) at the root.
+            dtype: ``torch.float32`` or ``torch.float64``.
+            device: any torch device.
+
+        Raises:
+            ModelError: a subclass naming the offending element.
+        """
+        spec = parse_urdf(source)
+        master, meta = _build(spec, floating_base)
+        return cls._from_master(master, meta, dtype=dtype, device=device)
+
+    @classmethod
+    def _from_master(cls, master: dict, meta: dict, *, dtype, device, replaced=None) -> RobotModel:
+        dtype = _check_dtype(dtype)
+        device = torch.device(device)
+        values = {}
+        for k in _TENSOR_FIELDS:
+            if replaced and k in replaced:
+                values[k] = replaced[k].to(device=device, dtype=dtype)
+            else:
+                values[k] = torch.from_numpy(master[k].copy()).to(dtype=dtype, device=device)
+        for k in _INT_FIELDS:
+            values[k] = torch.from_numpy(master[k].copy()).to(device=device)
+        levels = tuple(torch.from_numpy(lv.copy()).to(device=device) for lv in master["levels"])
+        level_parent = tuple(
+            torch.from_numpy(lp.copy()).to(device=device) for lp in master["level_parent"]
+        )
+        return cls(
+            **meta,
+            **values,
+            levels=levels,
+            level_parent=level_parent,
+            _master=master,
+            _replaced=frozenset(replaced or ()),
+        )
+
+    # ------------------------------------------------------------------ sizes
+
+    @property
+    def num_bodies(self) -> int:
+        return len(self.body_names)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.link_names)
+
+    @property
+    def num_joints(self) -> int:
+        """Independent joint coordinates (``nq`` and ``nv`` less the floating base)."""
+        return len(self.joint_names)
+
+    @property
+    def nq(self) -> int:
+        return self.num_joints + (7 if self.floating_base else 0)
+
+    @property
+    def nv(self) -> int:
+        return self.num_joints + (6 if self.floating_base else 0)
+
+    @property
+    def dof(self) -> int:
+        """Degrees of freedom, equal to ``nv`` (6 of them for a floating base)."""
+        return self.nv
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.joint_placement.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.joint_placement.device
+
+    @property
+    def total_mass(self) -> torch.Tensor:
+        return self.body_mass.sum()
+
+    # ------------------------------------------------------------------ names
+
+    def frame_index(self, name: str) -> int:
+        """Index of the link frame ``name`` in ``link_names``.
+
+        Raises:
+            UnknownNameError: listing the closest link names.
+        """
+        try:
+            return self.link_names.index(name)
+        except ValueError:
+            raise UnknownNameError("link", name, self.link_names) from None
+
+    def joint_index(self, name: str) -> int:
+        """Index of joint ``name`` among the independent joint coordinates."""
+        try:
+            return self.joint_names.index(name)
+        except ValueError:
+            valid = self.joint_names + tuple(n for n in self.body_joint_names if n)
+            if name in valid:
+                raise UnknownNameError(
+                    "joint coordinate", name, self.joint_names, context="(it is a mimic joint)"
+                ) from None
+            raise UnknownNameError("joint", name, valid) from None
+
+    def body_index(self, name: str) -> int:
+        """Index of the body whose frame is link ``name``."""
+        try:
+            return self.body_names.index(name)
+        except ValueError:
+            raise UnknownNameError("body", name, self.body_names) from None
+
+    # ------------------------------------------------------------------ copies
+
+    def to(self, device=None, dtype=None) -> RobotModel:
+        """A new model on ``device`` with floating tensors in ``dtype``.
+
+        Geometry is re-cast from the float64 master copy, so float32 -> float64
+        is exact. Replaced physical parameters are moved with ``Tensor.to``
+        (keeping their autograd graph).
+        """
+        device = self.device if device is None else device
+        dtype = self.dtype if dtype is None else dtype
+        replaced = {k: getattr(self, k) for k in self._replaced}
+        return self._from_master(self._master, self._meta(), dtype=dtype, device=device, replaced=replaced)
+
+    def double(self) -> RobotModel:
+        return self.to(dtype=torch.float64)
+
+    def float(self) -> RobotModel:
+        return self.to(dtype=torch.float32)
+
+    def replace(self, **params: torch.Tensor) -> RobotModel:
+        """A model sharing this topology with some physical parameters replaced.
+
+        Accepts ``body_mass (nb,)``, ``body_com (nb, 3)``, ``body_inertia (nb, 3, 3)``,
+        ``damping``, ``friction``, ``armature`` ``(nj,)`` and ``gravity (3,)``;
+        the tensors may require grad, so gradients flow to them.
+        """
+        for k, v in params.items():
+            if k not in PHYSICAL_PARAMETERS:
+                raise UnknownNameError("physical parameter", k, PHYSICAL_PARAMETERS)
+            if not isinstance(v, torch.Tensor):
+                v = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+                params[k] = v
+            ref = getattr(self, k)
+            if v.shape != ref.shape:
+                raise InputError(f"{k} must have shape {tuple(ref.shape)}, got {tuple(v.shape)}")
+            if v.dtype != self.dtype or v.device != self.device:
+                raise InputError(
+                    f"{k} must be {self.dtype} on {self.device}, got {v.dtype} on {v.device}"
+                )
+        return dataclasses.replace(self, **params, _replaced=self._replaced | frozenset(params))
+
+    def _meta(self) -> dict:
+        return {
+            k: getattr(self, k)
+            for k in (
+                "name", "floating_base", "body_names", "body_joint_names", "joint_type",
+                "joint_names", "link_names", "visuals", "collisions", "fingerprint", "source_path",
+            )
+        }
+
+    # ------------------------------------------------------------------ checks
+
+    def check_q(self, q: torch.Tensor, name: str = "q") -> None:
+        """Raise :class:`InputError` unless ``q`` is ``(..., nq)`` in the model's dtype/device."""
+        self.check_vector(q, self.nq, name)
+
+    def check_vector(self, x: torch.Tensor, n: int, name: str) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise InputError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.ndim == 0 or x.shape[-1] != n:
+            raise InputError(f"{name} must have shape (..., {n}) for robot {self.name!r}, got {tuple(x.shape)}")
+        if x.dtype != self.dtype:
+            raise InputError(
+                f"{name} has dtype {x.dtype} but the model is {self.dtype}; "
+                f"cast the input or use model.to(dtype={x.dtype})"
+            )
+        if x.device != self.device:
+            raise InputError(
+                f"{name} is on {x.device} but the model is on {self.device}; "
+                f"move the input or use model.to(device={str(x.device)!r})"
+            )
+
+    def neutral(self) -> torch.Tensor:
+        """The neutral configuration ``(nq,)``: zero joints (clamped into limits), identity base."""
+        q = torch.zeros(self.nq, dtype=self.dtype, device=self.device)
+        nj = self.num_joints
+        joints = torch.clamp(q[-nj:] if nj else q[:0], self.lower, self.upper)
+        if self.floating_base:
+            q = torch.cat([q.new_tensor([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]), joints])
+        else:
+            q = joints
+        return q
+
+    def random_q(self, *batch_shape: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Random configurations ``(*batch_shape, nq)``: joints uniform within their
+        limits (in ``[-pi, pi]`` for unbounded ones), a random base pose."""
+        lo = torch.where(torch.isfinite(self.lower), self.lower, torch.full_like(self.lower, -math.pi))
+        hi = torch.where(torch.isfinite(self.upper), self.upper, torch.full_like(self.upper, math.pi))
+        u = torch.rand(*batch_shape, self.num_joints, generator=generator, dtype=self.dtype, device=self.device)
+        joints = lo + (hi - lo) * u
+        if not self.floating_base:
+            return joints
+        p = torch.randn(*batch_shape, 3, generator=generator, dtype=self.dtype, device=self.device)
+        quat = torch.randn(*batch_shape, 4, generator=generator, dtype=self.dtype, device=self.device)
+        quat = quat / quat.norm(dim=-1, keepdim=True)
+        quat = quat * torch.where(quat[..., :1] < 0, -1.0, 1.0)
+        return torch.cat([p, quat, joints], dim=-1)
+
+    # ------------------------------------------------------------------ text
+
+    def describe(self) -> str:
+        """A human-readable tree: joints, types, limits, masses."""
+        lines = [
+            f"robot {self.name!r}: {self.num_bodies} bodies, {self.num_frames} frames, "
+            f"nq={self.nq}, nv={self.nv} ({'floating' if self.floating_base else 'fixed'} base), "
+            f"total mass {float(self.total_mass):.4g} kg"
+        ]
+        children: dict[int, list[int]] = {}
+        parent = self.parent.tolist()
+        for b, p in enumerate(parent):
+            children.setdefault(p, []).append(b)
+        frames_of: dict[int, list[str]] = {}
+        for f, b in enumerate(self.frame_body.tolist()):
+            if self.link_names[f] != self.body_names[b]:
+                frames_of.setdefault(b, []).append(self.link_names[f])
+        jc = self.joint_coordinate.tolist()
+        mult = self.joint_multiplier.tolist()
+        off = self.joint_offset.tolist()
+
+        def visit(b: int, depth: int) -> None:
+            pad = "  " * depth
+            jt = JointType.NAMES[self.joint_type[b]]
+            if b == 0:
+                desc = f"[{jt}]"
+            else:
+                jn = self.body_joint_names[b]
+                c = jc[b]
+                leader = self.joint_names[c]
+                if leader != jn:
+                    desc = f"{jn} [{jt}, mimic {mult[b]:g} * {leader} + {off[b]:g}]"
+                else:
+                    lo, hi = float(self.lower[c]), float(self.upper[c])
+                    rng = "unbounded" if not math.isfinite(lo) else f"[{lo:.4g}, {hi:.4g}]"
+                    desc = (
+                        f"{jn} [{jt}, q[{c + (7 if self.floating_base else 0)}], limits {rng}, "
+                        f"vel {float(self.velocity_limit[c]):.4g}, effort {float(self.effort_limit[c]):.4g}]"
+                    )
+            lines.append(f"{pad}{self.body_names[b]} <- {desc}  mass {float(self.body_mass[b]):.4g} kg")
+            for fr in frames_of.get(b, []):
+                lines.append(f"{pad}  . {fr} (fixed frame)")
+            for c in children.get(b, []):
+                visit(c, depth + 1)
+
+        visit(0, 0)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"RobotModel(name={self.name!r}, nq={self.nq}, nv={self.nv}, bodies={self.num_bodies}, "
+            f"frames={self.num_frames}, floating_base={self.floating_base}, dtype={self.dtype}, "
+            f"device={self.device})"
+        )
+
+
+def _check_dtype(dtype) -> torch.dtype:
+    if dtype not in (torch.float32, torch.float64):
+        raise InputError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    return dtype
+
+
+# ---------------------------------------------------------------------- tree building
+
+
+def _combine_inertia(parts):
+    """Merge ``(mass, com (3,), inertia_at_com (3,3))`` parts expressed in one frame."""
+    mass = sum(m for m, _, _ in parts)
+    if mass <= 0.0:
+        return 0.0, np.zeros(3), sum((I for _, _, I in parts), np.zeros((3, 3)))
+    com = sum(m * c for m, c, _ in parts) / mass
+    inertia = np.zeros((3, 3))
+    for m, c, I in parts:
+        d = c - com
+        inertia += I + m * (np.dot(d, d) * np.eye(3) - np.outer(d, d))
+    return mass, com, inertia
+
+
+def _build(spec: URDFSpec, floating_base: bool):
+    links, joints = spec.links, spec.joints
+    parent_joint: dict[str, JointSpec] = {}
+    children: dict[str, list[JointSpec]] = {name: [] for name in links}
+    for j in joints:
+        if j.child in parent_joint:
+            raise TopologyError(
+                f"link {j.child!r} has two parents: joints {parent_joint[j.child].name!r} "
+                f"and {j.name!r}"
+            )
+        parent_joint[j.child] = j
+        children[j.parent].append(j)
+    roots = [n for n in links if n not in parent_joint]
+    if not roots:
+        raise TopologyError("the joints form a cycle: every link has a parent, so there is no root link")
+    if len(roots) > 1:
+        raise TopologyError(
+            f"the URDF has {len(roots)} root links (links without a parent joint): "
+            f"{', '.join(repr(r) for r in roots[:8])}; a robot must be one tree"
+        )
+    root = roots[0]
+
+    # Depth-first traversal (children in file order), as Pinocchio orders joints.
+    body_names = [root]
+    body_joint = [None]
+    body_parent = [-1]
+    body_depth = [0]
+    link_body = {root: 0}
+    link_T = {root: np.eye(4)}  # body-from-link
+    link_order = [root]
+    stack = [(root, iter(children[root]))]
+    visited = {root}
+    while stack:
+        link, it = stack[-1]
+        j = next(it, None)
+        if j is None:
+            stack.pop()
+            continue
+        c = j.child
+        if c in visited:  # pragma: no cover - excluded by the two-parents check
+            raise TopologyError(f"joint {j.name!r} closes a cycle at link {c!r}")
+        visited.add(c)
+        pb = link_body[link]
+        T = link_T[link] @ j.origin
+        if j.type == "fixed":
+            link_body[c] = pb
+            link_T[c] = T
+        else:
+            body_names.append(c)
+            body_joint.append(j)
+            body_parent.append(pb)
+            body_depth.append(body_depth[pb] + 1)
+            link_body[c] = len(body_names) - 1
+            link_T[c] = np.eye(4)
+        link_order.append(c)
+        stack.append((c, iter(children[c])))
+    unreached = [n for n in links if n not in visited]
+    if unreached:
+        raise TopologyError(
+            f"links {', '.join(repr(n) for n in unreached[:8])} are not connected to the root "
+            f"{root!r}: their joints form a cycle"
+        )
+
+    nb = len(body_names)
+    # Joint placements: parent-body-from-joint = body-from-parent-link @ origin.
+    placement = np.tile(np.eye(4), (nb, 1, 1))
+    axis = np.zeros((nb, 3))
+    jtype = [JointType.FREE if floating_base else JointType.ROOT]
+    for b in range(1, nb):
+        j = body_joint[b]
+        placement[b] = link_T[j.parent] @ j.origin
+        axis[b] = j.axis
+        jtype.append(JointType.PRISMATIC if j.type == "prismatic" else JointType.REVOLUTE)
+
+    # Independent coordinates and mimic coupling.
+    by_name = {body_joint[b].name: b for b in range(1, nb)}
+    fixed_names = {j.name for j in joints if j.type == "fixed"}
+    all_joint_names = [j.name for j in joints]
+    joint_names: list[str] = []
+    coord_of: dict[int, int] = {}
+    for b in range(1, nb):
+        if body_joint[b].mimic is None:
+            coord_of[b] = len(joint_names)
+            joint_names.append(body_joint[b].name)
+    coordinate = np.full(nb, -1, dtype=np.int64)
+    multiplier = np.ones(nb)
+    offset = np.zeros(nb)
+    for b in range(1, nb):
+        j = body_joint[b]
+        mult, off, seen, cur = 1.0, 0.0, [j.name], j
+        while cur.mimic is not None:
+            leader, m, o = cur.mimic
+            if leader not in by_name:
+                if leader in fixed_names:
+                    raise InvalidValueError(
+                        f"joint {cur.name!r} <mimic>: leader {leader!r} is a fixed joint"
+                    )
+                raise UnknownNameError(
+                    "joint", leader, all_joint_names, context=f"(mimic leader of joint {cur.name!r})"
+                )
+            if leader in seen:
+                raise TopologyError(f"mimic joints form a cycle: {' -> '.join(seen + [leader])}")
+            seen.append(leader)
+            mult, off = mult * m, off * m + o
+            cur = body_joint[by_name[leader]]
+        coordinate[b] = coord_of[by_name[cur.name]]
+        multiplier[b] = mult
+        offset[b] = off
+        if (j.type == "prismatic") != (cur.type == "prismatic"):
+            raise InvalidValueError(
+                f"joint {j.name!r} ({j.type}) mimics {cur.name!r} ({cur.type}): "
+                "a mimic must have the same kind of motion as its leader"
+            )
+
+    # Inertias: fold every link into its body.
+    parts: dict[int, list] = {b: [] for b in range(nb)}
+    for ln in link_order:
+        L = links[ln]
+        T = link_T[ln]
+        R, p = T[:3, :3], T[:3, 3]
+        parts[link_body[ln]].append((L.mass, R @ L.com + p, R @ L.inertia @ R.T))
+    mass = np.zeros(nb)
+    com = np.zeros((nb, 3))
+    inertia = np.zeros((nb, 3, 3))
+    for b in range(nb):
+        mass[b], com[b], inertia[b] = _combine_inertia(parts[b])
+
+    # Per-coordinate limits and joint dynamics.
+    nj = len(joint_names)
+    lim = {k: np.zeros(nj) for k in ("lower", "upper", "velocity_limit", "effort_limit", "damping", "friction")}
+    for name in joint_names:
+        j = body_joint[by_name[name]]
+        c = joint_names.index(name)
+        lim["lower"][c], lim["upper"][c] = j.lower, j.upper
+        lim["velocity_limit"][c], lim["effort_limit"][c] = j.velocity, j.effort
+        lim["damping"][c], lim["friction"][c] = j.damping, j.friction
+
+    # Frames: every link, in traversal order.
+    frame_body = np.array([link_body[ln] for ln in link_order], dtype=np.int64)
+    frame_placement = np.stack([link_T[ln] for ln in link_order])
+
+    # Depth-level schedule.
+    max_depth = max(body_depth)
+    levels = [[b for b in range(nb) if body_depth[b] == d] for d in range(max_depth + 1)]
+    level_parent = [np.zeros(0, dtype=np.int64)]
+    for d in range(1, max_depth + 1):
+        prev = levels[d - 1]
+        level_parent.append(np.array([prev.index(body_parent[b]) for b in levels[d]], dtype=np.int64))
+
+    def geoms(kind):
+        return tuple(FrameGeometry(ln, g) for ln in link_order for g in getattr(links[ln], kind))
+
+    master = {
+        "parent": np.array(body_parent, dtype=np.int64),
+        "joint_axis": axis,
+        "joint_placement": placement,
+        "joint_coordinate": coordinate,
+        "joint_multiplier": multiplier,
+        "joint_offset": offset,
+        "frame_body": frame_body,
+        "frame_placement": frame_placement,
+        "body_mass": mass,
+        "body_com": com,
+        "body_inertia": inertia,
+        **lim,
+        "armature": np.zeros(nj),
+        "gravity": np.array([0.0, 0.0, -9.81]),
+        "levels": [np.array(lv, dtype=np.int64) for lv in levels],
+        "level_parent": level_parent,
+    }
+    for k, v in master.items():
+        if isinstance(v, np.ndarray):
+            v.setflags(write=False)
+    meta = {
+        "name": spec.name,
+        "floating_base": bool(floating_base),
+        "body_names": tuple(body_names),
+        "body_joint_names": tuple("" if j is None else j.name for j in body_joint),
+        "joint_type": tuple(jtype),
+        "joint_names": tuple(joint_names),
+        "link_names": tuple(link_order),
+        "visuals": geoms("visuals"),
+        "collisions": geoms("collisions"),
+        "source_path": spec.source_path,
+    }
+    meta["fingerprint"] = _fingerprint(master, meta)
+    return master, meta
+
+
+def _fingerprint(master: dict, meta: dict) -> str:
+    h = hashlib.sha256()
+    for k in ("name", "floating_base", "body_names", "joint_type", "joint_names", "link_names"):
+        h.update(repr(meta[k]).encode())
+    for k in (
+        "parent", "joint_axis", "joint_placement", "joint_coordinate", "joint_multiplier",
+        "joint_offset", "frame_body", "frame_placement",
+    ):
+        arr = np.ascontiguousarray(master[k])
+        h.update(k.encode())
+        h.update(arr.astype("<i8" if arr.dtype.kind == "i" else "<f8").tobytes())
+    return h.hexdigest()
