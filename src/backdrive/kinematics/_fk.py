@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .._errors import InputError
-from ..model import JointType, RobotModel
+from ..model import RobotModel
 from ..spatial import quat_to_matrix
 
 __all__ = [
@@ -45,9 +45,7 @@ def _cache(model: RobotModel) -> dict:
     pl = model.joint_placement[1:]
     Rpl, ppl = pl[:, :3, :3], pl[:, :3, 3]
     K = _skew_const(model.joint_axis[1:])
-    is_pri = torch.tensor(
-        [t == JointType.PRISMATIC for t in model.joint_type[1:]], dtype=model.dtype, device=model.device
-    )
+    is_pri = model.joint_is_prismatic[1:]
     return {
         "Rpl": Rpl,
         "ppl": ppl,
@@ -119,12 +117,10 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
         pp = ps[-1][..., par, :]
         Rs.append(Rp @ Rl[..., idx, :, :])
         ps.append((Rp @ pl[..., idx, :, None])[..., 0] + pp)
-    order = torch.cat(model.levels)
     R, p = torch.cat(Rs, dim=-3), torch.cat(ps, dim=-2)
-    if bool(torch.equal(order, torch.arange(len(order), device=order.device))):
+    if model.levels_sorted:
         return R, p
-    inv = torch.empty_like(order)
-    inv[order] = torch.arange(len(order), device=order.device)
+    inv = model.level_inverse
     return R[..., inv, :, :], p[..., inv, :]
 
 
@@ -228,9 +224,7 @@ def frame_jacobian(model: RobotModel, q: torch.Tensor, frame, *, bodies=None) ->
 def _body_columns(model, Rb, pb, point) -> torch.Tensor:
     """Motion columns ``(..., 6, nb - 1)`` of every moving body for a world point."""
     axes = body_axes_world(model, Rb)
-    is_pri = torch.tensor(
-        [t == JointType.PRISMATIC for t in model.joint_type[1:]], dtype=model.dtype, device=model.device
-    )[:, None]
+    is_pri = model.joint_is_prismatic[1:, None]
     r = point[..., None, :] - pb[..., 1:, :]
     lin = torch.where(is_pri > 0, axes, torch.cross(axes, r, dim=-1))
     ang = axes * (1.0 - is_pri)

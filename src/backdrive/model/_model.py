@@ -55,8 +55,9 @@ _TENSOR_FIELDS = (
     "friction",
     "armature",
     "gravity",
+    "joint_is_prismatic",
 )
-_INT_FIELDS = ("parent", "joint_coordinate", "frame_body")
+_INT_FIELDS = ("parent", "joint_coordinate", "frame_body", "level_inverse")
 PHYSICAL_PARAMETERS = ("body_mass", "body_com", "body_inertia", "damping", "friction", "armature", "gravity")
 
 
@@ -101,9 +102,12 @@ class RobotModel:
         velocity_limit, effort_limit: ``(nj,)`` (``inf`` if not given).
         damping, friction, armature: ``(nj,)`` from ``<dynamics>`` (armature 0).
         gravity: ``(3,)`` m/s^2, default ``(0, 0, -9.81)``.
+        joint_is_prismatic: ``(nb,)`` 1.0 for prismatic bodies, else 0.0.
         levels: tuple of long tensors, the body indices at each tree depth.
         level_parent: tuple of long tensors, for level ``d > 0`` the position of
             each body's parent inside level ``d - 1`` (level 0 holds ``[]``).
+        level_inverse: ``(nb,)`` long, position of each body in the
+            concatenation of ``levels`` (identity when bodies are level-sorted).
         geometries: visual shapes as :class:`FrameGeometry`; collisions likewise.
         fingerprint: hex digest of the kinematic geometry in canonical float64.
     """
@@ -134,11 +138,14 @@ class RobotModel:
     friction: torch.Tensor
     armature: torch.Tensor
     gravity: torch.Tensor
+    joint_is_prismatic: torch.Tensor
+    level_inverse: torch.Tensor
     levels: tuple[torch.Tensor, ...]
     level_parent: tuple[torch.Tensor, ...]
     visuals: tuple[FrameGeometry, ...]
     collisions: tuple[FrameGeometry, ...]
     fingerprint: str
+    levels_sorted: bool
     source_path: Path | None = None
     _master: dict = field(default_factory=dict, repr=False)
     _replaced: frozenset = field(default_factory=frozenset, repr=False)
@@ -315,7 +322,8 @@ class RobotModel:
             k: getattr(self, k)
             for k in (
                 "name", "floating_base", "body_names", "body_joint_names", "joint_type",
-                "joint_names", "link_names", "visuals", "collisions", "fingerprint", "source_path",
+                "joint_names", "link_names", "visuals", "collisions", "fingerprint", "levels_sorted",
+                "source_path",
             )
         }
 
@@ -597,8 +605,14 @@ def _build(spec: URDFSpec, floating_base: bool):
     def geoms(kind):
         return tuple(FrameGeometry(ln, g) for ln in link_order for g in getattr(links[ln], kind))
 
+    order = np.concatenate(levels).astype(np.int64)
+    level_inverse = np.empty(nb, dtype=np.int64)
+    level_inverse[order] = np.arange(nb)
+
     master = {
         "parent": np.array(body_parent, dtype=np.int64),
+        "joint_is_prismatic": np.array([float(t == JointType.PRISMATIC) for t in jtype]),
+        "level_inverse": level_inverse,
         "joint_axis": axis,
         "joint_placement": placement,
         "joint_coordinate": coordinate,
@@ -629,6 +643,7 @@ def _build(spec: URDFSpec, floating_base: bool):
         "visuals": geoms("visuals"),
         "collisions": geoms("collisions"),
         "source_path": spec.source_path,
+        "levels_sorted": bool(np.array_equal(order, np.arange(nb))),
     }
     meta["fingerprint"] = _fingerprint(master, meta)
     return master, meta
