@@ -1,0 +1,358 @@
+"""Shared machinery of the dynamics algorithms: the tree as matrices and the
+world-frame spatial quantities of every body.
+
+Every spatial vector here is expressed in the world frame at the world origin,
+``[linear; angular]``. Working in one frame removes the parent-to-child
+transforms from the recursions: a body's velocity is the sum of its
+ancestors' joint velocities, and the force its joint transmits is the sum of
+its subtree's forces. Those two tree sums are one matrix product each with
+the constant ancestor matrix (:func:`tree_down`, :func:`tree_up`); the only
+per-depth-level loop left is the forward kinematics pass itself (and the
+articulated-body recursion, which needs a division per level).
+
+"Active" bodies are those that move: all bodies with a floating base, bodies
+``1..nb-1`` with a fixed base (the root link is welded to the world and, as in
+Pinocchio, takes no part in energies, centre of mass or forces).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .._errors import InputError
+from ..kinematics._fk import body_transforms
+from ..model import RobotModel
+
+__all__ = [
+    "Topology",
+    "Kinematics",
+    "topology",
+    "kinematics",
+    "tree_down",
+    "tree_up",
+    "apply_inertia",
+    "cross_motion",
+    "cross_force",
+    "base_motion_to_world",
+    "base_force_from_world",
+    "base_force_to_world",
+    "world_motion_to_base",
+    "joint_rates",
+    "couple_forces",
+    "gravity_vector",
+    "broadcast_batch",
+    "check_f_ext",
+    "f_ext_to_world",
+]
+
+
+class Topology(NamedTuple):
+    """Constant tensors that depend only on the tree (cached per model layout).
+
+    Attributes:
+        o: index of the first active body (0 with a floating base, else 1).
+        na: number of active bodies; ``nm = nb - 1`` moving (jointed) bodies.
+        anc: ``(na, na)`` with ``anc[b, d] = 1`` when active body ``d`` is
+            ``b`` or one of its ancestors.
+        upper: ``(nm, nm)`` with ``upper[j, i] = 1`` when moving body ``j`` is
+            ``i`` or an ancestor of ``i``; ``strict`` the same without ``i``.
+        is_pri, is_rev: ``(nm, 1)`` joint kind of each moving body, as floats.
+        coord: ``(nm,)`` joint coordinate of each moving body.
+        mult: ``(nm,)`` mimic multiplier.
+        coupled: whether any body is not driven one-to-one by its own
+            coordinate (mimic joints); then ``G`` ``(nm, nj)`` maps coordinate
+            rates to body rates.
+        level_inv: ``(nm,)`` long, position of each moving body in the
+            concatenation of levels ``1..``.
+    """
+
+    o: int
+    na: int
+    nm: int
+    anc: torch.Tensor
+    upper: torch.Tensor
+    strict: torch.Tensor
+    is_pri: torch.Tensor
+    is_rev: torch.Tensor
+    coord: torch.Tensor
+    mult: torch.Tensor
+    coupled: bool
+    G: torch.Tensor
+    level_inv: torch.Tensor
+
+
+_TOPOLOGY: dict = {}
+
+
+def topology(model: RobotModel) -> Topology:
+    """The :class:`Topology` of ``model``, built once per layout, dtype and device.
+
+    The key is the model's fingerprint (names, parents, joint coupling), so
+    models made by ``replace`` share one entry.
+    """
+    key = (model.fingerprint, model.dtype, str(model.device))
+    topo = _TOPOLOGY.get(key)
+    if topo is None:
+        topo = _build_topology(model)
+        _TOPOLOGY[key] = topo
+    return topo
+
+
+def _build_topology(model: RobotModel) -> Topology:
+    nb, nj = model.num_bodies, model.num_joints
+    dtype, device = model.dtype, model.device
+    parent = model.parent.tolist()
+    o = 0 if model.floating_base else 1
+    na, nm = nb - o, nb - 1
+    anc_full = [[0.0] * nb for _ in range(nb)]
+    for b in range(nb):
+        d = b
+        while d >= 0:
+            anc_full[b][d] = 1.0
+            d = parent[d]
+    anc = torch.tensor([row[o:] for row in anc_full[o:]], dtype=dtype, device=device).reshape(na, na)
+    moving = torch.tensor([row[1:] for row in anc_full[1:]], dtype=dtype, device=device).reshape(nm, nm)
+    upper = moving.T.contiguous()  # upper[j, i] = 1 when j is i or an ancestor of i
+    strict = upper - torch.eye(nm, dtype=dtype, device=device)
+    is_pri = model.joint_is_prismatic[1:, None].clone()
+    coord_list = model.joint_coordinate[1:].tolist()
+    mult_list = model.joint_multiplier[1:].tolist()
+    coupled = coord_list != list(range(nm)) or any(m != 1.0 for m in mult_list)
+    G = torch.zeros(nm, nj, dtype=dtype, device=device)
+    for b, (c, m) in enumerate(zip(coord_list, mult_list)):
+        G[b, c] = m
+    return Topology(
+        o=o,
+        na=na,
+        nm=nm,
+        anc=anc,
+        upper=upper,
+        strict=strict,
+        is_pri=is_pri,
+        is_rev=1.0 - is_pri,
+        coord=model.joint_coordinate[1:].clone(),
+        mult=model.joint_multiplier[1:].clone(),
+        coupled=coupled,
+        G=G,
+        # Level 0 is the root alone, so levels 1.. start at position 1.
+        level_inv=model.level_inverse[1:] - 1,
+    )
+
+
+# ---------------------------------------------------------------------- spatial algebra
+
+
+def cross_motion(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """Motion cross product ``v x m`` of ``[linear; angular]`` 6-vectors.
+
+    ``[w x u + v x n; w x n]`` for ``v = [v; w]``, ``m = [u; n]``.
+    """
+    vl, va = v[..., :3], v[..., 3:]
+    ml, ma = m[..., :3], m[..., 3:]
+    return torch.cat([torch.linalg.cross(va, ml) + torch.linalg.cross(vl, ma), torch.linalg.cross(va, ma)], -1)
+
+
+def cross_force(v: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """Force cross product ``v x* f``: ``[w x f; w x n + v x f]`` for ``f = [f; n]``."""
+    vl, va = v[..., :3], v[..., 3:]
+    fl, fa = f[..., :3], f[..., 3:]
+    return torch.cat([torch.linalg.cross(va, fl), torch.linalg.cross(va, fa) + torch.linalg.cross(vl, fl)], -1)
+
+
+def apply_inertia(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Spatial inertia times a motion vector, both at the world origin.
+
+    With mass ``m``, first moment ``h = m c`` and rotational inertia ``I``
+    about the origin: ``[m v + w x h; I w + h x v]``.
+
+    Args:
+        m: ``(..., k)``. h: ``(..., k, 3)``. I: ``(..., k, 3, 3)``.
+        v: ``(..., k, 6)`` or ``(..., k, j, 6)`` when ``m, h, I`` carry an
+            extra axis of size 1 for ``j``.
+    """
+    vl, va = v[..., :3], v[..., 3:]
+    fl = m[..., None] * vl + torch.linalg.cross(va, h.expand_as(va))
+    fa = (I @ va[..., None])[..., 0] + torch.linalg.cross(h.expand_as(vl), vl)
+    return torch.cat([fl, fa], -1)
+
+
+def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:
+    """Sum over each active body's ancestors (itself included): ``(..., na, k)``."""
+    return torch.matmul(topo.anc, x)
+
+
+def tree_up(topo: Topology, x: torch.Tensor) -> torch.Tensor:
+    """Sum over each active body's subtree (itself included): ``(..., na, k)``."""
+    return torch.matmul(topo.anc.T, x)
+
+
+def base_motion_to_world(R0: torch.Tensor, p0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A base-frame motion vector (at the base origin) in the world frame at the origin.
+
+    ``[R v + p x (R w); R w]``.
+    """
+    w = (R0 @ x[..., 3:, None])[..., 0]
+    lin = (R0 @ x[..., :3, None])[..., 0] + torch.linalg.cross(p0, w)
+    return torch.cat([lin, w], -1)
+
+
+def base_force_to_world(R0: torch.Tensor, p0: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """A base-frame wrench at the base origin in the world frame at the origin.
+
+    ``[R f; R n + p x (R f)]``.
+    """
+    fl = (R0 @ f[..., :3, None])[..., 0]
+    fa = (R0 @ f[..., 3:, None])[..., 0] + torch.linalg.cross(p0, fl)
+    return torch.cat([fl, fa], -1)
+
+
+def world_motion_to_base(R0: torch.Tensor, p0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`base_motion_to_world`: ``[R^T (v + w x p); R^T w]``."""
+    Rt = R0.transpose(-1, -2)
+    lin = x[..., :3] + torch.linalg.cross(x[..., 3:], p0)
+    return torch.cat([(Rt @ lin[..., None])[..., 0], (Rt @ x[..., 3:, None])[..., 0]], -1)
+
+
+def base_force_from_world(R0: torch.Tensor, p0: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """A world wrench (at the origin) as a base-frame wrench at the base origin.
+
+    ``[R^T f; R^T (n - p x f)]`` (the transpose of :func:`base_motion_to_world`).
+    """
+    Rt = R0.transpose(-1, -2)
+    n = f[..., 3:] - torch.linalg.cross(p0, f[..., :3])
+    return torch.cat([(Rt @ f[..., :3, None])[..., 0], (Rt @ n[..., None])[..., 0]], -1)
+
+
+# ---------------------------------------------------------------------- coordinates
+
+
+def joint_rates(topo: Topology, vj: torch.Tensor) -> torch.Tensor:
+    """Rates of every moving body's joint from the joint coordinates' rates.
+
+    ``(..., nj) -> (..., nm)``: ``multiplier * vj[coordinate]`` (mimic joints
+    move at ``multiplier`` times their leader's rate; the offset is constant).
+    """
+    if not topo.coupled:
+        return vj
+    return vj[..., topo.coord] * topo.mult
+
+
+def couple_forces(topo: Topology, tau_b: torch.Tensor, nj: int) -> torch.Tensor:
+    """Generalised forces of the joint coordinates from the bodies' joint forces.
+
+    The transpose of :func:`joint_rates`: ``tau[c] = sum multiplier[b] tau_b[b]``
+    over the bodies ``b`` driven by coordinate ``c``.
+    """
+    if not topo.coupled:
+        return tau_b
+    out = tau_b.new_zeros(*tau_b.shape[:-1], nj)
+    return out.index_add(-1, topo.coord, tau_b * topo.mult)
+
+
+# ---------------------------------------------------------------------- kinematics
+
+
+class Kinematics(NamedTuple):
+    """World-frame quantities at one configuration (active bodies unless noted).
+
+    Attributes:
+        R, p: ``(..., nb, 3, 3)``, ``(..., nb, 3)`` world-from-body poses, all bodies.
+        S: ``(..., nm, 6)`` motion subspace of each moving body's joint.
+        m: ``(na,)`` masses; h: ``(..., na, 3)`` first moments ``m c``;
+        I: ``(..., na, 3, 3)`` rotational inertias about the world origin.
+        c: ``(..., na, 3)`` centres of mass in the world.
+    """
+
+    R: torch.Tensor
+    p: torch.Tensor
+    S: torch.Tensor
+    m: torch.Tensor
+    h: torch.Tensor
+    I: torch.Tensor
+    c: torch.Tensor
+
+
+def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: bool = True) -> Kinematics:
+    """Body poses, joint motion subspaces and world inertias at ``q``."""
+    R, p = body_transforms(model, q)
+    o = topo.o
+    axis_w = (R[..., 1:, :, :] @ model.joint_axis[1:, :, None])[..., 0]
+    p_m = p[..., 1:, :]
+    # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
+    s_lin = topo.is_pri * axis_w + topo.is_rev * torch.linalg.cross(p_m, axis_w)
+    S = torch.cat([s_lin, topo.is_rev * axis_w], -1)
+    Ra, pa = R[..., o:, :, :], p[..., o:, :]
+    m = model.body_mass[o:]
+    c = (Ra @ model.body_com[o:, :, None])[..., 0] + pa
+    if not inertia:
+        return Kinematics(R, p, S, m, m[:, None] * c, None, c)
+    h = m[:, None] * c
+    Ic = Ra @ model.body_inertia[o:] @ Ra.transpose(-1, -2)
+    # Parallel axis: I_origin = I_com + m (|c|^2 1 - c c^T).
+    cc = c[..., :, None] * h[..., None, :]
+    trace = (c * h).sum(-1)[..., None, None]
+    eye = torch.eye(3, dtype=q.dtype, device=q.device)
+    I = Ic + trace * eye - cc
+    return Kinematics(R, p, S, m, h, I, c)
+
+
+# ---------------------------------------------------------------------- inputs
+
+
+def broadcast_batch(model: RobotModel, q: torch.Tensor, *others: tuple) -> tuple[torch.Size, list]:
+    """Check ``q`` and each ``(tensor, size, name)`` and broadcast their batch axes.
+
+    Returns the common batch shape and the tensors expanded to it (``q`` first).
+    A ``(3,)`` gravity (the usual case) is returned as is.
+    """
+    model.check_q(q)
+    shapes = [q.shape[:-1]]
+    for x, n, name in others:
+        model.check_vector(x, n, name)
+        shapes.append(x.shape[:-1])
+    try:
+        batch = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        names = ["q"] + [name for _, _, name in others]
+        raise InputError(
+            "batch shapes do not broadcast: "
+            + ", ".join(f"{n} {tuple(s)}" for n, s in zip(names, shapes))
+        ) from None
+    out = [q.expand(*batch, q.shape[-1])]
+    out += [x if name == "gravity" and x.ndim == 1 else x.expand(*batch, x.shape[-1]) for x, _, name in others]
+    return batch, out
+
+
+def gravity_vector(model: RobotModel, gravity) -> torch.Tensor:
+    """The gravity to use, ``(..., 3)``: the model's, or ``gravity`` checked."""
+    if gravity is None:
+        return model.gravity
+    if not isinstance(gravity, torch.Tensor):
+        gravity = torch.as_tensor(gravity, dtype=model.dtype, device=model.device)
+    model.check_vector(gravity, 3, "gravity")
+    return gravity
+
+
+def check_f_ext(model: RobotModel, f_ext) -> None:
+    if f_ext is None:
+        return
+    if not isinstance(f_ext, torch.Tensor):
+        raise InputError(f"f_ext must be a torch.Tensor, got {type(f_ext).__name__}")
+    nb = model.num_bodies
+    if f_ext.ndim < 2 or tuple(f_ext.shape[-2:]) != (nb, 6):
+        raise InputError(
+            f"f_ext must have shape (..., {nb}, 6) (one [force; torque] per body of robot "
+            f"{model.name!r}), got {tuple(f_ext.shape)}"
+        )
+    model.check_vector(f_ext, 6, "f_ext")
+
+
+def f_ext_to_world(topo: Topology, kin: Kinematics, f_ext: torch.Tensor) -> torch.Tensor:
+    """Body-frame wrenches at body origins -> world wrenches at the origin (active bodies)."""
+    o = topo.o
+    R, p = kin.R[..., o:, :, :], kin.p[..., o:, :]
+    f = f_ext[..., o:, :]
+    fl = (R @ f[..., :3, None])[..., 0]
+    return torch.cat([fl, (R @ f[..., 3:, None])[..., 0] + torch.linalg.cross(p.expand_as(fl), fl)], -1)
