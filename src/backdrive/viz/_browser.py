@@ -1,0 +1,109 @@
+"""Screenshots of saved previews in headless Chromium (for tests, docs and thumbnails)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["find_chromium", "screenshot", "BrowserNotFoundError"]
+
+_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+class BrowserNotFoundError(FileNotFoundError):
+    """No Chromium-family browser was found to take a screenshot with."""
+
+
+def find_chromium() -> str:
+    """Path of a Chromium-family browser: ``$BACKDRIVE_CHROMIUM``, else the first on ``PATH``.
+
+    Raises:
+        BrowserNotFoundError: naming the Debian package to install.
+    """
+    env = os.environ.get("BACKDRIVE_CHROMIUM")
+    if env:
+        if shutil.which(env) is None:
+            raise BrowserNotFoundError(f"BACKDRIVE_CHROMIUM={env!r} is not an executable")
+        return shutil.which(env)  # type: ignore[return-value]
+    for name in _CANDIDATES:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise BrowserNotFoundError(
+        "no Chromium found (tried " + ", ".join(_CANDIDATES) + "); on Debian: "
+        "apt-get update && apt-get install -y chromium, or set BACKDRIVE_CHROMIUM"
+    )
+
+
+def screenshot(
+    page,
+    png,
+    *,
+    t: float | None = None,
+    size: tuple[int, int] = (960, 720),
+    wait_ms: int = 4000,
+    offline: bool = True,
+    browser: str | None = None,
+    timeout: float = 180.0,
+) -> Path:
+    """Open a saved preview in headless Chromium and save a PNG of it.
+
+    Chromium renders WebGL in software here (``--disable-gpu``), so this works
+    on machines without a display or GPU.
+
+    Args:
+        page: the preview HTML file.
+        png: the PNG to write.
+        t: open the preview paused at this time in seconds (``?t=``); ``None``
+            lets it play from the start.
+        size: window ``(width, height)`` in pixels; the PNG has this size.
+        wait_ms: virtual time the page is given before the shot, milliseconds.
+        offline: block every network request (DNS and proxy), which proves
+            the page needs none.
+        browser: browser executable (default: :func:`find_chromium`).
+        timeout: seconds before the browser is killed.
+
+    Returns:
+        The PNG path.
+
+    Raises:
+        BrowserNotFoundError: no browser; RuntimeError: no screenshot written.
+    """
+    exe = browser or find_chromium()
+    page = Path(page).resolve()
+    if not page.is_file():
+        raise FileNotFoundError(page)
+    png = Path(png).resolve()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    if png.exists():
+        png.unlink()
+    url = page.as_uri() + ("" if t is None else f"?t={float(t):g}")
+    with tempfile.TemporaryDirectory(prefix="backdrive-chromium-") as profile:
+        args = [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--mute-audio",
+            f"--user-data-dir={profile}",
+            f"--window-size={int(size[0])},{int(size[1])}",
+            f"--virtual-time-budget={int(wait_ms)}",
+            f"--screenshot={png}",
+        ]
+        if offline:
+            args += ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9"]
+        proc = subprocess.run(
+            args + [url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False
+        )
+    if not png.is_file() or png.stat().st_size == 0:
+        tail = (proc.stderr or b"").decode(errors="replace")[-2000:]
+        raise RuntimeError(f"{exe} wrote no screenshot of {url} (exit {proc.returncode}):\n{tail}")
+    return png

@@ -1,0 +1,233 @@
+"""Offline browser previews: one self-contained HTML file per robot trajectory.
+
+The scene is recorded with viser (its scene serializer) and embedded, base64
+encoded, in a copy of viser's own built web client
+(``StateSerializer.as_html``). The page needs no server and fetches nothing:
+open it from disk in any WebGL browser. It plays the trajectory in a loop with
+viser's timeline (play/pause, speed, scrub bar and time box). Two URL
+parameters are added by backdrive: ``?t=SECONDS`` opens the page paused at that
+time (it drives viser's own time box, exactly as typing into it would), and
+``?notitle`` hides the caption.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..model import RobotModel
+from ._deps import require
+from ._markers import add_markers, as_paths, as_targets
+from ._scene import add_shapes, as_configurations, link_poses, matrix_to_wxyz, robot_shapes, scene_bounds
+
+__all__ = ["preview", "as_model", "quiet_server", "place_camera", "add_lights_and_ground"]
+
+
+def as_model(robot) -> RobotModel:
+    """A :class:`RobotModel` from a model or a URDF path."""
+    if isinstance(robot, RobotModel):
+        return robot
+    if isinstance(robot, (str, os.PathLike)):
+        return RobotModel.from_urdf(Path(robot))
+    raise TypeError(f"robot must be a RobotModel or a URDF path, got {type(robot).__name__}")
+
+
+@contextlib.contextmanager
+def quiet_server(port: int = 0, host: str = "127.0.0.1", *, verbose: bool = False):
+    """A viser server on ``host``; its banner is swallowed unless ``verbose``."""
+    viser = require("viser", "backdrive.viz")
+    sink = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+    with sink:
+        server = viser.ViserServer(host=host, port=port, verbose=verbose)
+    try:
+        yield server
+    finally:
+        with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
+            server.stop()
+
+
+def place_camera(server, points: np.ndarray) -> None:
+    """Aim the initial camera at the bounding sphere of ``points`` from the front-right, above."""
+    centre, radius = scene_bounds(points)
+    fov = 50.0 * np.pi / 180.0
+    distance = 1.15 * radius / np.tan(0.5 * fov)
+    direction = np.array([1.0, 0.75, 0.55])
+    direction /= np.linalg.norm(direction)
+    server.scene.set_up_direction("+z")
+    server.initial_camera.fov = fov
+    server.initial_camera.look_at = tuple(centre)
+    server.initial_camera.position = tuple(centre + distance * direction)
+
+
+def add_lights_and_ground(server, radius: float) -> None:
+    """Soft lighting and a ground grid ``4 * radius`` wide at ``z = 0``."""
+    # No environment map: its image decodes slowly in software WebGL and the
+    # client keeps the canvas faded until it has; a hemisphere light gives a
+    # similar soft fill at once.
+    server.scene.configure_environment_map(None)
+    server.scene.add_light_hemisphere(
+        "/lights/fill", sky_color=(255, 255, 255), ground_color=(120, 120, 130), intensity=1.5
+    )
+    server.scene.add_grid(
+        "/ground", width=4 * radius, height=4 * radius, cell_size=0.1, section_size=0.5,
+        cell_color=(222, 222, 226), section_color=(175, 175, 182),
+    )
+
+
+def preview(
+    robot,
+    trajectory=None,
+    *,
+    targets=None,
+    paths=None,
+    path="outputs/preview",
+    fps: float = 30,
+    title: str | None = None,
+    package_dirs=None,
+    dark_mode: bool = False,
+) -> Path:
+    """Write an offline browser preview of a robot moving along a trajectory.
+
+    The result is one self-contained HTML file (viser's web client with the
+    recorded scene inside): open it from disk, no server and no network
+    needed. It loops over the trajectory with a timeline to play, pause and
+    scrub; ``file.html?t=1.5`` opens it paused at 1.5 s.
+
+    The robot is drawn from its URDF visual geometry: boxes, spheres,
+    cylinders and meshes (loaded with trimesh; ``package://`` URIs are searched
+    as in :func:`backdrive.viz.resolve_mesh_path`). A mesh that is missing or
+    unreadable is drawn as the link's collision geometry, translucent, or as a
+    small translucent magenta box, and a warning lists it; the page caption
+    says how many were replaced.
+
+    Args:
+        robot: a :class:`~backdrive.RobotModel` or a URDF path.
+        trajectory: ``(T, nq)`` configurations (tensor or array), one
+            ``(nq,)`` configuration, or ``None`` for the neutral pose (zeros
+            clamped into the joint limits).
+        targets: ``(K, 3)`` points or ``(K, 4, 4)`` poses in the world frame,
+            drawn as red spheres (with axes for poses).
+        paths: polylines: ``(N, 3)`` points, ``(P, N, 3)``, a link name (its
+            origin traced along the trajectory, e.g. the TCP), a sequence of
+            these, or a ``dict`` from label to any of them.
+        path: output file; ``.html`` is appended when missing. Parent folders
+            are created.
+        fps: frames per second of ``trajectory`` (playback time ``T / fps``).
+        title: caption shown over the viewer and as the page title.
+        package_dirs: extra folders to search for ``package://`` meshes.
+        dark_mode: use viser's dark theme.
+
+    Returns:
+        The path of the HTML file written.
+
+    Raises:
+        MissingExtraError: viser is not installed (``pip install 'backdrive[viz]'``).
+        InputError: a trajectory, target or path of the wrong shape.
+    """
+    require("viser", "backdrive.viz.preview")
+    require("trimesh", "backdrive.viz.preview")
+    if not fps > 0:
+        raise ValueError(f"fps must be positive, got {fps}")
+    model = as_model(robot)
+    q = as_configurations(model, trajectory)
+    poses = link_poses(model, q)  # (T, nf, 4, 4)
+    shapes, notes = robot_shapes(model, package_dirs=package_dirs)
+    if notes:
+        warnings.warn(
+            f"{len(notes)} mesh(es) of {model.name!r} drawn as placeholders:\n  " + "\n  ".join(notes),
+            stacklevel=2,
+        )
+    target_points, target_poses = as_targets(targets)
+    polylines = as_paths(model, paths, poses)
+
+    origins = poses[:, :, :3, 3].reshape(-1, 3)
+    cloud = [origins, target_points] + [p for _, p in polylines]
+    cloud_points = np.concatenate([c for c in cloud if len(c)], axis=0)
+    _, radius = scene_bounds(cloud_points)
+
+    out = Path(path)
+    if out.suffix.lower() != ".html":
+        out = out.with_name(out.name + ".html")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    with quiet_server(0) as server:
+        serializer = server.get_scene_serializer()
+        place_camera(server, cloud_points)
+        add_lights_and_ground(server, radius)
+        handles = add_shapes(server.scene, model, shapes)
+        add_markers(server.scene, target_points, target_poses, polylines, size=max(0.03 * radius, 0.01))
+        frames = sorted(handles)
+        shown = poses[:, frames]  # (T, k, 4, 4)
+        wxyz = matrix_to_wxyz(shown[..., :3, :3])
+        xyz = shown[..., :3, 3]
+        dt = 1.0 / float(fps)
+        for t in range(len(q)):
+            for j, f in enumerate(frames):
+                # Only send what changed: a fixed base, or a link at rest, costs nothing.
+                if t == 0 or not np.array_equal(wxyz[t, j], wxyz[t - 1, j]):
+                    handles[f].wxyz = wxyz[t, j]
+                if t == 0 or not np.array_equal(xyz[t, j], xyz[t - 1, j]):
+                    handles[f].position = xyz[t, j]
+            if len(q) > 1:
+                serializer.insert_sleep(dt)
+        page = serializer.as_html(dark_mode=dark_mode)
+
+    caption = title if title is not None else f"{model.name}"
+    if len(q) > 1:
+        caption += f" \u2014 {len(q)} frames, {len(q) / float(fps):.2f} s"
+    if notes:
+        caption += f" \u2014 {len(notes)} visual mesh(es) not loaded: translucent stand-ins"
+    out.write_text(_inject(page, caption=caption, title=title or model.name), encoding="utf-8")
+    return out
+
+
+# A plain script appended to viser's page. The `t` parameter types the time
+# into viser's own time box (the NumberInput beside the scrub bar), so it
+# seeks and pauses through the same code path as a user would; React only
+# sees the change when the value is set through the native setter.
+_SCRIPT = """
+(function () {
+  var cfg = __BACKDRIVE_CONFIG__;
+  var params = new URLSearchParams(window.location.search);
+  document.title = cfg.title;
+  if (!params.has("notitle")) {
+    var cap = document.createElement("div");
+    cap.id = "backdrive-caption";
+    cap.textContent = cfg.caption;
+    cap.style.cssText = "position:fixed;left:50%;transform:translateX(-50%);top:0.6em;z-index:5;" +
+      "font:13px sans-serif;white-space:nowrap;" +
+      "color:#333;background:rgba(255,255,255,0.75);padding:0.2em 0.5em;border-radius:4px;pointer-events:none";
+    document.body.appendChild(cap);
+  }
+  if (!params.has("t")) return;
+  var target = parseFloat(params.get("t"));
+  if (!isFinite(target)) return;
+  var tries = 0;
+  var timer = setInterval(function () {
+    var box = document.querySelector(".mantine-NumberInput-input");
+    if (!box) { if (++tries > 1200) clearInterval(timer); return; }
+    clearInterval(timer);
+    var setter = Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set;
+    setter.call(box, String(target));
+    box.dispatchEvent(new Event("input", { bubbles: true }));
+    document.body.setAttribute("data-backdrive-seek", String(target));
+  }, 50);
+})();
+"""
+
+
+def _inject(page: str, *, caption: str, title: str) -> str:
+    cfg = json.dumps({"caption": caption, "title": title})
+    # "</" cannot appear inside an inline script.
+    cfg = cfg.replace("</", "<\\/")
+    script = "<script>" + _SCRIPT.replace("__BACKDRIVE_CONFIG__", cfg) + "</script>"
+    page = page.replace("<title>Viser</title>", f"<title>{html.escape(title)}</title>", 1)
+    end = page.rindex("</body>")
+    return page[:end] + script + page[end:]
