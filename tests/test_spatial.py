@@ -84,7 +84,7 @@ def exp_ref(xi: torch.Tensor) -> torch.Tensor:
     Not torch.linalg.matrix_exp: for a single matrix of norm ~0.01-0.05 it is
     only good to ~1e-10 in float64 (torch 2.13, CPU).
     """
-    mpmath = pytest.importorskip("mpmath")
+    import mpmath
     flat = xi.detach().double().reshape(-1, xi.shape[-1])
     out = []
     with mpmath.workdps(50):
@@ -535,12 +535,18 @@ def test_is_rigid_transform():
     assert sp.is_rigid_transform(T).dtype == torch.bool
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_matches_cpu():
+# Every device this machine has (CPU always; CUDA where present).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_device_matches_cpu_reference(device):
     T = sp.random_transform(64, dtype=torch.float64, generator=gen(2))
-    Tc = T.cuda()
-    torch.testing.assert_close(sp.se3_log(Tc).cpu(), sp.se3_log(T), atol=1e-12, rtol=0)
-    q_cuda = sp.matrix_to_quat(Tc[:, :3, :3]).cpu()
-    torch.testing.assert_close(q_cuda, sp.matrix_to_quat(T[:, :3, :3]), atol=1e-12, rtol=0)
-    q = sp.random_quat(8, dtype=torch.float32, device="cuda")
-    assert q.device.type == "cuda"
+    Tc = T.to(device)
+    log = sp.se3_log(Tc)
+    assert log.device.type == device
+    torch.testing.assert_close(log.cpu(), sp.se3_log(T), atol=1e-12, rtol=0)
+    q_dev = sp.matrix_to_quat(Tc[:, :3, :3]).cpu()
+    torch.testing.assert_close(q_dev, sp.matrix_to_quat(T[:, :3, :3]), atol=1e-12, rtol=0)
+    q = sp.random_quat(8, dtype=torch.float32, device=device)
+    assert q.device.type == device

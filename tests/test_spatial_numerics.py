@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import pytest
 import torch
 from torch.autograd import gradcheck
 from torch.autograd.functional import jacobian
 
 import backdrive.spatial as sp
-
-mpmath = pytest.importorskip("mpmath")
 
 F64 = torch.float64
 EXACT = 1e-12  # the float64 accuracy the branches promise
