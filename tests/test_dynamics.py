@@ -87,11 +87,15 @@ SMALL_URDF = """<?xml version="1.0"?>
 </robot>
 """
 
+# The same tree with the knee an independent joint (articulated-body algorithm).
+SMALL_URDF_NO_MIMIC = SMALL_URDF.replace('    <mimic joint="hip" multiplier="-0.7" offset="0.25"/>\n', "")
+assert SMALL_URDF_NO_MIMIC != SMALL_URDF
 
-def _small_path(tmp_path_factory) -> str:
-    path = tmp_path_factory.getbasetemp() / "small_tree.urdf"
+
+def _small_path(tmp_path_factory, text: str = SMALL_URDF, name: str = "small_tree") -> str:
+    path = tmp_path_factory.getbasetemp() / f"{name}.urdf"
     if not path.exists():
-        path.write_text(SMALL_URDF)
+        path.write_text(text)
     return str(path)
 
 
@@ -109,6 +113,7 @@ ROBOTS = {
     "shipped_quadruped": (lambda f: str(get_data_path("quadruped")), True),
     "small_tree": (_small_path, False),
     "small_tree_floating": (_small_path, True),
+    "small_tree_no_mimic_floating": (lambda f: _small_path(f, SMALL_URDF_NO_MIMIC, "small_no_mimic"), True),
 }
 
 
