@@ -1,0 +1,123 @@
+"""Actuators map controls to joint efforts; joint limits push back softly.
+
+Each actuator drives a chosen subset of the joint coordinates (``joints``,
+all of them by default); its control has one entry per driven joint. Efforts
+saturate smoothly at the effort limit, ``tau = e * tanh(tau_raw / e)``, so
+the gradient never drops to exactly zero the way a clamp's does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["smooth_saturation", "TorqueActuator", "PDActuator", "SoftJointLimits"]
+
+
+def smooth_saturation(x: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    """``limit * tanh(x / limit)``, and ``x`` itself where ``limit`` is infinite.
+
+    Args:
+        x: ``(..., n)`` raw efforts.
+        limit: ``(n,)`` or broadcastable positive limits (``inf`` for none).
+
+    Returns:
+        ``(..., n)``, with slope 1 at zero and ``|result| < limit``.
+    """
+    finite = torch.isfinite(limit)
+    # torch.where back-propagates through the branch not taken too: give that
+    # branch a finite limit so an infinite one cannot make 0 * inf = NaN.
+    safe = torch.where(finite, limit, torch.ones_like(limit))
+    return torch.where(finite, safe * torch.tanh(x / safe), x)
+
+
+def _as_param(x, like: torch.Tensor, name: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        if x.dtype != like.dtype or x.device != like.device:
+            from .._errors import InputError
+
+            raise InputError(f"{name} must be {like.dtype} on {like.device}, got {x.dtype} on {x.device}")
+        return x
+    return torch.as_tensor(x, dtype=like.dtype, device=like.device)
+
+
+@dataclass(frozen=True, eq=False)
+class TorqueActuator:
+    """Direct effort control: the control is the joint effort (N m or N).
+
+    Args:
+        joints: joint names or indices driven by the actuator (``None``: all).
+        effort_limit: ``(nu,)`` or scalar limit; ``None`` takes the model's
+            ``effort_limit``; ``math.inf`` disables saturation.
+    """
+
+    joints: Sequence | None = None
+    effort_limit: torch.Tensor | float | None = None
+
+    def effort(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Raw efforts ``(..., nu)`` from driven joint positions ``q``, rates
+        ``v`` (both ``(..., nu)``) and controls ``u (..., nu)``."""
+        return u
+
+
+@dataclass(frozen=True, eq=False)
+class PDActuator:
+    """Position servo: the control is the joint target position.
+
+    ``tau = kp * (u - q) - kd * v`` (rad or m targets), then smooth saturation.
+    Gains may be tensors that require grad.
+
+    Args:
+        kp: stiffness, scalar or ``(nu,)``, N m/rad (N/m).
+        kd: damping, scalar or ``(nu,)``, N m s/rad (N s/m).
+        joints: joint names or indices driven (``None``: all).
+        effort_limit: as for :class:`TorqueActuator`.
+    """
+
+    kp: torch.Tensor | float = 100.0
+    kd: torch.Tensor | float = 10.0
+    joints: Sequence | None = None
+    effort_limit: torch.Tensor | float | None = None
+
+    def effort(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        kp = _as_param(self.kp, q, "kp")
+        kd = _as_param(self.kd, q, "kd")
+        return kp * (u - q) - kd * v
+
+
+@dataclass(frozen=True, eq=False)
+class SoftJointLimits:
+    """Spring-damper forces that push joints back inside their position limits.
+
+    For a penetration ``d = max(q - upper, 0)`` (or ``max(lower - q, 0)``) the
+    joint receives ``-k d`` (``+k d`` at the lower limit) and a damping force
+    ``-c v (1 - exp(-d / width))`` that fades in over ``width`` so the force
+    stays continuous at the limit. Joints with infinite limits get nothing.
+
+    Args:
+        stiffness: ``k``, N m/rad (N/m), scalar or ``(nj,)``.
+        damping: ``c``, N m s/rad (N s/m), scalar or ``(nj,)``.
+        width: fade-in penetration of the damping, rad (m).
+    """
+
+    stiffness: torch.Tensor | float = 1.0e3
+    damping: torch.Tensor | float = 10.0
+    width: float = 0.01
+
+    def effort(
+        self, q: torch.Tensor, v: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor
+    ) -> torch.Tensor:
+        """``(..., nj)`` limit efforts for joint positions and rates ``(..., nj)``."""
+        has_lo = torch.isfinite(lower)
+        has_hi = torch.isfinite(upper)
+        # Finite stand-ins keep both torch.where branches finite (no inf - inf).
+        lo = torch.where(has_lo, lower, torch.zeros_like(lower))
+        hi = torch.where(has_hi, upper, torch.zeros_like(upper))
+        d_lo = torch.where(has_lo, torch.relu(lo - q), torch.zeros_like(q))
+        d_hi = torch.where(has_hi, torch.relu(q - hi), torch.zeros_like(q))
+        k = _as_param(self.stiffness, q, "stiffness")
+        c = _as_param(self.damping, q, "damping")
+        fade = 1.0 - torch.exp(-(d_lo + d_hi) / self.width)
+        return k * (d_lo - d_hi) - c * fade * v

@@ -1,0 +1,374 @@
+"""The simulator: a system, an integrator, an actuator and soft joint limits."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._errors import InputError
+from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
+from ._integrators import INTEGRATORS
+from ._state import NonFiniteError, State, Trajectory
+from ._systems import RobotSystem, System, as_system
+
+__all__ = ["Simulator"]
+
+
+class Simulator:
+    """Differentiable fixed-step simulation of a robot or a built-in system.
+
+    Every step maps ``(q, v, u)`` to the next ``(q, v)`` with plain tensor
+    operations, so gradients flow to the initial state, the controls, the
+    actuator gains and the robot's physical parameters (build the robot with
+    ``robot.replace(body_mass=..., damping=...)`` or call :meth:`replace`).
+
+    Args:
+        system: a :class:`~backdrive.RobotModel` or a :class:`System`
+            (e.g. :class:`MassSpringDamper`).
+        dt: step length, s.
+        integrator: ``"semi_implicit"`` (symplectic Euler: velocity first, then
+            position), ``"euler"`` or ``"rk4"``.
+        actuator: :class:`TorqueActuator` (default, all joints) or
+            :class:`PDActuator`; its ``joints`` are the controlled coordinates.
+        limits: :class:`SoftJointLimits` to apply the model's position limits
+            as spring-dampers, or ``None`` for no limit forces.
+
+    Attributes:
+        actuated: indices of the driven joint coordinates (``nu`` of them).
+        effort_limit: ``(nu,)`` saturation level of each driven joint.
+    """
+
+    def __init__(
+        self,
+        system,
+        dt: float,
+        *,
+        integrator: str = "semi_implicit",
+        actuator: TorqueActuator | PDActuator | None = None,
+        limits: SoftJointLimits | None = None,
+    ):
+        self.system: System = as_system(system)
+        if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
+            raise InputError(f"dt must be a positive finite number of seconds, got {dt!r}")
+        self.dt = float(dt)
+        if integrator not in INTEGRATORS:
+            raise InputError(f"unknown integrator {integrator!r}; choose one of {', '.join(INTEGRATORS)}")
+        self.integrator = integrator
+        self._integrate_step = INTEGRATORS[integrator]
+        self.actuator = TorqueActuator() if actuator is None else actuator
+        if not isinstance(self.actuator, (TorqueActuator, PDActuator)):
+            raise InputError(f"actuator must be a TorqueActuator or PDActuator, got {type(actuator).__name__}")
+        if limits is not None and not isinstance(limits, SoftJointLimits):
+            raise InputError(f"limits must be SoftJointLimits or None, got {type(limits).__name__}")
+        self.limits = limits
+
+        sysm = self.system
+        nj = sysm.num_joints
+        joints = self.actuator.joints
+        idx = list(range(nj)) if joints is None else [sysm.joint_index(j) for j in joints]
+        if len(set(idx)) != len(idx):
+            raise InputError(f"actuator joints repeat a joint: {list(joints)}")
+        self.actuated = tuple(idx)
+        self._idx = torch.tensor(idx, dtype=torch.long, device=sysm.device)
+        self._all_joints = idx == list(range(nj))
+        # One-hot (nu, nj) map from driven-joint efforts to all joint efforts:
+        # a matmul keeps batching and autograd simple.
+        sel = torch.zeros(len(idx), nj, dtype=sysm.dtype, device=sysm.device)
+        if idx:
+            sel[torch.arange(len(idx)), self._idx] = 1.0
+        self._select = sel
+
+        lim = self.actuator.effort_limit
+        if lim is None:
+            lim = sysm.effort_limit[self._idx]
+        elif isinstance(lim, torch.Tensor):
+            if lim.dtype != sysm.dtype or lim.device != sysm.device:
+                raise InputError(f"effort_limit must be {sysm.dtype} on {sysm.device}")
+            lim = lim.expand(len(idx))
+        else:
+            lim = torch.full((len(idx),), float(lim), dtype=sysm.dtype, device=sysm.device)
+        bad = [sysm.joint_names[i] for i, ok in zip(idx, (lim > 0).tolist()) if not ok]
+        if bad:
+            raise InputError(
+                f"driven joints {bad} have effort limit <= 0 (passive in the URDF); leave them out "
+                "with actuator joints=[...] or give the actuator a positive effort_limit"
+            )
+        self.effort_limit = lim
+        # Decided once here, so the step has no data-dependent branch.
+        self._saturate = bool(torch.isfinite(lim).any())
+        self._has_limits = limits is not None and bool(
+            (torch.isfinite(sysm.lower) | torch.isfinite(sysm.upper)).any()
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def robot(self):
+        """The :class:`~backdrive.RobotModel` being simulated (``None`` for a built-in system)."""
+        return self.system.robot if isinstance(self.system, RobotSystem) else None
+
+    @property
+    def nq(self) -> int:
+        return self.system.nq
+
+    @property
+    def nv(self) -> int:
+        return self.system.nv
+
+    @property
+    def nu(self) -> int:
+        """Control size: one entry per driven joint."""
+        return len(self.actuated)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.system.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.system.device
+
+    def replace(self, *, robot=None, system=None, **kwargs) -> Simulator:
+        """A simulator with some settings changed, e.g. ``replace(robot=robot.replace(body_mass=m))``.
+
+        Keyword arguments: ``robot`` or ``system``, ``dt``, ``integrator``,
+        ``actuator``, ``limits``.
+        """
+        if robot is not None and system is not None:
+            raise InputError("give robot or system, not both")
+        new_system = robot if robot is not None else (system if system is not None else self.system)
+        settings = {
+            "dt": self.dt,
+            "integrator": self.integrator,
+            "actuator": self.actuator,
+            "limits": self.limits,
+        }
+        unknown = set(kwargs) - set(settings)
+        if unknown:
+            raise InputError(f"unknown simulator settings {sorted(unknown)}; valid: robot, system, {', '.join(settings)}")
+        settings.update(kwargs)
+        dt = settings.pop("dt")
+        return Simulator(new_system, dt, **settings)
+
+    def initial_state(self, q: torch.Tensor | None = None, v: torch.Tensor | None = None) -> State:
+        """A :class:`State`: ``q`` defaults to the neutral configuration (the
+        robot's ``neutral()``, else zeros) and ``v`` to zeros."""
+        sysm = self.system
+        if q is None:
+            q = self.robot.neutral() if self.robot is not None else torch.zeros(
+                sysm.nq, dtype=sysm.dtype, device=sysm.device
+            )
+        if v is None:
+            v = torch.zeros(*q.shape[:-1], sysm.nv, dtype=sysm.dtype, device=sysm.device)
+        sysm.check_state(q, v)
+        return State(q, v)
+
+    def zero_controls(self, horizon: int, *batch: int) -> torch.Tensor:
+        """``(*batch, horizon, nu)`` zeros in the simulator's dtype and device."""
+        return torch.zeros(*batch, horizon, self.nu, dtype=self.dtype, device=self.device)
+
+    # ------------------------------------------------------------------ physics
+
+    def efforts(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Generalised force ``(..., nv)`` and driven-joint efforts ``(..., nu)``.
+
+        The generalised force sums the saturated actuator efforts and the soft
+        joint-limit forces; an unactuated floating base gets zero.
+        """
+        sysm = self.system
+        qj = sysm.joint_positions(q)
+        vj = sysm.joint_velocities(v)
+        if self._all_joints:
+            qa, va = qj, vj
+        else:
+            qa, va = qj[..., self._idx], vj[..., self._idx]
+        effort = self.actuator.effort(qa, va, u)
+        if self._saturate:
+            effort = smooth_saturation(effort, self.effort_limit)
+        tau_j = effort if self._all_joints else effort @ self._select
+        if self._has_limits:
+            tau_j = tau_j + self.limits.effort(qj, vj, sysm.lower, sysm.upper)
+        return sysm.generalized_force(tau_j), effort
+
+    def acceleration(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``(..., nv)`` acceleration under control ``u (..., nu)``."""
+        tau, _ = self.efforts(q, v, u)
+        return self.system.forward_dynamics(q, v, tau)
+
+    def _advance(self, q, v, u):
+        tau0, effort = self.efforts(q, v, u)
+        first = [True]
+
+        def accel(qs, vs):
+            # The first stage is at (q, v): reuse the efforts computed above.
+            if first[0]:
+                first[0] = False
+                return self.system.forward_dynamics(qs, vs, tau0)
+            return self.acceleration(qs, vs, u)
+
+        q1, v1 = self._integrate_step(accel, self.system.integrate, q, v, self.dt)
+        return q1, v1, effort
+
+    def _prepare(self, q, v, controls, time_axis: bool):
+        sysm = self.system
+        sysm.check_state(q, v)
+        ndim_u = 2 if time_axis else 1
+        name = "controls" if time_axis else "control"
+        if not isinstance(controls, torch.Tensor):
+            raise InputError(f"{name} must be a torch.Tensor, got {type(controls).__name__}")
+        shape_hint = "(..., T, nu)" if time_axis else "(..., nu)"
+        if controls.ndim < ndim_u or controls.shape[-1] != self.nu:
+            raise InputError(f"{name} must have shape {shape_hint} with nu={self.nu}, got {tuple(controls.shape)}")
+        if controls.dtype != sysm.dtype or controls.device != sysm.device:
+            raise InputError(
+                f"{name} must be {sysm.dtype} on {sysm.device}, got {controls.dtype} on {controls.device}"
+            )
+        batch = torch.broadcast_shapes(q.shape[:-1], v.shape[:-1], controls.shape[: controls.ndim - ndim_u])
+        q = q.expand(*batch, sysm.nq)
+        v = v.expand(*batch, sysm.nv)
+        controls = controls.expand(*batch, *controls.shape[controls.ndim - ndim_u :])
+        return q, v, controls
+
+    def step(self, state: State, control: torch.Tensor, *, check_finite: bool = True) -> State:
+        """Advance one step.
+
+        Args:
+            state: :class:`State` with ``q (..., nq)``, ``v (..., nv)``.
+            control: ``(..., nu)``, held constant over the step.
+            check_finite: raise :class:`NonFiniteError` if the new state is not
+                finite (one host synchronisation per call).
+
+        Returns:
+            The next :class:`State` (batch shapes broadcast).
+        """
+        q, v, u = self._prepare(state.q, state.v, control, time_axis=False)
+        q1, v1, _ = self._advance(q, v, u)
+        if check_finite and not bool(torch.isfinite(q1).all() & torch.isfinite(v1).all()):
+            raise NonFiniteError(
+                "the simulation step produced a non-finite state" + _culprits(q, v, u),
+                step=1,
+                what="q" if not bool(torch.isfinite(q1).all()) else "v",
+            )
+        return State(q1, v1)
+
+    def rollout(
+        self,
+        state0: State,
+        controls: torch.Tensor,
+        *,
+        truncate_every: int | None = None,
+        monitor_gradients: bool = False,
+        check_finite: bool = True,
+    ) -> Trajectory:
+        """Simulate ``T`` steps from ``state0`` under ``controls``.
+
+        Args:
+            state0: initial :class:`State` (``(..., nq)``, ``(..., nv)``).
+            controls: ``(..., T, nu)``; step ``t`` holds ``controls[..., t, :]``.
+            truncate_every: if ``k``, detach the state every ``k`` steps so that
+                gradients flow back at most ``k`` steps (bounded memory of the
+                past, no exploding products of long Jacobian chains). The
+                stored states keep their graph, so a loss on state ``t``
+                still reaches the controls of its own window.
+            monitor_gradients: record the norm of the gradient reaching each
+                state during ``backward``; read it with
+                :meth:`Trajectory.state_gradient_norms`.
+            check_finite: after the rollout, raise :class:`NonFiniteError`
+                naming the first step whose state is NaN or infinite (one host
+                synchronisation per rollout). Turn off inside ``torch.func``
+                transforms.
+
+        Returns:
+            :class:`Trajectory` with ``q (..., T + 1, nq)``, ``v (..., T + 1, nv)``
+            and the applied efforts ``(..., T, nu)``.
+        """
+        q, v, controls = self._prepare(state0.q, state0.v, controls, time_axis=True)
+        T = controls.shape[-2]
+        if truncate_every is not None and (not isinstance(truncate_every, int) or truncate_every < 1):
+            raise InputError(f"truncate_every must be a positive int or None, got {truncate_every!r}")
+        norms = None
+        if monitor_gradients:
+            norms = [[q.new_zeros(()), q.new_zeros(())] for _ in range(T + 1)]
+        q, v = _watch(norms, 0, q, v)
+        qs, vs, efforts = [q], [v], []
+        for t, u in enumerate(controls.unbind(-2)):
+            if truncate_every is not None and t > 0 and t % truncate_every == 0:
+                q, v = q.detach(), v.detach()
+            q, v, effort = self._advance(q, v, u)
+            q, v = _watch(norms, t + 1, q, v)
+            qs.append(q)
+            vs.append(v)
+            efforts.append(effort)
+        Q = torch.stack(qs, dim=-2)
+        V = torch.stack(vs, dim=-2)
+        E = torch.stack(efforts, dim=-2) if efforts else controls[..., :0, :]
+        if check_finite:
+            _check_trajectory(Q, V, controls, self.dt)
+        return Trajectory(q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms)
+
+    def __repr__(self) -> str:
+        return (
+            f"Simulator({self.system!r}, dt={self.dt:g}, integrator={self.integrator!r}, "
+            f"actuator={type(self.actuator).__name__}, nu={self.nu}, "
+            f"limits={'on' if self.limits is not None else 'off'})"
+        )
+
+
+def _watch(norms, t: int, q: torch.Tensor, v: torch.Tensor):
+    """Hook the state ``(q_t, v_t)`` to record the norm of its gradient.
+
+    The hooks sit on fresh aliases of ``q`` and ``v``: within a step ``q_t``
+    may be computed from ``v_t`` (semi-implicit Euler), and a hook on ``v_t``
+    itself would add that path to the state's gradient.
+    """
+    if norms is None:
+        return q, v
+    slot = norms[t]
+    out = []
+    for i, x in enumerate((q, v)):
+        if x.requires_grad:
+            x = x.view_as(x)
+
+            def hook(g, i=i):
+                slot[i] = g.detach().norm()
+
+            x.register_hook(hook)
+        out.append(x)
+    return out[0], out[1]
+
+
+def _first_bad(x: torch.Tensor) -> torch.Tensor:
+    """``(T + 1,)`` bool: whether any batch element is non-finite at each step."""
+    bad = ~torch.isfinite(x).all(dim=-1)
+    return bad.reshape(-1, bad.shape[-1]).any(dim=0)
+
+
+def _check_trajectory(Q, V, controls, dt) -> None:
+    ok = torch.isfinite(Q).all() & torch.isfinite(V).all()
+    if bool(ok):
+        return
+    bad_q, bad_v = _first_bad(Q), _first_bad(V)
+    bad = bad_q | bad_v
+    step = int(torch.nonzero(bad)[0, 0])
+    what = "q" if bool(bad_q[step]) else "v"
+    prev_u = controls[..., step - 1, :] if step > 0 else None
+    if step == 0:
+        cause = "; the initial state is not finite"
+    elif prev_u is not None and not bool(torch.isfinite(prev_u).all()):
+        cause = f"; the control of step {step - 1} is not finite"
+    else:
+        cause = (
+            "; the controls were finite, so the dynamics diverged (a smaller dt, "
+            "rk4, softer limits or smaller gains may help)"
+        )
+    raise NonFiniteError(
+        f"the simulation produced a non-finite {what} at step {step} (t = {step * dt:.6g} s){cause}",
+        step=step,
+        what=what,
+    )
+
+
+def _culprits(q, v, u) -> str:
+    parts = [n for n, x in (("q", q), ("v", v), ("control", u)) if not bool(torch.isfinite(x).all())]
+    return f" (non-finite input: {', '.join(parts)})" if parts else " (the inputs were finite: the dynamics diverged)"
