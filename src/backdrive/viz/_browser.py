@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -46,8 +47,10 @@ def screenshot(
     size: tuple[int, int] = (960, 720),
     wait_ms: int = 4000,
     offline: bool = True,
+    quiet: bool = True,
     browser: str | None = None,
-    timeout: float = 180.0,
+    timeout: float = 90.0,
+    attempts: int = 2,
 ) -> Path:
     """Open a saved preview in headless Chromium and save a PNG of it.
 
@@ -63,8 +66,12 @@ def screenshot(
         wait_ms: virtual time the page is given before the shot, milliseconds.
         offline: block every network request (DNS and proxy), which proves
             the page needs none.
+        quiet: hide viser's pop-up notices (``?quiet``), such as its warning
+            that WebGL runs in software.
         browser: browser executable (default: :func:`find_chromium`).
-        timeout: seconds before the browser is killed.
+        timeout: seconds before a hung browser is killed.
+        attempts: tries before giving up (software WebGL under heavy load
+            occasionally stalls a headless browser).
 
     Returns:
         The PNG path.
@@ -80,30 +87,43 @@ def screenshot(
     png.parent.mkdir(parents=True, exist_ok=True)
     if png.exists():
         png.unlink()
-    url = page.as_uri() + ("" if t is None else f"?t={float(t):g}")
-    with tempfile.TemporaryDirectory(prefix="backdrive-chromium-") as profile:
-        args = [
-            exe,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--no-first-run",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--mute-audio",
-            f"--user-data-dir={profile}",
-            f"--window-size={int(size[0])},{int(size[1])}",
-            f"--virtual-time-budget={int(wait_ms)}",
-            f"--screenshot={png}",
-        ]
-        if offline:
-            args += ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9"]
-        proc = subprocess.run(
-            args + [url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False
-        )
-    if not png.is_file() or png.stat().st_size == 0:
-        tail = (proc.stderr or b"").decode(errors="replace")[-2000:]
-        raise RuntimeError(f"{exe} wrote no screenshot of {url} (exit {proc.returncode}):\n{tail}")
-    return png
+    query = [] if t is None else [f"t={float(t):g}"]
+    if quiet:
+        query.append("quiet")
+    url = page.as_uri() + ("?" + "&".join(query) if query else "")
+    last = ""
+    for _ in range(max(1, attempts)):
+        with tempfile.TemporaryDirectory(prefix="backdrive-chromium-") as profile:
+            args = [
+                exe,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-sync",
+                "--hide-scrollbars",
+                "--mute-audio",
+                f"--user-data-dir={profile}",
+                f"--window-size={int(size[0])},{int(size[1])}",
+                f"--virtual-time-budget={int(wait_ms)}",
+                f"--screenshot={png}",
+            ]
+            if offline:
+                args += ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9"]
+            # Own session, so that a hung browser is killed with all its helper processes.
+            proc = subprocess.Popen(
+                args + [url], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
+            try:
+                _, err = proc.communicate(timeout=timeout)
+                last = f"exit {proc.returncode}: " + err.decode(errors="replace")[-2000:]
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                last = f"no answer in {timeout:g} s"
+                continue
+        if png.is_file() and png.stat().st_size > 0:
+            return png
+    raise RuntimeError(f"{exe} wrote no screenshot of {url} ({last})")

@@ -9,7 +9,15 @@ import numpy as np
 from ._deps import require
 from ._markers import add_markers, as_paths, as_targets
 from ._preview import add_lights_and_ground, as_model, place_camera, quiet_server
-from ._scene import add_shapes, as_configurations, link_poses, matrix_to_wxyz, robot_shapes, scene_bounds
+from ._scene import (
+    add_shapes,
+    as_configurations,
+    link_poses,
+    matrix_to_wxyz,
+    robot_extent_points,
+    robot_shapes,
+    scene_bounds,
+)
 
 __all__ = ["LiveViewer"]
 
@@ -49,9 +57,10 @@ class LiveViewer:
             shapes, self.notes = robot_shapes(self.model, package_dirs=package_dirs)
             q0 = as_configurations(self.model, q)
             poses = link_poses(self.model, q0)
-            _, radius = scene_bounds(poses[0, :, :3, 3])
+            extent = robot_extent_points(poses, shapes)
+            _, radius = scene_bounds(extent)
             self._marker_size = max(0.03 * radius, 0.01)
-            place_camera(self.server, poses[0, :, :3, 3])
+            place_camera(self.server, extent)
             add_lights_and_ground(self.server, radius)
             self._handles = add_shapes(self.server.scene, self.model, shapes)
             self._frames = sorted(self._handles)

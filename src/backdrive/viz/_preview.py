@@ -6,8 +6,9 @@ encoded, in a copy of viser's own built web client
 open it from disk in any WebGL browser. It plays the trajectory in a loop with
 viser's timeline (play/pause, speed, scrub bar and time box). Two URL
 parameters are added by backdrive: ``?t=SECONDS`` opens the page paused at that
-time (it drives viser's own time box, exactly as typing into it would), and
-``?notitle`` hides the caption.
+time (it drives viser's own time box, exactly as typing into it would),
+``?notitle`` hides the caption and ``?quiet`` hides viser's pop-up notices
+(such as its warning about software WebGL), for clean screenshots.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ import numpy as np
 from ..model import RobotModel
 from ._deps import require
 from ._markers import add_markers, as_paths, as_targets
-from ._scene import add_shapes, as_configurations, link_poses, matrix_to_wxyz, robot_shapes, scene_bounds
+from ._scene import (
+    add_shapes,
+    as_configurations,
+    link_poses,
+    matrix_to_wxyz,
+    robot_extent_points,
+    robot_shapes,
+    scene_bounds,
+)
 
 __all__ = ["preview", "as_model", "quiet_server", "place_camera", "add_lights_and_ground"]
 
@@ -57,7 +66,7 @@ def place_camera(server, points: np.ndarray) -> None:
     """Aim the initial camera at the bounding sphere of ``points`` from the front-right, above."""
     centre, radius = scene_bounds(points)
     fov = 50.0 * np.pi / 180.0
-    distance = 1.15 * radius / np.tan(0.5 * fov)
+    distance = 1.1 * radius / np.sin(0.5 * fov)  # the bounding sphere fits the vertical view
     direction = np.array([1.0, 0.75, 0.55])
     direction /= np.linalg.norm(direction)
     server.scene.set_up_direction("+z")
@@ -147,8 +156,7 @@ def preview(
     target_points, target_poses = as_targets(targets)
     polylines = as_paths(model, paths, poses)
 
-    origins = poses[:, :, :3, 3].reshape(-1, 3)
-    cloud = [origins, target_points] + [p for _, p in polylines]
+    cloud = [robot_extent_points(poses, shapes), target_points] + [p for _, p in polylines]
     cloud_points = np.concatenate([c for c in cloud if len(c)], axis=0)
     _, radius = scene_bounds(cloud_points)
 
@@ -205,6 +213,11 @@ _SCRIPT = """
       "font:13px sans-serif;white-space:nowrap;" +
       "color:#333;background:rgba(255,255,255,0.75);padding:0.2em 0.5em;border-radius:4px;pointer-events:none";
     document.body.appendChild(cap);
+  }
+  if (params.has("quiet")) {
+    var style = document.createElement("style");
+    style.textContent = ".mantine-Notifications-root{display:none !important}";
+    document.head.appendChild(style);
   }
   if (!params.has("t")) return;
   var target = parseFloat(params.get("t"));

@@ -365,6 +365,50 @@ def add_shapes(scene, model: RobotModel, shapes: list[Shape], *, root: str = "/r
     return handles
 
 
+def shape_spheres(shapes: list[Shape]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bounding spheres of the shapes in their link frames.
+
+    Returns:
+        ``frames (S,)`` link index of each shape, ``centres (S, 3)`` in the
+        link frame and ``radii (S,)``, metres.
+    """
+    frames, centres, radii = [], [], []
+    for s in shapes:
+        if s.kind == "mesh" and s.vertices is not None and len(s.vertices):
+            lo, hi = s.vertices.min(axis=0), s.vertices.max(axis=0)
+            local, r = 0.5 * (lo + hi), 0.5 * float(np.linalg.norm(hi - lo))
+        else:
+            local = np.zeros(3)
+            p = s.params
+            r = {
+                "box": lambda: 0.5 * float(np.linalg.norm(p)),
+                "sphere": lambda: float(p[0]),
+                "cylinder": lambda: float(np.hypot(p[0], 0.5 * p[1])),
+            }.get(s.kind, lambda: 0.0)()
+        frames.append(s.frame)
+        centres.append(s.origin[:3, :3] @ local + s.origin[:3, 3])
+        radii.append(r)
+    return np.array(frames, dtype=np.int64), np.array(centres).reshape(-1, 3), np.array(radii)
+
+
+def robot_extent_points(poses: np.ndarray, shapes: list[Shape], max_steps: int = 200) -> np.ndarray:
+    """Points that bound the robot's geometry along ``poses (T, nf, 4, 4)``.
+
+    Each shape's bounding sphere contributes its centre plus and minus its
+    radius along the world axes, at up to ``max_steps`` time steps.
+    """
+    steps = poses[:: max(1, len(poses) // max_steps)]
+    origins = steps[:, :, :3, 3].reshape(-1, 3)
+    if not shapes:
+        return origins
+    frames, centres, radii = shape_spheres(shapes)
+    T = steps[:, frames]  # (t, S, 4, 4)
+    world = np.einsum("tsij,sj->tsi", T[..., :3, :3], centres) + T[..., :3, 3]
+    offsets = np.concatenate([np.eye(3), -np.eye(3), np.zeros((1, 3))])  # (7, 3)
+    pts = world[:, :, None, :] + radii[None, :, None, None] * offsets[None, None]
+    return np.concatenate([origins, pts.reshape(-1, 3)])
+
+
 def scene_bounds(points: np.ndarray) -> tuple[np.ndarray, float]:
     """Centre and radius of a cloud of points ``(N, 3)`` (radius at least 0.25 m)."""
     lo, hi = points.min(axis=0), points.max(axis=0)
