@@ -1,0 +1,348 @@
+"""SerialChainKinematics: chain selection, mimic coupling, FK/Jacobian paths, gradients, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import backdrive
+from backdrive import InputError, RobotModel, UnknownNameError
+from backdrive.data import get_data_path
+from backdrive.kinematics import (
+    SerialChainKinematics,
+    forward_kinematics,
+    frame_jacobian,
+)
+from backdrive.kinematics import _chain as chain_module
+
+# A chain with every joint kind: revolute, continuous (unbounded), prismatic on
+# a skew axis, a mimic joint whose leader (jside) is on a side branch and one
+# whose leader (j1) is on the chain, rpy offsets everywhere and a fixed tool frame.
+TOY_URDF = """<?xml version="1.0"?>
+<robot name="toy">
+  <link name="base"/>
+  <link name="l1"/>
+  <link name="l2"/>
+  <link name="l3"/>
+  <link name="l4"/>
+  <link name="l5"/>
+  <link name="tool"/>
+  <link name="side"/>
+  <joint name="j1" type="revolute">
+    <parent link="base"/><child link="l1"/>
+    <origin xyz="0 0 0.3" rpy="0 0 0.2"/><axis xyz="0 0 1"/>
+    <limit lower="-2" upper="2" effort="1" velocity="1"/>
+  </joint>
+  <joint name="j2" type="continuous">
+    <parent link="l1"/><child link="l2"/>
+    <origin xyz="0.1 0 0.2" rpy="0.3 -0.4 0.1"/><axis xyz="1 0 0"/>
+  </joint>
+  <joint name="j3" type="prismatic">
+    <parent link="l2"/><child link="l3"/>
+    <origin xyz="0 0.2 0" rpy="0 0.5 0"/><axis xyz="0 0.6 0.8"/>
+    <limit lower="-0.1" upper="0.4" effort="1" velocity="1"/>
+  </joint>
+  <joint name="j4" type="revolute">
+    <parent link="l3"/><child link="l4"/>
+    <origin xyz="0.05 0.1 0.15" rpy="-0.2 0.1 0.7"/><axis xyz="0 0.8 -0.6"/>
+    <limit lower="-3" upper="3" effort="1" velocity="1"/>
+    <mimic joint="jside" multiplier="-2" offset="0.1"/>
+  </joint>
+  <joint name="j5" type="revolute">
+    <parent link="l4"/><child link="l5"/>
+    <origin xyz="0 0 0.12" rpy="0 0 0"/><axis xyz="0 1 0"/>
+    <limit lower="-3" upper="3" effort="1" velocity="1"/>
+    <mimic joint="j1" multiplier="0.5" offset="-0.2"/>
+  </joint>
+  <joint name="jtool" type="fixed">
+    <parent link="l5"/><child link="tool"/>
+    <origin xyz="0 0.02 0.1" rpy="0.1 0.2 0.3"/>
+  </joint>
+  <joint name="jside" type="revolute">
+    <parent link="base"/><child link="side"/>
+    <origin xyz="0.3 0 0" rpy="0 0 0"/><axis xyz="0 0 1"/>
+    <limit lower="-1" upper="1" effort="1" velocity="1"/>
+  </joint>
+</robot>
+"""
+
+
+@pytest.fixture(scope="module")
+def toy_model():
+    return RobotModel.from_urdf(TOY_URDF)
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model):
+    return SerialChainKinematics.from_model(toy_model, end_link_name="tool")
+
+
+@pytest.fixture(scope="module")
+def panda():
+    return SerialChainKinematics.from_urdf(
+        get_data_path("panda"), end_link_name="panda_hand_tcp", dtype=torch.float64
+    )
+
+
+def _random_q(chain, *shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lo = torch.where(torch.isfinite(chain.lower), chain.lower, torch.full_like(chain.lower, -math.pi))
+    hi = torch.where(torch.isfinite(chain.upper), chain.upper, torch.full_like(chain.upper, math.pi))
+    u = torch.rand(*shape, chain.dof, generator=g, dtype=torch.float64).to(chain.dtype)
+    return lo + (hi - lo) * u
+
+
+def _full_q(model, chain, q):
+    idx = [chain.joint_names.index(n) for n in model.joint_names]
+    return q[..., idx]
+
+
+# ---------------------------------------------------------------------- structure
+
+
+def test_chain_attributes(toy):
+    assert toy.joint_names == ("j1", "j2", "j3", "jside")  # mimics are not coordinates
+    assert toy.dof == 4
+    assert toy.lower.tolist()[0] == -2.0 and math.isinf(toy.lower[1]) and toy.lower[1] < 0
+    assert math.isinf(toy.upper[1]) and toy.upper[1] > 0
+    assert toy.upper[2].item() == pytest.approx(0.4)
+    assert isinstance(toy.fingerprint, str) and len(toy.fingerprint) == 64
+    assert toy.root_link_name == "base" and toy.end_link_name == "tool"
+    assert "dof=4" in repr(toy)
+
+
+def test_from_urdf_accepts_text_bytes_and_path(tmp_path):
+    path = tmp_path / "toy.urdf"
+    path.write_text(TOY_URDF)
+    chains = [
+        SerialChainKinematics.from_urdf(src, end_link_name="tool", dtype=torch.float64)
+        for src in (TOY_URDF, TOY_URDF.encode(), path, str(path))
+    ]
+    q = _random_q(chains[0], 3)
+    ref = chains[0].forward_kinematics(q)
+    for c in chains[1:]:
+        assert c.fingerprint == chains[0].fingerprint
+        assert torch.equal(c.forward_kinematics(q), ref)
+
+
+def test_from_urdf_default_dtype_is_float32(toy):
+    c = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool")
+    assert c.dtype == torch.float32 and c.lower.dtype == torch.float32
+    assert c.forward_kinematics(torch.zeros(4)).dtype == torch.float32
+
+
+def test_chain_matches_whole_tree(toy_model, toy):
+    q = _random_q(toy, 50)
+    q_full = _full_q(toy_model, toy, q)
+    f = toy_model.frame_index("tool")
+    T_ref = forward_kinematics(toy_model, q_full)[:, f]
+    J_ref = frame_jacobian(toy_model, q_full, "tool")
+    J_ref = J_ref[..., [toy_model.joint_names.index(n) for n in toy.joint_names]]
+    T, J = toy.evaluate(q)
+    assert (T - T_ref).abs().max() < 1e-13
+    assert (J - J_ref).abs().max() < 1e-13
+    assert (toy.forward_kinematics(q) - T_ref).abs().max() < 1e-13
+
+
+def test_jacobian_is_derivative_of_pose(toy, panda):
+    for chain in (toy, panda):
+        q = _random_q(chain, seed=3)
+        T = chain.forward_kinematics(q)
+        dT = torch.autograd.functional.jacobian(chain.forward_kinematics, q)  # (4, 4, dof)
+        J = chain.jacobian(q)
+        assert (J[:3] - dT[:3, 3, :]).abs().max() < 1e-12
+        R = T[:3, :3]
+        for j in range(chain.dof):
+            W = dT[:3, :3, j] @ R.T  # skew(omega_j)
+            omega = torch.stack([W[2, 1], W[0, 2], W[1, 0]])
+            assert (W + W.T).abs().max() < 1e-12
+            assert (J[3:, j] - omega).abs().max() < 1e-12
+
+
+def test_root_inside_the_tree(toy_model):
+    c = SerialChainKinematics.from_model(toy_model, end_link_name="tool", root_link_name="l2")
+    assert c.joint_names == ("j3", "jside", "j1")  # j4 follows jside, j5 follows j1
+    full = SerialChainKinematics.from_model(toy_model, end_link_name="tool")
+    q = _random_q(full, 10)
+    T_world = full.forward_kinematics(q)
+    f2 = toy_model.frame_index("l2")
+    T_w2 = forward_kinematics(toy_model, _full_q(toy_model, full, q))[:, f2]
+    T_2tool = c.forward_kinematics(q[:, [2, 3, 0]])
+    assert (T_w2 @ T_2tool - T_world).abs().max() < 1e-13
+
+
+def test_no_clipping_outside_limits(toy_model, toy):
+    q = torch.tensor([3.5, 10.0, 0.9, -2.5], dtype=torch.float64)  # all beyond the limits
+    T_ref = forward_kinematics(toy_model, _full_q(toy_model, toy, q))[toy_model.frame_index("tool")]
+    assert (toy.forward_kinematics(q) - T_ref).abs().max() < 1e-13
+
+
+# ---------------------------------------------------------------------- paths and batches
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (2, 3), (2, 1, 40), (130,)])
+def test_batch_shapes(toy, shape):
+    q = _random_q(toy, *shape, seed=1)
+    T = toy.forward_kinematics(q)
+    T2, J = toy.evaluate(q)
+    assert T.shape == (*shape, 4, 4) and T2.shape == (*shape, 4, 4)
+    assert J.shape == (*shape, 6, 4)
+    flat_T, flat_J = toy.evaluate(q.reshape(-1, 4))
+    assert torch.equal(T2.reshape(-1, 4, 4), flat_T)
+    assert torch.equal(J.reshape(-1, 6, 4), flat_J)
+    assert (T - T2).abs().max() < 1e-14
+    assert torch.equal(T[..., 3, :], torch.tensor([0.0, 0, 0, 1], dtype=torch.float64).expand(*shape, 4))
+
+
+def test_small_batch_tree_matches_serial_path(panda, toy):
+    for chain in (panda, toy):
+        for n in (1, 2, 7, 64):
+            q = _random_q(chain, n, seed=n)
+            T_tree = chain._fk_tree(q, None)
+            T_serial = chain.evaluate(q)[0]
+            assert (T_tree - T_serial).abs().max() < 1e-14
+
+
+def test_empty_batch(toy):
+    T, J = toy.evaluate(torch.zeros(0, 4, dtype=torch.float64))
+    assert T.shape == (0, 4, 4) and J.shape == (0, 6, 4)
+
+
+def test_tcp_moves_the_tool_point(panda):
+    tcp = torch.eye(4, dtype=torch.float64)
+    tcp[:3, 3] = torch.tensor([0.01, -0.02, 0.1], dtype=torch.float64)
+    q = _random_q(panda, 20)
+    T0, J0 = panda.evaluate(q)
+    T1, J1 = panda.evaluate(q, tcp)
+    assert (T1 - T0 @ tcp).abs().max() < 1e-14
+    # Same angular rows; linear rows gain omega x offset.
+    offset = (T1[:, :3, 3] - T0[:, :3, 3])[:, None, :]
+    lin = J0[:, :3] + torch.linalg.cross(J0[:, 3:].transpose(1, 2), offset.expand(-1, 7, -1)).transpose(1, 2)
+    assert (J1[:, 3:] - J0[:, 3:]).abs().max() < 1e-14
+    assert (J1[:, :3] - lin).abs().max() < 1e-14
+    assert (panda.forward_kinematics(q[:3], tcp) - T1[:3]).abs().max() < 1e-14
+
+
+# ---------------------------------------------------------------------- gradients
+
+
+def test_gradcheck_fk_both_paths(toy, monkeypatch):
+    q = _random_q(toy, 3, seed=4).requires_grad_()
+    assert gradcheck(toy.forward_kinematics, (q,))
+    monkeypatch.setattr(chain_module, "_SMALL_BATCH", 0)  # force the serial path
+    assert gradcheck(toy.forward_kinematics, (q,))
+
+
+def test_gradcheck_evaluate_pose_and_jacobian(toy, panda):
+    for chain in (toy, panda):
+        q = _random_q(chain, 2, seed=5).requires_grad_()
+        assert gradcheck(lambda x: chain.evaluate(x), (q,))
+    tcp = torch.eye(4, dtype=torch.float64)
+    tcp[:3, 3] = 0.1
+    tcp.requires_grad_()
+    q = _random_q(toy, 2, seed=6).requires_grad_()
+    assert gradcheck(lambda x, t: toy.evaluate(x, t), (q, tcp))
+
+
+def test_second_derivatives(toy):
+    q = _random_q(toy, 2, seed=8).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda x: toy.evaluate(x)[1], (q,))
+
+
+def test_float32_geometry_is_recast_exactly(panda):
+    q = _random_q(panda, 10)
+    round_trip = panda.to(dtype=torch.float32).to(dtype=torch.float64)
+    assert round_trip.fingerprint == panda.fingerprint
+    assert torch.equal(round_trip.evaluate(q)[0], panda.evaluate(q)[0])
+    c32 = panda.float()
+    assert c32.dtype == torch.float32 and c32.lower.dtype == torch.float32
+    assert c32.double().dtype == torch.float64
+    assert panda.dtype == torch.float64  # .to returned copies
+
+
+# ---------------------------------------------------------------------- fingerprints
+
+
+def test_fingerprint_depends_on_geometry_only():
+    a = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool")
+    b = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64)
+    assert a.fingerprint == b.fingerprint
+    moved = TOY_URDF.replace('<origin xyz="0 0.02 0.1" rpy="0.1 0.2 0.3"/>', '<origin xyz="0 0.02 0.1001" rpy="0.1 0.2 0.3"/>')
+    c = SerialChainKinematics.from_urdf(moved, end_link_name="tool")
+    assert c.fingerprint != a.fingerprint
+    d = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="l5")
+    assert d.fingerprint != a.fingerprint
+    # Limits are not geometry.
+    relimited = TOY_URDF.replace('lower="-2" upper="2"', 'lower="-1.5" upper="2"')
+    assert SerialChainKinematics.from_urdf(relimited, end_link_name="tool").fingerprint == a.fingerprint
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def test_unknown_link_lists_closest_names(toy_model):
+    with pytest.raises(UnknownNameError) as exc:
+        SerialChainKinematics.from_model(toy_model, end_link_name="tol")
+    assert "tool" in exc.value.candidates
+    assert "tool" in str(exc.value)
+    with pytest.raises(UnknownNameError, match="base"):
+        SerialChainKinematics.from_model(toy_model, end_link_name="tool", root_link_name="bse")
+    with pytest.raises(ValueError):  # a ValueError for callers that do not care
+        SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="nope")
+
+
+def test_root_must_be_an_ancestor(toy_model):
+    with pytest.raises(InputError, match="not an ancestor"):
+        SerialChainKinematics.from_model(toy_model, end_link_name="tool", root_link_name="side")
+    with pytest.raises(InputError, match="not an ancestor"):
+        SerialChainKinematics.from_model(toy_model, end_link_name="l1", root_link_name="l3")
+
+
+def test_chain_without_joints_is_rejected(toy_model):
+    with pytest.raises(InputError, match="no moving joint"):
+        SerialChainKinematics.from_model(toy_model, end_link_name="tool", root_link_name="l5")
+
+
+def test_floating_base_model_is_rejected():
+    m = RobotModel.from_urdf(TOY_URDF, floating_base=True)
+    with pytest.raises(InputError, match="floating_base"):
+        SerialChainKinematics.from_model(m, end_link_name="tool")
+
+
+def test_bad_arguments(toy_model, toy):
+    with pytest.raises(InputError, match="RobotModel"):
+        SerialChainKinematics(TOY_URDF, end_link_name="tool")
+    with pytest.raises(InputError, match="end_link_name"):
+        SerialChainKinematics.from_model(toy_model, end_link_name=3)
+    with pytest.raises(InputError, match="float32 or torch.float64"):
+        toy.to(dtype=torch.float16)
+    with pytest.raises(backdrive.ModelError):
+        SerialChainKinematics.from_urdf("<robot", end_link_name="tool")
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda c: torch.zeros(3, dtype=torch.float64), r"\(\.\.\., 4\)"),
+        (lambda c: torch.zeros((), dtype=torch.float64), r"\(\.\.\., 4\)"),
+        (lambda c: torch.zeros(4, dtype=torch.float32), "dtype"),
+        (lambda c: torch.zeros(4, dtype=torch.int64), "dtype"),
+        (lambda c: [0.0, 0.0, 0.0, 0.0], "torch.Tensor"),
+        (lambda c: torch.zeros(4, dtype=torch.float64, device="meta"), "is on meta"),
+    ],
+)
+def test_input_errors(toy, make, match):
+    for fn in (toy.forward_kinematics, toy.evaluate, toy.jacobian):
+        with pytest.raises(InputError, match=match):
+            fn(make(toy))
+
+
+def test_tcp_errors(toy):
+    q = torch.zeros(4, dtype=torch.float64)
+    with pytest.raises(InputError, match=r"\(4, 4\)"):
+        toy.forward_kinematics(q, torch.eye(3, dtype=torch.float64))
+    with pytest.raises(InputError, match="dtype"):
+        toy.evaluate(q, torch.eye(4))
