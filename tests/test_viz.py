@@ -235,6 +235,8 @@ def test_preview_static_pose_and_mesh_fallback_warning(tmp_path):
         out = viz.preview(model, path=tmp_path / "static.html")
     rec = _recording(out.read_text(encoding="utf-8"))
     assert rec["durationSeconds"] == 0.0  # one pose: no timeline
+    with pytest.warns(UserWarning):
+        assert viz.preview(model, path=tmp_path) == tmp_path / "two.html"  # a folder: named after the robot
     assert "translucent stand-ins" in out.read_text(encoding="utf-8")
 
 
@@ -279,5 +281,12 @@ def test_live_viewer_serves_and_moves_the_robot(panda):
         f = panda.frame_index("panda_link7")
         np.testing.assert_allclose(viewer._handles[f].position, T[f, :3, 3], atol=1e-9)
         viewer.show_markers(targets=[[0.3, 0.0, 0.5]], paths=[np.zeros((4, 3))])
+        traj = torch.zeros(3, panda.nq, dtype=torch.float64)
+        traj[:, 0] = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+        viewer.play(traj, fps=200)
+        T = forward_kinematics(panda, traj[-1]).numpy()
+        np.testing.assert_allclose(viewer._handles[f].position, T[f, :3, 3], atol=1e-9)
         with pytest.raises(InputError):
             viewer.update(torch.zeros(3, dtype=torch.float64))
+        with pytest.raises(InputError):
+            viewer.update(traj)

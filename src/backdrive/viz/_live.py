@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 
+from .._errors import InputError
 from ._deps import require
 from ._markers import add_markers, as_paths, as_targets
 from ._preview import add_lights_and_ground, as_model, place_camera, quiet_server
@@ -43,7 +45,7 @@ class LiveViewer:
             port is taken, viser tries the next ones.
         host: interface to bind, ``127.0.0.1`` unless you mean to share it.
         package_dirs: extra folders to search for ``package://`` meshes.
-        verbose: print the URL (and viser's log lines).
+        verbose: print the URL, and warn about meshes drawn as placeholders.
     """
 
     def __init__(self, robot, q=None, *, port: int = 8080, host: str = "127.0.0.1", package_dirs=None,
@@ -64,12 +66,17 @@ class LiveViewer:
             add_lights_and_ground(self.server, radius)
             self._handles = add_shapes(self.server.scene, self.model, shapes)
             self._frames = sorted(self._handles)
-            self._markers: list = []
             self._set_poses(poses[0])
         except BaseException:
             self.close()
             raise
         if verbose:
+            if self.notes:
+                warnings.warn(
+                    f"{len(self.notes)} mesh(es) of {self.model.name!r} drawn as placeholders:\n  "
+                    + "\n  ".join(self.notes),
+                    stacklevel=2,
+                )
             print(f"backdrive live viewer for {self.model.name!r}: open {self.url}")
 
     @property
@@ -93,7 +100,10 @@ class LiveViewer:
 
     def update(self, q) -> None:
         """Move the robot to configuration ``q`` (``(nq,)`` tensor or array)."""
-        self._set_poses(link_poses(self.model, as_configurations(self.model, q))[0])
+        q = as_configurations(self.model, q)
+        if q.shape[0] != 1:
+            raise InputError(f"update takes one configuration ({self.model.nq},), got {q.shape[0]}; use play()")
+        self._set_poses(link_poses(self.model, q)[0])
 
     def play(self, trajectory, *, fps: float = 30, loop: bool = False) -> None:
         """Step through ``trajectory (T, nq)`` in real time (blocks; ``loop`` repeats until Ctrl-C)."""

@@ -75,7 +75,7 @@ def place_camera(server, points: np.ndarray) -> None:
     server.initial_camera.position = tuple(centre + distance * direction)
 
 
-def add_lights_and_ground(server, radius: float) -> None:
+def add_lights_and_ground(server, radius: float, *, dark: bool = False) -> None:
     """Soft lighting and a ground grid ``4 * radius`` wide at ``z = 0``."""
     # No environment map: its image decodes slowly in software WebGL and the
     # client keeps the canvas faded until it has; a hemisphere light gives a
@@ -86,7 +86,8 @@ def add_lights_and_ground(server, radius: float) -> None:
     )
     server.scene.add_grid(
         "/ground", width=4 * radius, height=4 * radius, cell_size=0.1, section_size=0.5,
-        cell_color=(222, 222, 226), section_color=(175, 175, 182),
+        cell_color=(62, 62, 70) if dark else (222, 222, 226),
+        section_color=(100, 100, 110) if dark else (175, 175, 182),
     )
 
 
@@ -126,8 +127,9 @@ def preview(
         paths: polylines: ``(N, 3)`` points, ``(P, N, 3)``, a link name (its
             origin traced along the trajectory, e.g. the TCP), a sequence of
             these, or a ``dict`` from label to any of them.
-        path: output file; ``.html`` is appended when missing. Parent folders
-            are created.
+        path: output file; ``.html`` is appended when missing. An existing
+            folder (or a path ending in ``/``) gets ``<robot name>.html``
+            inside it. Parent folders are created.
         fps: frames per second of ``trajectory`` (playback time ``T / fps``).
         title: caption shown over the viewer and as the page title.
         package_dirs: extra folders to search for ``package://`` meshes.
@@ -161,14 +163,16 @@ def preview(
     _, radius = scene_bounds(cloud_points)
 
     out = Path(path)
-    if out.suffix.lower() != ".html":
+    if out.is_dir() or str(path).endswith(("/", os.sep)):
+        out = out / f"{_safe_name(model.name)}.html"
+    elif out.suffix.lower() != ".html":
         out = out.with_name(out.name + ".html")
     out.parent.mkdir(parents=True, exist_ok=True)
 
     with quiet_server(0) as server:
         serializer = server.get_scene_serializer()
         place_camera(server, cloud_points)
-        add_lights_and_ground(server, radius)
+        add_lights_and_ground(server, radius, dark=dark_mode)
         handles = add_shapes(server.scene, model, shapes)
         add_markers(server.scene, target_points, target_poses, polylines, size=max(0.03 * radius, 0.01))
         frames = sorted(handles)
@@ -192,7 +196,7 @@ def preview(
         caption += f" \u2014 {len(q)} frames, {len(q) / float(fps):.2f} s"
     if notes:
         caption += f" \u2014 {len(notes)} visual mesh(es) not loaded: translucent stand-ins"
-    out.write_text(_inject(page, caption=caption, title=title or model.name), encoding="utf-8")
+    out.write_text(_inject(page, caption=caption, title=title or model.name, dark=dark_mode), encoding="utf-8")
     return out
 
 
@@ -210,8 +214,8 @@ _SCRIPT = """
     cap.id = "backdrive-caption";
     cap.textContent = cfg.caption;
     cap.style.cssText = "position:fixed;left:50%;transform:translateX(-50%);top:0.6em;z-index:5;" +
-      "font:13px sans-serif;white-space:nowrap;" +
-      "color:#333;background:rgba(255,255,255,0.75);padding:0.2em 0.5em;border-radius:4px;pointer-events:none";
+      "font:13px sans-serif;white-space:nowrap;padding:0.2em 0.5em;border-radius:4px;pointer-events:none;" +
+      (cfg.dark ? "color:#ddd;background:rgba(20,20,24,0.75)" : "color:#333;background:rgba(255,255,255,0.75)");
     document.body.appendChild(cap);
   }
   if (params.has("quiet")) {
@@ -236,8 +240,12 @@ _SCRIPT = """
 """
 
 
-def _inject(page: str, *, caption: str, title: str) -> str:
-    cfg = json.dumps({"caption": caption, "title": title})
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "robot"
+
+
+def _inject(page: str, *, caption: str, title: str, dark: bool = False) -> str:
+    cfg = json.dumps({"caption": caption, "title": title, "dark": bool(dark)})
     # "</" cannot appear inside an inline script.
     cfg = cfg.replace("</", "<\\/")
     script = "<script>" + _SCRIPT.replace("__BACKDRIVE_CONFIG__", cfg) + "</script>"
