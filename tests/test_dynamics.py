@@ -531,3 +531,29 @@ def test_no_joint_robot_and_float_base_only(tmp_path):
     fixed = RobotModel.from_urdf(urdf)
     assert D.mass_matrix(fixed, fixed.neutral()).shape == (0, 0)
     assert D.inverse_dynamics(fixed, fixed.neutral(), fixed.neutral(), fixed.neutral()).shape == (0,)
+
+
+@pytest.mark.parametrize("name", ["panda_mimic", "shipped_quadruped", "small_tree_floating"])
+def test_large_batches_take_the_per_level_path(name, tmp_path_factory, monkeypatch):
+    # Above TREE_MATMUL_MAX_BATCH the tree sums run one step per depth level
+    # instead of one product with the ancestor matrix: same numbers.
+    from backdrive.dynamics import _tree
+
+    factory, fb = ROBOTS[name]
+    rb = RobotModel.from_urdf(factory(tmp_path_factory), floating_base=fb)
+    n = 5
+    q, v, a, g = _state(rb, n, 11)
+    f_ext = torch.randn(n, rb.num_bodies, 6, generator=g, dtype=torch.float64)
+    fns = {
+        "rnea": lambda: D.inverse_dynamics(rb, q, v, a, f_ext=f_ext),
+        "crba": lambda: D.mass_matrix(rb, q),
+        "fd": lambda: D.forward_dynamics(rb, q, v, a, f_ext=f_ext),
+        "ke": lambda: D.kinetic_energy(rb, q, v),
+    }
+    if rb.num_bodies - 1 == rb.num_joints:  # no mimic joints
+        fns["aba"] = lambda: D.forward_dynamics(rb, q, v, a, method="aba")
+    monkeypatch.setattr(_tree, "TREE_MATMUL_MAX_BATCH", 10**9)
+    by_matmul = {k: f() for k, f in fns.items()}
+    monkeypatch.setattr(_tree, "TREE_MATMUL_MAX_BATCH", 0)
+    for k, f in fns.items():
+        assert_rel(f(), by_matmul[k].numpy(), RTOL64, k)

@@ -5,7 +5,16 @@ from __future__ import annotations
 import torch
 
 from ..model import RobotModel
-from ._tree import Kinematics, Topology, apply_inertia, base_motion_to_world, kinematics, topology, tree_up
+from ._tree import (
+    Kinematics,
+    Topology,
+    apply_inertia,
+    apply_inertia_columns,
+    base_motion_to_world,
+    kinematics,
+    topology,
+    tree_up,
+)
 
 __all__ = ["mass_matrix", "crba_core"]
 
@@ -50,7 +59,7 @@ def crba_core(model: RobotModel, topo: Topology, kin: Kinematics) -> torch.Tenso
         blocks = Mm
     if fb:
         B = base_columns(kin)  # (..., 6, 6), row k = k-th base column
-        FB = apply_inertia(mc[..., :1], hc[..., :1, :], Ic[..., :1, :, :], B)
+        FB = apply_inertia_columns(mc[..., :1], hc[..., :1, :], Ic[..., :1, :, :], B[..., None, :, :])[..., 0, :, :]
         Mbb = B @ FB.transpose(-1, -2)
         Mbb = 0.5 * (Mbb + Mbb.transpose(-1, -2))  # exactly symmetric, not just to rounding
         if blocks is None:

@@ -15,6 +15,7 @@ from ._tree import (
     Kinematics,
     Topology,
     apply_inertia,
+    apply_inertia_columns,
     base_force_from_world,
     base_motion_to_world,
     broadcast_batch,
@@ -70,7 +71,9 @@ def rnea_core(
             A0 = base_motion_to_world(R0, p0, a[..., :6]) if a is not None else torch.zeros_like(Jall[..., 0, :])
             Jd = torch.cat([A0[..., None, :], Jd], -2)
         A = tree_down(topo, Jd) + A
-        f = apply_inertia(kin.m, kin.h, kin.I, A) + cross_force(V, apply_inertia(kin.m, kin.h, kin.I, V))
+        # One inertia product for both A and V: f = I A + V x* (I V).
+        IAV = apply_inertia_columns(kin.m, kin.h, kin.I, torch.stack([A.expand_as(V), V], -2))
+        f = IAV[..., 0, :] + cross_force(V, IAV[..., 1, :])
     else:
         if a is not None:
             Jd = S * joint_rates(topo, a[..., 6:] if fb else a)[..., None]

@@ -33,6 +33,7 @@ __all__ = [
     "tree_down",
     "tree_up",
     "apply_inertia",
+    "apply_inertia_columns",
     "cross_motion",
     "cross_force",
     "base_motion_to_world",
@@ -66,6 +67,12 @@ class Topology(NamedTuple):
             rates to body rates.
         level_inv: ``(nm,)`` long, position of each moving body in the
             concatenation of levels ``1..``.
+        has_pri: whether any joint is prismatic (else the masks are skipped).
+        act_levels: per depth level holding active bodies, their active
+            indices (a ``slice`` when contiguous); ``act_parent`` the position
+            of each one's parent in the previous entry (``None`` for the first);
+            ``act_inv`` the active order from the level order (``None`` when
+            the two coincide).
     """
 
     o: int
@@ -81,6 +88,10 @@ class Topology(NamedTuple):
     coupled: bool
     G: torch.Tensor
     level_inv: torch.Tensor
+    has_pri: bool
+    act_levels: tuple
+    act_parent: tuple
+    act_inv: torch.Tensor | None
 
 
 _TOPOLOGY: dict = {}
@@ -123,6 +134,21 @@ def _build_topology(model: RobotModel) -> Topology:
     G = torch.zeros(nm, nj, dtype=dtype, device=device)
     for b, (c, m) in enumerate(zip(coord_list, mult_list)):
         G[b, c] = m
+    act_levels, act_parent, order = [], [], []
+    for d, lv in enumerate(model.levels):
+        if d < o:
+            continue
+        idx = [b - o for b in lv.tolist()]
+        order += idx
+        contiguous = idx == list(range(idx[0], idx[0] + len(idx)))
+        act_levels.append(slice(idx[0], idx[-1] + 1) if contiguous else torch.tensor(idx, device=device))
+        act_parent.append(None if d == o else model.level_parent[d])
+    act_inv = None
+    if order != list(range(na)):
+        inv = [0] * na
+        for pos, b in enumerate(order):
+            inv[b] = pos
+        act_inv = torch.tensor(inv, dtype=torch.long, device=device)
     return Topology(
         o=o,
         na=na,
@@ -138,6 +164,10 @@ def _build_topology(model: RobotModel) -> Topology:
         G=G,
         # Level 0 is the root alone, so levels 1.. start at position 1.
         level_inv=model.level_inverse[1:] - 1,
+        has_pri=bool(model.joint_is_prismatic[1:].any()),
+        act_levels=tuple(act_levels),
+        act_parent=tuple(act_parent),
+        act_inv=act_inv,
     )
 
 
@@ -169,8 +199,10 @@ def apply_inertia(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, v: torch.Te
 
     Args:
         m: ``(..., k)``. h: ``(..., k, 3)``. I: ``(..., k, 3, 3)``.
-        v: ``(..., k, 6)`` or ``(..., k, j, 6)`` when ``m, h, I`` carry an
-            extra axis of size 1 for ``j``.
+        v: ``(..., k, 6)``.
+
+    Returns:
+        ``(..., k, 6)`` wrenches at the world origin.
     """
     vl, va = v[..., :3], v[..., 3:]
     fl = m[..., None] * vl + torch.linalg.cross(va, h.expand_as(va))
@@ -178,14 +210,56 @@ def apply_inertia(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, v: torch.Te
     return torch.cat([fl, fa], -1)
 
 
+def apply_inertia_columns(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_inertia` to ``j`` motion vectors per body at once.
+
+    Args:
+        m: ``(..., k)``. h: ``(..., k, 3)``. I: ``(..., k, 3, 3)``.
+        X: ``(..., k, j, 6)``.
+
+    Returns:
+        ``(..., k, j, 6)``.
+    """
+    xl, xa = X[..., :3], X[..., 3:]
+    hh = h[..., None, :].expand_as(xl)
+    fl = m[..., None, None] * xl + torch.linalg.cross(xa, hh)
+    fa = xa @ I.transpose(-1, -2) + torch.linalg.cross(hh, xl)
+    return torch.cat([fl, fa], -1)
+
+
+#: Below this many batch entries the tree sums are one product with the
+#: ancestor matrix (fewest operations); above it, one step per depth level
+#: (least arithmetic: the product costs ``na`` times more flops than an add).
+TREE_MATMUL_MAX_BATCH = 64
+
+
+def _level_parts(topo: Topology, x: torch.Tensor) -> list:
+    return [x[..., lv, :] for lv in topo.act_levels]
+
+
+def _from_levels(topo: Topology, parts: list) -> torch.Tensor:
+    out = torch.cat(parts, -2) if len(parts) > 1 else parts[0]
+    return out if topo.act_inv is None else out[..., topo.act_inv, :]
+
+
 def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:
     """Sum over each active body's ancestors (itself included): ``(..., na, k)``."""
-    return torch.matmul(topo.anc, x)
+    if x.shape[:-2].numel() <= TREE_MATMUL_MAX_BATCH or x.shape[-2] == 0:
+        return torch.matmul(topo.anc, x)
+    parts = _level_parts(topo, x)
+    for i in range(1, len(parts)):
+        parts[i] = parts[i] + parts[i - 1][..., topo.act_parent[i], :]
+    return _from_levels(topo, parts)
 
 
 def tree_up(topo: Topology, x: torch.Tensor) -> torch.Tensor:
     """Sum over each active body's subtree (itself included): ``(..., na, k)``."""
-    return torch.matmul(topo.anc.T, x)
+    if x.shape[:-2].numel() <= TREE_MATMUL_MAX_BATCH or x.shape[-2] == 0:
+        return torch.matmul(topo.anc.T, x)
+    parts = _level_parts(topo, x)
+    for i in range(len(parts) - 1, 0, -1):
+        parts[i - 1] = parts[i - 1].index_add(-2, topo.act_parent[i], parts[i])
+    return _from_levels(topo, parts)
 
 
 def base_motion_to_world(R0: torch.Tensor, p0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -281,8 +355,11 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
     axis_w = (R[..., 1:, :, :] @ model.joint_axis[1:, :, None])[..., 0]
     p_m = p[..., 1:, :]
     # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
-    s_lin = topo.is_pri * axis_w + topo.is_rev * torch.linalg.cross(p_m, axis_w)
-    S = torch.cat([s_lin, topo.is_rev * axis_w], -1)
+    if topo.has_pri:
+        s_lin = topo.is_pri * axis_w + topo.is_rev * torch.linalg.cross(p_m, axis_w)
+        S = torch.cat([s_lin, topo.is_rev * axis_w], -1)
+    else:
+        S = torch.cat([torch.linalg.cross(p_m, axis_w), axis_w], -1)
     Ra, pa = R[..., o:, :, :], p[..., o:, :]
     m = model.body_mass[o:]
     c = (Ra @ model.body_com[o:, :, None])[..., 0] + pa
