@@ -130,12 +130,12 @@ def test_preview_draws_the_robot_and_scrubbing_moves_it(tmp_path, chromium):
     for img in (start, stop):
         counts = {c: int(_mask(img, c).sum()) for c in COLOURS}
         assert counts["red"] > 400 and counts["green"] > 400 and counts["blue"] > 200, counts
-        assert counts["yellow"] > 20, counts  # the STL mesh
+        assert counts["yellow"] > 150, counts  # the STL mesh
     # Scrubbing to the end moved the arm (yaw turned 2.6 rad) but not the
     # column it turns about: the scene changed because the pose did.
     arm_shift = np.linalg.norm(_centroid(_mask(start, "green")) - _centroid(_mask(stop, "green")))
     column_shift = np.linalg.norm(_centroid(_mask(start, "red")) - _centroid(_mask(stop, "red")))
-    assert arm_shift > 60, arm_shift
+    assert arm_shift > 40, arm_shift
     assert column_shift < 0.4 * arm_shift, (column_shift, arm_shift)
     changed = np.abs(start - stop).max(-1) > 40
     assert changed[TOP : SIZE[1] - BOTTOM].mean() > 0.01

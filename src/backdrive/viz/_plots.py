@@ -60,8 +60,8 @@ def _save(fig, path) -> Path:
 def plot_losses(
     histories: Mapping[str, Sequence[float]],
     path,
-    *,
     log: bool = True,
+    *,
     title: str = "Loss",
     xlabel: str = "iteration",
     size=DEFAULT_SIZE,
