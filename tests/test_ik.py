@@ -416,3 +416,19 @@ def test_adaptive_damping_raises_success_per_iteration(panda):
     cost0 = (pe0**2).sum(-1) + (re0**2).sum(-1)
     cost = (lm.position_error**2).sum(-1) + (lm.rotation_error**2).sum(-1)
     assert (cost <= cost0 + 1e-12).all()
+
+
+def test_custom_dls_backward_matches_plain_autograd():
+    g = torch.Generator().manual_seed(20)
+    J = torch.randn(6, 7, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    e = torch.randn(6, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    lam = (torch.rand(4, dtype=torch.float64, generator=g) + 0.1).requires_grad_()
+    w = torch.randn(7, 4, dtype=torch.float64, generator=g)
+    for lam2 in (0.0025, lam * lam):
+        fast = torch.autograd.grad((ik_module._DLSStep.apply(J, e, lam2) * w).sum(), (J, e), retain_graph=True)
+        plain = torch.autograd.grad((ik_module._dls_plain(J, e, lam2) * w).sum(), (J, e), retain_graph=True)
+        for a, b in zip(fast, plain):
+            assert (a - b).abs().max() < 1e-12
+    assert gradcheck(lambda J, e, l: ik_module._DLSStep.apply(J, e, l * l), (J, e, lam))
+    # a double backward falls back to plain autograd
+    assert torch.autograd.gradgradcheck(lambda J, e: ik_module._DLSStep.apply(J, e, 0.01), (J, e))
