@@ -5,10 +5,10 @@ Every spatial vector here is expressed in the world frame at the world origin,
 ``[linear; angular]``. Working in one frame removes the parent-to-child
 transforms from the recursions: a body's velocity is the sum of its
 ancestors' joint velocities, and the force its joint transmits is the sum of
-its subtree's forces. Those two tree sums are one matrix product each with
-the constant ancestor matrix (:func:`tree_down`, :func:`tree_up`); the only
-per-depth-level loop left is the forward kinematics pass itself (and the
-articulated-body recursion, which needs a division per level).
+its subtree's forces (:func:`tree_down`, :func:`tree_up`). For small batches
+a tree sum is one product with the constant ancestor matrix; for large ones
+it is one batched step per depth level (``model.levels``). The world poses
+come from the kinematics' per-level traversal (``body_transforms``).
 
 "Active" bodies are those that move: all bodies with a floating base, bodies
 ``1..nb-1`` with a fixed base (the root link is welded to the world and, as in

@@ -1,0 +1,233 @@
+"""Rigid-body dynamics side by side: backdrive vs Pinocchio, on the CPU.
+
+Runs inverse dynamics (RNEA), the mass matrix (CRBA) and forward dynamics at
+batch 1, 100 and 10000 for the Panda (shipped model, fingers as independent
+joints so that Pinocchio's ``aba`` accepts it: nv = 9) and the shipped
+floating-base quadruped (nv = 18), in one process, and prints a markdown table.
+
+* backdrive: one batched call, float32 and float64; forward dynamics by CRBA
+  plus a batched Cholesky solve and by ABA (``method=``).
+* Pinocchio per sample: its C++ called once per sample from a Python loop.
+* Pinocchio in parallel: ``rneaInParallel`` / ``abaInParallel`` with a
+  ``ModelPool`` and 2 threads on column-stacked ``(nq, B)`` arrays.
+* Gradients at batch 10000: forward + backward of ``forward_dynamics`` (the
+  gradient of a scalar loss with respect to q, v and tau) against its forward
+  alone, and against ``pin.computeABADerivatives`` per sample (which returns
+  the full Jacobians).
+
+Ratios compare against backdrive float64 (peer time / backdrive time: above 1
+means backdrive is faster). Quote ratios from one run; absolute times depend
+on the machine and its load.
+
+    python benchmarks/dynamics.py            # full run (a few minutes)
+    python benchmarks/dynamics.py --quick    # fewer repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import backdrive.dynamics as D
+from backdrive import RobotModel
+from backdrive.data import get_data_path
+
+BATCHES = (1, 100, 10000)
+PIN_THREADS = 2
+
+
+def timeit(fn, repeats: int, warmup: int = 1) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def fmt_time(t: float | None) -> str:
+    if t is None:
+        return "n/a"
+    if t < 1e-3:
+        return f"{t * 1e6:.0f} us"
+    if t < 1.0:
+        return f"{t * 1e3:.2f} ms"
+    return f"{t:.2f} s"
+
+
+def fmt_ratio(peer: float | None, ours: float | None) -> str:
+    if peer is None or ours is None:
+        return "n/a"
+    return f"{peer / ours:.2f}"
+
+
+def robots():
+    """(name, backdrive model, Pinocchio model) for the two benchmark robots."""
+    import pinocchio as pin
+
+    panda_text = get_data_path("panda").read_text()
+    # Independent fingers: Pinocchio's aba rejects mimic joints.
+    panda_text = re.sub(r"<mimic[^>]*/>", "", panda_text)
+    panda = RobotModel.from_urdf(panda_text)
+    pin_panda = pin.buildModelFromXML(panda_text)
+    quad_path = str(get_data_path("quadruped"))
+    quad = RobotModel.from_urdf(quad_path, floating_base=True)
+    pin_quad = pin.buildModelFromUrdf(quad_path, pin.JointModelFreeFlyer())
+    assert pin_panda.nv == panda.nv and pin_quad.nv == quad.nv
+    return [("Panda (nv 9)", panda, pin_panda), ("quadruped (nv 18, floating)", quad, pin_quad)]
+
+
+def states(robot: RobotModel, batch: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q = robot.random_q(batch, generator=g)
+    v = torch.randn(batch, robot.nv, generator=g, dtype=robot.dtype)
+    a = torch.randn(batch, robot.nv, generator=g, dtype=robot.dtype)
+    return q, v, a
+
+
+def to_pin_q(robot: RobotModel, q: torch.Tensor) -> np.ndarray:
+    """``(B, nq)`` backdrive -> ``(B, nq)`` Pinocchio (quaternion xyzw)."""
+    qn = q.detach().double().numpy().copy()
+    if robot.floating_base:
+        qn[:, 3:7] = qn[:, [4, 5, 6, 3]]
+    return qn
+
+
+def run(quick: bool) -> str:
+    import pinocchio as pin
+
+    rep_small = 5 if quick else 20
+    rep_large = 2 if quick else 5
+    lines = []
+    header = (
+        "| robot | function | batch | backdrive f32 | backdrive f64 | Pinocchio per sample | "
+        f"Pinocchio parallel ({PIN_THREADS} threads) | per sample / f64 | parallel / f64 |"
+    )
+    lines += [header, "|" + " --- |" * 9]
+    for name, rb64, pm in robots():
+        pd = pm.createData()
+        pool = pin.ModelPool(pm, PIN_THREADS)
+        rb32 = rb64.float()
+        for batch in BATCHES:
+            reps = rep_small if batch < 10000 else rep_large
+            q, v, a = states(rb64, batch)
+            q32, v32, a32 = q.float(), v.float(), a.float()
+            Qp = to_pin_q(rb64, q)
+            Vp, Ap = v.numpy(), a.numpy()
+            # Pinocchio's parallel API: column-stacked (n, B) arrays.
+            Qc, Vc, Ac = (np.asfortranarray(x.T) for x in (Qp, Vp, Ap))
+            out = np.zeros((pm.nv, batch), order="F")
+
+            def loop(f):
+                def go():
+                    for i in range(batch):
+                        f(pm, pd, Qp[i], Vp[i], Ap[i])
+
+                return go
+
+            cases = [
+                (
+                    "inverse_dynamics",
+                    lambda r, q, v, a: D.inverse_dynamics(r, q, v, a),
+                    loop(pin.rnea),
+                    lambda: pin.rneaInParallel(PIN_THREADS, pool, Qc, Vc, Ac, out),
+                ),
+                (
+                    "mass_matrix",
+                    lambda r, q, v, a: D.mass_matrix(r, q),
+                    loop(lambda m, d, q, v, a: pin.crba(m, d, q)),
+                    None,
+                ),
+                (
+                    "forward_dynamics (crba)",
+                    lambda r, q, v, a: D.forward_dynamics(r, q, v, a, method="crba"),
+                    loop(pin.aba),
+                    lambda: pin.abaInParallel(PIN_THREADS, pool, Qc, Vc, Ac, out),
+                ),
+                (
+                    "forward_dynamics (aba)",
+                    lambda r, q, v, a: D.forward_dynamics(r, q, v, a, method="aba"),
+                    loop(pin.aba),
+                    lambda: pin.abaInParallel(PIN_THREADS, pool, Qc, Vc, Ac, out),
+                ),
+            ]
+            for fname, ours, per_sample, parallel in cases:
+                with torch.no_grad():
+                    t32 = timeit(lambda: ours(rb32, q32, v32, a32), reps)
+                    t64 = timeit(lambda: ours(rb64, q, v, a), reps)
+                tl = timeit(per_sample, reps)
+                tp = timeit(parallel, reps) if parallel is not None else None
+                lines.append(
+                    f"| {name} | {fname} | {batch} | {fmt_time(t32)} | {fmt_time(t64)} | {fmt_time(tl)} | "
+                    f"{fmt_time(tp)} | {fmt_ratio(tl, t64)} | {fmt_ratio(tp, t64)} |"
+                )
+                print(lines[-1], flush=True)
+
+    # Gradients at the largest batch.
+    grad_lines = [
+        "",
+        "| robot | gradient of forward_dynamics, batch 10000 | backdrive f32 | backdrive f64 | "
+        "ratio to forward alone (f64) | Pinocchio computeABADerivatives per sample | Pinocchio / f64 |",
+        "|" + " --- |" * 7,
+    ]
+    for name, rb64, pm in robots():
+        pd = pm.createData()
+        batch = BATCHES[-1]
+        q, v, tau = states(rb64, batch, seed=1)
+        Qp, Vp, Tp = to_pin_q(rb64, q), v.numpy(), tau.numpy()
+        res = {}
+        for key, rb in (("f32", rb64.float()), ("f64", rb64)):
+            qq, vv, tt = (x.to(rb.dtype) for x in (q, v, tau))
+
+            def fwd_bwd():
+                xs = [x.clone().requires_grad_(True) for x in (qq, vv, tt)]
+                D.forward_dynamics(rb, *xs).square().sum().backward()
+
+            res[key] = timeit(fwd_bwd, rep_large)
+        with torch.no_grad():
+            t_fwd = timeit(lambda: D.forward_dynamics(rb64, q, v, tau), rep_large)
+
+        def pin_derivs():
+            for i in range(batch):
+                pin.computeABADerivatives(pm, pd, Qp[i], Vp[i], Tp[i])
+
+        tpd = timeit(pin_derivs, rep_large)
+        grad_lines.append(
+            f"| {name} | forward + backward | {fmt_time(res['f32'])} | {fmt_time(res['f64'])} | "
+            f"{res['f64'] / t_fwd:.2f} | {fmt_time(tpd)} | {fmt_ratio(tpd, res['f64'])} |"
+        )
+        print(grad_lines[-1], flush=True)
+    lines += grad_lines
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import pinocchio as pin
+
+    print(
+        f"backdrive dynamics benchmark: torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"pinocchio {pin.__version__}, {platform.processor() or platform.machine()}, "
+        f"python {platform.python_version()}{', quick' if args.quick else ''}\n",
+        flush=True,
+    )
+    table = run(args.quick)
+    print("\n" + table)
+
+
+if __name__ == "__main__":
+    main()
