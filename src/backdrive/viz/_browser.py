@@ -49,8 +49,8 @@ def screenshot(
     offline: bool = True,
     quiet: bool = True,
     browser: str | None = None,
-    timeout: float = 90.0,
-    attempts: int = 2,
+    timeout: float = 60.0,
+    attempts: int = 3,
 ) -> Path:
     """Open a saved preview in headless Chromium and save a PNG of it.
 
@@ -70,8 +70,8 @@ def screenshot(
             that WebGL runs in software.
         browser: browser executable (default: :func:`find_chromium`).
         timeout: seconds before a hung browser is killed.
-        attempts: tries before giving up (software WebGL under heavy load
-            occasionally stalls a headless browser).
+        attempts: tries before giving up (now and then, on a loaded machine,
+            headless Chromium never finishes its virtual time budget).
 
     Returns:
         The PNG path.
@@ -99,6 +99,10 @@ def screenshot(
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
+                # Software WebGL on purpose (the page is our own file): without
+                # this, Chromium's deprecated automatic fallback is used.
+                "--enable-unsafe-swiftshader",
+                "--use-angle=swiftshader",
                 "--disable-background-networking",
                 "--disable-component-update",
                 "--no-first-run",
