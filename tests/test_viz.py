@@ -193,6 +193,19 @@ def test_meshes_load_and_missing_ones_get_placeholders(tmp_path):
     assert all(s.rgba[3] < 1 for s in stand_ins)
 
 
+def test_robot_without_visuals_is_drawn_from_collisions_or_frames():
+    bare = """<robot name="bare">
+      <link name="a"><collision><geometry><sphere radius="0.1"/></geometry></collision></link>
+      <link name="b"/>
+      <joint name="j" type="continuous"><parent link="a"/><child link="b"/><axis xyz="0 0 1"/></joint>
+    </robot>"""
+    shapes, notes = robot_shapes(RobotModel.from_urdf(bare))
+    assert [(s.kind, s.placeholder) for s in shapes] == [("sphere", False)] and not notes
+    nothing = bare.replace('<collision><geometry><sphere radius="0.1"/></geometry></collision>', "")
+    shapes, notes = robot_shapes(RobotModel.from_urdf(nothing))
+    assert [s.frame for s in shapes] == [0, 1] and len(notes) == 1
+
+
 # --------------------------------------------------------------------------- previews
 
 

@@ -170,7 +170,9 @@ def robot_shapes(model: RobotModel, *, package_dirs=None) -> tuple[list[Shape], 
     trimesh. A mesh that is missing or unreadable is replaced by the link's
     collision geometry (primitives, or collision meshes that load), drawn
     translucent, or, failing that, by a small translucent magenta box; either
-    way the returned notes say which file was missing.
+    way the returned notes say which file was missing. A robot without any
+    ``<visual>`` is drawn from its collision geometry, and one without either
+    as a small sphere per link frame.
 
     Returns:
         ``(shapes, notes)``: the shapes, and one line per replaced mesh.
@@ -211,7 +213,18 @@ def robot_shapes(model: RobotModel, *, package_dirs=None) -> tuple[list[Shape], 
             glb=glb if getattr(g, "rgba", None) is None else None, placeholder=placeholder,
         )
 
-    for fg in model.visuals:
+    visuals = model.visuals
+    if not visuals and model.collisions:
+        # No <visual> at all: the collision shapes are the best picture there is.
+        visuals = model.collisions
+    if not visuals:
+        # Nothing to draw: a small sphere marks each link frame.
+        for f in range(model.num_frames):
+            shapes.append(Shape(f, "sphere", (0.5 * PLACEHOLDER_SIZE,), np.eye(4), DEFAULT_RGBA, placeholder=True))
+        notes.append(f"robot {model.name!r} has no visual or collision geometry: link frames drawn as spheres")
+        return shapes, notes
+
+    for fg in visuals:
         frame = model.frame_index(fg.link)
         g = fg.geometry
         shape = make(frame, g, rgba=_rgba(g), placeholder=False)
