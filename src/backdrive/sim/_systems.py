@@ -59,11 +59,13 @@ class System:
 
     def joint_positions(self, q: torch.Tensor) -> torch.Tensor:
         """``(..., nj)`` joint coordinates out of ``q``."""
-        return q[..., self.nq - self.num_joints :]
+        start = self.nq - self.num_joints
+        return q if start == 0 else q[..., start:]
 
     def joint_velocities(self, v: torch.Tensor) -> torch.Tensor:
         """``(..., nj)`` joint rates out of ``v``."""
-        return v[..., self.nv - self.num_joints :]
+        start = self.nv - self.num_joints
+        return v if start == 0 else v[..., start:]
 
     def generalized_force(self, tau_joints: torch.Tensor) -> torch.Tensor:
         """``(..., nv)`` generalised force from joint efforts ``(..., nj)`` (an

@@ -1,0 +1,50 @@
+"""Trajectory optimisation and system identification by back-propagation.
+
+* :func:`optimize_trajectory`: open-loop controls through the simulator, with
+  Adam, L-BFGS (strong-Wolfe line search) or Gauss-Newton (Levenberg-Marquardt).
+* :func:`identify`: masses, centres of mass, inertias, damping, friction and
+  armature from recorded motion, through inverse dynamics or the simulator,
+  in a parametrisation that keeps them physically valid.
+"""
+
+from ._demos import (
+    CartpoleSwingup,
+    MassSpringDamperDemo,
+    cartpole_swingup,
+    demo_mass_spring_damper,
+    mass_spring_damper_problem,
+)
+from ._progress import ProgressBar
+from ._solvers import SolverResult, adam, jacobian, lbfgs, levenberg_marquardt
+from ._sysid import (
+    IDENTIFIABLE_PARAMETERS,
+    IdentificationResult,
+    cholesky_from_inertia,
+    identify,
+    inertia_from_cholesky,
+    physically_consistent,
+)
+from ._trajopt import OPTIMIZERS, TrajectoryOptimizationResult, optimize_trajectory
+
+__all__ = [
+    "optimize_trajectory",
+    "TrajectoryOptimizationResult",
+    "OPTIMIZERS",
+    "identify",
+    "IdentificationResult",
+    "IDENTIFIABLE_PARAMETERS",
+    "inertia_from_cholesky",
+    "cholesky_from_inertia",
+    "physically_consistent",
+    "adam",
+    "lbfgs",
+    "levenberg_marquardt",
+    "jacobian",
+    "SolverResult",
+    "ProgressBar",
+    "mass_spring_damper_problem",
+    "demo_mass_spring_damper",
+    "MassSpringDamperDemo",
+    "cartpole_swingup",
+    "CartpoleSwingup",
+]
