@@ -49,7 +49,7 @@ def screenshot(
     offline: bool = True,
     quiet: bool = True,
     browser: str | None = None,
-    timeout: float = 60.0,
+    timeout: float = 45.0,
     attempts: int = 3,
 ) -> Path:
     """Open a saved preview in headless Chromium and save a PNG of it.

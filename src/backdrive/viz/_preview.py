@@ -62,17 +62,31 @@ def quiet_server(port: int = 0, host: str = "127.0.0.1", *, verbose: bool = Fals
             server.stop()
 
 
-def place_camera(server, points: np.ndarray) -> None:
-    """Aim the initial camera at the bounding sphere of ``points`` from the front-right, above."""
-    centre, radius = scene_bounds(points)
-    fov = 50.0 * np.pi / 180.0
-    distance = 1.1 * radius / np.sin(0.5 * fov)  # the bounding sphere fits the vertical view
-    direction = np.array([1.0, 0.75, 0.55])
-    direction /= np.linalg.norm(direction)
+def place_camera(server, points: np.ndarray, *, fov_deg: float = 50.0, aspect: float = 1.2) -> None:
+    """Aim the initial camera so that every point is in view, from the front-right, above.
+
+    The camera looks at the centre of the points' bounding box along a fixed
+    direction and backs off until each point fits both the vertical field of
+    view and a horizontal one for a viewport at least ``aspect`` wide.
+    """
+    points = np.asarray(points, dtype=np.float64).reshape(-1, 3)
+    centre = 0.5 * (points.min(axis=0) + points.max(axis=0))
+    back = np.array([1.0, 0.75, 0.55])
+    back /= np.linalg.norm(back)  # from the look-at point towards the camera
+    right = np.cross(-back, [0.0, 0.0, 1.0])
+    right /= np.linalg.norm(right)
+    up = np.cross(right, -back)
+    rel = points - centre
+    x, y, z = rel @ right, rel @ up, rel @ back
+    tan_v = np.tan(0.5 * np.radians(fov_deg))
+    tan_h = aspect * tan_v
+    # A point at depth D - z from the camera is in view when |x| <= (D - z) tan_h, |y| <= (D - z) tan_v.
+    distance = float(np.max(np.maximum(z + np.abs(x) / tan_h, z + np.abs(y) / tan_v)))
+    distance = max(1.1 * distance, 0.5)
     server.scene.set_up_direction("+z")
-    server.initial_camera.fov = fov
+    server.initial_camera.fov = np.radians(fov_deg)
     server.initial_camera.look_at = tuple(centre)
-    server.initial_camera.position = tuple(centre + distance * direction)
+    server.initial_camera.position = tuple(centre + distance * back)
 
 
 def add_lights_and_ground(server, radius: float, *, dark: bool = False) -> None:
