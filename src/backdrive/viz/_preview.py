@@ -122,7 +122,8 @@ def preview(
     The result is one self-contained HTML file (viser's web client with the
     recorded scene inside): open it from disk, no server and no network
     needed. It loops over the trajectory with a timeline to play, pause and
-    scrub; ``file.html?t=1.5`` opens it paused at 1.5 s.
+    scrub; ``file.html?t=1.5`` opens it paused at 1.5 s (clamped to the last
+    frame).
 
     The robot is drawn from its URDF visual geometry: boxes, spheres,
     cylinders and meshes (loaded with trimesh; ``package://`` URIs are searched
@@ -210,7 +211,10 @@ def preview(
         caption += f" \u2014 {len(q)} frames, {len(q) / float(fps):.2f} s"
     if notes:
         caption += f" \u2014 {len(notes)} visual mesh(es) not loaded: translucent stand-ins"
-    out.write_text(_inject(page, caption=caption, title=title or model.name, dark=dark_mode), encoding="utf-8")
+    last = (len(q) - 1) / float(fps)
+    out.write_text(
+        _inject(page, caption=caption, title=title or model.name, last=last, dark=dark_mode), encoding="utf-8"
+    )
     return out
 
 
@@ -240,6 +244,8 @@ _SCRIPT = """
   if (!params.has("t")) return;
   var target = parseFloat(params.get("t"));
   if (!isFinite(target)) return;
+  // viser wraps to the start at the end of the recording: clamp to the last frame.
+  target = Math.min(Math.max(target, 0), cfg.last);
   var tries = 0;
   var timer = setInterval(function () {
     var box = document.querySelector(".mantine-NumberInput-input");
@@ -258,8 +264,8 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "robot"
 
 
-def _inject(page: str, *, caption: str, title: str, dark: bool = False) -> str:
-    cfg = json.dumps({"caption": caption, "title": title, "dark": bool(dark)})
+def _inject(page: str, *, caption: str, title: str, last: float = 0.0, dark: bool = False) -> str:
+    cfg = json.dumps({"caption": caption, "title": title, "last": float(last), "dark": bool(dark)})
     # "</" cannot appear inside an inline script.
     cfg = cfg.replace("</", "<\\/")
     script = "<script>" + _SCRIPT.replace("__BACKDRIVE_CONFIG__", cfg) + "</script>"
