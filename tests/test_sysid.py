@@ -110,7 +110,7 @@ def test_double_pendulum_inverse_dynamics_route(double_pendulum_data):
 def test_double_pendulum_simulation_route(double_pendulum_data):
     hidden, start, traj = double_pendulum_data
     q, v, tau = add_noise(traj, seed=6)
-    res = identify(start, q, v, dt=0.01, tau=tau, method="simulation", segment=20)
+    res = identify(start, q, v, dt=0.01, tau=tau, method="simulation")
     assert rel_err(res.params["body_mass"], hidden.body_mass, [1, 2]) < 0.02
     assert rel_err(res.params["damping"], hidden.damping, [0, 1]) < 0.05
     assert res.losses[-1] < 1e-2 * res.losses[0]
@@ -121,7 +121,7 @@ def test_panda_simulation_route(panda_data):
     hidden, start, traj, bodies, joints = panda_data
     q, v, tau = add_noise(traj, seed=7)
     names = [hidden.body_names[b] for b in bodies]
-    res = identify(start, q, v, dt=0.005, tau=tau, method="simulation", bodies=names, joints=joints, segment=10)
+    res = identify(start, q, v, dt=0.005, tau=tau, method="simulation", bodies=names, joints=joints)
     # Link 2's centre of mass is 3 cm from its own axis and about as far from
     # joint 1's: its whole effect on the motion is that of a 0.2 N m torque,
     # so at this noise level its mass is not determined (it is fitted, not

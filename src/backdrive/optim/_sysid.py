@@ -332,7 +332,7 @@ def identify(
     smoothing: int = 1,
     simulator: Simulator | None = None,
     controls: torch.Tensor | None = None,
-    segment: int = 20,
+    segment: int = 10,
     velocity_weight: float = 0.1,
     optimizer: str | None = None,
     iterations: int | None = None,

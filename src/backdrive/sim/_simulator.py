@@ -207,7 +207,7 @@ class Simulator:
                 return self.system.forward_dynamics(qs, vs, tau0)
             return self.acceleration(qs, vs, u)
 
-        q1, v1 = self._integrate_step(accel, self.system.integrate, q, v, self.dt)
+        q1, v1 = self._integrate_step(accel, self.system.integrate, q, v, self.dt, self.system.dexp_inv)
         return q1, v1, effort
 
     def _prepare(self, q, v, controls, time_axis: bool):

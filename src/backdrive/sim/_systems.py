@@ -57,6 +57,15 @@ class System:
         """Configuration reached from ``q`` moving at constant ``v`` for ``dt``."""
         raise NotImplementedError
 
+    def dexp_inv(self, xi: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Rate of the local coordinates ``xi`` of ``q = integrate(q0, xi, 1)``
+        when the system moves at velocity ``v``: ``xi' = dexp_inv(xi, v)``.
+
+        Identity in a vector space (the default); a floating base needs the
+        Lie-group correction (see :class:`RobotSystem`).
+        """
+        return v
+
     def joint_positions(self, q: torch.Tensor) -> torch.Tensor:
         """``(..., nj)`` joint coordinates out of ``q``."""
         start = self.nq - self.num_joints
@@ -139,8 +148,29 @@ class RobotSystem(System):
 
         return integrate(self.robot, q, v, dt)
 
+    def dexp_inv(self, xi, v):
+        """For a floating base, ``q = q0 exp(xi)`` in SE(3) moving at the
+        base-frame twist ``v`` gives ``xi' = v + [xi, v] / 2 + [xi, [xi, v]] / 12
+        + O(|xi|^4)`` (the Bernoulli series of ``dexp^-1``; its cubic term is
+        zero), enough for a fourth-order Runge-Kutta step, where ``xi = O(dt)``.
+        ``[., .]`` is the se(3) bracket of ``[linear; angular]`` twists."""
+        if not self.floating_base:
+            return v
+        xb, vb = xi[..., :6], v[..., :6]
+        ad1 = _se3_bracket(xb, vb)
+        base = vb + 0.5 * ad1 + _se3_bracket(xb, ad1) / 12.0
+        return torch.cat([base, v[..., 6:]], dim=-1)
+
     def __repr__(self) -> str:
         return f"RobotSystem({self.robot!r})"
+
+
+def _se3_bracket(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``[a, b] = ad_a b`` for twists ``[u; w]``: ``(w_a x u_b + u_a x w_b, w_a x w_b)``."""
+    ua, wa = a[..., :3], a[..., 3:]
+    ub, wb = b[..., :3], b[..., 3:]
+    lin = torch.linalg.cross(wa, ub) + torch.linalg.cross(ua, wb)
+    return torch.cat([lin, torch.linalg.cross(wa, wb)], dim=-1)
 
 
 class MassSpringDamper(System):
