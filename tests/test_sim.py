@@ -131,13 +131,21 @@ def test_smooth_saturation():
     limit = torch.tensor([2.0, math.inf, 0.5], dtype=F64)
     x = torch.linspace(-5, 5, 101, dtype=F64)[:, None].expand(101, 3).clone().requires_grad_()
     y = smooth_saturation(x, limit)
-    assert bool((y[:, 0].abs() < 2.0).all()) and bool((y[:, 2].abs() < 0.5).all())
+    assert bool((y[:, 0].abs() < 2.0).all()) and bool((y[:, 2].abs() <= 0.5).all())
     torch.testing.assert_close(y[:, 1], x[:, 1])  # infinite limit passes through
+    below = x[:, 0].abs() <= 1.8  # exact below 90 % of the limit
+    assert torch.equal(y[below, 0], x[below, 0])
     y.sum().backward()
     assert bool(torch.isfinite(x.grad).all())
-    assert x.grad[50].tolist() == pytest.approx([1.0, 1.0, 1.0])  # slope 1 at zero
+    assert x.grad[50].tolist() == pytest.approx([1.0, 1.0, 1.0])
     assert bool((x.grad[:, 0] > 0).all())  # never exactly flat, unlike a clamp
     assert smooth_saturation(torch.tensor([1e6], dtype=F64), limit[:1]).item() == 2.0
+    # Value, slope and curvature are continuous at the knee.
+    knee = torch.tensor([1.8 - 1e-6, 1.8 + 1e-6], dtype=F64, requires_grad=True)
+    yk = smooth_saturation(knee, torch.tensor(2.0, dtype=F64))
+    (g,) = torch.autograd.grad(yk.sum(), knee)
+    assert abs(yk[1].item() - yk[0].item() - 2e-6) < 1e-12 and g.tolist() == pytest.approx([1.0, 1.0])
+    assert torch.autograd.gradcheck(lambda t: smooth_saturation(t, limit), (x.detach()[::7].clone().requires_grad_(),))
 
 
 def test_pd_actuator_steady_state_and_gain_gradients():
@@ -181,8 +189,8 @@ def test_soft_limits_balance_a_constant_force():
     sim = Simulator(robot, 0.004, limits=limits)
     u = torch.tensor([10.0, 0.3], dtype=F64).expand(300, 2)
     traj = sim.rollout(sim.initial_state(torch.tensor([0.1, 0.0], dtype=F64)), u)
-    # The spring balances the (smoothly saturated) push: x = upper + F / k.
-    push = 50.0 * math.tanh(10.0 / 50.0)
+    # The spring balances the push (20 % of the effort limit: applied exactly).
+    push = 10.0
     assert traj.q[-1, 0].item() == pytest.approx(0.1 + push / 2000.0, abs=1e-6)
     # The continuous joint has no limits and no effort limit: it spins up freely.
     assert traj.v[-1, 1].item() == pytest.approx(0.3 / 0.02 * 1.2, rel=1e-9)

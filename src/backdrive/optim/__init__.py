@@ -7,12 +7,15 @@
   in a parametrisation that keeps them physically valid.
 """
 
+from ._costs import frame_position_error, joint_limit_violation, residual_vector
 from ._demos import (
     CartpoleSwingup,
     MassSpringDamperDemo,
+    PandaReach,
     cartpole_swingup,
     demo_mass_spring_damper,
     mass_spring_damper_problem,
+    panda_min_torque_reach,
 )
 from ._progress import ProgressBar
 from ._solvers import SolverResult, adam, jacobian, lbfgs, levenberg_marquardt
@@ -47,4 +50,9 @@ __all__ = [
     "MassSpringDamperDemo",
     "cartpole_swingup",
     "CartpoleSwingup",
+    "panda_min_torque_reach",
+    "PandaReach",
+    "frame_position_error",
+    "joint_limit_violation",
+    "residual_vector",
 ]

@@ -321,6 +321,7 @@ class PolicyTrainer:
         max_grad_norm: float | None = 1.0,
         critic_iterations: int = 8,
         critic_minibatches: int = 4,
+        critic_replay: int = 1,
         target_alpha: float = 0.2,
         betas: tuple[float, float] = (0.7, 0.95),
         action_noise: float = 0.0,
@@ -328,6 +329,7 @@ class PolicyTrainer:
         squash: str = "tanh",
         preact_penalty: float = 0.0,
         normalize_obs: bool = True,
+        lr_decay_updates: int | None = None,
         seed: int = 0,
         policy: nn.Module | None = None,
     ) -> None:
@@ -344,6 +346,7 @@ class PolicyTrainer:
             "max_grad_norm": max_grad_norm,
             "critic_iterations": critic_iterations,
             "critic_minibatches": critic_minibatches,
+            "critic_replay": critic_replay,
             "target_alpha": target_alpha,
             "betas": tuple(betas),
             "action_noise": action_noise,
@@ -351,6 +354,7 @@ class PolicyTrainer:
             "squash": squash,
             "preact_penalty": preact_penalty,
             "normalize_obs": bool(normalize_obs),
+            "lr_decay_updates": lr_decay_updates,
             "seed": seed,
         }
         self._validate(env, policy)
@@ -387,6 +391,7 @@ class PolicyTrainer:
         self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
         self._last_train_return = math.nan
         self._last_eval = math.nan
+        self._replay: list[dict[str, torch.Tensor]] = []
 
     # ------------------------------------------------------------ validation
     def _validate(self, env: DiffEnv, policy: nn.Module | None) -> None:
@@ -430,6 +435,12 @@ class PolicyTrainer:
             )
         if not isinstance(c["critic_iterations"], int) or c["critic_iterations"] < 1:
             raise PolicyConfigError(f"critic_iterations must be a positive int, got {c['critic_iterations']!r}")
+        dec = c["lr_decay_updates"]
+        if dec is not None and (isinstance(dec, bool) or not isinstance(dec, int) or dec < 1):
+            raise PolicyConfigError(f"lr_decay_updates must be a positive int or None, got {dec!r}")
+        cr = c["critic_replay"]
+        if isinstance(cr, bool) or not isinstance(cr, int) or cr < 1:
+            raise PolicyConfigError(f"critic_replay must be a positive int (windows), got {cr!r}")
         samples = env.num_envs * h
         mb = c["critic_minibatches"]
         if not isinstance(mb, int) or not 1 <= mb <= samples:
@@ -505,6 +516,14 @@ class PolicyTrainer:
         gamma = c["gamma"]
         t0 = time.perf_counter()
         k = self.updates_done + 1
+        if c["lr_decay_updates"] is not None:
+            # Linear decay to zero at update lr_decay_updates (as in SHAC);
+            # a function of the update index alone, so resuming is exact.
+            frac = max(0.0, 1.0 - (k - 1) / c["lr_decay_updates"])
+            for group in self.actor_opt.param_groups:
+                group["lr"] = c["lr"] * frac
+            for group in self.critic_opt.param_groups:
+                group["lr"] = c["critic_lr"] * frac
 
         roll = self._rollout()
         reward, done, term = roll["reward"] * c["reward_scale"], roll["done"], roll["terminated"]
@@ -542,7 +561,14 @@ class PolicyTrainer:
 
         critic_loss = math.nan
         if shac:
-            critic_loss = self._fit_critic(roll["obs"], reward.detach(), value.detach(), done, k)
+            window = {
+                "obs": roll["obs"],
+                "reward": reward.detach(),
+                "final_obs": roll["final_obs"].detach(),
+                "terminated": term,
+                "done": done,
+            }
+            critic_loss = self._fit_critic(window, value.detach(), k)
 
         # Bookkeeping (detached): episode returns and normaliser statistics.
         with torch.no_grad():
@@ -574,15 +600,16 @@ class PolicyTrainer:
             "eval_s": 0.0,
         }
 
-    def _fit_critic(
-        self, obs: torch.Tensor, reward: torch.Tensor, value: torch.Tensor, done: torch.Tensor, k: int
-    ) -> float:
-        """TD(lambda) targets from the window, then a few epochs of minibatch regression."""
-        c = self.config
-        H, N = reward.shape
-        gamma, lam = c["gamma"], c["lam"]
-        # G_t = r_t + gamma * ((1 - l_t) V_t + l_t G_{t+1}), l_t = 0 at a
-        # segment end; `value` already holds 0 after a termination.
+    def _td_lambda(self, reward: torch.Tensor, value: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """TD(lambda) targets ``(H, N)`` of one window.
+
+        ``G_t = r_t + gamma ((1 - l_t) V_t + l_t G_{t+1})`` with ``l_t = 0`` at a
+        segment end (episode end or the window's last step); ``value`` holds
+        the target critic at each step's final observation, 0 after a
+        termination.
+        """
+        gamma, lam = self.config["gamma"], self.config["lam"]
+        H = reward.shape[0]
         targets = torch.empty_like(reward)
         nxt = value[-1]
         for t in range(H - 1, -1, -1):
@@ -593,13 +620,33 @@ class PolicyTrainer:
                 g = reward[t] + gamma * mix
             targets[t] = g
             nxt = g
-        x = self._normalizer()(obs).reshape(H * N, -1)
-        y = targets.reshape(H * N)
-        batch = (H * N) // c["critic_minibatches"]
+        return targets
+
+    def _fit_critic(self, window: dict[str, torch.Tensor], value: torch.Tensor, k: int) -> float:
+        """TD(lambda) targets from the recent windows, then minibatch regression.
+
+        With ``critic_replay = m`` the critic also refits the ``m - 1``
+        previous windows, their targets recomputed with the current target
+        critic (slightly off-policy, many more samples per update).
+        """
+        c = self.config
+        self._replay.append(window)
+        del self._replay[: -c["critic_replay"]]
+        norm = self._normalizer()
+        xs, ys = [], []
+        with torch.no_grad():
+            for w in self._replay:
+                v = value if w is window else self.target_critic(norm(w["final_obs"])) * (~w["terminated"])
+                ys.append(self._td_lambda(w["reward"], v, w["done"]).reshape(-1))
+                xs.append(norm(w["obs"]).reshape(ys[-1].shape[0], -1))
+        x = torch.cat(xs)
+        y = torch.cat(ys)
+        n = y.shape[0]
+        batch = n // c["critic_minibatches"]
         total = torch.zeros((), dtype=y.dtype, device=y.device)
         count = 0
         for _ in range(c["critic_iterations"]):
-            perm = torch.randperm(H * N, generator=self.generator, device=y.device)
+            perm = torch.randperm(n, generator=self.generator, device=y.device)
             for b in range(c["critic_minibatches"]):
                 idx = perm[b * batch : (b + 1) * batch]
                 loss = (self.critic(x[idx]) - y[idx]).pow(2).mean()
@@ -717,6 +764,7 @@ class PolicyTrainer:
             "last_train_return": self._last_train_return,
             "last_eval": self._last_eval,
             "history": list(self.history),
+            "replay": [dict(w) for w in self._replay],
         }
         if hasattr(self, "_own_normalizer"):
             state["normalizer"] = self._own_normalizer.state_dict()
@@ -767,6 +815,7 @@ class PolicyTrainer:
         self._last_train_return = ckpt["last_train_return"]
         self._last_eval = ckpt["last_eval"]
         self.history = list(ckpt["history"])
+        self._replay = [dict(w) for w in ckpt["replay"]]
         self._last_checkpoint = str(path)
         self._last_checkpoint_update = self.updates_done
         return self
@@ -830,6 +879,7 @@ def train_policy(
     max_grad_norm: float | None = 1.0,
     critic_iterations: int = 8,
     critic_minibatches: int = 4,
+    critic_replay: int = 1,
     target_alpha: float = 0.2,
     betas: tuple[float, float] = (0.7, 0.95),
     action_noise: float = 0.0,
@@ -837,6 +887,7 @@ def train_policy(
     squash: str = "tanh",
     preact_penalty: float = 0.0,
     normalize_obs: bool = True,
+    lr_decay_updates: int | None = None,
     seed: int = 0,
     policy: nn.Module | None = None,
     eval_fn: Callable[[nn.Module], float] | None = None,
@@ -848,6 +899,7 @@ def train_policy(
     resume: str | os.PathLike | None = None,
     progress: bool = False,
     callback: Callable[[dict[str, float]], bool | None] | None = None,
+    num_threads: int | None = None,
 ) -> PolicyTrainer:
     """Train a policy by backpropagating through a differentiable environment.
 
@@ -871,6 +923,8 @@ def train_policy(
         max_grad_norm: clip the actor gradient to this norm (``None``: off).
         critic_iterations: epochs over the window's samples per update.
         critic_minibatches: minibatches per epoch.
+        critic_replay: windows the critic fits each update (the newest and
+            the ones before it, targets recomputed); 1 is plain SHAC.
         target_alpha: target critic update ``target <- a * target + (1 - a) * critic``.
         betas: Adam betas of both optimisers.
         action_noise: std of Gaussian exploration noise, as a fraction of
@@ -891,6 +945,9 @@ def train_policy(
             the ones it was trained with.
         progress: progress bar with the latest return on stderr.
         callback: called with each log row; returning ``True`` stops early.
+        num_threads: torch intra-op threads while training (restored after).
+            Small networks on small batches run fastest on one thread; on a
+            busy machine several threads can be ten times slower.
 
     Returns:
         The :class:`PolicyTrainer`; ``.policy`` is the trained policy (maps raw
@@ -927,6 +984,7 @@ def train_policy(
         max_grad_norm=max_grad_norm,
         critic_iterations=critic_iterations,
         critic_minibatches=critic_minibatches,
+        critic_replay=critic_replay,
         target_alpha=target_alpha,
         betas=betas,
         action_noise=action_noise,
@@ -934,18 +992,27 @@ def train_policy(
         squash=squash,
         preact_penalty=preact_penalty,
         normalize_obs=normalize_obs,
+        lr_decay_updates=lr_decay_updates,
         seed=seed,
         policy=policy,
     )
     if resume is not None:
         trainer.load(resume)
-    return trainer.train(
-        updates,
-        eval_fn=eval_fn,
-        eval_every=eval_every,
-        log_csv=log_csv,
-        checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
-        progress=progress,
-        callback=callback,
-    )
+    previous_threads = torch.get_num_threads()
+    if num_threads is not None:
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+            raise PolicyConfigError(f"num_threads must be a positive int or None, got {num_threads!r}")
+        torch.set_num_threads(num_threads)
+    try:
+        return trainer.train(
+            updates,
+            eval_fn=eval_fn,
+            eval_every=eval_every,
+            log_csv=log_csv,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+            progress=progress,
+            callback=callback,
+        )
+    finally:
+        torch.set_num_threads(previous_threads)

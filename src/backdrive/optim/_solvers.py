@@ -331,7 +331,7 @@ def levenberg_marquardt(fun: Objective, x0: torch.Tensor, *, iterations: int = 5
 
     Each iteration solves ``(J^T J + lam * diag(J^T J)) dx = -J^T r`` (the
     diagonal floored so that unexcited parameters stay put) and accepts the
-    step if the loss ``sum(r ** 2)`` decreases, shrinking ``lam`` by 3;
+    step if the loss ``sum(r ** 2)`` decreases, shrinking ``lam`` by 10;
     otherwise ``lam`` grows by 4 and the step is retried.
 
     Args:
@@ -384,7 +384,7 @@ def levenberg_marquardt(fun: Objective, x0: torch.Tensor, *, iterations: int = 5
         if not accepted:
             res.converged, res.message = True, "no decrease along the damped Gauss-Newton step"
             break
-        lam = max(lam / 3.0, 1e-12)
+        lam = max(lam / 10.0, 1e-12)
         change = f - f_new
         x = x_new
         r, J = jac(fun, x) if jacobian_fun is None else jac(x)

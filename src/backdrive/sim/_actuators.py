@@ -2,8 +2,9 @@
 
 Each actuator drives a chosen subset of the joint coordinates (``joints``,
 all of them by default); its control has one entry per driven joint. Efforts
-saturate smoothly at the effort limit, ``tau = e * tanh(tau_raw / e)``, so
-the gradient never drops to exactly zero the way a clamp's does.
+saturate smoothly at the effort limit (:func:`smooth_saturation`: exact up to
+90 % of the limit, then a ``tanh`` bend), so the gradient never drops to
+exactly zero the way a clamp's does.
 """
 
 from __future__ import annotations
@@ -13,31 +14,48 @@ from dataclasses import dataclass
 
 import torch
 
+from .._errors import InputError
+
 __all__ = ["smooth_saturation", "TorqueActuator", "PDActuator", "SoftJointLimits"]
 
 
-def smooth_saturation(x: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
-    """``limit * tanh(x / limit)``, and ``x`` itself where ``limit`` is infinite.
+def smooth_saturation(x: torch.Tensor, limit: torch.Tensor, knee: float = 0.9) -> torch.Tensor:
+    """Effort ``x`` passed unchanged up to ``knee * limit``, then bent smoothly
+    towards ``limit``, and ``x`` itself where ``limit`` is infinite.
+
+    With ``k = knee * limit`` and ``w = limit - k``: ``y = x`` for ``|x| <= k``,
+    else ``y = sign(x) (k + w tanh((|x| - k) / w))``. The two pieces meet with
+    equal value, slope (1) and curvature (0), ``|y| <= limit`` (strictly
+    below until ``tanh`` rounds to 1, some ``20 w`` past the knee in float64),
+    and the slope does not drop to zero at the limit the way a clamp's does,
+    so gradients still say which way to push a saturated effort. Below the knee the effort is exact:
+    a gravity-compensation torque at 50 % of the limit is applied as given
+    (``limit * tanh(x / limit)`` would take 8 % off it).
 
     Args:
         x: ``(..., n)`` raw efforts.
         limit: ``(n,)`` or broadcastable positive limits (``inf`` for none).
+        knee: fraction of the limit where the bend starts, in ``[0, 1)``.
 
     Returns:
-        ``(..., n)``, with slope 1 at zero and ``|result| < limit``.
+        ``(..., n)``.
     """
     finite = torch.isfinite(limit)
     # torch.where back-propagates through the branch not taken too: give that
-    # branch a finite limit so an infinite one cannot make 0 * inf = NaN.
+    # branch finite numbers so an infinite limit cannot make 0 * inf = NaN.
     safe = torch.where(finite, limit, torch.ones_like(limit))
-    return torch.where(finite, safe * torch.tanh(x / safe), x)
+    k = knee * safe
+    w = safe - k
+    mag = x.abs()
+    over = mag > k
+    excess = torch.where(over, mag - k, torch.zeros_like(mag))
+    bent = torch.sign(x) * (k + w * torch.tanh(excess / w))
+    return torch.where(finite & over, bent, x)
 
 
 def _as_param(x, like: torch.Tensor, name: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         if x.dtype != like.dtype or x.device != like.device:
-            from .._errors import InputError
-
             raise InputError(f"{name} must be {like.dtype} on {like.device}, got {x.dtype} on {x.device}")
         return x
     return torch.as_tensor(x, dtype=like.dtype, device=like.device)

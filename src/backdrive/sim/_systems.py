@@ -14,7 +14,8 @@ import math
 
 import torch
 
-from .._errors import InputError
+from .._errors import InputError, UnknownNameError
+from ..dynamics import forward_dynamics, integrate
 from ..model import RobotModel
 
 __all__ = ["System", "RobotSystem", "MassSpringDamper", "as_system"]
@@ -88,8 +89,6 @@ class System:
         """Index of a joint given by name or index among the joint coordinates."""
         if isinstance(joint, str):
             if joint not in self.joint_names:
-                from .._errors import UnknownNameError
-
                 raise UnknownNameError("joint", joint, self.joint_names)
             return self.joint_names.index(joint)
         if isinstance(joint, int) and -self.num_joints <= joint < self.num_joints:
@@ -139,13 +138,9 @@ class RobotSystem(System):
         self.floating_base = robot.floating_base
 
     def forward_dynamics(self, q, v, tau):
-        from ..dynamics import forward_dynamics
-
         return forward_dynamics(self.robot, q, v, tau)
 
     def integrate(self, q, v, dt):
-        from ..dynamics import integrate
-
         return integrate(self.robot, q, v, dt)
 
     def dexp_inv(self, xi, v):
