@@ -556,7 +556,7 @@ class PolicyTrainer:
             grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
         if not (torch.isfinite(grad_norm) and torch.isfinite(actor_loss)):
             self.actor_opt.zero_grad(set_to_none=True)
-            raise self._diverged(k, f"policy gradient norm {float(grad_norm)}, actor loss {float(actor_loss)}")
+            raise self._diverged(k, f"policy gradient norm {float(grad_norm)}, actor loss {float(actor_loss.detach())}")
         self.actor_opt.step()
 
         critic_loss = math.nan

@@ -1,0 +1,21 @@
+"""Batched differentiable environments and their gymnasium views.
+
+Every environment steps ``num_envs`` copies at once with torch ops, so
+observations and rewards carry gradients to the actions and the previous
+state; :meth:`DiffEnv.detach` truncates backpropagation between windows.
+"""
+
+from ._adapter import to_gymnasium
+from ._base import DiffEnv
+from ._cartpole import CartPoleSwingUp
+from ._panda import PandaReach
+from ._pendulum import Pendulum, angle_normalize
+
+__all__ = [
+    "DiffEnv",
+    "Pendulum",
+    "CartPoleSwingUp",
+    "PandaReach",
+    "angle_normalize",
+    "to_gymnasium",
+]

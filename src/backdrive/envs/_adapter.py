@@ -1,0 +1,50 @@
+"""``to_gymnasium``: gymnasium is optional, so it is imported only when asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import InputError
+from ._base import DiffEnv
+
+__all__ = ["to_gymnasium"]
+
+
+def to_gymnasium(env: DiffEnv, *, vector: bool | None = None) -> Any:
+    """A standard gymnasium view of a backdrive environment, on the same dynamics.
+
+    Stable-Baselines3 and other gymnasium-based learners then train on exactly
+    the transitions backdrive's gradient-based trainers see.
+
+    Args:
+        env: the backdrive environment; the adapter steps it in place.
+        vector: ``False`` gives a ``gymnasium.Env`` (needs ``env.num_envs == 1``),
+            ``True`` a ``gymnasium.vector.VectorEnv`` over all copies;
+            ``None`` picks by ``env.num_envs``.
+
+    Returns:
+        A ``GymnasiumEnv`` or ``GymnasiumVectorEnv``: float32 observation and
+        action ``Box`` spaces from the env's bounds, numpy in and out.
+
+    Raises:
+        ImportError: gymnasium is not installed.
+        InputError: ``vector=False`` with several copies.
+    """
+    if not isinstance(env, DiffEnv):
+        raise InputError(f"to_gymnasium expects a backdrive DiffEnv, got {type(env).__name__}")
+    try:
+        from ._gymnasium import GymnasiumEnv, GymnasiumVectorEnv
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            "to_gymnasium needs gymnasium: pip install 'gymnasium>=1.0'"
+        ) from exc
+    if vector is None:
+        vector = env.num_envs > 1
+    if vector:
+        return GymnasiumVectorEnv(env)
+    if env.num_envs != 1:
+        raise InputError(
+            f"to_gymnasium(vector=False) needs num_envs == 1, got {env.num_envs}; "
+            "build the env with num_envs=1 or pass vector=True"
+        )
+    return GymnasiumEnv(env)

@@ -1,0 +1,246 @@
+"""backdrive.envs: the batched interface, Pendulum against gymnasium, the gymnasium adapter."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import backdrive.envs as envs
+from backdrive import InputError
+from backdrive.envs import DiffEnv, Pendulum, angle_normalize, to_gymnasium
+
+gym = pytest.importorskip("gymnasium")
+
+# gymnasium returns float32 observations: |thdot| <= 8 rounds by at most 8 * 2**-24.
+OBS_TOL = 1e-6
+# Same float64 arithmetic in the same order: the states agree to the last bits.
+STATE_TOL = 1e-12
+
+
+def test_all_resolves():
+    assert envs.__all__, "envs.__all__ is empty"
+    for name in envs.__all__:
+        assert getattr(envs, name) is not None, name
+
+
+def _gym_pendulum():
+    return gym.make("Pendulum-v1").unwrapped
+
+
+def test_pendulum_matches_gymnasium_step_by_step_from_same_states():
+    """Resynchronise every step: one-step agreement for arbitrary float32 actions."""
+    g = _gym_pendulum()
+    env = Pendulum(1, dtype=torch.float64, autoreset=False)
+    rng = np.random.default_rng(0)
+    worst = dict(obs=0.0, reward=0.0, state=0.0)
+    for episode in range(5):
+        g.reset(seed=episode)
+        for _ in range(200):
+            state = np.array(g.state, dtype=np.float64)
+            env.set_state(torch.tensor(state)[None])
+            action = rng.uniform(-3.0, 3.0, size=(1,)).astype(np.float32)  # beyond the limits too
+            obs, reward, terminated, truncated, _ = g.step(action)
+            obs2, reward2, term2, trunc2, _ = env.step(torch.tensor(action, dtype=torch.float64)[None])
+            worst["obs"] = max(worst["obs"], float(np.abs(obs - obs2[0].numpy()).max()))
+            worst["reward"] = max(worst["reward"], abs(reward - float(reward2[0])))
+            worst["state"] = max(worst["state"], float(np.abs(g.state - env.state[0].numpy()).max()))
+            assert not terminated and not bool(term2[0])
+    assert worst["obs"] < OBS_TOL, worst
+    assert worst["reward"] < OBS_TOL, worst
+    # gymnasium computes 3 * u in float32 (numpy promotion), so one step differs by ~1e-8.
+    assert worst["state"] < OBS_TOL, worst
+
+
+def test_pendulum_matches_gymnasium_over_whole_episodes():
+    """Free-running episodes: actions on a 1/8 grid make gymnasium's float32 products exact,
+    so the trajectories agree to rounding over all 200 steps and the time limit matches."""
+    g = gym.make("Pendulum-v1")
+    env = Pendulum(1, dtype=torch.float64, autoreset=False)
+    rng = np.random.default_rng(1)
+    for episode in range(3):
+        obs, _ = g.reset(seed=100 + episode)
+        env.set_state(torch.tensor(np.array(g.unwrapped.state, dtype=np.float64))[None])
+        ret, ret2 = 0.0, 0.0
+        for t in range(200):
+            action = (rng.integers(-20, 21, size=(1,)) / 8).astype(np.float32)
+            obs, reward, terminated, truncated, _ = g.step(action)
+            obs2, reward2, _, trunc2, _ = env.step(torch.tensor(action, dtype=torch.float64)[None])
+            ret += reward
+            ret2 += float(reward2[0])
+            assert np.abs(obs - obs2[0].numpy()).max() < OBS_TOL
+            assert np.abs(g.unwrapped.state - env.state[0].numpy()).max() < STATE_TOL
+            assert bool(trunc2[0]) == truncated == (t == 199)
+        assert abs(ret - ret2) < 1e-6
+
+
+def test_pendulum_initial_distribution_and_seeding():
+    env = Pendulum(4096, dtype=torch.float64)
+    env.reset(seed=3)
+    s = env.state
+    assert s[:, 0].min() >= -math.pi and s[:, 0].max() <= math.pi
+    assert s[:, 1].min() >= -1 and s[:, 1].max() <= 1
+    assert s[:, 0].std() > 1.5 and s[:, 1].std() > 0.5  # spread, not a constant
+    first = env.state.clone()
+    env.reset(seed=3)
+    assert torch.equal(env.state, first)
+    env.reset()
+    assert not torch.equal(env.state, first)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_batched_step_equals_single_steps(dtype):
+    batch = Pendulum(8, dtype=dtype, autoreset=False)
+    batch.reset(seed=0)
+    states = batch.state.clone()
+    actions = torch.linspace(-2.5, 2.5, 8, dtype=dtype)[:, None]
+    obs, reward, *_ = batch.step(actions)
+    single = Pendulum(1, dtype=dtype, autoreset=False)
+    for i in range(8):
+        single.set_state(states[i : i + 1])
+        o, r, *_ = single.step(actions[i : i + 1])
+        assert torch.equal(o[0], obs[i]) and torch.equal(r[0], reward[i])
+    assert obs.dtype == dtype and reward.shape == (8,)
+
+
+def test_angle_normalize_matches_numpy():
+    x = np.linspace(-20, 20, 4001)
+    ref = ((x + np.pi) % (2 * np.pi)) - np.pi
+    got = angle_normalize(torch.tensor(x)).numpy()
+    assert np.abs(got - ref).max() < 1e-12
+    assert got.min() >= -np.pi and got.max() < np.pi
+
+
+def test_step_gradcheck_wrt_action_and_state():
+    env = Pendulum(3, dtype=torch.float64, autoreset=False)
+    env.reset(seed=0)
+    s0 = env.state.clone()
+
+    def f(state, action):
+        env.set_state(state)
+        obs, reward, *_ = env.step(action)
+        obs2, reward2, *_ = env.step(0.5 * action)
+        return obs2, reward + reward2
+
+    state = s0.clone().requires_grad_()
+    action = torch.tensor([[0.3], [-1.1], [1.5]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(f, (state, action))
+
+
+def test_autoreset_returns_new_obs_and_final_obs_with_gradient():
+    env = Pendulum(2, dtype=torch.float64)
+    env.reset(seed=0)
+    env.set_state(env.state, elapsed=torch.tensor([199, 10]))
+    state = env.state.clone().requires_grad_()
+    env.set_state(state, elapsed=torch.tensor([199, 10]))
+    action = torch.zeros(2, 1, dtype=torch.float64)
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert truncated.tolist() == [True, False] and not terminated.any()
+    assert env.elapsed.tolist() == [0, 11]
+    # env 0 restarted: its observation is of the new state, final_obs of the old one
+    assert torch.allclose(obs[0], env.observe(env.state[0].detach()))
+    assert not torch.allclose(obs[0], info["final_obs"][0])
+    assert torch.equal(obs[1], info["final_obs"][1])
+    info["final_obs"][0, 2].backward()
+    assert state.grad[0].abs().sum() > 0  # the last state still back-propagates
+
+
+def test_detach_cuts_the_graph():
+    env = Pendulum(2, dtype=torch.float64)
+    env.reset(seed=0)
+    state = env.state.clone().requires_grad_()
+    env.set_state(state)
+    env.step(torch.ones(2, 1, dtype=torch.float64))
+    assert env.state.requires_grad
+    env.detach()
+    assert not env.state.requires_grad
+    obs, *_ = env.step(torch.ones(2, 1, dtype=torch.float64))
+    assert not obs.requires_grad
+
+
+def test_state_dict_round_trip_replays_exactly():
+    env = Pendulum(4, dtype=torch.float32)
+    env.reset(seed=11)
+    for _ in range(150):
+        env.step(torch.ones(4, 1))
+    saved = env.state_dict()
+    a = [env.step(torch.full((4, 1), 0.7))[0] for _ in range(100)]  # crosses an autoreset
+    env2 = Pendulum(4, dtype=torch.float32)
+    env2.load_state_dict(saved)
+    b = [env2.step(torch.full((4, 1), 0.7))[0] for _ in range(100)]
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_input_errors():
+    env = Pendulum(3)
+    env.reset(seed=0)
+    with pytest.raises(InputError, match=r"\(3, 1\)"):
+        env.step(torch.zeros(3))
+    with pytest.raises(InputError, match="float32"):
+        env.step(torch.zeros(3, 1, dtype=torch.float64))
+    with pytest.raises(InputError, match="num_envs"):
+        Pendulum(0)
+    with pytest.raises(InputError, match="dtype"):
+        Pendulum(1, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match="reset"):
+        Pendulum(1).step(torch.zeros(1, 1))
+
+
+def test_to_gymnasium_passes_check_env():
+    from gymnasium.utils.env_checker import check_env
+
+    genv = to_gymnasium(Pendulum(1))
+    assert isinstance(genv, gym.Env)
+    check_env(genv, skip_render_check=True)
+    assert genv.observation_space.shape == (3,) and genv.action_space.high[0] == 2.0
+
+
+def test_to_gymnasium_episode_equals_backdrive_episode():
+    genv = to_gymnasium(Pendulum(1, dtype=torch.float64))
+    obs, _ = genv.reset(seed=5)
+    inner = genv.env
+    start = inner.state.clone()
+    rewards, steps, truncated = [], 0, False
+    while not truncated:
+        obs, reward, terminated, truncated, _ = genv.step(np.array([1.0], dtype=np.float32))
+        rewards.append(reward)
+        steps += 1
+    assert steps == 200
+    ref = Pendulum(1, dtype=torch.float64, autoreset=False)
+    ref.set_state(start)
+    total = sum(float(ref.step(torch.ones(1, 1, dtype=torch.float64))[1][0]) for _ in range(200))
+    assert abs(total - sum(rewards)) < 1e-9
+
+
+def test_to_gymnasium_vector_same_step_autoreset():
+    venv = to_gymnasium(Pendulum(3))
+    assert isinstance(venv, gym.vector.VectorEnv)
+    obs, _ = venv.reset(seed=0)
+    assert obs.shape == (3, 3) and obs.dtype == np.float32
+    for t in range(200):
+        obs, reward, term, trunc, info = venv.step(np.zeros((3, 1), dtype=np.float32))
+    assert trunc.all() and reward.shape == (3,)
+    assert info["_final_obs"].all() and info["final_obs"][0].shape == (3,)
+    assert not np.allclose(np.stack(info["final_obs"]), obs)
+    with pytest.raises(InputError, match="num_envs"):
+        to_gymnasium(Pendulum(3), vector=False)
+
+
+def test_sb3_env_checker_accepts_adapter():
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    sb3_check(to_gymnasium(Pendulum(1)), warn=False)
+    assert sb3.__version__
+
+
+def test_base_class_is_abstract():
+    class Bare(DiffEnv):
+        obs_dim = action_dim = state_dim = 1
+        max_episode_steps = 5
+        dt = 0.1
+
+    with pytest.raises(NotImplementedError):
+        Bare(1).reset()

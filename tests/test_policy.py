@@ -1,0 +1,224 @@
+"""Policy learning: gradients, a short run that learns, exact resume, clear errors, NaN stops."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+from torch.func import functional_call
+
+from backdrive.envs import Pendulum
+from backdrive.optim._policy import (
+    MLPPolicy,
+    PolicyConfigError,
+    PolicyTrainer,
+    TrainingDivergedError,
+    evaluate_policy,
+    load_policy,
+    train_policy,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny networks: one thread is fastest and keeps reductions deterministic.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_short_horizon_return_gradcheck_wrt_policy_parameters():
+    env = Pendulum(3, dtype=torch.float64, autoreset=False)
+    env.reset(seed=0)
+    s0 = env.state.clone()
+    torch.manual_seed(0)
+    policy = MLPPolicy(3, 1, env.action_low, env.action_high, hidden=(5,), activation="tanh").double()
+    names = [n for n, _ in policy.named_parameters()]
+    shapes = [p.shape for _, p in policy.named_parameters()]
+    flat0 = torch.cat([p.detach().reshape(-1) for p in policy.parameters()])
+    # A scaled-up last layer so that the actions are not all near zero.
+    flat0 = flat0 * 3.0
+
+    def window_return(flat: torch.Tensor) -> torch.Tensor:
+        params, i = {}, 0
+        for n, shp in zip(names, shapes):
+            k = math.prod(shp)
+            params[n] = flat[i : i + k].reshape(shp)
+            i += k
+        env.set_state(s0)
+        obs, total = env.observation(), 0.0
+        for _ in range(4):
+            obs, reward, *_ = env.step(functional_call(policy, params, (obs,)))
+            total = total + reward
+        return total
+
+    assert torch.autograd.gradcheck(window_return, (flat0.clone().requires_grad_(),))
+
+
+@pytest.mark.parametrize("algo", ["apg", "shac"])
+def test_short_training_improves_return(algo):
+    # Stabilising the pendulum from near upright is learnt in a few updates.
+    env = Pendulum(32, x_init=1.0, y_init=1.0, max_episode_steps=64)
+    eval_env = Pendulum(32, x_init=1.0, y_init=1.0, max_episode_steps=64, autoreset=False)
+    untrained = PolicyTrainer(env, algo, horizon=16, lr=1e-2, seed=0)
+    before = evaluate_policy(untrained.policy, eval_env, seed=7)
+    trainer = train_policy(
+        Pendulum(32, x_init=1.0, y_init=1.0, max_episode_steps=64),
+        algo,
+        updates=30,
+        horizon=16,
+        lr=1e-2,
+        critic_lr=1e-3,
+        reward_scale=0.05,
+        critic_iterations=4,
+        critic_minibatches=2,
+        seed=0,
+    )
+    after = evaluate_policy(trainer.policy, eval_env, seed=7)
+    # costs (negative returns) down by at least 30%, and by 50 per episode
+    assert after > 0.7 * before and after > before + 50, (before, after)
+    assert trainer.env_steps == 30 * 32 * 16  # every env transition counts
+
+
+def test_same_seed_same_run_other_seed_other_run():
+    kw = dict(updates=3, horizon=8, critic_iterations=2, critic_minibatches=2, action_noise=0.2)
+    a = train_policy(Pendulum(4), "shac", seed=3, **kw)
+    b = train_policy(Pendulum(4), "shac", seed=3, **kw)
+    c = train_policy(Pendulum(4), "shac", seed=4, **kw)
+    assert _same(_params(a.policy), _params(b.policy))
+    assert _same(_params(a.critic), _params(b.critic))
+    assert not _same(_params(a.policy), _params(c.policy))
+
+
+@pytest.mark.parametrize("algo", ["apg", "shac"])
+def test_checkpoint_resume_is_exact(tmp_path, algo):
+    kw = dict(
+        horizon=8,
+        lr=5e-3,
+        critic_iterations=2,
+        critic_minibatches=2,
+        critic_replay=2,
+        action_noise=0.3,
+        lr_decay_updates=10,
+        seed=1,
+    )
+    # 26 steps of 8: the windows straddle the 48-step episode ends (autoreset).
+    straight = train_policy(Pendulum(4, max_episode_steps=48), algo, updates=6, **kw)
+    path = tmp_path / "ckpt.pt"
+    train_policy(Pendulum(4, max_episode_steps=48), algo, updates=3, checkpoint=path, **kw)
+    resumed = train_policy(Pendulum(4, max_episode_steps=48), algo, updates=6, resume=path, **kw)
+    assert resumed.updates_done == 6 and resumed.env_steps == straight.env_steps == 6 * 4 * 8
+    assert _same(_params(straight.policy), _params(resumed.policy))
+    assert _same(_params(straight.critic), _params(resumed.critic))
+    assert _same(_params(straight.target_critic), _params(resumed.target_critic))
+    assert torch.equal(straight.env.state, resumed.env.state)
+    opt_a, opt_b = straight.actor_opt.state_dict()["state"], resumed.actor_opt.state_dict()["state"]
+    assert all(torch.equal(opt_a[i]["exp_avg_sq"], opt_b[i]["exp_avg_sq"]) for i in opt_a)
+    assert [r["actor_loss"] for r in straight.history] == [r["actor_loss"] for r in resumed.history]
+
+
+def test_checkpoint_holds_normaliser_and_loads_as_policy(tmp_path):
+    path = tmp_path / "p.pt"
+    trainer = train_policy(Pendulum(8), "apg", updates=2, horizon=8, checkpoint=path, seed=0)
+    assert trainer.policy.normalizer.count > 0
+    policy = load_policy(path)
+    obs = Pendulum(5).reset(seed=2)
+    with torch.no_grad():
+        assert torch.equal(policy(obs), trainer.policy(obs))
+    assert torch.equal(policy.normalizer.mean, trainer.policy.normalizer.mean)
+
+
+def test_csv_log_progress_bar_and_evaluation(tmp_path, capsys):
+    log = tmp_path / "log.csv"
+    trainer = train_policy(
+        Pendulum(4),
+        "shac",
+        updates=4,
+        horizon=8,
+        critic_iterations=1,
+        critic_minibatches=1,
+        eval_env=Pendulum(3, autoreset=False),
+        eval_every=2,
+        log_csv=log,
+        progress=True,
+        seed=0,
+    )
+    rows = list(csv.DictReader(open(log)))
+    assert [int(r["update"]) for r in rows] == [1, 2, 3, 4]
+    assert [int(r["env_steps"]) for r in rows] == [32, 64, 96, 128]
+    evaluated = [r["eval_return"] != "nan" for r in rows]
+    assert evaluated == [False, True, False, True]
+    assert float(rows[-1]["eval_return"]) == trainer.history[-1]["eval_return"] < 0
+    err = capsys.readouterr().err
+    assert "4/4" in err and "return" in err and "steps 128" in err
+
+
+def test_errors_before_training():
+    env = Pendulum(4)
+    with pytest.raises(PolicyConfigError, match="longer than the episode"):
+        train_policy(env, "apg", horizon=201, updates=1)
+    with pytest.raises(PolicyConfigError, match="lr must be a positive"):
+        train_policy(env, "shac", lr=0.0, updates=1)
+    with pytest.raises(PolicyConfigError, match="critic_lr must be a positive"):
+        train_policy(env, "shac", critic_lr=-1e-3, updates=1)
+    with pytest.raises(PolicyConfigError, match="unknown algo 'ppo'; valid: 'apg', 'shac'"):
+        train_policy(env, "ppo", updates=1)
+    with pytest.raises(PolicyConfigError, match="gamma"):
+        train_policy(env, "shac", gamma=1.5, updates=1)
+    wrong = MLPPolicy(5, 1, env.action_low, env.action_high)
+    with pytest.raises(PolicyConfigError, match="size 5.*gives size 3"):
+        train_policy(env, "apg", policy=wrong, updates=1)
+    bare = torch.nn.Linear(4, 1)  # no obs_dim attribute: found by a trial forward pass
+    with pytest.raises(PolicyConfigError, match="observations of size 3"):
+        train_policy(env, "apg", policy=bare, updates=1)
+    with pytest.raises(PolicyConfigError, match="eval_env has obs size"):
+        from backdrive.envs import CartPoleSwingUp
+
+        train_policy(env, "apg", eval_env=CartPoleSwingUp(1), updates=1)
+
+
+def test_resume_with_other_settings_is_an_error(tmp_path):
+    path = tmp_path / "c.pt"
+    train_policy(Pendulum(4), "apg", updates=1, horizon=8, checkpoint=path)
+    with pytest.raises(PolicyConfigError, match="horizon: checkpoint 8 vs now 16"):
+        train_policy(Pendulum(4), "apg", updates=2, horizon=16, resume=path)
+
+
+class _PoisonedPendulum(Pendulum):
+    """Returns a NaN reward from the given transition on."""
+
+    def __init__(self, *args, poison_at: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.poison_at = poison_at
+        self.calls = 0
+
+    def reward(self, state, action, next_state):
+        self.calls += 1
+        r = super().reward(state, action, next_state)
+        return r * math.nan if self.calls >= self.poison_at else r
+
+
+@pytest.mark.parametrize("algo", ["apg", "shac"])
+def test_nan_gradient_stops_naming_the_update_and_keeps_last_checkpoint(tmp_path, algo):
+    path = tmp_path / "ckpt.pt"
+    env = _PoisonedPendulum(4, poison_at=3 * 8 + 5)  # inside update 4 (8 steps per update)
+    trainer = PolicyTrainer(env, algo, horizon=8, critic_iterations=1, critic_minibatches=1, seed=0)
+    with pytest.raises(TrainingDivergedError, match="update 4") as info:
+        trainer.train(10, checkpoint=path, checkpoint_every=1)
+    assert info.value.update == 4 and info.value.checkpoint == str(path)
+    assert "update 3" in str(info.value)
+    # the parameters were not touched by the bad gradient, the checkpoint is update 3
+    assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
+    assert torch.load(path, weights_only=False)["updates_done"] == 3
+    assert _same(_params(load_policy(path)), _params(trainer.policy))
