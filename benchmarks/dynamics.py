@@ -19,6 +19,14 @@ Ratios compare against backdrive float64 (peer time / backdrive time: above 1
 means backdrive is faster). Quote ratios from one run; absolute times depend
 on the machine and its load.
 
+Timing: the minimum over repeats of the process's CPU time
+(``time.process_time``) for everything that runs on one thread (backdrive
+with ``torch.set_num_threads(1)``, the default here, and the per-sample
+loops), which is robust to other processes sharing the machine; Pinocchio's
+parallel functions use several threads, so they get the minimum wall-clock
+time. ``--wall`` uses wall-clock time everywhere (on a quiet machine) and
+``--threads N`` gives torch N threads (then use ``--wall`` too).
+
     python benchmarks/dynamics.py            # full run (a few minutes)
     python benchmarks/dynamics.py --quick    # fewer repeats
 """
@@ -28,7 +36,6 @@ from __future__ import annotations
 import argparse
 import platform
 import re
-import statistics
 import time
 
 import numpy as np
@@ -42,16 +49,20 @@ BATCHES = (1, 100, 10000)
 PIN_THREADS = 2
 
 
-def timeit(fn, repeats: int, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs."""
+CLOCK = time.process_time  # CPU time of this process; --wall switches to perf_counter
+
+
+def timeit(fn, repeats: int, warmup: int = 1, clock=None) -> float:
+    """Minimum seconds of ``fn()`` over ``repeats`` runs, on ``clock`` (default :data:`CLOCK`)."""
+    clock = clock or CLOCK
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        times.append(clock() - t0)
+    return min(times)
 
 
 def fmt_time(t: float | None) -> str:
@@ -110,7 +121,7 @@ def run(quick: bool) -> str:
     lines = []
     header = (
         "| robot | function | batch | backdrive f32 | backdrive f64 | Pinocchio per sample | "
-        f"Pinocchio parallel ({PIN_THREADS} threads) | per sample / f64 | parallel / f64 |"
+        f"Pinocchio parallel ({PIN_THREADS} threads, wall) | per sample / f64 | parallel / f64 |"
     )
     lines += [header, "|" + " --- |" * 9]
     for name, rb64, pm in robots():
@@ -165,7 +176,7 @@ def run(quick: bool) -> str:
                     t32 = timeit(lambda: ours(rb32, q32, v32, a32), reps)
                     t64 = timeit(lambda: ours(rb64, q, v, a), reps)
                 tl = timeit(per_sample, reps)
-                tp = timeit(parallel, reps) if parallel is not None else None
+                tp = timeit(parallel, reps, clock=time.perf_counter) if parallel is not None else None
                 lines.append(
                     f"| {name} | {fname} | {batch} | {fmt_time(t32)} | {fmt_time(t64)} | {fmt_time(tl)} | "
                     f"{fmt_time(tp)} | {fmt_ratio(tl, t64)} | {fmt_ratio(tp, t64)} |"
@@ -213,16 +224,20 @@ def run(quick: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--wall", action="store_true", help="wall-clock time everywhere")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    global CLOCK
+    if args.wall or args.threads > 1:
+        CLOCK = time.perf_counter
     import pinocchio as pin
 
     print(
         f"backdrive dynamics benchmark: torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"pinocchio {pin.__version__}, {platform.processor() or platform.machine()}, "
-        f"python {platform.python_version()}{', quick' if args.quick else ''}\n",
+        f"python {platform.python_version()}, {'wall-clock' if CLOCK is time.perf_counter else 'CPU'} time"
+        f"{', quick' if args.quick else ''}\n",
         flush=True,
     )
     table = run(args.quick)

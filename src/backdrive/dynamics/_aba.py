@@ -84,17 +84,17 @@ def aba_core(
     nlev = len(levels)
     # Per-level views; index within the active arrays is body - o, within the
     # moving arrays body - 1.
-    IA_l = [IA[..., lv - o, :, :] if (d > 0 or fb) else None for d, lv in enumerate(levels)]
-    pA_l = [pA[..., lv - o, :] if (d > 0 or fb) else None for d, lv in enumerate(levels)]
+    IA_l = [IA.index_select(-3, lv - o) if (d > 0 or fb) else None for d, lv in enumerate(levels)]
+    pA_l = [pA.index_select(-2, lv - o) if (d > 0 or fb) else None for d, lv in enumerate(levels)]
     saved = [None] * nlev
     arm = model.armature
     for d in range(nlev - 1, 0, -1):
         lv = levels[d] - 1
-        Sd, cd = S[..., lv, :], c[..., lv, :]
+        Sd, cd = S.index_select(-2, lv), c.index_select(-2, lv)
         IAd, pAd = IA_l[d], pA_l[d]
         U = (IAd @ Sd[..., None])[..., 0]
         Dd = (Sd * U).sum(-1) + arm[lv]
-        u = tj[..., lv] - (Sd * pAd).sum(-1)
+        u = tj.index_select(-1, lv) - (Sd * pAd).sum(-1)
         Uo = U / Dd[..., None]
         Ia = IAd - Uo[..., :, None] * U[..., None, :]
         pa = pAd + (Ia @ cd[..., None])[..., 0] + Uo * u[..., None]
@@ -116,12 +116,12 @@ def aba_core(
     qdd = []
     for d in range(1, nlev):
         Sd, cd, U, Dd, u = saved[d]
-        ap = prev[..., model.level_parent[d], :] + cd
+        ap = prev.index_select(-2, model.level_parent[d]) + cd
         qd = (u - (U * ap).sum(-1)) / Dd
         prev = ap + Sd * qd[..., None]
         qdd.append(qd)
     if qdd:
-        qdd = torch.cat(qdd, -1)[..., topo.level_inv]
+        qdd = torch.cat(qdd, -1).index_select(-1, topo.level_inv)
     else:
         qdd = tau.new_zeros(*tau.shape[:-1], 0)
     if fb:

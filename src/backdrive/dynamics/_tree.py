@@ -30,6 +30,7 @@ __all__ = [
     "Kinematics",
     "topology",
     "kinematics",
+    "take",
     "tree_down",
     "tree_up",
     "apply_inertia",
@@ -233,13 +234,24 @@ def apply_inertia_columns(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, X: 
 TREE_MATMUL_MAX_BATCH = 64
 
 
+def take(x: torch.Tensor, idx, dim: int) -> torch.Tensor:
+    """``x`` at positions ``idx`` (a slice or a long tensor) along ``dim``.
+
+    ``index_select`` rather than advanced indexing: several times faster on
+    the CPU, and its backward is an ``index_add`` instead of an ``index_put``.
+    """
+    if isinstance(idx, slice):
+        return x.narrow(dim, idx.start, idx.stop - idx.start)
+    return x.index_select(dim, idx)
+
+
 def _level_parts(topo: Topology, x: torch.Tensor) -> list:
-    return [x[..., lv, :] for lv in topo.act_levels]
+    return [take(x, lv, -2) for lv in topo.act_levels]
 
 
 def _from_levels(topo: Topology, parts: list) -> torch.Tensor:
     out = torch.cat(parts, -2) if len(parts) > 1 else parts[0]
-    return out if topo.act_inv is None else out[..., topo.act_inv, :]
+    return out if topo.act_inv is None else out.index_select(-2, topo.act_inv)
 
 
 def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:
@@ -248,7 +260,7 @@ def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:
         return torch.matmul(topo.anc, x)
     parts = _level_parts(topo, x)
     for i in range(1, len(parts)):
-        parts[i] = parts[i] + parts[i - 1][..., topo.act_parent[i], :]
+        parts[i] = parts[i] + parts[i - 1].index_select(-2, topo.act_parent[i])
     return _from_levels(topo, parts)
 
 
@@ -310,7 +322,7 @@ def joint_rates(topo: Topology, vj: torch.Tensor) -> torch.Tensor:
     """
     if not topo.coupled:
         return vj
-    return vj[..., topo.coord] * topo.mult
+    return vj.index_select(-1, topo.coord) * topo.mult
 
 
 def couple_forces(topo: Topology, tau_b: torch.Tensor, nj: int) -> torch.Tensor:
