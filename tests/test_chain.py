@@ -346,3 +346,46 @@ def test_tcp_errors(toy):
         toy.forward_kinematics(q, torch.eye(3, dtype=torch.float64))
     with pytest.raises(InputError, match="dtype"):
         toy.evaluate(q, torch.eye(4))
+
+
+def test_closed_form_jacobian_backward_matches_autograd(panda):
+    """The revolute fast path (``_JacobianPass``): gradients of pose and
+    Jacobian equal plain autograd, pass gradcheck and gradgradcheck, also
+    with mimic coupling."""
+    revolute_toy = SerialChainKinematics.from_urdf(
+        TOY_URDF.replace('type="prismatic"', 'type="revolute"'), end_link_name="tool", dtype=torch.float64
+    )
+    assert not revolute_toy._identity_coupling and not revolute_toy._any_pri
+    tcp = torch.eye(4, dtype=torch.float64)
+    tcp[:3, 3] = torch.tensor([0.01, 0.02, 0.1], dtype=torch.float64)
+    for chain in (panda, revolute_toy):
+        qT = _random_q(chain, 5, seed=9).T.contiguous().requires_grad_()
+        outs_fast = chain_module._JacobianPass.apply(qT, chain, tcp)
+        outs_plain = chain.soa_plain(qT, tcp, with_jacobian=True)
+        g = torch.Generator().manual_seed(1)
+        ws = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outs_plain]
+        (a,) = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs_fast, ws)), qT)
+        (b,) = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs_plain, ws)), qT)
+        assert (a - b).abs().max() < 1e-12
+        small = qT[:, :2].detach().requires_grad_()
+        assert gradcheck(lambda q: chain_module._JacobianPass.apply(q, chain, tcp), (small,))
+        assert torch.autograd.gradgradcheck(lambda q: chain_module._JacobianPass.apply(q, chain, tcp), (small,))
+    # evaluate() takes the fast path for a revolute chain when q needs a gradient
+    def graph_names(t):
+        seen, stack, names = set(), [t.grad_fn], set()
+        while stack:
+            fn = stack.pop()
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            names.add(type(fn).__name__)
+            stack.extend(f for f, _ in fn.next_functions)
+        return names
+
+    q = _random_q(panda, 3).requires_grad_()
+    assert any("_JacobianPass" in n for n in graph_names(panda.evaluate(q)[1]))
+    assert not any("_JacobianPass" in n for n in graph_names(panda.forward_kinematics(q)))
+    toy_q = _random_q(SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64), 3)
+    toy = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64)
+    # a prismatic joint: plain autograd
+    assert not any("_JacobianPass" in n for n in graph_names(toy.evaluate(toy_q.requires_grad_())[1]))

@@ -432,3 +432,22 @@ def test_custom_dls_backward_matches_plain_autograd():
     assert gradcheck(lambda J, e, l: ik_module._DLSStep.apply(J, e, l * l), (J, e, lam))
     # a double backward falls back to plain autograd
     assert torch.autograd.gradgradcheck(lambda J, e: ik_module._DLSStep.apply(J, e, 0.01), (J, e))
+
+
+def test_custom_so3_log_backward_matches_plain_autograd():
+    g = torch.Generator().manual_seed(21)
+    R = [random_rotation(40, generator=g, dtype=torch.float64)]
+    axis = torch.nn.functional.normalize(torch.randn(5, 3, generator=g, dtype=torch.float64), dim=-1)
+    for angle in (1e-9, 1e-3, 0.5, math.pi / 2, 2.5, math.pi - 1e-3, math.pi - 1e-7, math.pi):
+        R.append(so3_exp(axis * angle))
+    soa = torch.cat(R).permute(1, 2, 0).contiguous().requires_grad_()
+    w = torch.randn(3, soa.shape[-1], generator=g, dtype=torch.float64)
+    (fast,) = torch.autograd.grad((ik_module._So3LogSoA.apply(soa) * w).sum(), soa)
+    (plain,) = torch.autograd.grad((ik_module._so3_log_soa_plain(soa) * w).sum(), soa)
+    assert torch.isfinite(fast).all()
+    assert (fast - plain).abs().max() < 1e-13  # every branch, pi included
+    # finite differences away from the branch cut at pi (also off the manifold)
+    away = soa[..., :-2].detach()
+    away = (away + 1e-3 * torch.randn(away.shape, generator=g, dtype=torch.float64)).requires_grad_()
+    assert gradcheck(ik_module._So3LogSoA.apply, (away,))
+    assert torch.autograd.gradgradcheck(ik_module._So3LogSoA.apply, (away[..., :4].detach().requires_grad_(),))

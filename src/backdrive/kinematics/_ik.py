@@ -296,14 +296,8 @@ def _dls_soa(J: torch.Tensor, e: torch.Tensor, lam2) -> torch.Tensor:
     return _dls_plain(J, e, lam2)
 
 
-def _so3_log_soa(R: torch.Tensor) -> torch.Tensor:
-    """:func:`backdrive.spatial.so3_log` for batch-last rotations ``R (3, 3, M)``.
-
-    The same three branches (small angle, generic, near pi) with the same
-    formulas, written on contiguous rows; returns ``(3, M)``. Kept in step
-    with ``so3_log`` by a test that compares them at random, small and
-    near-pi rotations.
-    """
+def _so3_log_soa_parts(R: torch.Tensor):
+    """Forward of :func:`_so3_log_soa` with the intermediates its backward needs."""
     dtype = R.dtype
     r00, r01, r02 = R[0].unbind(0)
     r10, r11, r12 = R[1].unbind(0)
@@ -319,22 +313,114 @@ def _so3_log_soa(R: torch.Tensor) -> torch.Tensor:
     # sqrt only where the generic branch is taken: sqrt'(0) = inf would turn
     # the masked gradient of the untaken side into nan.
     s = torch.sqrt(torch.where(generic, s2, torch.ones_like(s2)))
-    f = torch.where(small, f_small, torch.atan2(s, c) / s)
+    atan = torch.atan2(s, c)
+    f = torch.where(small, f_small, atan / s)
     regular = v * f
     # Near pi: the axis from the symmetric part (R + R^T)/2 - c I = (1 - c) a a^T,
     # its column k = argmax diag(R), normalised, signed so that a . v >= 0.
-    diag = torch.stack([r00, r11, r22], dim=0)
-    k = diag.argmax(0)  # (M,)
+    # k = argmax(diag), first index on ties (as torch.argmax), as a one-hot
+    # (3, M) built from comparisons: argmax over a leading axis is far slower.
+    e0 = (r00 >= r11) & (r00 >= r22)
+    e1 = (~e0) & (r11 >= r22)
+    e2 = ~(e0 | e1)
+    onehot = torch.stack([e0, e1, e2], dim=0).to(dtype)
     sym = 0.5 * (R + R.transpose(0, 1))  # (3, 3, M)
-    col = torch.gather(sym, 1, k[None, None, :].expand(3, 1, k.shape[0]))[:, 0, :]
-    col = col - c * (torch.arange(3, device=R.device)[:, None] == k[None, :]).to(dtype)
+    col = (sym * onehot[None]).sum(1) - c * onehot
     n2 = (col * col).sum(0)
-    axis = col * torch.rsqrt(torch.where(near_pi, n2, torch.ones_like(n2)))
-    dot = (axis * v).sum(0)
+    inv_n = torch.rsqrt(torch.where(near_pi, n2, torch.ones_like(n2)))
+    axis0 = col * inv_n
+    dot = (axis0 * v).sum(0)
     sign = torch.where(dot < 0.0, -torch.ones_like(dot), torch.ones_like(dot))
-    theta_pi = math.pi - torch.atan2(dot * sign, -c)
-    at_pi = axis * (sign * theta_pi)
-    return torch.where(near_pi, at_pi, regular)
+    sin_t = dot * sign
+    theta_pi = math.pi - torch.atan2(sin_t, -c)
+    at_pi = axis0 * (sign * theta_pi)
+    out = torch.where(near_pi, at_pi, regular)
+    saved = (v, c, s, s2, atan, f, near_pi, small, onehot, axis0, inv_n, sign, sin_t, theta_pi)
+    return out, saved
+
+
+def _so3_log_soa_plain(R: torch.Tensor) -> torch.Tensor:
+    return _so3_log_soa_parts(R)[0]
+
+
+class _So3LogSoA(torch.autograd.Function):
+    """:func:`_so3_log_soa` with a closed-form backward of the same branches.
+
+    With ``c = (tr R - 1)/2``, ``v = vee((R - R^T)/2)``:
+
+    * small angle: ``out = v f(s2)``, ``f`` the series in ``s2 = |v|^2``;
+    * generic: ``out = v atan2(s, c)/s``, ``s = |v|``;
+    * near pi: ``out = a (pi - atan2(|a0 . v|, -c))`` with ``a0`` the
+      normalised column ``k`` of ``(R + R^T)/2 - c I`` and ``a = sign(a0 . v) a0``.
+
+    The backward chains these formulas by hand (the branch masks and the
+    sign are constants, as ``torch.where`` treats them); a double backward
+    falls back to differentiating the plain operations.
+    """
+
+    @staticmethod
+    def forward(ctx, R):
+        out, saved = _so3_log_soa_parts(R)
+        ctx.save_for_backward(R, *saved)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        R, v, c, s, s2, atan, f, near_pi, small, onehot, axis0, inv_n, sign, sin_t, theta_pi = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
+            with torch.enable_grad():
+                out = _so3_log_soa_plain(R)
+            (gR,) = torch.autograd.grad(out, R, g, create_graph=True)
+            return gR
+        zero = torch.zeros_like(c)
+        # regular branches: out = v f
+        g_f = (v * g).sum(0)
+        inv_r2 = 1.0 / (s2 + c * c)
+        df_ds = (c * inv_r2 - atan / s) / s  # generic: d/ds [atan2(s, c) / s]
+        dpoly = 1.0 / 6.0 + s2 * (2 * 3.0 / 40.0 + s2 * (3 * 5.0 / 112.0 + s2 * (4 * 35.0 / 1152.0)))
+        # d f / d v = (df/ds) v / s (generic) or 2 f'(s2) v (small)
+        coef_v = torch.where(small, 2.0 * dpoly, df_ds / s)
+        g_v_reg = f * g + (g_f * coef_v) * v
+        g_c_reg = torch.where(small, zero, -g_f * inv_r2)
+        # near pi: out = axis0 * (sign * theta), theta = pi - atan2(sin_t, -c)
+        g_theta = sign * (axis0 * g).sum(0)
+        inv_q = 1.0 / (sin_t * sin_t + c * c)
+        g_sin = g_theta * c * inv_q
+        g_c_pi = -g_theta * sin_t * inv_q
+        g_axis0 = (sign * theta_pi) * g + (sign * g_sin) * v
+        g_v_pi = (sign * g_sin) * axis0
+        g_col = (g_axis0 - axis0 * (axis0 * g_axis0).sum(0)) * inv_n
+        g_c_pi = g_c_pi - (g_col * onehot).sum(0)
+        g_v = torch.where(near_pi, g_v_pi, g_v_reg)
+        g_c = torch.where(near_pi, g_c_pi, g_c_reg)
+        g_col = torch.where(near_pi, g_col, torch.zeros_like(g_col))
+        # back to R: c = (tr R - 1)/2, v = vee((R - R^T)/2), col = ((R + R^T)/2)[:, k] - c e_k
+        gv0, gv1, gv2 = (0.5 * g_v).unbind(0)
+        gc = 0.5 * g_c
+        gR = torch.stack(
+            [
+                torch.stack([gc, -gv2, gv1], 0),
+                torch.stack([gv2, gc, -gv0], 0),
+                torch.stack([-gv1, gv0, gc], 0),
+            ],
+            0,
+        )
+        sym = 0.5 * (g_col[:, None, :] * onehot[None, :, :] + onehot[:, None, :] * g_col[None, :, :])
+        return gR + sym
+
+
+def _so3_log_soa(R: torch.Tensor) -> torch.Tensor:
+    """:func:`backdrive.spatial.so3_log` for batch-last rotations ``R (3, 3, M)``.
+
+    The same three branches (small angle, generic, near pi) with the same
+    formulas, written on contiguous rows; returns ``(3, M)``. Kept in step
+    with ``so3_log`` by a test that compares values and gradients at random,
+    small and near-pi rotations. When a gradient is needed it runs as
+    :class:`_So3LogSoA` (closed-form backward).
+    """
+    if torch.is_grad_enabled() and R.requires_grad:
+        return _So3LogSoA.apply(R)
+    return _so3_log_soa_plain(R)
 
 
 def _residual_soa(RT, p, Rt, pt):
