@@ -383,3 +383,16 @@ def test_corrupt_checkpoints_are_refused(panda32):
     ik_sd["_extra_state"] = {"ik_cfg": dict(ik_sd["_extra_state"]["ik_cfg"], damping=-1.0)}
     with pytest.raises(ConfigError, match="damping"):
         DifferentiableIKLayer(DifferentiableFKLayer(panda32)).load_state_dict(ik_sd)
+
+
+def test_in_place_tcp_changes_are_seen(panda64):
+    fk = DifferentiableFKLayer(panda64)
+    q = _q(fk, seed=4)
+    T0 = fk(q)  # caches the end-frame-from-tool product
+    new = _tcp(z=0.2)
+    fk.load_state_dict(dict(fk.state_dict(), tcp=new))  # copies in place
+    assert (fk(q) - T0 @ new).abs().max() < 1e-14
+    assert (fk.evaluate(q[None])[0][0] - T0 @ new).abs().max() < 1e-14
+    with torch.no_grad():
+        fk.tcp.copy_(torch.eye(4, dtype=torch.float64))
+    assert (fk(q) - T0).abs().max() < 1e-14

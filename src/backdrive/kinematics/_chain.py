@@ -143,6 +143,7 @@ class SerialChainKinematics:
 
         self.dtype = dtype
         self.device = torch.device(device)
+        self._tool_cache = None
         self.lower = t(m["lower"])
         self.upper = t(m["upper"])
         n = m["num_bodies"]
@@ -249,6 +250,8 @@ class SerialChainKinematics:
         """
         self.check_q(qpos)
         self._check_tcp(tcp)
+        if qpos.ndim == 1:
+            return self._fk_single(qpos, tcp)
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
         if q.shape[0] <= _SMALL_BATCH:
@@ -294,7 +297,29 @@ class SerialChainKinematics:
     # ------------------------------------------------------------------ internals
 
     def _tool(self, tcp: torch.Tensor | None) -> torch.Tensor:
-        return self._end if tcp is None else self._end @ tcp
+        """``T_end_tool = F_end @ tcp``; cached for a tcp that needs no gradient
+        (keyed on the tensor object and its version counter, which every
+        in-place change such as ``load_state_dict`` bumps)."""
+        if tcp is None:
+            return self._end
+        if tcp.requires_grad:
+            return self._end @ tcp
+        cache = self._tool_cache
+        if cache is not None and cache[0] is tcp and cache[1] == tcp._version:
+            return cache[2]
+        tool = self._end @ tcp
+        self._tool_cache = (tcp, tcp._version, tool)
+        return tool
+
+    def _fk_single(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
+        """Pose-only FK of one configuration ``(dof,)``: the fewest dispatches."""
+        theta = q if self._identity_coupling else q[self._coord] * self._mult + self._offset
+        ang = theta * self._rev_mask if self._any_pri else theta
+        coef = torch.sin(ang[:, None] + self._phase)  # (n, 2): sin, cos
+        if self._any_pri:
+            coef = torch.cat([coef, (theta * self._pri_mask)[:, None]], dim=1)
+        T = torch.baddbmm(self._local_base[:, None, :], coef[:, None, :], self._local_coef)
+        return torch.linalg.multi_dot([*T.view(self._n, 4, 4).unbind(0), self._tool(tcp)])
 
     def _fk_tree(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
         """Pose-only FK for small batches: all local 4x4 transforms at once,
