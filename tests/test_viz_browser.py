@@ -1,9 +1,9 @@
 """Saved previews rendered in real headless Chromium (software WebGL).
 
 The pages are opened from disk (``file://``) with every network request
-blocked, so they prove that a preview works offline. Each shot opens the page
-paused at a time given by ``?t=``, which types the time into viser's own
-timeline box, as a user scrubbing would.
+blocked, so they prove that a preview works offline. Shots are taken after
+scrubbing the loaded page with ``window.backdriveSeek``, which types the time
+into viser's own timeline box, as a user would.
 
 Chromium: Debian's ``chromium`` package (``make test`` installs it through the
 Makefile's ``browser`` target); set ``BACKDRIVE_CHROMIUM`` to use another.
@@ -115,10 +115,10 @@ def test_preview_draws_the_robot_and_scrubbing_moves_it(tmp_path, chromium):
     panda_page = viz.preview(panda, qp, targets=targets, paths=["panda_hand_tcp"], path=tmp_path / "panda")
 
     end = (T - 1) / fps
-    jobs = [(page, tmp_path / "arm_start.png", 0.0), (page, tmp_path / "arm_end.png", end),
-            (panda_page, tmp_path / "panda.png", 0.0)]
-    # One at a time: the machine may have two cores, and software WebGL is CPU-bound.
-    shots = [viz.screenshot(p, png, t=t, size=SIZE, browser=chromium) for p, png, t in jobs]
+    # One page load, scrubbed twice in place (as a user drags the timeline).
+    shots = viz.screenshots(page, [(0.0, tmp_path / "arm_start.png"), (end, tmp_path / "arm_end.png")],
+                            size=SIZE, browser=chromium)
+    shots += [viz.screenshot(panda_page, tmp_path / "panda.png", t=0.0, size=SIZE, browser=chromium)]
     keep = os.environ.get("BACKDRIVE_KEEP_SCREENSHOTS")
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ the ``[viz]`` extra and are imported only when a function needs them, so
 ``import backdrive.viz`` works without them.
 """
 
-from ._browser import BrowserNotFoundError, find_chromium, screenshot
+from ._browser import BrowserNotFoundError, find_chromium, screenshot, screenshots
 from ._deps import MissingExtraError
 from ._live import LiveViewer
 from ._plots import plot_ik_errors, plot_joint_trajectories, plot_losses, plot_parameters
@@ -23,6 +23,7 @@ __all__ = [
     "plot_ik_errors",
     "plot_parameters",
     "screenshot",
+    "screenshots",
     "find_chromium",
     "resolve_mesh_path",
     "default_package_dirs",

@@ -8,7 +8,9 @@ viser's timeline (play/pause, speed, scrub bar and time box). Two URL
 parameters are added by backdrive: ``?t=SECONDS`` opens the page paused at that
 time (it drives viser's own time box, exactly as typing into it would),
 ``?notitle`` hides the caption and ``?quiet`` hides viser's pop-up notices
-(such as its warning about software WebGL), for clean screenshots.
+(such as its warning about software WebGL), for clean screenshots. The page
+also defines ``window.backdriveSeek(t)``, which scrubs the same way from
+scripts (the screenshot helper uses it).
 """
 
 from __future__ import annotations
@@ -241,21 +243,28 @@ _SCRIPT = """
     style.textContent = ".mantine-Notifications-root{display:none !important}";
     document.head.appendChild(style);
   }
-  if (!params.has("t")) return;
-  var target = parseFloat(params.get("t"));
-  if (!isFinite(target)) return;
-  // viser wraps to the start at the end of the recording: clamp to the last frame.
-  target = Math.min(Math.max(target, 0), cfg.last);
-  var tries = 0;
-  var timer = setInterval(function () {
-    var box = document.querySelector(".mantine-NumberInput-input");
-    if (!box) { if (++tries > 1200) clearInterval(timer); return; }
-    clearInterval(timer);
-    var setter = Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set;
-    setter.call(box, String(target));
-    box.dispatchEvent(new Event("input", { bubbles: true }));
-    document.body.setAttribute("data-backdrive-seek", String(target));
-  }, 50);
+  // Seek (and pause) by typing into viser's time box; returns the clamped
+  // time. Each finished seek increments data-backdrive-seeks on <body>.
+  window.backdriveSeek = function (t) {
+    var target = parseFloat(t);
+    if (!isFinite(target)) return null;
+    // viser wraps to the start at the end of the recording: clamp to the last frame.
+    target = Math.min(Math.max(target, 0), cfg.last);
+    var tries = 0;
+    var timer = setInterval(function () {
+      var box = document.querySelector(".mantine-NumberInput-input");
+      if (!box) { if (++tries > 1200) clearInterval(timer); return; }
+      clearInterval(timer);
+      var setter = Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set;
+      setter.call(box, String(target));
+      box.dispatchEvent(new Event("input", { bubbles: true }));
+      var n = parseInt(document.body.getAttribute("data-backdrive-seeks") || "0", 10);
+      document.body.setAttribute("data-backdrive-seek", String(target));
+      document.body.setAttribute("data-backdrive-seeks", String(n + 1));
+    }, 50);
+    return target;
+  };
+  if (params.has("t")) window.backdriveSeek(params.get("t"));
 })();
 """
 
