@@ -197,3 +197,22 @@ def test_identify_input_errors(double_pendulum_data):
         identify(start, traj.q, traj.v, dt=0.01, method="magic")
     with pytest.raises(InputError, match="q and v"):
         identify(start, traj.q, traj.v[..., :-1, :], dt=0.01)
+
+
+def test_floating_base_inverse_dynamics_route():
+    # A quadruped in free flight, legs moved by PD servos: every body's mass
+    # shows in the joint torques and in the (zero) wrench on the free base.
+    robot = load("quadruped", floating_base=True)
+    g = torch.Generator().manual_seed(0)
+    mass = robot.body_mass * (1 + 0.2 * (torch.rand(robot.num_bodies, generator=g, dtype=F64) - 0.5))
+    hidden = robot.replace(body_mass=mass, damping=torch.full((12,), 0.3, dtype=F64))
+    sim = Simulator(hidden, 0.005, actuator=PDActuator(30.0, 1.0))
+    q0 = robot.neutral().clone()
+    q0[7:] = torch.tensor([0.1, 0.8, -1.5] * 4, dtype=F64)
+    targets = q0[7:] + multisine(2, 40, 0.005, torch.full((12,), 1.5, dtype=F64), seed=2)
+    traj = sim.rollout(State(q0.expand(2, -1), torch.zeros(2, robot.nv, dtype=F64)), targets)
+    tau = torch.cat([torch.zeros(2, 40, 6, dtype=F64), traj.effort], -1)
+    start = hidden.replace(body_mass=mass * 1.3, damping=torch.full((12,), 0.2, dtype=F64))
+    res = identify(start, traj.q, traj.v, dt=0.005, tau=tau)
+    assert rel_err(res.params["body_mass"], mass, list(range(robot.num_bodies))) < 1e-8
+    assert rel_err(res.params["damping"], hidden.damping, list(range(12))) < 1e-8
