@@ -42,7 +42,8 @@ def main() -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     ax = axes[0]
     for name, res in (("Adam lr 0.1", demo.adam), ("L-BFGS", demo.lbfgs), ("Gauss-Newton", demo.gauss_newton)):
-        ax.semilogy(range(len(res.losses)), [max(x, 1e-20) for x in res.losses], label=f"{name} ({res.wall_time:.2f} s)")
+        losses = [max(x, 1e-20) for x in res.losses]
+        ax.semilogy(range(len(losses)), losses, label=f"{name} ({res.wall_time:.2f} s)")
     ax.set_xlabel("iteration (Adam: epoch)")
     ax.set_ylabel("loss: sum of squared positions")
     ax.set_title("loss history")

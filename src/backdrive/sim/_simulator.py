@@ -146,7 +146,9 @@ class Simulator:
         }
         unknown = set(kwargs) - set(settings)
         if unknown:
-            raise InputError(f"unknown simulator settings {sorted(unknown)}; valid: robot, system, {', '.join(settings)}")
+            raise InputError(
+                f"unknown simulator settings {sorted(unknown)}; valid: robot, system, {', '.join(settings)}"
+            )
         settings.update(kwargs)
         dt = settings.pop("dt")
         return Simulator(new_system, dt, **settings)
