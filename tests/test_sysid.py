@@ -116,6 +116,15 @@ def test_double_pendulum_simulation_route(double_pendulum_data):
     assert res.losses[-1] < 1e-2 * res.losses[0]
 
 
+def test_gradient_descent_through_the_simulator(double_pendulum_data):
+    hidden, start, traj = double_pendulum_data
+    q, v, tau = add_noise(traj, seed=6)
+    res = identify(start, q[:2], v[:2], dt=0.01, tau=tau[:2], method="simulation", optimizer="lbfgs",
+                   iterations=60)
+    assert rel_err(res.params["body_mass"], hidden.body_mass, [1, 2]) < 0.02
+    assert rel_err(res.params["damping"], hidden.damping, [0, 1]) < 0.05
+
+
 @pytest.mark.slow
 def test_panda_simulation_route(panda_data):
     hidden, start, traj, bodies, joints = panda_data

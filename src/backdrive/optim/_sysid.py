@@ -336,6 +336,7 @@ def identify(
     velocity_weight: float = 0.1,
     optimizer: str | None = None,
     iterations: int | None = None,
+    lr: float = 0.01,
     friction_width: float = DEFAULT_FRICTION_WIDTH,
     progress: bool | None = False,
 ) -> IdentificationResult:
@@ -380,7 +381,9 @@ def identify(
         segment: steps per shooting segment of the simulation route.
         velocity_weight: weight of velocity errors relative to configuration
             errors (rad/s against rad) in the simulation route.
-        optimizer: ``"gauss_newton"`` (default), ``"lbfgs"`` or ``"adam"``.
+        optimizer: ``"gauss_newton"`` (default), ``"lbfgs"`` or ``"adam"``
+            (plain gradient descent on the back-propagated loss; ``lr`` is in
+            log-parameter units, so 0.01 moves a mass by about 1 %).
         iterations: solver iterations (default 50 for Gauss-Newton, 200 otherwise).
         friction_width: smoothing of the Coulomb friction, as in the dynamics.
         progress: show a progress bar.
@@ -438,7 +441,7 @@ def identify(
     elif optimizer == "lbfgs":
         res = lbfgs(fun, xi0, iterations=iterations, progress=bar)
     else:
-        res = adam(fun, xi0, iterations=iterations, lr=0.01, progress=bar)
+        res = adam(fun, xi0, iterations=iterations, lr=lr, progress=bar)
     bar.close(res.iterations, res.losses[-1])
     fitted = par.model(res.x)
     names = [p for p in IDENTIFIABLE_PARAMETERS if p in params]
