@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-pin = pytest.importorskip("pinocchio")
+import pinocchio as pin
 
 from backdrive import RobotModel  # noqa: E402
 from backdrive.data import get_data_path  # noqa: E402

@@ -33,8 +33,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 def _recording(html: str) -> dict:
     """Decode the viser recording embedded in a preview page."""
-    zstandard = pytest.importorskip("zstandard")
-    msgspec = pytest.importorskip("msgspec")
+    import zstandard
+    import msgspec
     data = re.search(r'window\.__VISER_EMBED_DATA__="([^"]*)"', html)
     assert data, "no embedded recording in the page"
     raw = base64.b64decode(data.group(1))
@@ -153,7 +153,7 @@ def test_resolve_mesh_path(tmp_path):
 
 def _mesh_urdf(tmp_path: Path) -> Path:
     """A two-link robot: a real STL mesh, a missing mesh, an unreadable mesh."""
-    trimesh = pytest.importorskip("trimesh")
+    import trimesh
     (tmp_path / "meshes").mkdir()
     trimesh.creation.box(extents=(0.1, 0.2, 0.3)).export(tmp_path / "meshes" / "box.stl")
     (tmp_path / "meshes" / "garbage.stl").write_bytes(b"\x00not a mesh")

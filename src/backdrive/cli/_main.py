@@ -115,14 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser(
         "view",
         help="write a browser preview of a robot, optionally along a trajectory",
-        description="Write an offline browser preview (HTML) of ROBOT, posed along a trajectory if given.",
+        description="Write an offline browser preview of ROBOT (one self-contained HTML file that opens "
+        "from disk, with a timeline to play, pause and scrub), posed along a trajectory if given.",
     )
     v.add_argument("robot", help="URDF path or robot name")
     v.add_argument("--trajectory", help=".npz file holding a (T, nq) array (key 'q' or the first array)")
     v.add_argument("--key", help="array name inside the .npz file")
     v.add_argument("--floating-base", action="store_true", help="add a free joint at the root")
     v.add_argument("--fps", type=float, default=30.0, help="playback frames per second (default 30)")
-    v.add_argument("--out", default="outputs/preview", help="output folder (default: outputs/preview)")
+    v.add_argument(
+        "--out",
+        default="outputs/preview.html",
+        help="output HTML file; an existing folder gets ROBOT.html inside (default: outputs/preview.html)",
+    )
     v.set_defaults(func=cmd_view)
 
     b = sub.add_parser(

@@ -1,0 +1,97 @@
+"""The ``backdrive`` command: help texts, ``info``, ``view`` and ``demo --quick``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backdrive.cli import build_parser, main
+from backdrive.data import get_data_path
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("demo", "info", "view", "bench"):
+        assert re.search(rf"^\s+{cmd}\s", out, re.M), cmd
+
+
+@pytest.mark.parametrize("cmd", ["demo", "info", "view", "bench"])
+def test_each_subcommand_has_help(cmd, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([cmd, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"usage: backdrive {cmd}" in out
+    assert len(out.splitlines()) > 4
+
+
+def test_console_script_runs():
+    exe = Path(sys.executable).with_name("backdrive")
+    out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, check=True).stdout
+    assert "differentiable robotics" in out
+
+
+def test_info_prints_tree_limits_dof_and_mass(capsys):
+    assert main(["info", "panda", "--fk"]) == 0
+    out = capsys.readouterr().out
+    assert "nq=8, nv=8 (fixed base)" in out
+    assert "total mass" in out
+    assert "panda_joint4 [revolute, q[3], limits [-3.072, -0.0698]" in out
+    assert "panda_finger_joint2 [prismatic, mimic 1 * panda_finger_joint1 + 0]" in out
+    assert re.search(r"panda_hand_tcp\s+0\.\d{4}", out)
+
+
+def test_info_floating_base_and_path(capsys):
+    assert main(["info", str(get_data_path("quadruped")), "--floating-base"]) == 0
+    out = capsys.readouterr().out
+    assert "nq=19, nv=18 (floating base)" in out
+    assert "trunk <- [free]" in out
+
+
+def test_info_errors_are_clear(capsys, tmp_path):
+    assert main(["info", "pandaa"]) == 2
+    err = capsys.readouterr().err
+    assert "backdrive info: error:" in err and "'panda'" in err
+    bad = tmp_path / "bad.urdf"
+    bad.write_text('<robot name="r"><link name="a"/><link name="a"/></robot>')
+    assert main(["info", str(bad)]) == 2
+    assert "link 'a' is defined twice" in capsys.readouterr().err
+
+
+def test_view_writes_preview_from_trajectory(tmp_path, capsys):
+    traj = np.linspace(0.0, 1.0, 5)[:, None] * np.ones((1, 1))
+    npz = tmp_path / "traj.npz"
+    np.savez(npz, q=traj)
+    out = tmp_path / "pendulum.html"
+    assert main(["view", "pendulum", "--trajectory", str(npz), "--out", str(out)]) == 0
+    assert out.is_file() and out.stat().st_size > 10_000
+    assert "file://" in capsys.readouterr().out
+    np.savez(npz, q=np.zeros((5, 3)))
+    assert main(["view", "pendulum", "--trajectory", str(npz), "--out", str(out)]) == 2
+    assert "must have shape (T, 1)" in capsys.readouterr().err
+
+
+def test_parser_defaults():
+    args = build_parser().parse_args(["demo"])
+    assert args.out == "outputs/demo" and args.quick is False
+
+
+def test_demo_quick_writes_every_promised_file(tmp_path):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    promised = re.findall(r"^- `([^`]+)`$", summary, re.M)
+    assert len(promised) >= 6
+    for name in promised:
+        f = out / name
+        assert f.is_file() and f.stat().st_size > 1000, name
+    kinds = {Path(p).suffix for p in promised}
+    assert {".png", ".html", ".md"} <= kinds
