@@ -17,7 +17,6 @@ Pinocchio (``pin``) provides the per-sample C++ loop.
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 import re
 import statistics

@@ -26,7 +26,7 @@ with
 * a numerical reference: a grid search over yaw every 2 degrees, each
   candidate solved with the same IK layer.
 
-    python examples/ik_grasp_orientation.py              # about 2 minutes on a laptop CPU
+    python examples/ik_grasp_orientation.py              # about a minute on a laptop CPU
     python examples/ik_grasp_orientation.py --steps 100  # a quick look
 
 The figure goes to ``outputs/examples/ik_grasp_orientation.png``.

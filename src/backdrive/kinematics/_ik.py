@@ -183,11 +183,11 @@ def dls_step(error: torch.Tensor, jacobian: torch.Tensor, damping) -> torch.Tens
     n = jacobian.shape[-1]
     J = jacobian.expand(*batch, 6, n).reshape(-1, 6, n).permute(1, 2, 0)
     e = error.expand(*batch, 6).reshape(-1, 6).T
-    lam2 = _lam2(damping, batch, J)
+    lam2 = _lam2(damping, batch)
     return _dls_soa(J, e, lam2).T.reshape(*batch, n)
 
 
-def _lam2(damping, batch, like):  # noqa: ARG001
+def _lam2(damping, batch):
     if isinstance(damping, torch.Tensor):
         return (damping * damping).expand(batch).reshape(-1)
     return float(damping) ** 2
