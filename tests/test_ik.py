@@ -451,3 +451,27 @@ def test_custom_so3_log_backward_matches_plain_autograd():
     away = (away + 1e-3 * torch.randn(away.shape, generator=g, dtype=torch.float64)).requires_grad_()
     assert gradcheck(ik_module._So3LogSoA.apply, (away,))
     assert torch.autograd.gradgradcheck(ik_module._So3LogSoA.apply, (away[..., :4].detach().requires_grad_(),))
+
+
+def test_ik_on_a_chain_with_prismatic_mimic_and_unbounded_joints():
+    from test_chain import TOY_URDF
+
+    toy = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64)
+    seed = default_seed(toy.lower, toy.upper)
+    assert seed[1] == 0.0  # the continuous joint
+    g = torch.Generator().manual_seed(22)
+    q_true = (seed + 0.1 * torch.randn(20, 4, generator=g, dtype=torch.float64)).clamp(toy.lower, toy.upper)
+    T = toy.forward_kinematics(q_true)
+    # 4 coordinates cannot follow a 6-D pose exactly in general; these targets
+    # are reachable by construction, so the position error must vanish.
+    res = solve_dls_ik(toy, T, cfg=DifferentiableIKCfg(max_iterations=40, step_size=1.0, num_seeds=4))
+    assert res.position_error.norm(dim=-1).max() < 1e-6
+    assert res.success.all()
+    Tg = T[:2].clone().requires_grad_()
+    cfg = DifferentiableIKCfg(max_iterations=3)
+    assert gradcheck(lambda t: solve_dls_ik(toy, t, None, cfg).qpos, (Tg,))
+
+
+def test_empty_batch(panda):
+    res = solve_dls_ik(panda, torch.zeros(0, 4, 4, dtype=torch.float64), cfg=DifferentiableIKCfg(num_seeds=3))
+    assert res.qpos.shape == (0, 7) and res.success.shape == (0,)
