@@ -34,6 +34,7 @@ time. ``--wall`` uses wall-clock time everywhere (on a quiet machine) and
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import time
@@ -236,7 +237,8 @@ def main() -> None:
     print(
         f"backdrive dynamics benchmark: torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"pinocchio {pin.__version__}, {platform.processor() or platform.machine()}, "
-        f"python {platform.python_version()}, {'wall-clock' if CLOCK is time.perf_counter else 'CPU'} time"
+        f"python {platform.python_version()}, {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.1f}, {'wall-clock' if CLOCK is time.perf_counter else 'CPU'} time"
         f"{', quick' if args.quick else ''}\n",
         flush=True,
     )
