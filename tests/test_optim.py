@@ -26,14 +26,6 @@ F64 = torch.float64
 REFERENCE = [19.9717, 18.8422, 17.9318, 17.1367, 16.4228]  # epochs 0, 20, 40, 60, 80
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: extra intra-op threads only add contention on shared CPUs.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def test_public_names_resolve():
     for name in bopt.__all__:

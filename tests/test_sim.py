@@ -26,14 +26,6 @@ from backdrive.sim import (
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: extra intra-op threads only add contention on shared CPUs.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def msd_state(x=1.0, v=0.0, dtype=F64):
     return State(torch.tensor([x], dtype=dtype), torch.tensor([v], dtype=dtype))

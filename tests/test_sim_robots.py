@@ -15,14 +15,6 @@ F64 = torch.float64
 G = 9.81
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: extra intra-op threads only add contention on shared CPUs.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def energy(robot, traj):
     return kinetic_energy(robot, traj.q, traj.v) + potential_energy(robot, traj.q)

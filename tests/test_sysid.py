@@ -20,14 +20,6 @@ from backdrive.sim import PDActuator, Simulator, State
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: extra intra-op threads only add contention on shared CPUs.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def multisine(batch: int, steps: int, dt: float, amplitude: torch.Tensor, seed: int) -> torch.Tensor:
     """``(batch, steps, n)`` sums of three sines per joint, 0.3 to 1.8 Hz."""
