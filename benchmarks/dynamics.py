@@ -33,18 +33,25 @@ time. ``--wall`` uses wall-clock time everywhere (on a quiet machine) and
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
-import re
-import time
 
-import numpy as np
-import torch
+# Pinocchio's parallel functions leave their OpenMP workers spinning after each
+# call; measured here, that made torch's next LAPACK calls (the Cholesky
+# factorisation of forward dynamics) a thousand times slower in the same
+# process. Sleeping workers avoid it. Must be set before the imports below.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import backdrive.dynamics as D
-from backdrive import RobotModel
-from backdrive.data import get_data_path
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import backdrive.dynamics as D  # noqa: E402
+from backdrive import RobotModel  # noqa: E402
+from backdrive.data import get_data_path  # noqa: E402
 
 BATCHES = (1, 100, 10000)
 PIN_THREADS = 2
