@@ -37,8 +37,11 @@ browser:
 test: $(VENV)/.installed-test browser
 	$(PY) -m pytest -q
 
+# Side-by-side runs against the peers; each prints a markdown table of ratios.
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/kinematics.py
+	$(PY) benchmarks/dynamics.py
+	$(PY) benchmarks/learning.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info outputs
