@@ -16,11 +16,32 @@ from ._errors import (
 )
 from .model import RobotModel
 
+# The layers, in the order data flows (each imports only the ones before it).
+# ``backdrive.envs`` and ``backdrive.viz`` are imported on demand.
+from . import spatial  # noqa: I001
+from . import model
+from . import kinematics
+from . import dynamics
+from . import sim
+from . import layers
+from . import optim
+from . import data
+from . import cli
+
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
     "RobotModel",
+    "spatial",
+    "model",
+    "kinematics",
+    "dynamics",
+    "sim",
+    "layers",
+    "optim",
+    "data",
+    "cli",
     "BackdriveError",
     "ModelError",
     "URDFParseError",
