@@ -215,11 +215,56 @@ def so3_log(R: torch.Tensor) -> torch.Tensor:
         shape ``(..., 3)``.
     """
     check_matrix(R, 3, 3, "R")
+    return so3_log_parts(R)[0]
+
+
+def so3_log_parts(R: torch.Tensor, batch_last: bool = False):
+    """:func:`so3_log` without validation, with the intermediates of its branches.
+
+    The one implementation of the logarithm: :func:`so3_log` returns its
+    first output, and the IK solver's closed-form backward
+    (``backdrive.kinematics._ik``) is written against the intermediates.
+    Everything is elementwise on the nine entries of ``R``, so the same code
+    serves both layouts; the choice of column ``k`` (first largest diagonal
+    entry) is made with comparisons and ``torch.where`` rather than
+    ``argmax``/``gather`` on a strided diagonal, which is an order of
+    magnitude slower for large batches.
+
+    Args:
+        R: ``(..., 3, 3)`` rotations, or with ``batch_last`` ``(3, 3, M)``.
+        batch_last: the matrix axes lead and vectors come back as ``(3, M)``.
+
+    Returns:
+        ``(rotvec, parts)``: rotvec ``(..., 3)`` (or ``(3, M)``), and ``parts =
+        (v, c, s, s2, atan, f, near_pi, small, e0, e1, axis0, inv_n, sign,
+        sin_t, theta_pi)`` with ``v``, ``axis0`` vectors and the rest per
+        sample: ``v = vee((R - R^T)/2)``, ``c = (tr R - 1)/2``, ``s2 = |v|^2``,
+        ``s = |v|`` on the generic branch (1 elsewhere), ``atan = atan2(s,
+        c)``, ``f = t/sin t`` (regular branches), the masks ``near_pi``,
+        ``small``, and ``e0``/``e1`` (``k == 0``/``k == 1``), the unit column
+        ``axis0`` before its sign, ``inv_n`` its reciprocal norm, ``sign =
+        +-1``, ``sin_t = |axis0 . v|`` and the angle ``theta_pi`` of the
+        near-pi branch.
+    """
+    if batch_last:
+        vdim = 0
+        rows = R.unbind(0)
+        (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = (row.unbind(0) for row in rows)
+
+        def per(x: torch.Tensor) -> torch.Tensor:
+            return x
+    else:
+        vdim = -1
+        rows = R.unbind(-2)
+        (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = (row.unbind(-1) for row in rows)
+
+        def per(x: torch.Tensor) -> torch.Tensor:
+            return x.unsqueeze(-1)
+
     dtype = R.dtype
-    trace = R[..., 0, 0] + R[..., 1, 1] + R[..., 2, 2]
-    c = 0.5 * (trace - 1.0)
-    v = _vee_antisym(R)
-    s2 = (v * v).sum(-1)
+    c = 0.5 * (r00 + r11 + r22 - 1.0)
+    v = 0.5 * torch.stack((r21 - r12, r02 - r20, r10 - r01), vdim)
+    s2 = (v * v).sum(vdim)
     thr = small_angle_threshold(dtype)
     near_pi = c <= 0.0
     small = (~near_pi) & (s2 < thr * thr)
@@ -231,31 +276,43 @@ def so3_log(R: torch.Tensor) -> torch.Tensor:
     # Generic: t/sin t with sin t = |v|; |v| is computed from a safe input off
     # this branch (sqrt'(0) = inf at the identity and at pi).
     s = _sqrt_safe(s2, generic)
-    f_generic = torch.atan2(s, c) / s
-    f = torch.where(small, f_small, f_generic)
-    rotvec_regular = v * f.unsqueeze(-1)
+    atan = torch.atan2(s, c)
+    f = torch.where(small, f_small, atan / s)
+    regular = v * per(f)
 
-    # Near pi: axis from the symmetric part, see the docstring.
-    eye = _eye3(R)
-    B = 0.5 * (R + R.transpose(-1, -2)) - c[..., None, None] * eye
-    k = torch.diagonal(R, dim1=-2, dim2=-1).argmax(-1)
-    col = torch.gather(B, -1, k[..., None, None].expand(*k.shape, 3, 1)).squeeze(-1)
-    n2 = (col * col).sum(-1)
+    # Near pi: axis from the symmetric part (R + R^T)/2 - c I, its column
+    # k = argmax_i R[i, i] (first index on ties, as torch.argmax), picked
+    # entry by entry with comparisons and torch.where.
+    e0 = (r00 >= r11) & (r00 >= r22)
+    e1 = (~e0) & (r11 >= r22)
+    s01 = 0.5 * (r01 + r10)
+    s02 = 0.5 * (r02 + r20)
+    s12 = 0.5 * (r12 + r21)
+    col = torch.stack(
+        (
+            torch.where(e0, r00 - c, torch.where(e1, s01, s02)),
+            torch.where(e0, s01, torch.where(e1, r11 - c, s12)),
+            torch.where(e0, s02, torch.where(e1, s12, r22 - c)),
+        ),
+        vdim,
+    )
+    n2 = (col * col).sum(vdim)
     # Off this branch col can be exactly zero (R = I); normalise by 1 there so
     # the masked gradient stays finite. On it, |col| >= (1 - c)/sqrt(3) >= 0.58.
-    n2_safe = torch.where(near_pi, n2, torch.ones_like(n2))
-    axis = col * torch.rsqrt(n2_safe).unsqueeze(-1)
-    dot = (axis * v).sum(-1)  # = sin(t) * (+-1)
+    inv_n = torch.rsqrt(torch.where(near_pi, n2, torch.ones_like(n2)))
+    axis0 = col * per(inv_n)
+    dot = (axis0 * v).sum(vdim)  # = sin(t) * (+-1)
     sign = torch.where(dot < 0.0, -torch.ones_like(dot), torch.ones_like(dot))
-    axis = axis * sign.unsqueeze(-1)
     sin_t = dot * sign  # >= 0 (or -0.0: harmless, atan2(-0.0, x > 0) = -0.0)
     # atan2 around (sin t, -c) ~ (0, 1): smooth, finite gradient even at t = pi,
     # unlike acos(c) or atan2(|v|, c). On the untaken side c > 0 keeps the
     # argument away from the origin, so its gradient is finite too.
     theta_pi = math.pi - torch.atan2(sin_t, -c)
-    rotvec_pi = axis * theta_pi.unsqueeze(-1)
+    rotvec_pi = axis0 * per(sign * theta_pi)
 
-    return torch.where(near_pi.unsqueeze(-1), rotvec_pi, rotvec_regular)
+    out = torch.where(per(near_pi), rotvec_pi, regular)
+    parts = (v, c, s, s2, atan, f, near_pi, small, e0, e1, axis0, inv_n, sign, sin_t, theta_pi)
+    return out, parts
 
 
 #: Alias of :func:`so3_exp`.
