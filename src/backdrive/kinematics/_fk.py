@@ -39,21 +39,77 @@ def _skew_const(a: torch.Tensor) -> torch.Tensor:
     )
 
 
+_CACHE: dict = {}
+
+
+def _slice_or_index(idx: list, device) -> slice | torch.Tensor:
+    """A contiguous run of positions as a ``slice`` (a view), else a long tensor."""
+    if idx == list(range(idx[0], idx[0] + len(idx))):
+        return slice(idx[0], idx[0] + len(idx))
+    return torch.tensor(idx, dtype=torch.long, device=device)
+
+
+def _take(x: torch.Tensor, idx, dim: int) -> torch.Tensor:
+    # index_select, not advanced indexing: several times faster on the CPU and
+    # its backward is an index_add.
+    if isinstance(idx, slice):
+        return x.narrow(dim, idx.start, idx.stop - idx.start)
+    return x.index_select(dim, idx)
+
+
 def _cache(model: RobotModel) -> dict:
-    """Constant tensors derived from the model (cheap; rebuilt per call so that
-    replaced parameters and ``.to()`` copies can never see stale values)."""
-    pl = model.joint_placement[1:]
-    Rpl, ppl = pl[:, :3, :3], pl[:, :3, 3]
-    K = _skew_const(model.joint_axis[1:])
-    is_pri = model.joint_is_prismatic[1:]
+    """Constant tensors derived from the model's geometry, built once per
+    geometry, dtype and device.
+
+    The key is the model's fingerprint, a digest of the kinematic geometry
+    (placements, axes, joint kinds, tree), which ``replace`` cannot change
+    (it replaces physical parameters only) and ``to`` recasts from the same
+    master copy; so no model can see another's stale tensors.
+    """
+    key = (model.fingerprint, model.dtype, str(model.device))
+    c = _CACHE.get(key)
+    if c is None:
+        # Plain tensors even when first called under inference mode or no_grad.
+        with torch.inference_mode(False), torch.no_grad():
+            c = _build_cache(model)
+        _CACHE[key] = c
+    return c
+
+
+def _build_cache(model: RobotModel) -> dict:
+    pl = model.joint_placement[1:].clone()
+    Rpl, ppl = pl[:, :3, :3].contiguous(), pl[:, :3, 3].contiguous()
+    axis = model.joint_axis[1:].clone()
+    K = _skew_const(axis)
+    is_pri = model.joint_is_prismatic[1:].clone()
+    # Per depth level d > 0: the level's positions in the body order (a slice
+    # when contiguous) and its parents' positions in level d - 1 (``None``
+    # when level d - 1 is one body: broadcast instead of gathering).
+    steps = []
+    for d in range(1, len(model.levels)):
+        idx = model.levels[d].tolist()
+        par = model.level_parent[d].tolist()
+        prev = len(model.levels[d - 1])
+        steps.append(
+            (
+                _slice_or_index(idx, model.device),
+                None if prev == 1 else _slice_or_index(par, model.device),
+            )
+        )
     return {
         "Rpl": Rpl,
         "ppl": ppl,
         "A": Rpl @ K,
         "B": Rpl @ (K @ K),
-        "Raxis": (Rpl @ model.joint_axis[1:, :, None])[..., 0],
+        "Raxis": (Rpl @ axis[:, :, None])[..., 0],
         "is_pri": is_pri,
         "is_rev": 1.0 - is_pri,
+        "has_pri": bool(is_pri.any()),
+        "eye": torch.eye(3, dtype=model.dtype, device=model.device),
+        "steps": tuple(steps),
+        "identity_coupling": model.joint_coordinate[1:].tolist() == list(range(model.num_bodies - 1))
+        and bool((model.joint_offset[1:] == 0).all())
+        and bool((model.joint_multiplier[1:] == 1).all()),
     }
 
 
@@ -83,17 +139,26 @@ def local_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, 
         R0 = quat_to_matrix(q[..., 3:7])[..., None, :, :]
         p0 = q[..., None, 0:3]
     else:
-        R0 = torch.eye(3, dtype=q.dtype, device=q.device).expand(*batch, 1, 3, 3)
+        R0 = c["eye"].expand(*batch, 1, 3, 3)
         p0 = q.new_zeros(*batch, 1, 3)
     if nb == 1:
         return R0, p0
-    theta = joint_values(model, q)
-    ang = theta * c["is_rev"]
+    if c["identity_coupling"]:
+        theta = q[..., 7:] if model.floating_base else q
+    else:
+        theta = joint_values(model, q)
+    if c["has_pri"]:
+        ang = theta * c["is_rev"]
+    else:
+        ang = theta
     s = torch.sin(ang)[..., None, None]
     omc = (1.0 - torch.cos(ang))[..., None, None]
     # Rodrigues folded into the placement: Rpl @ exp(theta K) = Rpl + s Rpl K + (1 - cos) Rpl K^2.
-    R = c["Rpl"] + s * c["A"] + omc * c["B"]
-    p = c["ppl"] + c["Raxis"] * (theta * c["is_pri"])[..., None]
+    R = torch.addcmul(torch.addcmul(c["Rpl"], s, c["A"]), omc, c["B"])
+    if c["has_pri"]:
+        p = torch.addcmul(c["ppl"], c["Raxis"], (theta * c["is_pri"])[..., None])
+    else:
+        p = c["ppl"].expand(*batch, nb - 1, 3)
     return torch.cat([R0, R], dim=-3), torch.cat([p0.expand(*batch, 1, 3), p], dim=-2)
 
 
@@ -110,18 +175,20 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
     """
     model.check_q(q)
     Rl, pl = local_transforms(model, q)
+    steps = _cache(model)["steps"]
     Rs, ps = [Rl[..., :1, :, :]], [pl[..., :1, :]]
-    for d in range(1, len(model.levels)):
-        idx, par = model.levels[d], model.level_parent[d]
-        Rp = Rs[-1][..., par, :, :]
-        pp = ps[-1][..., par, :]
-        Rs.append(Rp @ Rl[..., idx, :, :])
-        ps.append((Rp @ pl[..., idx, :, None])[..., 0] + pp)
+    for idx, par in steps:
+        Rp, pp = Rs[-1], ps[-1]
+        if par is not None:
+            Rp, pp = _take(Rp, par, -3), _take(pp, par, -2)
+        Rc, pc = _take(Rl, idx, -3), _take(pl, idx, -2)
+        Rs.append(Rp @ Rc)
+        ps.append((Rp @ pc[..., None])[..., 0] + pp)
     R, p = torch.cat(Rs, dim=-3), torch.cat(ps, dim=-2)
     if model.levels_sorted:
         return R, p
     inv = model.level_inverse
-    return R[..., inv, :, :], p[..., inv, :]
+    return R.index_select(-3, inv), p.index_select(-2, inv)
 
 
 def resolve_frame(model: RobotModel, frame) -> int:
