@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .._errors import BackdriveError, InputError
+from ..spatial._so3 import so3_log_parts
 from ._chain import SerialChainKinematics
 
 __all__ = [
@@ -296,51 +297,8 @@ def _dls_soa(J: torch.Tensor, e: torch.Tensor, lam2) -> torch.Tensor:
     return _dls_plain(J, e, lam2)
 
 
-def _so3_log_soa_parts(R: torch.Tensor):
-    """Forward of :func:`_so3_log_soa` with the intermediates its backward needs."""
-    dtype = R.dtype
-    r00, r01, r02 = R[0].unbind(0)
-    r10, r11, r12 = R[1].unbind(0)
-    r20, r21, r22 = R[2].unbind(0)
-    c = 0.5 * (r00 + r11 + r22 - 1.0)
-    v = 0.5 * torch.stack([r21 - r12, r02 - r20, r10 - r01], dim=0)
-    s2 = (v * v).sum(0)
-    thr = torch.finfo(dtype).eps ** 0.125
-    near_pi = c <= 0.0
-    small = (~near_pi) & (s2 < thr * thr)
-    generic = ~(near_pi | small)
-    f_small = 1.0 + s2 * (1.0 / 6.0 + s2 * (3.0 / 40.0 + s2 * (5.0 / 112.0 + s2 * (35.0 / 1152.0))))
-    # sqrt only where the generic branch is taken: sqrt'(0) = inf would turn
-    # the masked gradient of the untaken side into nan.
-    s = torch.sqrt(torch.where(generic, s2, torch.ones_like(s2)))
-    atan = torch.atan2(s, c)
-    f = torch.where(small, f_small, atan / s)
-    regular = v * f
-    # Near pi: the axis from the symmetric part (R + R^T)/2 - c I = (1 - c) a a^T,
-    # its column k = argmax diag(R), normalised, signed so that a . v >= 0.
-    # k = argmax(diag), first index on ties (as torch.argmax), as a one-hot
-    # (3, M) built from comparisons: argmax over a leading axis is far slower.
-    e0 = (r00 >= r11) & (r00 >= r22)
-    e1 = (~e0) & (r11 >= r22)
-    e2 = ~(e0 | e1)
-    onehot = torch.stack([e0, e1, e2], dim=0).to(dtype)
-    sym = 0.5 * (R + R.transpose(0, 1))  # (3, 3, M)
-    col = (sym * onehot[None]).sum(1) - c * onehot
-    n2 = (col * col).sum(0)
-    inv_n = torch.rsqrt(torch.where(near_pi, n2, torch.ones_like(n2)))
-    axis0 = col * inv_n
-    dot = (axis0 * v).sum(0)
-    sign = torch.where(dot < 0.0, -torch.ones_like(dot), torch.ones_like(dot))
-    sin_t = dot * sign
-    theta_pi = math.pi - torch.atan2(sin_t, -c)
-    at_pi = axis0 * (sign * theta_pi)
-    out = torch.where(near_pi, at_pi, regular)
-    saved = (v, c, s, s2, atan, f, near_pi, small, onehot, axis0, inv_n, sign, sin_t, theta_pi)
-    return out, saved
-
-
 def _so3_log_soa_plain(R: torch.Tensor) -> torch.Tensor:
-    return _so3_log_soa_parts(R)[0]
+    return so3_log_parts(R, batch_last=True)[0]
 
 
 class _So3LogSoA(torch.autograd.Function):
@@ -360,18 +318,19 @@ class _So3LogSoA(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, R):
-        out, saved = _so3_log_soa_parts(R)
-        ctx.save_for_backward(R, *saved)
+        out, parts = so3_log_parts(R, batch_last=True)
+        ctx.save_for_backward(R, *parts)
         return out
 
     @staticmethod
     def backward(ctx, g):
-        R, v, c, s, s2, atan, f, near_pi, small, onehot, axis0, inv_n, sign, sin_t, theta_pi = ctx.saved_tensors
+        R, v, c, s, s2, atan, f, near_pi, small, e0, e1, axis0, inv_n, sign, sin_t, theta_pi = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
             with torch.enable_grad():
                 out = _so3_log_soa_plain(R)
             (gR,) = torch.autograd.grad(out, R, g, create_graph=True)
             return gR
+        onehot = torch.stack([e0, e1, ~(e0 | e1)], dim=0).to(R.dtype)  # e_k, (3, M)
         zero = torch.zeros_like(c)
         # regular branches: out = v f
         g_f = (v * g).sum(0)
@@ -412,11 +371,9 @@ class _So3LogSoA(torch.autograd.Function):
 def _so3_log_soa(R: torch.Tensor) -> torch.Tensor:
     """:func:`backdrive.spatial.so3_log` for batch-last rotations ``R (3, 3, M)``.
 
-    The same three branches (small angle, generic, near pi) with the same
-    formulas, written on contiguous rows; returns ``(3, M)``. Kept in step
-    with ``so3_log`` by a test that compares values and gradients at random,
-    small and near-pi rotations. When a gradient is needed it runs as
-    :class:`_So3LogSoA` (closed-form backward).
+    The forward is the spatial module's own (``so3_log_parts`` with
+    ``batch_last=True``); returns ``(3, M)``. When a gradient is needed it
+    runs as :class:`_So3LogSoA` (closed-form backward).
     """
     if torch.is_grad_enabled() and R.requires_grad:
         return _So3LogSoA.apply(R)
