@@ -8,6 +8,7 @@ matrices, parent-from-child; twists are ``[linear; angular]``; URDF ``rpy``
 is ``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``; SI units (m, rad).
 """
 
+from . import _quat, _se3, _so3
 from ._quat import matrix_to_quat as matrix_to_quat
 from ._quat import quat_apply as quat_apply
 from ._quat import quat_conjugate as quat_conjugate
@@ -41,40 +42,10 @@ from ._so3 import so3_exp as so3_exp
 from ._so3 import so3_log as so3_log
 from ._so3 import unskew as unskew
 
-__all__ = [
-    # so3
-    "skew",
-    "unskew",
-    "so3_exp",
-    "so3_log",
-    "rotvec_to_matrix",
-    "matrix_to_rotvec",
-    "rpy_to_matrix",
-    "matrix_to_rpy",
-    # quaternions
-    "quat_to_matrix",
-    "matrix_to_quat",
-    "quat_multiply",
-    "quat_conjugate",
-    "quat_inverse",
-    "quat_normalize",
-    "quat_apply",
-    "rotvec_to_quat",
-    "quat_to_rotvec",
-    "quat_identity",
-    "random_quat",
-    "random_rotation",
-    # se3
-    "make_transform",
-    "transform_inverse",
-    "transform_compose",
-    "transform_point",
-    "se3_exp",
-    "se3_log",
-    "adjoint",
-    "adjoint_inverse",
-    "identity_transform",
-    "random_transform",
-    "is_rigid_transform",
-    "pose_error",
-]
+# The public names are each submodule's __all__ (kept there, next to the
+# definitions), in this order; `__all__ += module.__all__` is the form static
+# checkers follow.
+__all__: list[str] = []
+__all__ += _so3.__all__
+__all__ += _quat.__all__
+__all__ += _se3.__all__
