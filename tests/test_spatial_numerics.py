@@ -239,6 +239,38 @@ def test_log_exactly_pi_sign_rule(a):
     assert_exact(rot_err, expected)
 
 
+# Exactly pi with ties on the diagonal of R: about (1, -1, 0)/sqrt(2)
+# (R[0, 0] == R[1, 1] == 0) and about (1, -1, -1)/sqrt(3) (all three -1/3).
+PI_TIES = {
+    "two_way": ([[0.0, -1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]], (1.0, -1.0, 0.0)),
+    "three_way": (
+        [[-1 / 3, -2 / 3, -2 / 3], [-2 / 3, -1 / 3, 2 / 3], [-2 / 3, 2 / 3, -1 / 3]],
+        (1.0, -1.0, -1.0),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("case", sorted(PI_TIES))
+def test_log_exactly_pi_ties_take_the_first_index(case, dtype):
+    """On a tie of R[i, i] the first index decides the sign (as torch.argmax)."""
+    rows, a = PI_TIES[case]
+    R = torch.tensor(rows, dtype=dtype)
+    a = torch.tensor(a, dtype=dtype)
+    expected = math.pi * a / a.norm()
+    tol = EXACT if dtype == F64 else 1e-6
+    assert_exact(sp.so3_log(R), expected, tol)
+    assert_exact(sp.quat_to_rotvec(sp.matrix_to_quat(R)), expected, tol)
+    _, rot_err = sp.pose_error(sp.identity_transform(dtype=dtype), sp.make_transform(R, torch.zeros(3, dtype=dtype)))
+    assert_exact(rot_err, expected, tol)
+    # the same in a batch, and with finite gradients
+    batch = torch.stack([R, torch.eye(3, dtype=dtype), R])
+    assert torch.equal(sp.so3_log(batch)[0], sp.so3_log(R))
+    assert torch.equal(sp.so3_log(batch)[2], sp.so3_log(R))
+    assert_finite_grad(sp.so3_log, batch, "so3_log")
+    assert_finite_grad(sp.matrix_to_quat, batch, "matrix_to_quat")
+
+
 @pytest.mark.parametrize("gap", [1e-6, 1e-9])
 def test_log_near_pi_flips_across_the_cut(gap):
     """Just below pi the log follows the axis; just above it, the opposite one."""
