@@ -374,6 +374,9 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
         S = torch.cat([torch.linalg.cross(p_m, axis_w), axis_w], -1)
     Ra, pa = R[..., o:, :, :], p[..., o:, :]
     m = model.body_mass[o:]
+    if inertia and Ra.shape[-3] and Ra.shape[:-3].numel() > TREE_MATMUL_MAX_BATCH:
+        c, h, I = _world_inertia_wide(Ra, pa, m, model.body_com[o:], model.body_inertia[o:])
+        return Kinematics(R, p, S, m, h, I, c)
     c = (Ra @ model.body_com[o:, :, None])[..., 0] + pa
     if not inertia:
         return Kinematics(R, p, S, m, m[:, None] * c, None, c)
@@ -385,6 +388,38 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
     eye = torch.eye(3, dtype=q.dtype, device=q.device)
     I = Ic + trace * eye - cc
     return Kinematics(R, p, S, m, h, I, c)
+
+
+def _world_inertia_wide(Ra, pa, m, com, Ib):
+    """Centres of mass, first moments and rotational inertias about the world
+    origin, ``R Ib R^T + m (|c|^2 1 - c c^T)``, for large batches.
+
+    Computed component by component on ``(3, 3, k, N)`` arrays with the batch
+    innermost: each step is one elementwise operation over the whole batch,
+    where a batched 3x3 ``matmul`` spends most of its time per tiny matrix.
+    Sums accumulate in place into fresh buffers (fewer large allocations).
+    """
+    batch, k = Ra.shape[:-3], Ra.shape[-3]
+    Rt = Ra.reshape(-1, k, 3, 3).permute(2, 3, 1, 0).contiguous()  # [i, l, body, sample]
+    pt = pa.reshape(-1, k, 3).permute(2, 1, 0)  # (3, k, N)
+    comt = com.T[:, :, None]  # (3, k, 1)
+    ct = Rt[:, 0] * comt[0]
+    ct.addcmul_(Rt[:, 1], comt[1]).addcmul_(Rt[:, 2], comt[2]).add_(pt)
+    ht = m[:, None] * ct
+    Ibt = Ib.permute(1, 2, 0)[:, :, :, None]  # [l, j, body, 1]
+    # Y = R Ib, Y[i, j] = sum_l R[i, l] Ib[l, j]; then I = Y R^T.
+    Y = Rt[:, 0, None] * Ibt[0]
+    Y.addcmul_(Rt[:, 1, None], Ibt[1]).addcmul_(Rt[:, 2, None], Ibt[2])
+    I = Y[:, None, 0] * Rt[None, :, 0]
+    I.addcmul_(Y[:, None, 1], Rt[None, :, 1]).addcmul_(Y[:, None, 2], Rt[None, :, 2])
+    I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
+    d = (ct * ht).sum(0)
+    for i in range(3):
+        I[i, i] += d
+    I = I.permute(3, 2, 0, 1).reshape(*batch, k, 3, 3)
+    c = ct.permute(2, 1, 0).reshape(*batch, k, 3)
+    h = ht.permute(2, 1, 0).reshape(*batch, k, 3)
+    return c, h, I
 
 
 # ---------------------------------------------------------------------- inputs
