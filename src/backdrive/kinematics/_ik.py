@@ -311,9 +311,13 @@ class _So3LogSoA(torch.autograd.Function):
     * near pi: ``out = a (pi - atan2(|a0 . v|, -c))`` with ``a0`` the
       normalised column ``k`` of ``(R + R^T)/2 - c I`` and ``a = sign(a0 . v) a0``.
 
-    The backward chains these formulas by hand (the branch masks and the
-    sign are constants, as ``torch.where`` treats them); a double backward
-    falls back to differentiating the plain operations.
+    The forward is ``backdrive.spatial``'s (``so3_log_parts``), whose
+    intermediates the backward reuses. It chains these formulas by hand (the
+    branch masks and the sign are constants, as ``torch.where`` treats them);
+    a double backward falls back to differentiating the plain operations.
+    Kept because it is faster than autograd through the same forward (1
+    thread, M = 1000: forward+backward 0.78 ms vs 1.03 ms; the 16-iteration
+    IK of 1000 targets, forward+backward, 83 ms vs 93 ms).
     """
 
     @staticmethod
