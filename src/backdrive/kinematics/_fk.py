@@ -96,7 +96,15 @@ def _build_cache(model: RobotModel) -> dict:
                 None if prev == 1 else _slice_or_index(par, model.device),
             )
         )
+    A, B = Rpl @ K, Rpl @ (K @ K)
+    Raxis = (Rpl @ axis[:, :, None])[..., 0]
     return {
+        # Component-first copies for the wide path: (3, 3, nb - 1, 1), (3, nb - 1, 1).
+        "Rpl_t": Rpl.permute(1, 2, 0)[..., None].contiguous(),
+        "A_t": A.permute(1, 2, 0)[..., None].contiguous(),
+        "B_t": B.permute(1, 2, 0)[..., None].contiguous(),
+        "ppl_t": ppl.T[..., None].contiguous(),
+        "Raxis_t": Raxis.T[..., None].contiguous(),
         "Rpl": Rpl,
         "ppl": ppl,
         "A": Rpl @ K,
@@ -174,6 +182,8 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
         ``R (..., nb, 3, 3)``, ``p (..., nb, 3)``.
     """
     model.check_q(q)
+    if q.shape[:-1].numel() > _WIDE_MIN_BATCH and model.num_bodies > 1:
+        return _body_transforms_wide(model, q)
     Rl, pl = local_transforms(model, q)
     steps = _cache(model)["steps"]
     Rs, ps = [Rl[..., :1, :, :]], [pl[..., :1, :]]
@@ -189,6 +199,63 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
         return R, p
     inv = model.level_inverse
     return R.index_select(-3, inv), p.index_select(-2, inv)
+
+
+#: Above this many batch entries :func:`body_transforms` works component by
+#: component with the batch innermost (few large elementwise operations instead
+#: of batched 3x3 products, whose cost is per tiny matrix).
+_WIDE_MIN_BATCH = 64
+
+
+def _body_transforms_wide(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`body_transforms` on ``(3, 3, k, N)`` / ``(3, k, N)`` arrays."""
+    c = _cache(model)
+    batch = q.shape[:-1]
+    nb = model.num_bodies
+    qf = q.reshape(-1, q.shape[-1])
+    N = qf.shape[0]
+    if model.floating_base:
+        R0 = quat_to_matrix(qf[:, 3:7]).permute(1, 2, 0)[:, :, None, :].contiguous()  # (3, 3, 1, N)
+        p0 = qf[:, 0:3].T[:, None, :].contiguous()  # (3, 1, N)
+    else:
+        R0 = c["eye"][:, :, None, None].expand(3, 3, 1, N)
+        p0 = qf.new_zeros(3, 1, N)
+    if c["identity_coupling"]:
+        theta = qf[:, 7:] if model.floating_base else qf
+    else:
+        theta = joint_values(model, qf)
+    theta = theta.T  # (nb - 1, N)
+    ang = theta * c["is_rev"][:, None] if c["has_pri"] else theta
+    s = torch.sin(ang)
+    omc = 1.0 - torch.cos(ang)
+    # (3, 3, nb - 1, 1) constants, (nb - 1, N) angles.
+    Rl = torch.addcmul(torch.addcmul(c["Rpl_t"], c["A_t"], s), c["B_t"], omc)
+    if c["has_pri"]:
+        pl = torch.addcmul(c["ppl_t"], c["Raxis_t"], theta * c["is_pri"][:, None])
+    else:
+        pl = c["ppl_t"].expand(3, nb - 1, N)
+    Rs, ps = [R0], [p0]
+    for idx, par in c["steps"]:
+        Rp, pp = Rs[-1], ps[-1]
+        if par is not None:
+            Rp, pp = _take(Rp, par, -2), _take(pp, par, -2)
+        # Child positions in the moving bodies' arrays are body - 1.
+        if isinstance(idx, slice):
+            Rc, pc = Rl[:, :, idx.start - 1 : idx.stop - 1], pl[:, idx.start - 1 : idx.stop - 1]
+        else:
+            Rc, pc = Rl.index_select(-2, idx - 1), pl.index_select(-2, idx - 1)
+        R = Rp[:, 0, None] * Rc[None, 0]
+        R.addcmul_(Rp[:, 1, None], Rc[None, 1]).addcmul_(Rp[:, 2, None], Rc[None, 2])
+        p = Rp[:, 0] * pc[0]
+        p.addcmul_(Rp[:, 1], pc[1]).addcmul_(Rp[:, 2], pc[2]).add_(pp)
+        Rs.append(R)
+        ps.append(p)
+    R, p = torch.cat(Rs, dim=-2), torch.cat(ps, dim=-2)
+    if not model.levels_sorted:
+        R, p = R.index_select(-2, model.level_inverse), p.index_select(-2, model.level_inverse)
+    R = R.permute(3, 2, 0, 1).reshape(*batch, nb, 3, 3).contiguous()
+    p = p.permute(2, 1, 0).reshape(*batch, nb, 3).contiguous()
+    return R, p
 
 
 def resolve_frame(model: RobotModel, frame) -> int:
