@@ -30,6 +30,7 @@ from ._tree import (
     topology,
     tree_down,
     tree_up,
+    TREE_MATMUL_MAX_BATCH,
 )
 
 __all__ = ["inverse_dynamics", "bias_forces", "gravity_forces", "rnea_core"]
@@ -56,6 +57,8 @@ def rnea_core(
     fb = model.floating_base
     nj = model.num_joints
     S = kin.S
+    if not fb and topo.nm and S.shape[:-2].numel() > TREE_MATMUL_MAX_BATCH:
+        return _rnea_wide(model, topo, kin, v, a, g, fext_w)
     R0, p0 = kin.R[..., 0, :, :], kin.p[..., 0, :]
     A = _gravity_motion(g)
     if v is not None:
@@ -94,6 +97,68 @@ def rnea_core(
         tau = tau + model.armature * (a[..., 6:] if fb else a)
     if fb:
         tau = torch.cat([base_force_from_world(R0, p0, F[..., 0, :]), tau], -1)
+    return tau
+
+
+def _t(x: torch.Tensor) -> torch.Tensor:
+    """``(..., k, c)`` -> ``(c, k, N)`` contiguous, batch flattened and innermost."""
+    return x.reshape(-1, *x.shape[-2:]).permute(2, 1, 0).contiguous()
+
+
+def _cross_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cross product of ``(3, ...)`` component-first arrays."""
+    return a.roll(-1, 0) * b.roll(1, 0) - a.roll(1, 0) * b.roll(-1, 0)
+
+
+def _rnea_wide(model, topo, kin, v, a, g, fext_w) -> torch.Tensor:
+    """:func:`rnea_core` for a fixed base and a large batch.
+
+    Every spatial quantity is a ``(6, k, N)`` array with the batch innermost:
+    cross products and inertia products are a few elementwise operations over
+    the whole batch, and each tree sum is one matrix product of the ancestor
+    matrix with a ``(k, 6 N)`` block.
+    """
+    batch = kin.S.shape[:-2]
+    nm = topo.nm
+    S = _t(kin.S)  # (6, nm, N)
+    N = S.shape[-1]
+    m = kin.m[:, None]
+    h = _t(kin.h)  # (3, nm, N)
+    I = kin.I.reshape(N, nm, 3, 3).permute(2, 3, 1, 0).contiguous()  # (3, 3, nm, N)
+    gt = g[:, None, None] if g.ndim == 1 else g.reshape(-1, 3).T[:, None, :]
+    grav = torch.cat([-gt, torch.zeros_like(gt)], 0)  # (6, 1, N or 1)
+
+    def inertia(x):
+        xl, xa = x[:3], x[3:]
+        fl = torch.addcmul(_cross_t(xa, h), m, xl)
+        fa = I[:, 0] * xa[0]
+        fa.addcmul_(I[:, 1], xa[1]).addcmul_(I[:, 2], xa[2]).add_(_cross_t(h, xl))
+        return torch.cat([fl, fa], 0)
+
+    if v is not None:
+        qd = joint_rates(topo, v).reshape(N, nm).T
+        J = S * qd
+        V = torch.matmul(topo.anc, J)
+        Vl, Va = V[:3], V[3:]
+        Jl, Ja = J[:3], J[3:]
+        Jd = torch.cat([_cross_t(Va, Jl) + _cross_t(Vl, Ja), _cross_t(Va, Ja)], 0)
+        if a is not None:
+            Jd = torch.addcmul(Jd, S, joint_rates(topo, a).reshape(N, nm).T)
+        A = torch.matmul(topo.anc, Jd) + grav
+        IV = inertia(V)
+        f = inertia(A) + torch.cat([_cross_t(Va, IV[:3]), _cross_t(Va, IV[3:]) + _cross_t(Vl, IV[:3])], 0)
+    elif a is not None:
+        Jd = S * joint_rates(topo, a).reshape(N, nm).T
+        f = inertia(torch.matmul(topo.anc, Jd) + grav)
+    else:
+        f = inertia(grav.expand(6, nm, N))
+    if fext_w is not None:
+        f = f - _t(fext_w.expand(*batch, nm, 6))
+    F = torch.matmul(topo.anc.T, f)
+    tau_b = (S * F).sum(0).T.reshape(*batch, nm)
+    tau = couple_forces(topo, tau_b, model.num_joints)
+    if a is not None and model.num_joints:
+        tau = tau + model.armature * a
     return tau
 
 
