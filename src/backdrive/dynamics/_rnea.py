@@ -57,7 +57,7 @@ def rnea_core(
     fb = model.floating_base
     nj = model.num_joints
     S = kin.S
-    if not fb and topo.nm and S.shape[:-2].numel() > TREE_MATMUL_MAX_BATCH:
+    if topo.nm and S.shape[:-2].numel() > TREE_MATMUL_MAX_BATCH:
         return _rnea_wide(model, topo, kin, v, a, g, fext_w)
     R0, p0 = kin.R[..., 0, :, :], kin.p[..., 0, :]
     A = _gravity_motion(g)
@@ -111,22 +111,32 @@ def _cross_t(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _rnea_wide(model, topo, kin, v, a, g, fext_w) -> torch.Tensor:
-    """:func:`rnea_core` for a fixed base and a large batch.
+    """:func:`rnea_core` for a large batch.
 
     Every spatial quantity is a ``(6, k, N)`` array with the batch innermost:
     cross products and inertia products are a few elementwise operations over
     the whole batch, and each tree sum is one matrix product of the ancestor
     matrix with a ``(k, 6 N)`` block.
     """
+    fb = model.floating_base
     batch = kin.S.shape[:-2]
-    nm = topo.nm
+    nm, na = topo.nm, topo.na
     S = _t(kin.S)  # (6, nm, N)
     N = S.shape[-1]
     m = kin.m[:, None]
-    h = _t(kin.h)  # (3, nm, N)
-    I = kin.I.reshape(N, nm, 3, 3).permute(2, 3, 1, 0).contiguous()  # (3, 3, nm, N)
+    h = _t(kin.h)  # (3, na, N)
+    I = kin.I.reshape(N, na, 3, 3).permute(2, 3, 1, 0).contiguous()  # (3, 3, na, N)
     gt = g[:, None, None] if g.ndim == 1 else g.reshape(-1, 3).T[:, None, :]
     grav = torch.cat([-gt, torch.zeros_like(gt)], 0)  # (6, 1, N or 1)
+    if fb:
+        R0, p0 = kin.R[..., 0, :, :], kin.p[..., 0, :]
+        vj = None if v is None else v[..., 6:]
+        aj = None if a is None else a[..., 6:]
+    else:
+        vj, aj = v, a
+
+    def base(x):  # base-frame twist (..., 6) -> world (6, 1, N)
+        return _t(base_motion_to_world(R0, p0, x)[..., None, :])
 
     def inertia(x):
         xl, xa = x[:3], x[3:]
@@ -136,29 +146,38 @@ def _rnea_wide(model, topo, kin, v, a, g, fext_w) -> torch.Tensor:
         return torch.cat([fl, fa], 0)
 
     if v is not None:
-        qd = joint_rates(topo, v).reshape(N, nm).T
+        qd = joint_rates(topo, vj).reshape(N, nm).T
         J = S * qd
-        V = torch.matmul(topo.anc, J)
-        Vl, Va = V[:3], V[3:]
+        V = torch.matmul(topo.anc, torch.cat([base(v[..., :6]), J], 1) if fb else J)
+        Vm = V[:, 1:] if fb else V
         Jl, Ja = J[:3], J[3:]
-        Jd = torch.cat([_cross_t(Va, Jl) + _cross_t(Vl, Ja), _cross_t(Va, Ja)], 0)
+        Jd = torch.cat([_cross_t(Vm[3:], Jl) + _cross_t(Vm[:3], Ja), _cross_t(Vm[3:], Ja)], 0)
         if a is not None:
-            Jd = torch.addcmul(Jd, S, joint_rates(topo, a).reshape(N, nm).T)
+            Jd = torch.addcmul(Jd, S, joint_rates(topo, aj).reshape(N, nm).T)
+        if fb:
+            A0 = base(a[..., :6]) if a is not None else Jd.new_zeros(6, 1, N)
+            Jd = torch.cat([A0, Jd], 1)
         A = torch.matmul(topo.anc, Jd) + grav
         IV = inertia(V)
+        Vl, Va = V[:3], V[3:]
         f = inertia(A) + torch.cat([_cross_t(Va, IV[:3]), _cross_t(Va, IV[3:]) + _cross_t(Vl, IV[:3])], 0)
     elif a is not None:
-        Jd = S * joint_rates(topo, a).reshape(N, nm).T
+        Jd = S * joint_rates(topo, aj).reshape(N, nm).T
+        if fb:
+            Jd = torch.cat([base(a[..., :6]), Jd], 1)
         f = inertia(torch.matmul(topo.anc, Jd) + grav)
     else:
-        f = inertia(grav.expand(6, nm, N))
+        f = inertia(grav.expand(6, na, N))
     if fext_w is not None:
-        f = f - _t(fext_w.expand(*batch, nm, 6))
+        f = f - _t(fext_w.expand(*batch, na, 6))
     F = torch.matmul(topo.anc.T, f)
-    tau_b = (S * F).sum(0).T.reshape(*batch, nm)
+    tau_b = (S * (F[:, 1:] if fb else F)).sum(0).T.reshape(*batch, nm)
     tau = couple_forces(topo, tau_b, model.num_joints)
     if a is not None and model.num_joints:
-        tau = tau + model.armature * a
+        tau = tau + model.armature * aj
+    if fb:
+        F0 = F[:, 0].T.reshape(*batch, 6)
+        tau = torch.cat([base_force_from_world(R0, p0, F0), tau], -1)
     return tau
 
 
