@@ -57,7 +57,12 @@ def rnea_core(
     fb = model.floating_base
     nj = model.num_joints
     S = kin.S
-    if topo.nm and S.shape[:-2].numel() > TREE_MATMUL_MAX_BATCH:
+    if (
+        topo.nm
+        and S.shape[:-2].numel() > TREE_MATMUL_MAX_BATCH
+        # f_ext is not part of the broadcast batch; it may only broadcast into it here.
+        and (fext_w is None or torch.broadcast_shapes(fext_w.shape[:-2], S.shape[:-2]) == S.shape[:-2])
+    ):
         return _rnea_wide(model, topo, kin, v, a, g, fext_w)
     R0, p0 = kin.R[..., 0, :, :], kin.p[..., 0, :]
     A = _gravity_motion(g)
