@@ -107,7 +107,10 @@ def topology(model: RobotModel) -> Topology:
     key = (model.fingerprint, model.dtype, str(model.device))
     topo = _TOPOLOGY.get(key)
     if topo is None:
-        topo = _build_topology(model)
+        # Plain tensors even when first called under inference mode (inference
+        # tensors could never take part in a later autograd graph).
+        with torch.inference_mode(False), torch.no_grad():
+            topo = _build_topology(model)
         _TOPOLOGY[key] = topo
     return topo
 
