@@ -23,7 +23,7 @@ import torch
 
 from .._errors import InputError
 from ..kinematics._fk import body_transforms
-from ..model import RobotModel
+from ..model import RobotModel, geometry_constants
 
 __all__ = [
     "Topology",
@@ -95,24 +95,11 @@ class Topology(NamedTuple):
     act_inv: torch.Tensor | None
 
 
-_TOPOLOGY: dict = {}
-
-
 def topology(model: RobotModel) -> Topology:
-    """The :class:`Topology` of ``model``, built once per layout, dtype and device.
-
-    The key is the model's fingerprint (names, parents, joint coupling), so
-    models made by ``replace`` share one entry.
-    """
-    key = (model.fingerprint, model.dtype, str(model.device))
-    topo = _TOPOLOGY.get(key)
-    if topo is None:
-        # Plain tensors even when first called under inference mode (inference
-        # tensors could never take part in a later autograd graph).
-        with torch.inference_mode(False), torch.no_grad():
-            topo = _build_topology(model)
-        _TOPOLOGY[key] = topo
-    return topo
+    """The :class:`Topology` of ``model``, built once per layout, dtype and
+    device (see :func:`~backdrive.model.geometry_constants`), so models made by
+    ``replace`` share one entry."""
+    return geometry_constants(model, "dynamics.topology", _build_topology)
 
 
 def _build_topology(model: RobotModel) -> Topology:

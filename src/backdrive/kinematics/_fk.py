@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .._errors import InputError
-from ..model import RobotModel
+from ..model import RobotModel, geometry_constants
 from ..spatial import quat_to_matrix
 
 __all__ = [
@@ -39,7 +39,6 @@ def _skew_const(a: torch.Tensor) -> torch.Tensor:
     )
 
 
-_CACHE: dict = {}
 
 
 def _slice_or_index(idx: list, device) -> slice | torch.Tensor:
@@ -58,22 +57,9 @@ def _take(x: torch.Tensor, idx, dim: int) -> torch.Tensor:
 
 
 def _cache(model: RobotModel) -> dict:
-    """Constant tensors derived from the model's geometry, built once per
-    geometry, dtype and device.
-
-    The key is the model's fingerprint, a digest of the kinematic geometry
-    (placements, axes, joint kinds, tree), which ``replace`` cannot change
-    (it replaces physical parameters only) and ``to`` recasts from the same
-    master copy; so no model can see another's stale tensors.
-    """
-    key = (model.fingerprint, model.dtype, str(model.device))
-    c = _CACHE.get(key)
-    if c is None:
-        # Plain tensors even when first called under inference mode or no_grad.
-        with torch.inference_mode(False), torch.no_grad():
-            c = _build_cache(model)
-        _CACHE[key] = c
-    return c
+    """Constant tensors derived from the model's geometry (built once per
+    geometry, dtype and device; see :func:`geometry_constants`)."""
+    return geometry_constants(model, "fk", _build_cache)
 
 
 def _build_cache(model: RobotModel) -> dict:

@@ -431,6 +431,30 @@ class RobotModel:
         )
 
 
+_DERIVED: dict = {}
+
+
+def geometry_constants(model: RobotModel, kind: str, build):
+    """Constant tensors derived from a model's geometry, built once per
+    ``(kind, geometry, dtype, device)`` by ``build(model)``.
+
+    The key holds the model's fingerprint, a digest of the names, tree, joint
+    coupling and kinematic geometry. ``replace`` cannot change any of those (it
+    replaces physical parameters only) and ``to`` re-casts from the same float64
+    master, so no model can see another's stale tensors. ``build`` must read
+    only what the fingerprint covers.
+    """
+    key = (kind, model.fingerprint, model.dtype, str(model.device))
+    value = _DERIVED.get(key)
+    if value is None:
+        # Plain tensors even when first called under inference mode or no_grad:
+        # inference tensors could never take part in a later autograd graph.
+        with torch.inference_mode(False), torch.no_grad():
+            value = build(model)
+        _DERIVED[key] = value
+    return value
+
+
 def _check_dtype(dtype) -> torch.dtype:
     if dtype not in (torch.float32, torch.float64):
         raise InputError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
