@@ -2,6 +2,8 @@
 
 * :func:`optimize_trajectory`: open-loop controls through the simulator, with
   Adam, L-BFGS (strong-Wolfe line search) or Gauss-Newton (Levenberg-Marquardt).
+* :func:`train_policy`: neural-network policies by back-propagation through a
+  differentiable environment (APG, SHAC).
 * :func:`identify`: masses, centres of mass, inertias, damping, friction and
   armature from recorded motion, through inverse dynamics or the simulator,
   in a parametrisation that keeps them physically valid.
@@ -17,6 +19,18 @@ from ._demos import (
     mass_spring_damper_problem,
     panda_min_torque_reach,
 )
+from ._policy import (
+    ALGOS,
+    MLPPolicy,
+    ObsNormalizer,
+    PolicyConfigError,
+    PolicyTrainer,
+    TrainingDivergedError,
+    ValueCritic,
+    evaluate_policy,
+    load_policy,
+    train_policy,
+)
 from ._progress import ProgressBar
 from ._solvers import SolverResult, adam, jacobian, lbfgs, levenberg_marquardt
 from ._sysid import (
@@ -30,6 +44,16 @@ from ._sysid import (
 from ._trajopt import OPTIMIZERS, TrajectoryOptimizationResult, optimize_trajectory
 
 __all__ = [
+    "train_policy",
+    "evaluate_policy",
+    "load_policy",
+    "PolicyTrainer",
+    "MLPPolicy",
+    "ValueCritic",
+    "ObsNormalizer",
+    "ALGOS",
+    "PolicyConfigError",
+    "TrainingDivergedError",
     "optimize_trajectory",
     "TrajectoryOptimizationResult",
     "OPTIMIZERS",
