@@ -244,3 +244,96 @@ def test_base_class_is_abstract():
 
     with pytest.raises(NotImplementedError):
         Bare(1).reset()
+
+
+# ------------------------------------------------------------------ cart-pole
+def _cartpole_closed_form(state, force, g=9.81):
+    """Accelerations of the shipped cart-pole from the textbook equations (URDF header)."""
+    mc, mp, l, inertia = 1.0, 0.1, 0.5, 0.1 * 1.0**2 / 12
+    x, th, xd, thd = state.unbind(-1)
+    a11, a12 = mc + mp, mp * l * torch.cos(th)
+    a22 = inertia + mp * l**2
+    b1 = force + mp * l * torch.sin(th) * thd**2
+    b2 = mp * g * l * torch.sin(th)
+    det = a11 * a22 - a12 * a12
+    xdd = (a22 * b1 - a12 * b2) / det
+    thdd = (a11 * b2 - a12 * b1) / det
+    return xdd, thdd
+
+
+def test_cartpole_step_matches_closed_form_semi_implicit_euler():
+    from backdrive.envs import CartPoleSwingUp
+
+    env = CartPoleSwingUp(16, dtype=torch.float64, autoreset=False)
+    gen = torch.Generator().manual_seed(0)
+    # inside the track (the soft limits at +-2.4 m stay inactive)
+    state = torch.rand(16, 4, generator=gen, dtype=torch.float64) * torch.tensor([3.0, 6.0, 4.0, 8.0]) - torch.tensor(
+        [1.5, 3.0, 2.0, 4.0]
+    )
+    state[:, 1] = angle_normalize(state[:, 1])
+    force = torch.rand(16, 1, generator=gen, dtype=torch.float64) * 16 - 8
+    env.set_state(state)
+    env.step(force)
+    xdd, thdd = _cartpole_closed_form(state, force[:, 0], g=-float(env.robot.gravity[2]))
+    dt = env.dt
+    v1 = state[:, 2:] + dt * torch.stack([xdd, thdd], -1)
+    q1 = state[:, :2] + dt * v1
+    ref = torch.cat([q1[:, :1], angle_normalize(q1[:, 1:2]), v1], -1)
+    assert (env.state - ref).abs().max() < 1e-10
+
+
+def test_cartpole_starts_hanging_and_rewards_upright():
+    from backdrive.envs import CartPoleSwingUp
+
+    env = CartPoleSwingUp(64, dtype=torch.float64)
+    obs = env.reset(seed=0)
+    assert obs.shape == (64, 5)
+    assert (obs[:, 1] < -0.99).all()  # cos(theta) ~ -1: hanging
+    up = torch.zeros(1, 4, dtype=torch.float64)
+    zero = torch.zeros(1, 1, dtype=torch.float64)
+    assert env.reward(up, zero, up).item() == 1.0
+    assert env.reward(up, zero, torch.tensor([[0.0, math.pi, 0.0, 0.0]], dtype=torch.float64)).item() == -1.0
+    assert env.max_episode_steps == 240
+
+
+def test_cartpole_gradcheck_and_track_limit():
+    from backdrive.envs import CartPoleSwingUp
+
+    env = CartPoleSwingUp(2, dtype=torch.float64, autoreset=False)
+    env.reset(seed=1)
+    s0 = env.state.clone()
+
+    def f(state, force):
+        env.set_state(state)
+        obs, r, *_ = env.step(force)
+        return obs, r
+
+    assert torch.autograd.gradcheck(f, (s0.clone().requires_grad_(), torch.tensor([[3.0], [-2.0]], dtype=torch.float64, requires_grad=True)))
+    env.reset(seed=0)
+    for _ in range(60):  # push into the end of the track
+        env.step(torch.full((2, 1), 10.0, dtype=torch.float64))
+    assert env.state[:, 0].max() < 2.6 and torch.isfinite(env.state).all()
+
+
+# ---------------------------------------------------------------------- Panda
+def test_panda_reach_observation_reward_and_gradient():
+    from backdrive.envs import PandaReach
+    from backdrive.kinematics import forward_kinematics
+
+    env = PandaReach(2, dtype=torch.float64)
+    obs = env.reset(seed=0)
+    assert obs.shape == (2, 20) and env.action_dim == 7
+    target = env.state[:, 16:]
+    assert (target >= torch.tensor(env.target_low, dtype=torch.float64)).all()
+    assert (target <= torch.tensor(env.target_high, dtype=torch.float64)).all()
+    q = env.state[:, :8]
+    T = forward_kinematics(env.robot, q)[:, env.robot.frame_index(env.tcp_frame)]
+    assert torch.allclose(obs[:, 14:17], T[:, :3, 3], atol=1e-12)
+    assert torch.allclose(obs[:, 17:], target - T[:, :3, 3], atol=1e-12)
+    # one step towards the home pose; the reward is differentiable in the action
+    action = env.home[:7].expand(2, 7).clone().requires_grad_()
+    _, reward, *_ = env.step(action)
+    dist = (env.tcp_position(env.state[:, :8]) - env.state[:, 16:]).norm(dim=-1)
+    assert torch.allclose(reward, -dist - 0.01 * env.state[:, 8:15].pow(2).sum(-1))
+    reward.sum().backward()
+    assert torch.isfinite(action.grad).all() and action.grad.abs().sum() > 0

@@ -1,0 +1,549 @@
+"""Policy learning side by side: backdrive SHAC and APG against Stable-Baselines3 PPO and SAC.
+
+``--task pendulum`` (default): Pendulum swing-up, in one process, 3 seeds per
+method.
+
+* SB3 PPO and SAC with the rl-baselines3-zoo hyperparameters for
+  ``Pendulum-v1`` (``hyperparams/ppo.yml``, ``hyperparams/sac.yml``), trained
+  on ``gymnasium.make("Pendulum-v1")``.
+* backdrive SHAC and APG trained by back-propagating through
+  ``backdrive.envs.Pendulum`` (the same dynamics and reward in closed form;
+  ``tests/test_envs.py`` checks it against gymnasium step by step). SHAC's
+  training env uses "exploring starts": initial velocities uniform in
+  ``[-8, 8]`` rad/s instead of ``[-1, 1]`` (gymnasium's own ``y_init`` reset
+  option) and 16-step episodes, so that its short windows see every part of
+  the state space; without them first-order methods stall in the "hold it
+  sideways" local optimum (see docs/learning.md). APG, which has no critic
+  to see past its window, trains on whole episodes from gymnasium's starts.
+
+Every policy is evaluated the same way: 5 deterministic episodes of the
+unmodified ``gymnasium.make("Pendulum-v1")`` (reset seeds 1000-1004), at a
+fixed interval of environment steps. Reported per method and seed:
+environment steps (every env transition counts: ``num_envs * horizon`` per
+backdrive update) and seconds until the evaluated mean return first reaches
+-200, and the final evaluated return.
+
+``--task cartpole``: swing-up of backdrive's ``CartPoleSwingUp`` (the shipped
+URDF on backdrive's rigid-body dynamics); SB3 PPO trains on the very same env
+through ``to_gymnasium`` (one batched backdrive env behind an SB3 ``VecEnv``);
+SHAC and APG through its gradients. Every method is evaluated by 4
+deterministic swing-ups from hanging; reported: steps and seconds until a
+method first reaches PPO's final return.
+
+Seconds are the process CPU time of training (``time.process_time``, one
+torch thread for every method, evaluation time excluded), which a loaded
+machine disturbs far less than wall-clock time; wall-clock seconds are in the
+table and the CSV too.
+
+    python benchmarks/learning.py                      # pendulum, 3 seeds (~15 min)
+    python benchmarks/learning.py --task cartpole      # cart-pole, 1 seed (~15 min)
+    python benchmarks/learning.py --methods shac ppo --seeds 1
+
+Outputs (``--out``, default ``outputs/learning``): ``<task>_curves.csv``
+(every evaluation), ``<task>.json`` (settings and results) and
+``<task>_curves.png`` (return against steps and against CPU seconds).
+
+Needs ``stable-baselines3`` and ``gymnasium`` (the ``bench`` extra) and
+matplotlib for the plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import platform
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from backdrive.envs import Pendulum
+from backdrive.optim._policy import train_policy
+
+THRESHOLD = -200.0
+EVAL_SEEDS = (1000, 1001, 1002, 1003, 1004)
+
+# rl-baselines3-zoo, hyperparams/ppo.yml and sac.yml, "Pendulum-v1".
+PPO_ZOO = dict(
+    n_envs=4,
+    n_timesteps=100_000,
+    n_steps=1024,
+    gae_lambda=0.95,
+    gamma=0.9,
+    n_epochs=10,
+    ent_coef=0.0,
+    learning_rate=1e-3,
+    clip_range=0.2,
+    use_sde=True,
+    sde_sample_freq=4,
+)
+SAC_ZOO = dict(n_timesteps=20_000, learning_rate=1e-3)
+
+# backdrive: the training env and the trainer settings (docs/learning.md).
+BACKDRIVE = {
+    "shac": dict(
+        env=dict(num_envs=8, y_init=8.0, max_episode_steps=16),
+        train=dict(
+            algo="shac",
+            updates=150,
+            horizon=16,
+            lr=2e-2,
+            critic_lr=1e-3,
+            gamma=0.99,
+            reward_scale=0.02,
+            action_noise=0.3,
+            critic_iterations=4,
+            critic_minibatches=2,
+            critic_replay=8,
+            lr_decay_updates=200,
+        ),
+        eval_every=5,
+    ),
+    # APG has no critic: it only sees its window, so it is trained on whole
+    # 200-step episodes from gymnasium's own starts, 32-step windows.
+    "apg": dict(
+        env=dict(num_envs=64),
+        train=dict(algo="apg", updates=60, horizon=32, lr=1e-2, gamma=0.99),
+        eval_every=3,
+    ),
+}
+
+
+# ----------------------------------------------------------------- evaluation
+def gym_return(act) -> float:
+    """Mean return of 5 deterministic episodes in gymnasium's own Pendulum-v1."""
+    env = gym.make("Pendulum-v1")
+    total = 0.0
+    for seed in EVAL_SEEDS:
+        obs, _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total += float(reward)
+            done = terminated or truncated
+    env.close()
+    return total / len(EVAL_SEEDS)
+
+
+class Clock:
+    """Training time: CPU and wall-clock seconds, with evaluations taken out."""
+
+    def __init__(self) -> None:
+        self.cpu0 = time.process_time()
+        self.wall0 = time.perf_counter()
+        self.paused_cpu = 0.0
+        self.paused_wall = 0.0
+
+    def now(self) -> tuple[float, float]:
+        return (
+            time.process_time() - self.cpu0 - self.paused_cpu,
+            time.perf_counter() - self.wall0 - self.paused_wall,
+        )
+
+    def pause(self, fn):
+        c, w = time.process_time(), time.perf_counter()
+        out = fn()
+        self.paused_cpu += time.process_time() - c
+        self.paused_wall += time.perf_counter() - w
+        return out
+
+
+# --------------------------------------------------------------------- runs
+def run_sb3(method: str, seed: int) -> list[dict]:
+    from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    curve: list[dict] = []
+    clock = Clock()
+
+    def evaluate(model, steps: int) -> None:
+        def act(obs):
+            return model.predict(obs, deterministic=True)[0]
+
+        ret = clock.pause(lambda: gym_return(act))
+        cpu, wall = clock.now()
+        curve.append({"steps": steps, "cpu_s": cpu, "wall_s": wall, "return": ret})
+
+    class Eval(BaseCallback):
+        def __init__(self, every: int | None):
+            super().__init__()
+            self.every = every
+
+        def _on_rollout_start(self) -> None:
+            # PPO: the policy has just been updated on the previous rollout.
+            if self.every is None and self.num_timesteps > 0:
+                evaluate(self.model, self.num_timesteps)
+
+        def _on_step(self) -> bool:
+            if self.every is not None and self.num_timesteps % self.every == 0:
+                evaluate(self.model, self.num_timesteps)
+            return True
+
+    if method == "ppo":
+        hp = dict(PPO_ZOO)
+        env = make_vec_env("Pendulum-v1", n_envs=hp.pop("n_envs"), seed=seed)
+        total = hp.pop("n_timesteps")
+        model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **hp)
+        callback = Eval(None)
+    else:
+        hp = dict(SAC_ZOO)
+        env = gym.make("Pendulum-v1")
+        total = hp.pop("n_timesteps")
+        model = SAC("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **hp)
+        callback = Eval(1000)
+    clock.__init__()
+    model.learn(total_timesteps=total, callback=callback)
+    if not curve or curve[-1]["steps"] != model.num_timesteps:
+        evaluate(model, model.num_timesteps)
+    return curve
+
+
+def run_backdrive(method: str, seed: int) -> list[dict]:
+    cfg = BACKDRIVE[method]
+    env = Pendulum(**cfg["env"])
+    curve: list[dict] = []
+    clock = Clock()
+
+    def eval_fn(policy) -> float:
+        def act(obs):
+            with torch.no_grad():
+                return policy(torch.as_tensor(obs, dtype=torch.float32)[None])[0].numpy()
+
+        return clock.pause(lambda: gym_return(act))
+
+    def on_row(row: dict) -> None:
+        if not math.isnan(row["eval_return"]):
+            cpu, wall = clock.now()
+            curve.append({"steps": row["env_steps"], "cpu_s": cpu, "wall_s": wall, "return": row["eval_return"]})
+
+    clock.__init__()
+    train_policy(env, seed=seed, eval_fn=eval_fn, eval_every=cfg["eval_every"], callback=on_row, **cfg["train"])
+    return curve
+
+
+# --------------------------------------------------------------- cart-pole
+# PPO on the same backdrive cart-pole through to_gymnasium. No zoo entry
+# exists for this env; the settings are the zoo's for the closest one,
+# "InvertedPendulumSwingupBulletEnv-v0" (ppo.yml: normalize, gamma 0.99,
+# gae 0.95, 10 epochs, batch 64, lr 2.5e-4, clip 0.2), with 16 envs x 1024
+# steps per rollout and a 300k-step budget (the zoo runs 2M).
+CARTPOLE_PPO = dict(
+    n_envs=16,
+    n_timesteps=300_000,
+    n_steps=1024,
+    batch_size=64,
+    gae_lambda=0.95,
+    gamma=0.99,
+    n_epochs=10,
+    ent_coef=0.0,
+    learning_rate=2.5e-4,
+    clip_range=0.2,
+)
+CARTPOLE_BACKDRIVE = {
+    "shac": dict(
+        env=dict(num_envs=32, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
+        train=dict(
+            algo="shac",
+            updates=150,
+            horizon=50,
+            lr=5e-3,
+            critic_lr=1e-3,
+            gamma=0.99,
+            reward_scale=0.1,
+            action_noise=0.1,
+            critic_iterations=4,
+            critic_minibatches=2,
+            critic_replay=4,
+            lr_decay_updates=200,
+        ),
+        eval_every=5,
+    ),
+    "apg": dict(
+        env=dict(num_envs=32, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
+        train=dict(algo="apg", updates=150, horizon=50, lr=5e-3, gamma=0.99, action_noise=0.1, lr_decay_updates=200),
+        eval_every=5,
+    ),
+}
+CARTPOLE_EVAL_SEED = 123
+
+
+def cartpole_return(act) -> float:
+    """Mean return of 4 swing-ups from hanging (240 steps) in backdrive's CartPoleSwingUp."""
+    from backdrive.envs import CartPoleSwingUp
+
+    env = CartPoleSwingUp(4, autoreset=False)
+    obs = env.reset(seed=CARTPOLE_EVAL_SEED)
+    total = torch.zeros(4, dtype=torch.float64)
+    with torch.no_grad():
+        for _ in range(env.max_episode_steps):
+            obs, reward, *_ = env.step(act(obs))
+            total += reward.double()
+    return float(total.mean())
+
+
+def _sb3_vec_env(env):
+    """An SB3 ``VecEnv`` over a batched backdrive env (one torch call per step for all copies)."""
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnv
+
+    from backdrive.envs import to_gymnasium
+
+    genv = to_gymnasium(env, vector=True)
+
+    class BackdriveVecEnv(VecEnv):
+        def __init__(self):
+            super().__init__(env.num_envs, genv.single_observation_space, genv.single_action_space)
+            self._actions = None
+            self._seed = None
+
+        def reset(self):
+            obs, _ = genv.reset(seed=self._seed)
+            self._seed = None
+            return obs
+
+        def seed(self, seed=None):
+            self._seed = seed
+            return [seed] * self.num_envs
+
+        def step_async(self, actions):
+            self._actions = actions
+
+        def step_wait(self):
+            obs, reward, term, trunc, info = genv.step(self._actions)
+            infos = [{} for _ in range(self.num_envs)]
+            for i in np.flatnonzero(term | trunc):
+                infos[i]["terminal_observation"] = info["final_obs"][i]
+                infos[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
+            return obs, reward.astype(np.float32), term | trunc, infos
+
+        def close(self):
+            pass
+
+        def get_attr(self, attr_name, indices=None):
+            return [getattr(genv, attr_name)] * self.num_envs
+
+        def set_attr(self, attr_name, value, indices=None):
+            setattr(genv, attr_name, value)
+
+        def env_method(self, method_name, *args, indices=None, **kwargs):
+            return [getattr(genv, method_name)(*args, **kwargs)]
+
+        def env_is_wrapped(self, wrapper_class, indices=None):
+            return [False] * self.num_envs
+
+    return BackdriveVecEnv()
+
+
+def run_cartpole_ppo(seed: int) -> list[dict]:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from backdrive.envs import CartPoleSwingUp
+
+    hp = dict(CARTPOLE_PPO)
+    venv = VecNormalize(_sb3_vec_env(CartPoleSwingUp(hp.pop("n_envs"))), gamma=hp["gamma"])
+    total = hp.pop("n_timesteps")
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hp)
+    curve: list[dict] = []
+    clock = Clock()
+
+    def evaluate(steps: int) -> None:
+        def act(obs):
+            normed = venv.normalize_obs(obs.numpy())
+            return torch.as_tensor(model.predict(normed, deterministic=True)[0])
+
+        ret = clock.pause(lambda: cartpole_return(act))
+        cpu, wall = clock.now()
+        curve.append({"steps": steps, "cpu_s": cpu, "wall_s": wall, "return": ret})
+
+    class Eval(BaseCallback):
+        def _on_rollout_start(self) -> None:
+            if self.num_timesteps > 0:
+                evaluate(self.num_timesteps)
+
+        def _on_step(self) -> bool:
+            return True
+
+    clock.__init__()
+    model.learn(total_timesteps=total, callback=Eval())
+    evaluate(model.num_timesteps)
+    return curve
+
+
+def run_cartpole_backdrive(method: str, seed: int) -> list[dict]:
+    from backdrive.envs import CartPoleSwingUp
+
+    cfg = CARTPOLE_BACKDRIVE[method]
+    curve: list[dict] = []
+    clock = Clock()
+
+    def eval_fn(policy) -> float:
+        return clock.pause(lambda: cartpole_return(policy))
+
+    def on_row(row: dict) -> None:
+        if not math.isnan(row["eval_return"]):
+            cpu, wall = clock.now()
+            curve.append({"steps": row["env_steps"], "cpu_s": cpu, "wall_s": wall, "return": row["eval_return"]})
+
+    clock.__init__()
+    train_policy(CartPoleSwingUp(**cfg["env"]), seed=seed, eval_fn=eval_fn, eval_every=cfg["eval_every"],
+                 callback=on_row, **cfg["train"])
+    return curve
+
+
+# ------------------------------------------------------------------ report
+def summarise(curve: list[dict], threshold: float) -> dict:
+    first = next((p for p in curve if p["return"] >= threshold), None)
+    return {
+        "threshold": threshold,
+        "steps_to_threshold": None if first is None else first["steps"],
+        "cpu_s_to_threshold": None if first is None else first["cpu_s"],
+        "wall_s_to_threshold": None if first is None else first["wall_s"],
+        "final_return": curve[-1]["return"],
+        "final_steps": curve[-1]["steps"],
+        "final_cpu_s": curve[-1]["cpu_s"],
+    }
+
+
+def fmt(x, spec: str) -> str:
+    return "not reached" if x is None else format(x, spec)
+
+
+def table(results: dict[str, list[dict]], label: str) -> str:
+    lines = [
+        f"| method | seed | steps to {label} | CPU s to {label} | wall s to {label} | final return "
+        "| steps trained | CPU s trained |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for method, runs in results.items():
+        for seed, run in enumerate(runs):
+            s = run["summary"]
+            lines.append(
+                f"| {method} | {seed} | {fmt(s['steps_to_threshold'], ',')} | "
+                f"{fmt(s['cpu_s_to_threshold'], '.1f')} | {fmt(s['wall_s_to_threshold'], '.1f')} | "
+                f"{s['final_return']:.0f} | {s['final_steps']:,} | {s['final_cpu_s']:.1f} |"
+            )
+        reached = [r["summary"] for r in runs if r["summary"]["steps_to_threshold"] is not None]
+        if len(runs) > 1:
+            med = (
+                f"{np.median([s['steps_to_threshold'] for s in reached]):,.0f} | "
+                f"{np.median([s['cpu_s_to_threshold'] for s in reached]):.1f} | "
+                f"{np.median([s['wall_s_to_threshold'] for s in reached]):.1f}"
+                if reached
+                else "- | - | -"
+            )
+            lines.append(
+                f"| {method} | median ({len(reached)}/{len(runs)} reached) | {med} | "
+                f"{np.median([r['summary']['final_return'] for r in runs]):.0f} | | |"
+            )
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, list[dict]], path: Path, title: str, threshold: float, ylabel: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    colours = {"shac": "tab:red", "apg": "tab:orange", "ppo": "tab:blue", "sac": "tab:green"}
+    for method, runs in results.items():
+        for i, run in enumerate(runs):
+            c = run["curve"]
+            kw = dict(color=colours.get(method), alpha=0.8, lw=1.4, label=method if i == 0 else None)
+            axes[0].plot([p["steps"] for p in c], [p["return"] for p in c], **kw)
+            axes[1].plot([p["cpu_s"] for p in c], [p["return"] for p in c], **kw)
+    for ax in axes:
+        ax.axhline(threshold, color="grey", ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].set_xlabel("environment steps")
+    axes[1].set_xlabel("training CPU seconds (one thread)")
+    axes[0].set_ylabel(ylabel)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def write_outputs(results, out: Path, name: str, config: dict) -> None:
+    with open(out / f"{name}_curves.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["method", "seed", "steps", "cpu_s", "wall_s", "return"])
+        for method, runs in results.items():
+            for seed, run in enumerate(runs):
+                for p in run["curve"]:
+                    w.writerow([method, seed, p["steps"], f"{p['cpu_s']:.3f}", f"{p['wall_s']:.3f}", f"{p['return']:.2f}"])
+    (out / f"{name}.json").write_text(json.dumps({"config": config, "results": results}, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=["pendulum", "cartpole"], default="pendulum")
+    parser.add_argument("--methods", nargs="+", choices=["shac", "apg", "ppo", "sac"],
+                        help="default: shac apg ppo sac (pendulum), ppo shac apg (cartpole)")
+    parser.add_argument("--seeds", type=int, help="default: 3 (pendulum), 1 (cartpole)")
+    parser.add_argument("--out", type=Path, default=Path("outputs/learning"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    import stable_baselines3
+
+    print(
+        f"# {args.task}: torch {torch.__version__}, gymnasium {gym.__version__}, "
+        f"stable-baselines3 {stable_baselines3.__version__}, {platform.machine()}, 1 torch thread",
+        flush=True,
+    )
+    results: dict[str, list[dict]] = {}
+    if args.task == "pendulum":
+        methods = args.methods or ["shac", "apg", "ppo", "sac"]
+        seeds = args.seeds or 3
+        for method in methods:
+            results[method] = []
+            for seed in range(seeds):
+                run = run_backdrive if method in BACKDRIVE else run_sb3
+                curve = run(method, seed)
+                results[method].append({"curve": curve, "summary": summarise(curve, THRESHOLD)})
+                print(f"{method} seed {seed}: {json.dumps(results[method][-1]['summary'])}", flush=True)
+        threshold, label = THRESHOLD, "-200"
+        config = {"ppo": PPO_ZOO, "sac": SAC_ZOO, "backdrive": BACKDRIVE}
+        title = "Pendulum swing-up: backdrive APG / SHAC vs Stable-Baselines3 PPO / SAC"
+        ylabel = "return in gymnasium Pendulum-v1 (5 episodes)"
+    else:
+        methods = args.methods or ["ppo", "shac", "apg"]
+        seeds = args.seeds or 1
+        if "sac" in methods:
+            parser.error("the cart-pole comparison runs ppo, shac and apg")
+        curves = {m: [run_cartpole_ppo(s) if m == "ppo" else run_cartpole_backdrive(m, s) for s in range(seeds)]
+                  for m in methods}
+        # The bar: PPO's final return (mean over its seeds), or 0 without PPO.
+        threshold = float(np.mean([c[-1]["return"] for c in curves["ppo"]])) if "ppo" in curves else 0.0
+        for method, cs in curves.items():
+            results[method] = [{"curve": c, "summary": summarise(c, threshold)} for c in cs]
+            for seed, r in enumerate(results[method]):
+                print(f"{method} seed {seed}: {json.dumps(r['summary'])}", flush=True)
+        label = f"PPO's final {threshold:.0f}"
+        config = {"ppo": CARTPOLE_PPO, "backdrive": CARTPOLE_BACKDRIVE}
+        title = "Cart-pole swing-up (backdrive dynamics): SHAC / APG vs Stable-Baselines3 PPO"
+        ylabel = "return from hanging, 240 steps (4 episodes)"
+
+    write_outputs(results, args.out, args.task, config)
+    print()
+    print(table(results, label))
+    try:
+        png = args.out / f"{args.task}_curves.png"
+        plot(results, png, title, threshold, ylabel)
+        print(f"\nplot: {png}")
+    except ImportError:
+        print("\n(matplotlib not installed: no plot)")
+
+
+if __name__ == "__main__":
+    main()
