@@ -246,27 +246,27 @@ CARTPOLE_PPO = dict(
 )
 CARTPOLE_BACKDRIVE = {
     "shac": dict(
-        env=dict(num_envs=32, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
+        env=dict(num_envs=64, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
         train=dict(
             algo="shac",
-            updates=150,
-            horizon=50,
-            lr=5e-3,
-            critic_lr=1e-3,
+            updates=300,
+            horizon=32,
+            lr=2e-3,
+            critic_lr=2e-3,
             gamma=0.99,
             reward_scale=0.1,
             action_noise=0.1,
-            critic_iterations=4,
-            critic_minibatches=2,
+            critic_iterations=8,
+            critic_minibatches=4,
             critic_replay=4,
-            lr_decay_updates=200,
+            lr_decay_updates=400,
         ),
-        eval_every=5,
+        eval_every=10,
     ),
     "apg": dict(
-        env=dict(num_envs=32, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
-        train=dict(algo="apg", updates=150, horizon=50, lr=5e-3, gamma=0.99, action_noise=0.1, lr_decay_updates=200),
-        eval_every=5,
+        env=dict(num_envs=64, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
+        train=dict(algo="apg", updates=300, horizon=32, lr=2e-3, gamma=0.99, action_noise=0.1, lr_decay_updates=400),
+        eval_every=10,
     ),
 }
 CARTPOLE_EVAL_SEED = 123

@@ -188,6 +188,7 @@ def test_input_errors():
         Pendulum(1).step(torch.zeros(1, 1))
 
 
+@pytest.mark.filterwarnings("ignore:.*symmetric and normalized space")
 def test_to_gymnasium_passes_check_env():
     from gymnasium.utils.env_checker import check_env
 

@@ -27,6 +27,7 @@ minimises ``-mean_i J_i / H``.
 
 from __future__ import annotations
 
+import copy
 import csv
 import math
 import os
@@ -373,9 +374,7 @@ class PolicyTrainer:
                 )
             self.policy = policy.to(device=device, dtype=dtype)
             self.critic = ValueCritic(env.obs_dim, c["hidden"], activation).to(device=device, dtype=dtype)
-        self.target_critic = ValueCritic(env.obs_dim, c["hidden"], activation).to(device=device, dtype=dtype)
-        self.target_critic.load_state_dict(self.critic.state_dict())
-        self.target_critic.requires_grad_(False)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_opt = torch.optim.Adam(self.policy.parameters(), lr=lr, betas=c["betas"])
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=critic_lr, betas=c["betas"])
         self.generator = torch.Generator(device=device)
