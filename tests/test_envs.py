@@ -12,7 +12,7 @@ import backdrive.envs as envs
 from backdrive import InputError
 from backdrive.envs import DiffEnv, Pendulum, angle_normalize, to_gymnasium
 
-gym = pytest.importorskip("gymnasium")
+import gymnasium as gym  # noqa: E402  (installed by the [test] extra)
 
 # gymnasium returns float32 observations: |thdot| <= 8 rounds by at most 8 * 2**-24.
 OBS_TOL = 1e-6
@@ -230,7 +230,7 @@ def test_to_gymnasium_vector_same_step_autoreset():
 
 
 def test_sb3_env_checker_accepts_adapter():
-    sb3 = pytest.importorskip("stable_baselines3")
+    import stable_baselines3 as sb3
     from stable_baselines3.common.env_checker import check_env as sb3_check
 
     sb3_check(to_gymnasium(Pendulum(1)), warn=False)
