@@ -458,9 +458,12 @@ def plot(results: dict[str, list[dict]], path: Path, title: str, threshold: floa
             kw = dict(color=colours.get(method), alpha=0.8, lw=1.4, label=method if i == 0 else None)
             axes[0].plot([p["steps"] for p in c], [p["return"] for p in c], **kw)
             axes[1].plot([p["cpu_s"] for p in c], [p["return"] for p in c], **kw)
+    from matplotlib.ticker import NullFormatter
+
     for ax in axes:
         ax.axhline(threshold, color="grey", ls="--", lw=1)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide within one decade
         ax.grid(alpha=0.3)
     axes[0].set_xlabel("environment steps")
     axes[1].set_xlabel("training CPU seconds (one thread)")

@@ -219,16 +219,22 @@ class ValueCritic(nn.Module):
 
 # -------------------------------------------------------------------- helpers
 class _Progress:
-    """A one-line progress bar on stderr, redrawn in place."""
+    """A one-line progress bar on stderr, redrawn in place at most every ``interval`` s."""
 
-    def __init__(self, total: int, enabled: bool, width: int = 24) -> None:
+    def __init__(self, total: int, enabled: bool, width: int = 24, interval: float = 0.2) -> None:
         self.total = max(total, 1)
         self.enabled = enabled
         self.width = width
+        self.interval = interval
+        self._last = -math.inf
 
     def show(self, done: int, text: str) -> None:
         if not self.enabled:
             return
+        now = time.perf_counter()
+        if done < self.total and now - self._last < self.interval:
+            return
+        self._last = now
         filled = int(self.width * min(done, self.total) / self.total)
         bar = "#" * filled + "." * (self.width - filled)
         sys.stderr.write(f"\r[{bar}] {done}/{self.total} {text}   ")
