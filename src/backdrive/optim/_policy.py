@@ -31,7 +31,6 @@ import copy
 import csv
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,6 +41,7 @@ from torch import nn
 
 from .._errors import BackdriveError
 from ..envs._base import DiffEnv
+from ._progress import ProgressBar
 
 __all__ = [
     "ALGOS",
@@ -218,34 +218,6 @@ class ValueCritic(nn.Module):
 
 
 # -------------------------------------------------------------------- helpers
-class _Progress:
-    """A one-line progress bar on stderr, redrawn in place at most every ``interval`` s."""
-
-    def __init__(self, total: int, enabled: bool, width: int = 24, interval: float = 0.2) -> None:
-        self.total = max(total, 1)
-        self.enabled = enabled
-        self.width = width
-        self.interval = interval
-        self._last = -math.inf
-
-    def show(self, done: int, text: str) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if done < self.total and now - self._last < self.interval:
-            return
-        self._last = now
-        filled = int(self.width * min(done, self.total) / self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        sys.stderr.write(f"\r[{bar}] {done}/{self.total} {text}   ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 @torch.no_grad()
 def evaluate_policy(
     policy: Callable[[torch.Tensor], torch.Tensor], env: DiffEnv, *, seed: int | None = 0
@@ -717,7 +689,8 @@ class PolicyTrainer:
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise PolicyConfigError(f"{name} must be a positive int, got {val!r}")
         writer = _CsvLog(log_csv) if log_csv is not None else None
-        bar = _Progress(updates, progress)
+        bar = ProgressBar(updates, "train_policy", enabled=bool(progress), interval=0.2)
+        shown = self._last_eval
         try:
             while self.updates_done < updates:
                 row = self.update()
@@ -737,14 +710,11 @@ class PolicyTrainer:
                 if checkpoint is not None and (k % checkpoint_every == 0 or k == updates):
                     self.save(checkpoint)
                 shown = self._last_eval if self._last_eval == self._last_eval else row["train_return"]
-                bar.show(
-                    k,
-                    f"return {_fmt(shown)}  steps {self.env_steps}  {self.wall_s:.1f}s",
-                )
+                bar.update(k, text=f"return {_fmt(shown)}  steps {self.env_steps}")
                 if callback is not None and callback(row):
                     break
         finally:
-            bar.close()
+            bar.close(self.updates_done, text=f"return {_fmt(shown)}  steps {self.env_steps}")
             if writer is not None:
                 writer.close()
         return self

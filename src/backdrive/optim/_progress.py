@@ -36,7 +36,9 @@ class ProgressBar:
         self._last = -1.0
         self._drawn = False
 
-    def update(self, count: int, loss: float | None = None, *, force: bool = False) -> None:
+    def update(self, count: int, loss: float | None = None, *, text: str | None = None,
+               force: bool = False) -> None:
+        """Redraw at ``count`` with an optional loss and free ``text`` after the bar."""
         if not self.enabled:
             return
         now = time.perf_counter()
@@ -46,18 +48,20 @@ class ProgressBar:
         frac = min(count / self.total, 1.0)
         filled = int(round(frac * self.width))
         bar = "#" * filled + "." * (self.width - filled)
-        text = f"{self.label} {count:>{len(str(self.total))}}/{self.total} [{bar}]"
+        line = f"{self.label} {count:>{len(str(self.total))}}/{self.total} [{bar}]"
         if loss is not None:
-            text += f" loss {loss:.4e}"
-        text += f"  {now - self.start:.1f} s"
-        self.stream.write("\r" + text)
+            line += f" loss {loss:.4e}"
+        if text:
+            line += f" {text}"
+        line += f"  {now - self.start:.1f} s"
+        self.stream.write("\r" + line)
         self.stream.flush()
         self._drawn = True
 
-    def close(self, count: int, loss: float | None = None) -> None:
+    def close(self, count: int, loss: float | None = None, *, text: str | None = None) -> None:
         if not self.enabled:
             return
-        self.update(count, loss, force=True)
+        self.update(count, loss, text=text, force=True)
         if self._drawn:
             self.stream.write("\n")
             self.stream.flush()
