@@ -29,25 +29,10 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import Pendulum, angle_normalize
-from backdrive.optim._policy import evaluate_policy, load_policy, train_policy
+from backdrive.optim import PENDULUM_SHAC, evaluate_policy, load_policy, train_policy
 
 SETTINGS = {
-    "shac": dict(
-        env=dict(num_envs=8, y_init=8.0, max_episode_steps=16),
-        train=dict(
-            updates=100,
-            horizon=16,
-            lr=2e-2,
-            critic_lr=1e-3,
-            gamma=0.99,
-            reward_scale=0.02,
-            action_noise=0.3,
-            critic_iterations=4,
-            critic_minibatches=2,
-            critic_replay=16,
-            lr_decay_updates=160,
-        ),
-    ),
+    "shac": PENDULUM_SHAC,
     "apg": dict(
         env=dict(num_envs=16, y_init=8.0, max_episode_steps=64),
         train=dict(updates=150, horizon=64, lr=5e-3, gamma=0.99, action_noise=0.3, lr_decay_updates=200),

@@ -285,24 +285,14 @@ def stage_pendulum_policy(ctx: DemoContext) -> list[str]:
 
     from ..data import load
     from ..envs import Pendulum
-    from ..optim import evaluate_policy, train_policy
+    from ..optim import PENDULUM_SHAC, evaluate_policy, train_policy
     from ..viz import plot_losses, preview
 
     eval_env = Pendulum(16, autoreset=False)  # gymnasium Pendulum-v1's start distribution
     trainer = train_policy(
-        # Exploring starts (speeds up to 8 rad/s) in short 16-step episodes.
-        Pendulum(num_envs=8, y_init=8.0, max_episode_steps=16),
+        Pendulum(**PENDULUM_SHAC["env"]),
         "shac",
-        updates=100,
-        horizon=16,
-        lr=2e-2,
-        critic_lr=1e-3,
-        reward_scale=0.02,
-        action_noise=0.3,
-        critic_iterations=4,
-        critic_minibatches=2,
-        critic_replay=16,
-        lr_decay_updates=160,
+        **PENDULUM_SHAC["train"],
         seed=0,
         eval_fn=lambda p: evaluate_policy(p, eval_env, seed=123),
         eval_every=10,

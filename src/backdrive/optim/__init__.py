@@ -21,6 +21,7 @@ from ._demos import (
 )
 from ._policy import (
     ALGOS,
+    PENDULUM_SHAC,
     MLPPolicy,
     ObsNormalizer,
     PolicyConfigError,
@@ -52,6 +53,7 @@ __all__ = [
     "ValueCritic",
     "ObsNormalizer",
     "ALGOS",
+    "PENDULUM_SHAC",
     "PolicyConfigError",
     "TrainingDivergedError",
     "optimize_trajectory",

@@ -45,6 +45,7 @@ from ._progress import ProgressBar
 
 __all__ = [
     "ALGOS",
+    "PENDULUM_SHAC",
     "PolicyConfigError",
     "TrainingDivergedError",
     "ObsNormalizer",
@@ -57,6 +58,28 @@ __all__ = [
 ]
 
 ALGOS = ("apg", "shac")
+
+#: SHAC settings that solve gymnasium's Pendulum-v1 (return >= -200) in 100
+#: updates, 12,800 environment steps: ``Pendulum(**PENDULUM_SHAC["env"])`` with
+#: exploring starts (speeds up to 8 rad/s, 16-step episodes) and
+#: ``train_policy(env, "shac", **PENDULUM_SHAC["train"])``. Used by the demo and
+#: ``examples/pendulum_policy.py``.
+PENDULUM_SHAC = {
+    "env": {"num_envs": 8, "y_init": 8.0, "max_episode_steps": 16},
+    "train": {
+        "updates": 100,
+        "horizon": 16,
+        "lr": 2e-2,
+        "critic_lr": 1e-3,
+        "gamma": 0.99,
+        "reward_scale": 0.02,
+        "action_noise": 0.3,
+        "critic_iterations": 4,
+        "critic_minibatches": 2,
+        "critic_replay": 16,
+        "lr_decay_updates": 160,
+    },
+}
 _FORMAT = "backdrive.policy/1"
 _SQUASHES = ("tanh", "clip")
 _ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
