@@ -36,7 +36,8 @@ def to_gymnasium(env: DiffEnv, *, vector: bool | None = None) -> Any:
         from ._gymnasium import GymnasiumEnv, GymnasiumVectorEnv
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
-            "to_gymnasium needs gymnasium: pip install 'gymnasium>=1.0'"
+            "to_gymnasium needs gymnasium: pip install 'backdrive[rl]' "
+            "(or 'gymnasium>=1.0')"
         ) from exc
     if vector is None:
         vector = env.num_envs > 1
