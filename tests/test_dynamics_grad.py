@@ -59,7 +59,7 @@ def _state(rb: RobotModel, n: int = 2, seed: int = 0):
 
 def _methods(rb: RobotModel):
     mimic = rb.num_bodies - 1 != rb.num_joints
-    return ["crba"] if mimic else ["crba", "aba"]
+    return ["auto", "crba"] if mimic else ["auto", "crba", "aba"]
 
 
 def test_gradcheck_state(robot):

@@ -112,11 +112,29 @@ def forward_dynamics(
             f"method='aba' needs independent joints but robot {robot.name!r} has mimic joints; "
             "use method='crba'"
         )
-    kin = kinematics(robot, topo, q)
-    fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
     tau = tau + _joint_forces(robot, v, friction_width)
     if method == "aba":
+        kin = kinematics(robot, topo, q)
+        fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
         return aba_core(robot, topo, kin, v, tau, g, fw)
+    if method == "crba":
+        return _plain_crba(robot, topo, q, v, tau, g, f_ext)
+    params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
+    inputs = (q, v, tau, g, f_ext) + params
+    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
+        return _ForwardDynamics.apply(robot, *inputs)
+    return _solve_forward(robot, topo, q, v, tau, g, f_ext)[0]
+
+
+#: Physical parameters the equations of motion ``M a + b = tau`` depend on
+#: (besides gravity; damping and friction enter through ``tau``).
+_MASS_PARAMETERS = ("body_mass", "body_com", "body_inertia", "armature")
+
+
+def _plain_crba(robot, topo, q, v, tau, g, f_ext) -> torch.Tensor:
+    """``method="crba"``: CRBA, RNEA and a Cholesky solve, all by plain autograd."""
+    kin = kinematics(robot, topo, q)
+    fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
     return crba_solve(robot, topo, kin, v, tau, g, fw)
 
 
@@ -127,3 +145,86 @@ def crba_solve(robot, topo, kin, v, tau, g, fw) -> torch.Tensor:
     # cholesky_ex: no error check, so no host synchronisation in the hot path.
     L, _ = torch.linalg.cholesky_ex(M)
     return torch.cholesky_solve(rhs[..., None], L)[..., 0]
+
+
+class _CholeskyFactor:
+    """A batched dense Cholesky factor of ``M``; :meth:`solve` applies ``M^-1``."""
+
+    def __init__(self, L: torch.Tensor):
+        self.L = L
+
+    def solve(self, rhs: torch.Tensor) -> torch.Tensor:
+        return torch.cholesky_solve(rhs[..., None], self.L)[..., 0]
+
+
+def _solve_forward(robot, topo, q, v, tau, g, f_ext):
+    """Accelerations (no autograd graph) and the factor of ``M`` that solved them."""
+    with torch.no_grad():
+        kin = kinematics(robot, topo, q)
+        fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
+        M = crba_core(robot, topo, kin)
+        rhs = tau - rnea_core(robot, topo, kin, v, None, g, fw)
+        L, _ = torch.linalg.cholesky_ex(M)
+        factor = _CholeskyFactor(L)
+        return factor.solve(rhs), factor
+
+
+class _ForwardDynamics(torch.autograd.Function):
+    """Forward dynamics with the analytic backward of ``M(q) a + b(q, v) = tau``.
+
+    Differentiating the equations of motion at the solution gives
+    ``M da = dtau - d(RNEA)(q, v, a)`` with ``a`` held fixed, so for an
+    incoming gradient ``g``: ``grad tau = lam = M^-1 g`` (the factor of the
+    forward pass reused) and the gradient with respect to everything else
+    (``q``, ``v``, gravity, external wrenches, masses, inertias, armature) is
+    ``-lam^T d(RNEA)/d(.)``, one vector-Jacobian product of inverse dynamics
+    at ``(q, v, a)`` (Carpentier and Mansard 2018). Forward plus backward then
+    costs the forward pass, one solve and one RNEA with its backward, instead
+    of the backward of CRBA, RNEA and the Cholesky factorisation.
+
+    A double backward (``create_graph=True``) recomputes the forward pass by
+    plain autograd and differentiates that, so it is differentiable again.
+    """
+
+    @staticmethod
+    def forward(ctx, robot, q, v, tau, g, f_ext, *params):
+        topo = topology(robot)
+        a, factor = _solve_forward(robot, topo, q, v, tau, g, f_ext)
+        ctx.robot, ctx.topo, ctx.factor = robot, topo, factor
+        ctx.save_for_backward(q, v, tau, g, f_ext, a, *params)
+        return a
+
+    @staticmethod
+    def backward(ctx, grad_a):
+        q, v, tau, g, f_ext, a, *params = ctx.saved_tensors
+        robot, topo = ctx.robot, ctx.topo
+        need = ctx.needs_input_grad[1:]
+        inputs = (q, v, tau, g, f_ext, *params)
+        wanted = [i for i, (x, n) in enumerate(zip(inputs, need)) if n and x is not None]
+        out = [None] * len(inputs)
+        if torch.is_grad_enabled():
+            # create_graph: differentiate the plain-autograd forward pass, so
+            # that the gradient is itself differentiable.
+            acc = _plain_crba(robot, topo, q, v, tau, g, f_ext)
+            grads = torch.autograd.grad(acc, [inputs[i] for i in wanted], grad_a, create_graph=True, allow_unused=True)
+            for i, gr in zip(wanted, grads):
+                out[i] = gr
+            return (None, *out)
+        lam = ctx.factor.solve(grad_a)
+        if need[2]:
+            out[2] = lam
+        rest = [i for i in wanted if i != 2]
+        if rest:
+            with torch.enable_grad():
+                leaves = [x.detach().requires_grad_(i in rest) if x is not None else None for i, x in enumerate(inputs)]
+                model = robot
+                replaced = {k: leaves[5 + j] for j, k in enumerate(_MASS_PARAMETERS) if 5 + j in rest}
+                if replaced:
+                    model = robot.replace(**replaced)
+                kin = kinematics(model, topo, leaves[0])
+                fw = None if f_ext is None else f_ext_to_world(topo, kin, leaves[4])
+                tau_id = rnea_core(model, topo, kin, leaves[1], a.detach(), leaves[3], fw)
+                grads = torch.autograd.grad(tau_id, [leaves[i] for i in rest], -lam, allow_unused=True)
+            for i, gr in zip(rest, grads):
+                out[i] = gr
+        return (None, *out)
