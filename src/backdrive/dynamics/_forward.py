@@ -9,7 +9,9 @@ from ..model import RobotModel
 from ._aba import aba_core
 from ._crba import crba_core
 from ._rnea import rnea_core
+from . import _tree
 from ._tree import broadcast_batch, check_f_ext, f_ext_to_world, gravity_vector, kinematics, topology
+from ._wide import forward_t, inverse_dynamics_t
 
 __all__ = ["forward_dynamics", "joint_forces", "DEFAULT_FRICTION_WIDTH", "FORWARD_METHODS"]
 
@@ -157,8 +159,21 @@ class _CholeskyFactor:
         return torch.cholesky_solve(rhs[..., None], self.L)[..., 0]
 
 
+def _wide(topo, q, f_ext) -> bool:
+    """Whether the batch-last path takes a batch (large, no mimic joints, and
+    ``f_ext`` broadcasting into the batch of ``q``)."""
+    batch = q.shape[:-1]
+    return (
+        batch.numel() > _tree.TREE_MATMUL_MAX_BATCH
+        and topo.nm > 0
+        and (f_ext is None or torch.broadcast_shapes(f_ext.shape[:-2], batch) == batch)
+    )
+
+
 def _solve_forward(robot, topo, q, v, tau, g, f_ext):
     """Accelerations (no autograd graph) and the factor of ``M`` that solved them."""
+    if not topo.coupled and _wide(topo, q, f_ext):
+        return forward_t(robot, topo, q, v, tau, g, f_ext)
     with torch.no_grad():
         kin = kinematics(robot, topo, q)
         fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
@@ -221,9 +236,12 @@ class _ForwardDynamics(torch.autograd.Function):
                 replaced = {k: leaves[5 + j] for j, k in enumerate(_MASS_PARAMETERS) if 5 + j in rest}
                 if replaced:
                     model = robot.replace(**replaced)
-                kin = kinematics(model, topo, leaves[0])
-                fw = None if f_ext is None else f_ext_to_world(topo, kin, leaves[4])
-                tau_id = rnea_core(model, topo, kin, leaves[1], a.detach(), leaves[3], fw)
+                if _wide(topo, q, f_ext):
+                    tau_id = inverse_dynamics_t(model, topo, leaves[0], leaves[1], a.detach(), leaves[3], leaves[4])
+                else:
+                    kin = kinematics(model, topo, leaves[0])
+                    fw = None if f_ext is None else f_ext_to_world(topo, kin, leaves[4])
+                    tau_id = rnea_core(model, topo, kin, leaves[1], a.detach(), leaves[3], fw)
                 grads = torch.autograd.grad(tau_id, [leaves[i] for i in rest], -lam, allow_unused=True)
             for i, gr in zip(rest, grads):
                 out[i] = gr

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from ..model import RobotModel
+from . import _tree
+from ._wide import inverse_dynamics_t
 from ._tree import (
     Kinematics,
     Topology,
@@ -231,9 +233,20 @@ def inverse_dynamics(
     batch, (q, v, a, g) = broadcast_batch(robot, q, (v, nv, "v"), (a, nv, "a"), (g, 3, "gravity"))
     check_f_ext(robot, f_ext)
     topo = topology(robot)
+    if _wide(topo, batch, f_ext):
+        return inverse_dynamics_t(robot, topo, q, v, a, g, f_ext)
     kin = kinematics(robot, topo, q)
     fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
     return rnea_core(robot, topo, kin, v, a, g, fw)
+
+
+def _wide(topo: Topology, batch: torch.Size, f_ext=None) -> bool:
+    """Whether the batch-last path (``_wide.inverse_dynamics_t``) takes this batch."""
+    return (
+        batch.numel() > _tree.TREE_MATMUL_MAX_BATCH
+        and topo.nm > 0
+        and (f_ext is None or torch.broadcast_shapes(f_ext.shape[:-2], batch) == batch)
+    )
 
 
 def bias_forces(
@@ -254,6 +267,8 @@ def bias_forces(
     g = gravity_vector(robot, gravity)
     batch, (q, v, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (g, 3, "gravity"))
     topo = topology(robot)
+    if _wide(topo, batch):
+        return inverse_dynamics_t(robot, topo, q, v, None, g)
     return rnea_core(robot, topo, kinematics(robot, topo, q), v, None, g)
 
 
@@ -268,4 +283,6 @@ def gravity_forces(robot: RobotModel, q: torch.Tensor, *, gravity: torch.Tensor 
     g = gravity_vector(robot, gravity)
     batch, (q, g) = broadcast_batch(robot, q, (g, 3, "gravity"))
     topo = topology(robot)
+    if _wide(topo, batch):
+        return inverse_dynamics_t(robot, topo, q, None, None, g)
     return rnea_core(robot, topo, kinematics(robot, topo, q), None, None, g)

@@ -195,10 +195,23 @@ _WIDE_MIN_BATCH = 64
 
 def _body_transforms_wide(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`body_transforms` on ``(3, 3, k, N)`` / ``(3, k, N)`` arrays."""
-    c = _cache(model)
     batch = q.shape[:-1]
     nb = model.num_bodies
-    qf = q.reshape(-1, q.shape[-1])
+    R, p = body_transforms_t(model, q.reshape(-1, q.shape[-1]))
+    R = R.permute(3, 2, 0, 1).reshape(*batch, nb, 3, 3).contiguous()
+    p = p.permute(2, 1, 0).reshape(*batch, nb, 3).contiguous()
+    return R, p
+
+
+def body_transforms_t(model: RobotModel, qf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """World-from-body poses with the batch last: ``R (3, 3, nb, N)``, ``p (3, nb, N)``.
+
+    ``qf`` is ``(N, nq)`` (not checked). The layout of the large-batch paths
+    of kinematics and dynamics: each 3x3 product is a few elementwise
+    operations over the whole batch.
+    """
+    c = _cache(model)
+    nb = model.num_bodies
     N = qf.shape[0]
     if model.floating_base:
         R0 = quat_to_matrix(qf[:, 3:7]).permute(1, 2, 0)[:, :, None, :].contiguous()  # (3, 3, 1, N)
@@ -210,7 +223,7 @@ def _body_transforms_wide(model: RobotModel, q: torch.Tensor) -> tuple[torch.Ten
         theta = qf[:, 7:] if model.floating_base else qf
     else:
         theta = joint_values(model, qf)
-    theta = theta.T  # (nb - 1, N)
+    theta = theta.T.contiguous()  # (nb - 1, N); contiguous, so that every array below has the batch innermost
     ang = theta * c["is_rev"][:, None] if c["has_pri"] else theta
     s = torch.sin(ang)
     omc = 1.0 - torch.cos(ang)
@@ -239,8 +252,6 @@ def _body_transforms_wide(model: RobotModel, q: torch.Tensor) -> tuple[torch.Ten
     R, p = torch.cat(Rs, dim=-2), torch.cat(ps, dim=-2)
     if not model.levels_sorted:
         R, p = R.index_select(-2, model.level_inverse), p.index_select(-2, model.level_inverse)
-    R = R.permute(3, 2, 0, 1).reshape(*batch, nb, 3, 3).contiguous()
-    p = p.permute(2, 1, 0).reshape(*batch, nb, 3).contiguous()
     return R, p
 
 
