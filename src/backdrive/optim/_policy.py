@@ -324,6 +324,9 @@ class PolicyTrainer:
         critic_iterations: int = 8,
         critic_minibatches: int = 4,
         critic_replay: int = 1,
+        critic_batch_size: int | None = None,
+        actor_replay_steps: int = 0,
+        actor_batch_size: int = 256,
         target_alpha: float = 0.2,
         betas: tuple[float, float] = (0.7, 0.95),
         action_noise: float = 0.0,
@@ -349,6 +352,9 @@ class PolicyTrainer:
             "critic_iterations": critic_iterations,
             "critic_minibatches": critic_minibatches,
             "critic_replay": critic_replay,
+            "critic_batch_size": critic_batch_size,
+            "actor_replay_steps": actor_replay_steps,
+            "actor_batch_size": actor_batch_size,
             "target_alpha": target_alpha,
             "betas": tuple(betas),
             "action_noise": action_noise,
@@ -466,6 +472,8 @@ class PolicyTrainer:
         env.detach()
         obs = env.observation()
         obs_list, rew_list, final_list, term_list, done_list = [], [], [], [], []
+        act_list, probe_list = [], []
+        jac = c["actor_replay_steps"] > 0
         excess = torch.zeros((), dtype=env.dtype, device=env.device)
         structured = isinstance(self.policy, MLPPolicy)
         for _ in range(c["horizon"]):
@@ -486,6 +494,15 @@ class PolicyTrainer:
                 if c["action_noise"] > 0:
                     noise = torch.randn(action.shape, generator=self.generator, dtype=action.dtype, device=action.device)
                     action = action + c["action_noise"] * (env.action_high - env.action_low) / 2 * noise
+            if jac:
+                # Clip to the box here (the env would), then add a zero probe:
+                # the derivative of this step's reward and observation with
+                # respect to the probe is the step's action Jacobian.
+                action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
+                probe = torch.zeros_like(action, requires_grad=True)
+                act_list.append(action.detach())
+                probe_list.append(probe)
+                action = action + probe
             obs_list.append(obs.detach())
             obs, reward, terminated, truncated, info = env.step(action)
             rew_list.append(reward)
@@ -499,6 +516,8 @@ class PolicyTrainer:
             "terminated": torch.stack(term_list),  # (H, N)
             "done": torch.stack(done_list),  # (H, N)
             "excess": excess / c["horizon"],  # mean squared pre-activation excess
+            "action": torch.stack(act_list) if jac else None,  # (H, N, action_dim), in the box
+            "probes": probe_list,
         }
 
     def update(self) -> dict[str, float]:
@@ -546,6 +565,7 @@ class PolicyTrainer:
             value = None
             objective = disc * reward
         actor_loss = -objective.sum() / (N * H) + c["preact_penalty"] * roll["excess"]
+        jacobians = self._action_jacobians(roll) if c["actor_replay_steps"] > 0 else None
 
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
@@ -568,7 +588,11 @@ class PolicyTrainer:
                 "terminated": term,
                 "done": done,
             }
+            if jacobians is not None:
+                window.update(action=roll["action"], jac_obs=jacobians[0], jac_reward=jacobians[1])
             critic_loss = self._fit_critic(window, value.detach(), k)
+            if c["actor_replay_steps"] > 0:
+                self._replay_actor_steps(k)
 
         # Bookkeeping (detached): episode returns and normaliser statistics.
         with torch.no_grad():
@@ -599,6 +623,62 @@ class PolicyTrainer:
             "eval_return": math.nan,
             "eval_s": 0.0,
         }
+
+    def _action_jacobians(self, roll: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-step derivatives of the (scaled) reward and of the final observation w.r.t. the action.
+
+        Read off the window's own graph (the derivative of a transition
+        already counted, no new simulator step): ``jac_obs`` ``(H, N, obs_dim,
+        action_dim)`` and ``jac_reward`` ``(H, N, action_dim)``.
+        """
+        scale = self.config["reward_scale"]
+        final, reward, probes = roll["final_obs"], roll["reward"], roll["probes"]
+        jo, jr = [], []
+        for t, probe in enumerate(probes):
+            outs = [final[t, :, j].sum() for j in range(final.shape[-1])] + [reward[t].sum() * scale]
+            rows = []
+            for out in outs:
+                (g,) = torch.autograd.grad(out, probe, retain_graph=True, allow_unused=True)
+                rows.append(torch.zeros_like(probe) if g is None else g)
+            jo.append(torch.stack(rows[:-1], dim=-2))
+            jr.append(rows[-1])
+        return torch.stack(jo).detach(), torch.stack(jr).detach()
+
+    def _replay_actor_steps(self, k: int) -> None:
+        """Actor steps on replayed transitions through their stored action Jacobians.
+
+        For a replayed ``(o, a, r, o')`` the policy's action ``a* = pi(o)`` is
+        scored with the first-order model of that transition,
+        ``r + dr/da (a* - a) + gamma V(o' + do'/da (a* - a))`` (SVG(1)-style,
+        the value from the target critic, zero after a termination). No
+        simulator call: the Jacobians were read off the window that produced
+        the transition.
+        """
+        c = self.config
+        gamma = c["gamma"]
+        norm = self._normalizer()
+        keys = ("obs", "action", "reward", "final_obs", "terminated", "jac_obs", "jac_reward")
+        data = {key: torch.cat([w[key].reshape(-1, *w[key].shape[2:]) for w in self._replay]) for key in keys}
+        n = data["obs"].shape[0]
+        for _ in range(c["actor_replay_steps"]):
+            idx = torch.randint(n, (min(c["actor_batch_size"], n),), generator=self.generator, device=data["obs"].device)
+            obs, a = data["obs"][idx], data["action"][idx]
+            delta = self.policy(obs) - a
+            reward = data["reward"][idx] + (data["jac_reward"][idx] * delta).sum(-1)
+            nxt = data["final_obs"][idx] + (data["jac_obs"][idx] @ delta.unsqueeze(-1)).squeeze(-1)
+            value = self.target_critic(norm(nxt)) * (~data["terminated"][idx])
+            loss = -(reward + gamma * value).mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            params = [p for p in self.policy.parameters() if p.grad is not None]
+            if c["max_grad_norm"] is not None:
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, c["max_grad_norm"])
+            else:
+                grad_norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
+            if not (torch.isfinite(grad_norm) and torch.isfinite(loss)):
+                self.actor_opt.zero_grad(set_to_none=True)
+                raise self._diverged(k, f"replayed actor gradient norm {float(grad_norm)}")
+            self.actor_opt.step()
 
     def _td_lambda(self, reward: torch.Tensor, value: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """TD(lambda) targets ``(H, N)`` of one window.
@@ -642,21 +722,30 @@ class PolicyTrainer:
         x = torch.cat(xs)
         y = torch.cat(ys)
         n = y.shape[0]
-        batch = n // c["critic_minibatches"]
         total = torch.zeros((), dtype=y.dtype, device=y.device)
         count = 0
-        for _ in range(c["critic_iterations"]):
-            perm = torch.randperm(n, generator=self.generator, device=y.device)
-            for b in range(c["critic_minibatches"]):
-                idx = perm[b * batch : (b + 1) * batch]
-                loss = (self.critic(x[idx]) - y[idx]).pow(2).mean()
-                self.critic_opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if c["max_grad_norm"] is not None:
-                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c["max_grad_norm"] * 10)
-                self.critic_opt.step()
-                total += loss.detach()
-                count += 1
+        if c["critic_batch_size"] is not None:
+            # SAC-style: critic_iterations gradient steps, each on a random
+            # minibatch of the replayed samples.
+            steps = [
+                torch.randint(n, (min(c["critic_batch_size"], n),), generator=self.generator, device=y.device)
+                for _ in range(c["critic_iterations"])
+            ]
+        else:
+            batch = n // c["critic_minibatches"]
+            steps = []
+            for _ in range(c["critic_iterations"]):
+                perm = torch.randperm(n, generator=self.generator, device=y.device)
+                steps += [perm[b * batch : (b + 1) * batch] for b in range(c["critic_minibatches"])]
+        for idx in steps:
+            loss = (self.critic(x[idx]) - y[idx]).pow(2).mean()
+            self.critic_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if c["max_grad_norm"] is not None:
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c["max_grad_norm"] * 10)
+            self.critic_opt.step()
+            total += loss.detach()
+            count += 1
         mean_loss = float(total / count)
         if not math.isfinite(mean_loss):
             raise self._diverged(k, f"critic loss {mean_loss}")
