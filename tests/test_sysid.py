@@ -15,6 +15,7 @@ from backdrive.optim import (
     inertia_from_cholesky,
     physically_consistent,
 )
+import backdrive.dynamics as D
 from backdrive.sim import PDActuator, Simulator, State
 
 F64 = torch.float64
@@ -67,19 +68,58 @@ def double_pendulum_data():
     return hidden, start, traj
 
 
+# Franka's datasheet limits for joints 1-7: velocity (rad/s) and acceleration (rad/s^2).
+PANDA_VMAX = torch.tensor([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61], dtype=F64)
+PANDA_AMAX = torch.tensor([15.0, 7.5, 10.0, 12.5, 15.0, 20.0, 20.0], dtype=F64)
+PANDA_DT = 0.005
+
+
+def panda_excitation(robot, batch: int, steps: int, dt: float, seed: int):
+    """Smooth excitation of the 7 arm joints within the Panda's position,
+    velocity and acceleration limits, fingers still at 2 cm.
+
+    Each recording moves every joint on one sine (0.4 to 1.2 Hz, random
+    phase) about the middle of its range, scaled to reach 90 % of the
+    tightest of its three limits. Returns ``q (batch, steps + 2, nq)``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = robot.lower[:7], robot.upper[:7]
+    t = torch.arange(steps + 2, dtype=F64) * dt
+    w = 2 * math.pi * (0.4 + 0.8 * torch.rand(batch, 1, 7, generator=g, dtype=F64))
+    phase = 2 * math.pi * torch.rand(batch, 1, 7, generator=g, dtype=F64)
+    s = torch.sin(w * t[:, None] + phase)
+    scale = 0.9 * torch.minimum(torch.minimum((hi - lo) / 2, PANDA_VMAX / w), PANDA_AMAX / w**2)
+    q = (lo + hi) / 2 + scale * s
+    return torch.cat([q, torch.full((batch, steps + 2, 1), 0.02, dtype=F64)], -1)
+
+
 @pytest.fixture(scope="module")
 def panda_data():
+    """32 recordings of 1.25 s at 200 Hz (8000 samples) of the Panda with
+    hidden masses and damping, driven by computed torques.
+
+    The torques are the hidden model's inverse dynamics along the excitation
+    (plus the torque that cancels the joint damping), with accelerations from
+    the semi-implicit Euler update, so the simulator reproduces the excitation
+    under them: the motion is smooth and inside the Panda's limits, unlike a
+    stiff PD servo at this step, whose efforts chatter between the limits.
+    """
     robot = load("panda")
-    bodies = [robot.body_index(f"panda_link{i}") for i in range(2, 8)]
+    bodies = [robot.body_index(f"panda_link{i}") for i in range(1, 8)]
     joints = list(range(7))
     hidden, start = hidden_and_start(robot, bodies, joints, seed=0)
-    kp = torch.tensor([600, 600, 600, 600, 250, 150, 50, 100.0], dtype=F64)
-    kd = torch.tensor([50, 50, 50, 20, 20, 20, 10, 10.0], dtype=F64)
-    sim = Simulator(hidden, 0.005, actuator=PDActuator(kp, kd))
-    q0 = torch.tensor([0, -0.3, 0, -2.0, 0, 1.8, 0.8, 0.02], dtype=F64)
-    amp = torch.tensor([1.0, 0.7, 1.0, 0.7, 1.2, 1.0, 1.5, 0.0], dtype=F64)
-    targets = q0 + multisine(6, 200, 0.005, amp, seed=1)
-    traj = sim.rollout(State(q0.expand(6, -1), torch.zeros(6, robot.nv, dtype=F64)), targets)
+    dt, batch, steps = PANDA_DT, 32, 250
+    q_ref = panda_excitation(robot, batch, steps, dt, seed=1)
+    v_ref = torch.cat([(q_ref[:, 1:2] - q_ref[:, :1]) / dt, (q_ref[:, 1:] - q_ref[:, :-1]) / dt], 1)
+    a_ref = (v_ref[:, 1:] - v_ref[:, :-1]) / dt
+    qs, vs, a_ = q_ref[:, :steps], v_ref[:, :steps], a_ref[:, :steps]
+    torques = D.inverse_dynamics(hidden, qs, vs, a_) - D.joint_forces(hidden, vs)
+    sim = Simulator(hidden, dt)  # torque control with the URDF effort limits
+    traj = sim.rollout(State(q_ref[:, 0], v_ref[:, 0]), torques)
+    # Inside the limits: no saturation, and the simulator follows the excitation.
+    torch.testing.assert_close(traj.effort, torques, rtol=0, atol=0)
+    torch.testing.assert_close(traj.q, q_ref[:, : steps + 1], rtol=0, atol=1e-9)
+    assert bool((traj.v[..., :7].abs() <= PANDA_VMAX).all())
     return hidden, start, traj, bodies, joints
 
 
@@ -91,6 +131,10 @@ def test_double_pendulum_inverse_dynamics_route(double_pendulum_data):
     exact = identify(start, traj.q, traj.v, dt=0.01, tau=traj.effort)
     assert rel_err(exact.params["body_mass"], hidden.body_mass, [1, 2]) < 1e-9
     assert rel_err(exact.params["damping"], hidden.damping, [0, 1]) < 1e-9
+    # Averaging the equations is exact: noise-free data stay exact with it
+    # (filtering q and v before the nonlinear dynamics would bias them).
+    averaged = identify(start, traj.q, traj.v, dt=0.01, tau=traj.effort, smoothing=10)
+    assert rel_err(averaged.params["body_mass"], hidden.body_mass, [1, 2]) < 1e-9
     q, v, tau = add_noise(traj, seed=5)
     res = identify(start, q, v, dt=0.01, tau=tau, smoothing=3)
     assert rel_err(res.params["body_mass"], hidden.body_mass, [1, 2]) < 0.02
@@ -121,29 +165,83 @@ def test_gradient_descent_through_the_simulator(double_pendulum_data):
 def test_panda_simulation_route(panda_data):
     hidden, start, traj, bodies, joints = panda_data
     q, v, tau = add_noise(traj, seed=7)
-    names = [hidden.body_names[b] for b in bodies]
-    res = identify(start, q, v, dt=0.005, tau=tau, method="simulation", bodies=names, joints=joints)
-    # Link 2's centre of mass is 3 cm from its own axis and about as far from
-    # joint 1's: its whole effect on the motion is that of a 0.2 N m torque,
-    # so at this noise level its mass is not determined (it is fitted, not
-    # checked; the noise-free inverse-dynamics test recovers it exactly).
-    assert rel_err(res.params["body_mass"], hidden.body_mass, bodies[1:]) < 0.02
+    names = [hidden.body_names[b] for b in bodies[1:]]  # links 2-7
+    res = identify(start, q[:4], v[:4], dt=PANDA_DT, tau=tau[:4], method="simulation", bodies=names, joints=joints)
+    # 4 of the 32 recordings keep this route at a few seconds: enough for
+    # links 3-7 and the damping. Link 2 needs more data (its mass acts like a
+    # 0.2 N m torque nearly collinear with the links beyond it; see the
+    # inverse-dynamics test, which uses all 8000 samples): measured 3.6 % off
+    # with 4 recordings and 0.4 % with 8 (about 15 s of CPU).
+    assert rel_err(res.params["body_mass"], hidden.body_mass, bodies[2:]) < 0.02
     assert rel_err(res.params["damping"], hidden.damping, joints) < 0.05
     # Unselected parameters are left alone.
-    others = [b for b in range(hidden.num_bodies) if b not in bodies]
+    others = [b for b in range(hidden.num_bodies) if b not in bodies[1:]]
     torch.testing.assert_close(res.params["body_mass"][others], start.body_mass[others], rtol=0, atol=0)
 
 
 def test_panda_inverse_dynamics_route(panda_data):
     hidden, start, traj, bodies, joints = panda_data
-    exact = identify(start, traj.q, traj.v, dt=0.005, tau=traj.effort, bodies=bodies, joints=joints)
+    # Noise-free: every link mass, link 1's included, and every damping exactly.
+    exact = identify(start, traj.q[:4], traj.v[:4], dt=PANDA_DT, tau=traj.effort[:4], bodies=bodies, joints=joints)
     assert rel_err(exact.params["body_mass"], hidden.body_mass, bodies) < 1e-8
     assert rel_err(exact.params["damping"], hidden.damping, joints) < 1e-8
+    # With noise (1e-4 rad, 1e-3 rad/s, 1e-2 N m per sample), averaging the
+    # equations over 10 samples (50 ms): links 2-7 within 2 %, damping 5 %.
+    # Link 1 is fitted too but cannot be checked: see the next test.
     q, v, tau = add_noise(traj, seed=7)
-    res = identify(start, q, v, dt=0.005, tau=tau, bodies=bodies, joints=joints)
-    # Link 2's mass is not determined at this noise level (see above).
+    res = identify(start, q, v, dt=PANDA_DT, tau=tau, bodies=bodies, joints=joints, smoothing=10)
     assert rel_err(res.params["body_mass"], hidden.body_mass, bodies[1:]) < 0.02
     assert rel_err(res.params["damping"], hidden.damping, joints) < 0.05
+    # Links 3-7 and the damping come out far tighter than the bounds.
+    assert rel_err(res.params["body_mass"], hidden.body_mass, bodies[2:]) < 0.002
+    assert rel_err(res.params["damping"], hidden.damping, joints) < 0.005
+    # Without the averaging, acceleration noise biases link 2 beyond 2 %.
+    raw = identify(start, q, v, dt=PANDA_DT, tau=tau, bodies=bodies, joints=joints)
+    assert rel_err(raw.params["body_mass"], hidden.body_mass, bodies[1:2]) > 0.02
+
+
+def test_panda_link1_mass_is_not_identifiable_at_this_noise(panda_data):
+    """Link 1's mass is identifiable in principle (the noise-free fit above
+    recovers it) but not from these recordings at this noise level.
+
+    Argument: with its centre of mass c1 and rotational inertia fixed, the
+    mass of link 1 enters the spatial inertia as a point mass at c1. Link 1
+    turns about the fixed vertical axis of joint 1, so (i) no other joint's
+    force depends on it (they carry only their subtrees), (ii) gravity,
+    parallel to that axis, has no moment about it, and (iii) the point's
+    angular momentum about the axis is m1 r^2 dq1/dt with
+    r^2 = c1x^2 + c1y^2 = 1.9e-5 m^2 (r = 4.4 mm). So the regressor column of
+    m1 is exactly r^2 * ddq1 on joint 1 and zero elsewhere (checked below):
+    1 kg of link 1 makes 2e-4 N m at 10 rad/s^2. Against 1e-2 N m of torque
+    noise per sample, even with exact accelerations the Cramer-Rao bound of
+    least squares is std(m1) = 1e-2 / (r^2 rms(ddq1) sqrt(N)), tens of % of
+    m1 here (computed below from the regressor; 8000 samples). Reaching 2 %
+    would take about a thousand times more data (hours of recording at the
+    Panda's acceleration limit of 15 rad/s^2), while links 2-7 are at or
+    below 0.5 % with these samples.
+    """
+    hidden, start, traj, bodies, joints = panda_data
+    dt = PANDA_DT
+    q, v = traj.q[:, :-1], traj.v[:, :-1]
+    a = (traj.v[:, 1:] - traj.v[:, :-1]) / dt
+
+    def forces(m):
+        model = hidden.replace(body_mass=hidden.body_mass.index_put((torch.tensor(bodies),), m))
+        return D.inverse_dynamics(model, q, v, a)[..., :7]
+
+    Y = torch.func.jacfwd(forces)(hidden.body_mass[bodies])  # (B, T, 7, 7 bodies)
+    c1 = hidden.body_com[bodies[0]]
+    r2 = float(c1[0] ** 2 + c1[1] ** 2)
+    assert 1.5e-5 < r2 < 2.5e-5
+    expected = torch.zeros_like(Y[..., 0])
+    expected[..., 0] = r2 * a[..., 0]
+    torch.testing.assert_close(Y[..., 0], expected, rtol=1e-9, atol=1e-12)
+    # Cramer-Rao bound from torque noise alone (1e-2 N m), masses and damping fitted together.
+    damping_cols = torch.diag_embed(v[..., :7])  # (B, T, 7 joints, 7 damping)
+    full = torch.cat([Y, damping_cols], -1).reshape(-1, 14)
+    std = 1e-2 * torch.linalg.inv(full.T @ full).diagonal()[:7].sqrt() / hidden.body_mass[bodies]
+    assert std[0] > 0.1  # link 1: more than 10 % (5 sigma would be > 50 %)
+    assert bool((std[1:] < 0.006).all())  # links 2-7: 2 % is more than 3 sigma
 
 
 # ---------------------------------------------------------------- parametrisation
@@ -198,6 +296,10 @@ def test_identify_input_errors(double_pendulum_data):
         identify(start, traj.q, traj.v, dt=0.01, method="magic")
     with pytest.raises(InputError, match="q and v"):
         identify(start, traj.q, traj.v[..., :-1, :], dt=0.01)
+    with pytest.raises(InputError, match="smoothing"):
+        identify(start, traj.q, traj.v, dt=0.01, tau=traj.effort, smoothing=0)
+    with pytest.raises(InputError, match="smoothing=500"):
+        identify(start, traj.q, traj.v, dt=0.01, tau=traj.effort, smoothing=500)
 
 
 def test_floating_base_inverse_dynamics_route():
@@ -217,3 +319,6 @@ def test_floating_base_inverse_dynamics_route():
     res = identify(start, traj.q, traj.v, dt=0.005, tau=tau)
     assert rel_err(res.params["body_mass"], mass, list(range(robot.num_bodies))) < 1e-8
     assert rel_err(res.params["damping"], hidden.damping, list(range(12))) < 1e-8
+    # Averaging the equations needs no average of quaternions: fine with a floating base.
+    res = identify(start, traj.q, traj.v, dt=0.005, tau=tau, smoothing=5)
+    assert rel_err(res.params["body_mass"], mass, list(range(robot.num_bodies))) < 1e-8
