@@ -181,7 +181,8 @@ def scenario(robot, steps: int, dt: float, seed: int = 0):
     freq = 0.3 + 1.2 * torch.rand(3, 1, n, generator=g, dtype=F64)
     phase = 2 * math.pi * torch.rand(3, 1, n, generator=g, dtype=F64)
     q_ref = start + amp * torch.sin(2 * math.pi * freq * t[:, None] + phase).mean(0)  # (T + 2, n)
-    v_ref = torch.cat([(q_ref[1:2] - q_ref[:1]) / dt, (q_ref[1:] - q_ref[:-1]) / dt])  # v_ref[t] = (q_t - q_{t-1}) / dt, t >= 1
+    # v_ref[t] = (q_t - q_{t-1}) / dt for t >= 1; v_ref[0] = v_ref[1].
+    v_ref = torch.cat([(q_ref[1:2] - q_ref[:1]) / dt, (q_ref[1:] - q_ref[:-1]) / dt])
     a_ref = (v_ref[1:] - v_ref[:-1]) / dt
     qs, vs, a_ = q_ref[:steps], v_ref[:steps], a_ref[:steps]
     u = inverse_dynamics(robot, qs, vs, a_) - joint_forces(robot, vs)
@@ -369,7 +370,8 @@ def main(argv=None) -> None:
           f"{T + 1} states (largest joint travel {travel:.2f} rad).\n")
     print(f"Gradient of the final state x_T = (q_T, v_T) ({nx} components) with respect to all "
           f"{T} x {nu} = {T * nu} controls; reference: MuJoCo central differences (eps {FD_EPS:g} N m).\n")
-    print("| method | what | rollouts | CPU time (s) | normwise rel. err | max rel. err | median rel. err | 1 - cosine |")
+    print("| method | what | rollouts | CPU time (s) | normwise rel. err | max rel. err | median rel. err "
+          "| 1 - cosine |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 
     def row(name, what, rolls, t, ag):
