@@ -472,7 +472,7 @@ class PolicyTrainer:
         env.detach()
         obs = env.observation()
         obs_list, rew_list, final_list, term_list, done_list = [], [], [], [], []
-        act_list, probe_list = [], []
+        act_list, state_list = [], []
         jac = c["actor_replay_steps"] > 0
         excess = torch.zeros((), dtype=env.dtype, device=env.device)
         structured = isinstance(self.policy, MLPPolicy)
@@ -495,14 +495,10 @@ class PolicyTrainer:
                     noise = torch.randn(action.shape, generator=self.generator, dtype=action.dtype, device=action.device)
                     action = action + c["action_noise"] * (env.action_high - env.action_low) / 2 * noise
             if jac:
-                # Clip to the box here (the env would), then add a zero probe:
-                # the derivative of this step's reward and observation with
-                # respect to the probe is the step's action Jacobian.
-                action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
-                probe = torch.zeros_like(action, requires_grad=True)
-                act_list.append(action.detach())
-                probe_list.append(probe)
-                action = action + probe
+                # The transition's state and action (clipped to the box, as
+                # the env does) for its action Jacobian, see _action_jacobians.
+                state_list.append(env.state.detach())
+                act_list.append(torch.maximum(torch.minimum(action.detach(), env.action_high), env.action_low))
             obs_list.append(obs.detach())
             obs, reward, terminated, truncated, info = env.step(action)
             rew_list.append(reward)
@@ -517,7 +513,7 @@ class PolicyTrainer:
             "done": torch.stack(done_list),  # (H, N)
             "excess": excess / c["horizon"],  # mean squared pre-activation excess
             "action": torch.stack(act_list) if jac else None,  # (H, N, action_dim), in the box
-            "probes": probe_list,
+            "state": torch.stack(state_list) if jac else None,  # (H, N, state_dim), before each step
         }
 
     def update(self) -> dict[str, float]:
@@ -625,24 +621,29 @@ class PolicyTrainer:
         }
 
     def _action_jacobians(self, roll: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-step derivatives of the (scaled) reward and of the final observation w.r.t. the action.
+        """Derivatives of each transition's (scaled) reward and final observation w.r.t. its action.
 
-        Read off the window's own graph (the derivative of a transition
-        already counted, no new simulator step): ``jac_obs`` ``(H, N, obs_dim,
-        action_dim)`` and ``jac_reward`` ``(H, N, action_dim)``.
+        ``jac_obs`` ``(H, N, obs_dim, action_dim)`` and ``jac_reward`` ``(H, N,
+        action_dim)``: the derivative of the transitions the window has just
+        taken, not new ones (the env's pure ``transition``, ``reward`` and
+        ``observe`` at the same states and actions, batched, so that the
+        per-step derivatives do not walk the whole window's graph).
         """
-        scale = self.config["reward_scale"]
-        final, reward, probes = roll["final_obs"], roll["reward"], roll["probes"]
-        jo, jr = [], []
-        for t, probe in enumerate(probes):
-            outs = [final[t, :, j].sum() for j in range(final.shape[-1])] + [reward[t].sum() * scale]
+        env = self.env
+        H, N = roll["action"].shape[:2]
+        state = roll["state"].reshape(H * N, -1)
+        action = roll["action"].reshape(H * N, -1).clone().requires_grad_(True)
+        with torch.enable_grad():
+            nxt = env.transition(state, action)
+            reward = env.reward(state, action, nxt) * self.config["reward_scale"]
+            obs = env.observe(nxt)
+            outs = [obs[:, j].sum() for j in range(obs.shape[-1])] + [reward.sum()]
             rows = []
-            for out in outs:
-                (g,) = torch.autograd.grad(out, probe, retain_graph=True, allow_unused=True)
-                rows.append(torch.zeros_like(probe) if g is None else g)
-            jo.append(torch.stack(rows[:-1], dim=-2))
-            jr.append(rows[-1])
-        return torch.stack(jo).detach(), torch.stack(jr).detach()
+            for i, out in enumerate(outs):
+                (g,) = torch.autograd.grad(out, action, retain_graph=i < len(outs) - 1, allow_unused=True)
+                rows.append(torch.zeros_like(action) if g is None else g)
+        jac_obs = torch.stack(rows[:-1], dim=-2).reshape(H, N, obs.shape[-1], -1)
+        return jac_obs.detach(), rows[-1].reshape(H, N, -1).detach()
 
     def _replay_actor_steps(self, k: int) -> None:
         """Actor steps on replayed transitions through their stored action Jacobians.
@@ -713,14 +714,23 @@ class PolicyTrainer:
         self._replay.append(window)
         del self._replay[: -c["critic_replay"]]
         norm = self._normalizer()
-        xs, ys = [], []
         with torch.no_grad():
-            for w in self._replay:
-                v = value if w is window else self.target_critic(norm(w["final_obs"])) * (~w["terminated"])
-                ys.append(self._td_lambda(w["reward"], v, w["done"]).reshape(-1))
-                xs.append(norm(w["obs"]).reshape(ys[-1].shape[0], -1))
-        x = torch.cat(xs)
-        y = torch.cat(ys)
+            # All windows side by side along the env axis: one target-critic
+            # call and one TD(lambda) pass (the windows have the same shape).
+            old = self._replay[:-1]
+            v = [value]
+            if old:
+                final = torch.cat([w["final_obs"] for w in old], dim=1)
+                term = torch.cat([w["terminated"] for w in old], dim=1)
+                v.insert(0, self.target_critic(norm(final)) * (~term))
+            reward = torch.cat([w["reward"] for w in self._replay], dim=1)
+            done = torch.cat([w["done"] for w in self._replay], dim=1)
+            targets = self._td_lambda(reward, torch.cat(v, dim=1), done)  # (H, M * N)
+            H, M = targets.shape[0], len(self._replay)
+            # Samples ordered window by window, step by step within a window.
+            y = targets.reshape(H, M, -1).transpose(0, 1).reshape(-1)
+            obs = torch.stack([w["obs"] for w in self._replay])  # (M, H, N, obs_dim)
+            x = norm(obs).reshape(y.shape[0], -1)
         n = y.shape[0]
         total = torch.zeros((), dtype=y.dtype, device=y.device)
         count = 0
