@@ -214,11 +214,12 @@ def test_panda_link1_mass_is_not_identifiable_at_this_noise(panda_data):
     m1 is exactly r^2 * ddq1 on joint 1 and zero elsewhere (checked below):
     1 kg of link 1 makes 2e-4 N m at 10 rad/s^2. Against 1e-2 N m of torque
     noise per sample, even with exact accelerations the Cramer-Rao bound of
-    least squares is std(m1) = 1e-2 / (r^2 rms(ddq1) sqrt(N)), tens of % of
-    m1 here (computed below from the regressor; 8000 samples). Reaching 2 %
-    would take about a thousand times more data (hours of recording at the
-    Panda's acceleration limit of 15 rad/s^2), while links 2-7 are at or
-    below 0.5 % with these samples.
+    least squares is about std(m1) = 1e-2 / (r^2 rms(ddq1) sqrt(N)): 17 % of
+    m1 here (computed below from the regressor; 8000 samples, rms(ddq1) =
+    7 rad/s^2). For 2 % to be a 3-sigma bound would take (17 / 0.67)^2 = 650
+    times more data, 7 hours of recording at 200 Hz (still over an hour at
+    a sustained 15 rad/s^2, the Panda's acceleration limit), while links 2-7
+    are at 0.43 % (link 2) and 0.013 % or less with these samples.
     """
     hidden, start, traj, bodies, joints = panda_data
     dt = PANDA_DT
