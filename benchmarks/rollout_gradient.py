@@ -379,7 +379,7 @@ def main(argv=None) -> None:
             print(f"| {name} | {what} | {rolls} | {t:.3f} | reference | | | |")
         else:
             print(f"| {name} | {what} | {rolls} | {t:.3f} | {ag['normwise']:.1e} | {ag['max_rel']:.1e} | "
-                  f"{ag['median_rel']:.1e} | {1 - ag['cosine']:.0e} |")
+                  f"{ag['median_rel']:.1e} | {abs(1 - ag['cosine']):.0e} |")
 
     row("MuJoCo central differences (`mujoco.rollout`)", f"{nx} x {T * nu} Jacobian", f"{n_roll}", t_fd, None)
     row("backdrive autograd (batch of 14, 1 backward)", f"{nx} x {T * nu} Jacobian", "1 (batch 14)", t_bd, ag_bd)
