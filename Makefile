@@ -41,6 +41,7 @@ test: $(VENV)/.installed-test browser
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/kinematics.py
 	$(PY) benchmarks/dynamics.py
+	$(PY) benchmarks/rollout_gradient.py
 	$(PY) benchmarks/learning.py
 
 clean:
