@@ -173,7 +173,7 @@ def _wide(topo, q, f_ext) -> bool:
 def _solve_forward(robot, topo, q, v, tau, g, f_ext):
     """Accelerations (no autograd graph) and the factor of ``M`` that solved them."""
     if not topo.coupled and _wide(topo, q, f_ext):
-        return forward_t(robot, topo, q, v, tau, g, f_ext)
+        return forward_t(robot, q, v, tau, g, f_ext)
     with torch.no_grad():
         kin = kinematics(robot, topo, q)
         fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
@@ -237,7 +237,7 @@ class _ForwardDynamics(torch.autograd.Function):
                 if replaced:
                     model = robot.replace(**replaced)
                 if _wide(topo, q, f_ext):
-                    tau_id = inverse_dynamics_t(model, topo, leaves[0], leaves[1], a.detach(), leaves[3], leaves[4])
+                    tau_id = inverse_dynamics_t(model, leaves[0], leaves[1], a.detach(), leaves[3], leaves[4])
                 else:
                     kin = kinematics(model, topo, leaves[0])
                     fw = None if f_ext is None else f_ext_to_world(topo, kin, leaves[4])

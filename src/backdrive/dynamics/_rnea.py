@@ -234,7 +234,7 @@ def inverse_dynamics(
     check_f_ext(robot, f_ext)
     topo = topology(robot)
     if _wide(topo, batch, f_ext):
-        return inverse_dynamics_t(robot, topo, q, v, a, g, f_ext)
+        return inverse_dynamics_t(robot, q, v, a, g, f_ext)
     kin = kinematics(robot, topo, q)
     fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
     return rnea_core(robot, topo, kin, v, a, g, fw)
@@ -268,7 +268,7 @@ def bias_forces(
     batch, (q, v, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (g, 3, "gravity"))
     topo = topology(robot)
     if _wide(topo, batch):
-        return inverse_dynamics_t(robot, topo, q, v, None, g)
+        return inverse_dynamics_t(robot, q, v, None, g)
     return rnea_core(robot, topo, kinematics(robot, topo, q), v, None, g)
 
 
@@ -284,5 +284,5 @@ def gravity_forces(robot: RobotModel, q: torch.Tensor, *, gravity: torch.Tensor 
     batch, (q, g) = broadcast_batch(robot, q, (g, 3, "gravity"))
     topo = topology(robot)
     if _wide(topo, batch):
-        return inverse_dynamics_t(robot, topo, q, None, None, g)
+        return inverse_dynamics_t(robot, q, None, None, g)
     return rnea_core(robot, topo, kinematics(robot, topo, q), None, None, g)

@@ -28,7 +28,6 @@ import torch
 
 from ..kinematics._fk import body_transforms_t
 from ..model import RobotModel, geometry_constants
-from ._tree import Topology
 
 __all__ = ["KinT", "kinematics_t", "rnea_t", "forward_t", "inverse_dynamics_t", "LTDLFactor", "f_ext_world_t"]
 
@@ -37,49 +36,184 @@ __all__ = ["KinT", "kinematics_t", "rnea_t", "forward_t", "inverse_dynamics_t", 
 
 
 def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Cross product of ``(3, ...)`` component-first arrays (broadcasting)."""
+    """Cross product of ``(3, ...)`` component-first arrays (broadcasting).
+
+    Components come from ``unbind``: its backward is one ``stack``, where each
+    indexing ``a[k]`` would cost a zero-filled copy of ``a`` in the backward.
+    """
+    a0, a1, a2 = a.unbind(0)
+    b0, b1, b2 = b.unbind(0)
     if torch.is_grad_enabled():
-        c0 = a[1] * b[2]
-        c0 = c0.addcmul(a[2], b[1], value=-1.0)
-        c1 = a[2] * b[0]
-        c1 = c1.addcmul(a[0], b[2], value=-1.0)
-        c2 = a[0] * b[1]
-        c2 = c2.addcmul(a[1], b[0], value=-1.0)
-        return torch.stack([c0, c1, c2])
+        return torch.stack(
+            [
+                torch.addcmul(a1 * b2, a2, b1, value=-1.0),
+                torch.addcmul(a2 * b0, a0, b2, value=-1.0),
+                torch.addcmul(a0 * b1, a1, b0, value=-1.0),
+            ]
+        )
     out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), dtype=a.dtype, device=a.device)
-    torch.mul(a[1], b[2], out=out[0]).addcmul_(a[2], b[1], value=-1.0)
-    torch.mul(a[2], b[0], out=out[1]).addcmul_(a[0], b[2], value=-1.0)
-    torch.mul(a[0], b[1], out=out[2]).addcmul_(a[1], b[0], value=-1.0)
+    o0, o1, o2 = out.unbind(0)
+    torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
+    torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
+    torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
     return out
 
 
 def _rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``R x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
-    out = R[:, 0] * x[0]
-    out.addcmul_(R[:, 1], x[1]).addcmul_(R[:, 2], x[2])
-    return out
+    r0, r1, r2 = R.unbind(1)
+    x0, x1, x2 = x.unbind(0)
+    out = r0 * x0
+    return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
 def _rot_t(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``R^T x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
-    out = R[0] * x[0]
-    out.addcmul_(R[1], x[1]).addcmul_(R[2], x[2])
-    return out
+    r0, r1, r2 = R.unbind(0)
+    x0, x1, x2 = x.unbind(0)
+    out = r0 * x0
+    return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
-def _cat6(lin: torch.Tensor, ang: torch.Tensor) -> torch.Tensor:
-    return torch.cat([lin, ang], 0)
+# ---------------------------------------------------------------------- topology
+
+
+class WideTopo(NamedTuple):
+    """The tree in the traversal's level order (``torch.cat(model.levels)``),
+    the order of every body axis in this module (cached per model layout).
+
+    Attributes:
+        o, na, nm: first active body (0 floating, 1 fixed), active and moving counts.
+        anc: ``(na, na)`` ancestor matrix of the active bodies, level order.
+        act: ``(na,)`` body index of each active body in level order
+            (``None`` when the levels are sorted: then a slice ``o:``).
+        coupled: mimic joints present; then ``coord``, ``mult`` ``(nm,)``
+            give each moving body's coordinate and multiplier, and generalised
+            vectors stay in coordinate order.
+        dof_perm: without mimic joints, the coordinates in the internal order
+            (base, then joints in level order); ``None`` when it is the
+            identity. ``dof_inv`` its inverse; ``arm_perm`` the joints' part.
+        axis: ``(3, nm, 1)`` joint axes; is_rev, is_pri ``(nm, 1)``; has_pri.
+        parent: parent of each body, level positions (``-1`` for the root).
+        plan: the tree sums as one step per depth level over active positions:
+            ``(children, parents, shared)`` with ``children`` a slice and
+            ``parents`` a (strided) slice, one per child, or one shared by
+            all (``shared``); ``None`` when some level fits neither (then
+            the sums are products with ``anc``).
+    """
+
+    o: int
+    na: int
+    nm: int
+    anc: torch.Tensor
+    act: torch.Tensor | None
+    coupled: bool
+    coord: torch.Tensor
+    mult: torch.Tensor
+    dof_perm: torch.Tensor | None
+    dof_inv: torch.Tensor | None
+    arm_perm: torch.Tensor | None
+    axis: torch.Tensor
+    is_rev: torch.Tensor
+    is_pri: torch.Tensor
+    has_pri: bool
+    parent: tuple
+    plan: tuple | None
+
+
+def wide_topology(model: RobotModel) -> WideTopo:
+    return geometry_constants(model, "dynamics.wide_topology", _build_wide_topology)
+
+
+def _build_wide_topology(model: RobotModel) -> WideTopo:
+    dtype, device = model.dtype, model.device
+    order = torch.cat(list(model.levels)).tolist()
+    nb = len(order)
+    pos = {b: k for k, b in enumerate(order)}
+    body_parent = model.parent.tolist()
+    parent = tuple(-1 if body_parent[b] < 0 else pos[body_parent[b]] for b in order)
+    o = 0 if model.floating_base else 1
+    na, nm = nb - o, nb - 1
+    anc = torch.zeros(na, na, dtype=dtype)
+    for k in range(o, nb):
+        d = k
+        while d >= o:
+            anc[k - o, d - o] = 1.0
+            d = parent[d]
+    identity = order == list(range(nb))
+    moving = [b - 1 for b in order[1:]]
+    coord = model.joint_coordinate[1:].tolist()
+    mult = model.joint_multiplier[1:].tolist()
+    coupled = coord != list(range(nm)) or any(m != 1.0 for m in mult)
+    t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+    dof_perm = dof_inv = arm_perm = None
+    if not coupled and not identity:
+        off = 6 if model.floating_base else 0
+        perm = list(range(off)) + [off + m for m in moving]
+        inv = [0] * len(perm)
+        for k, c in enumerate(perm):
+            inv[c] = k
+        dof_perm, dof_inv, arm_perm = t(perm), t(inv), t(moving)
+    is_pri = model.joint_is_prismatic[1:][t(moving)]
+    plan = _tree_plan(model, parent, o)
+    return WideTopo(
+        o=o,
+        na=na,
+        nm=nm,
+        anc=anc.to(device),
+        act=None if identity else t(order[o:]),
+        coupled=coupled,
+        coord=t([coord[m] for m in moving]),
+        mult=torch.tensor([mult[m] for m in moving], dtype=dtype, device=device),
+        dof_perm=dof_perm,
+        dof_inv=dof_inv,
+        arm_perm=arm_perm,
+        axis=model.joint_axis[1:][t(moving)].T[:, :, None].contiguous(),
+        is_rev=(1.0 - is_pri)[:, None].contiguous(),
+        is_pri=is_pri[:, None].contiguous(),
+        has_pri=bool(is_pri.any()),
+        parent=parent,
+        plan=plan,
+    )
+
+
+def _tree_plan(model: RobotModel, parent: tuple, o: int):
+    """The per-level steps of :func:`_down` / :func:`_up` (see ``WideTopo.plan``)."""
+    plan = []
+    start = 0
+    for d, lv in enumerate(model.levels):
+        n = len(lv)
+        lo, hi = start, start + n
+        start = hi
+        if d == 0 or parent[lo] < o:  # the root, or children of the welded root
+            continue
+        pars = [parent[k] - o for k in range(lo, hi)]
+        child = slice(lo - o, hi - o)
+        if len(set(pars)) == 1:
+            plan.append((child, slice(pars[0], pars[0] + 1), n > 1))
+            continue
+        step = pars[1] - pars[0]
+        if len(set(pars)) != n or step <= 0 or pars != [pars[0] + step * k for k in range(n)]:
+            return None
+        plan.append((child, slice(pars[0], pars[-1] + 1, step), False))
+    return tuple(plan)
+
+
+def _active(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+    """Per-body parameter rows of the active bodies, level order."""
+    return x[topo.o :] if topo.act is None else x.index_select(0, topo.act)
 
 
 # ---------------------------------------------------------------------- kinematics
 
 
 class KinT(NamedTuple):
-    """World-frame quantities at one configuration, batch last.
+    """World-frame quantities at one configuration, batch last, level order.
 
     Attributes:
         R, p: ``(3, 3, nb, N)``, ``(3, nb, N)`` world-from-body poses, all bodies.
-        S: ``(6, nm, N)`` motion subspace of each moving body's joint (world, origin).
+        Sl, Sa: ``(3, nm, N)`` linear and angular parts of each moving body's
+            joint motion subspace (world frame, world origin).
         m: ``(na, 1)`` masses; h: ``(3, na, N)`` first moments;
         I: ``(3, 3, na, N)`` rotational inertias about the world origin
         (active bodies).
@@ -87,32 +221,40 @@ class KinT(NamedTuple):
 
     R: torch.Tensor
     p: torch.Tensor
-    S: torch.Tensor
+    Sl: torch.Tensor
+    Sa: torch.Tensor
     m: torch.Tensor
     h: torch.Tensor
-    I: torch.Tensor
+    I: torch.Tensor | None
+    c: torch.Tensor | None = None
+    Ib: torch.Tensor | None = None
 
 
-def _axis_const(model: RobotModel) -> torch.Tensor:
-    return geometry_constants(model, "dynamics.axis_t", lambda m: m.joint_axis[1:].T[:, :, None].contiguous())
+def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bool = True) -> KinT:
+    """Poses, joint motion subspaces and world inertias for ``qf (N, nq)``, level order.
 
-
-def kinematics_t(model: RobotModel, topo: Topology, qf: torch.Tensor) -> KinT:
-    """Poses, joint motion subspaces and world inertias for ``qf (N, nq)``."""
-    R, p = body_transforms_t(model, qf)
+    With ``origin=False`` the rotational inertias about the world origin are
+    not formed (``I`` is ``None``): inertia products then go through the
+    centre of mass and the body frame (:func:`_inertia`), which costs a few
+    more operations per product but no ``(3, 3, na, N)`` arrays, and a much
+    cheaper backward; RNEA alone applies the inertias only twice.
+    """
+    R, p = body_transforms_t(model, qf, level_order=True)
     o = topo.o
-    ax = _axis_const(model)  # (3, nm, 1)
     Rm, pm = R[:, :, 1:], p[:, 1:]
-    aw = _rot(Rm, ax)  # (3, nm, N) world joint axes
+    aw = _rot(Rm, topo.axis)  # (3, nm, N) world joint axes
     # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
     if topo.has_pri:
-        rev, pri = topo.is_rev[:, 0, None], topo.is_pri[:, 0, None]
-        S = _cat6(_cross(pm, aw) * rev + aw * pri, aw * rev)
+        Sl, Sa = _cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
     else:
-        S = _cat6(_cross(pm, aw), aw)
-    m = model.body_mass[o:, None]
-    h, I = world_inertia_t(R[:, :, o:], p[:, o:], m, model.body_com[o:], model.body_inertia[o:])
-    return KinT(R, p, S, m, h, I)
+        Sl, Sa = _cross(pm, aw), aw
+    m = _active(topo, model.body_mass)[:, None]
+    com, Ib = _active(topo, model.body_com), _active(topo, model.body_inertia)
+    if not origin:
+        c = _rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
+        return KinT(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
+    h, I = world_inertia_t(R[:, :, o:], p[:, o:], m, com, Ib)
+    return KinT(R, p, Sl, Sa, m, h, I)
 
 
 def world_inertia_t(Rt, pt, m, com, Ib):
@@ -121,69 +263,100 @@ def world_inertia_t(Rt, pt, m, com, Ib):
     ``m (k, 1)``, ``com (k, 3)`` and ``Ib (k, 3, 3)`` (at the centre of mass)."""
     ct = _rot(Rt, com.T[:, :, None]).add_(pt)
     ht = m * ct
-    Ibt = Ib.permute(1, 2, 0)[:, :, :, None]  # [l, j, body, 1]
+    r0, r1, r2 = Rt.unbind(1)  # columns of R, (3, k, N) each
+    b0, b1, b2 = Ib.permute(1, 2, 0)[:, :, :, None].unbind(0)  # rows of Ib, (3, k, 1)
     # Y = R Ib, Y[i, j] = sum_l R[i, l] Ib[l, j]; then I = Y R^T.
-    Y = Rt[:, 0, None] * Ibt[0]
-    Y.addcmul_(Rt[:, 1, None], Ibt[1]).addcmul_(Rt[:, 2, None], Ibt[2])
-    I = Y[:, None, 0] * Rt[None, :, 0]
-    I.addcmul_(Y[:, None, 1], Rt[None, :, 1]).addcmul_(Y[:, None, 2], Rt[None, :, 2])
+    Y = r0[:, None] * b0[None]
+    Y.addcmul_(r1[:, None], b1[None]).addcmul_(r2[:, None], b2[None])
+    y0, y1, y2 = Y.unbind(1)
+    I = y0[:, None] * r0[None]
+    I.addcmul_(y1[:, None], r1[None]).addcmul_(y2[:, None], r2[None])
     I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
     d = (ct * ht).sum(0)
     eye = torch.eye(3, dtype=d.dtype, device=d.device)[:, :, None, None]
-    I = I.addcmul(eye, d)
-    return ht, I
+    return ht, I.addcmul_(eye, d)
 
 
-def f_ext_world_t(topo: Topology, K: KinT, f_ext: torch.Tensor) -> torch.Tensor:
-    """Body-frame wrenches ``(N, nb, 6)`` at body origins -> world ``(6, na, N)`` at the origin."""
+def f_ext_world_t(topo: WideTopo, K: KinT, f_ext: torch.Tensor):
+    """Body-frame wrenches ``(N, nb, 6)`` at body origins -> world ``(3, na, N)``
+    force and torque at the origin."""
     o = topo.o
-    f = f_ext[:, o:].permute(2, 1, 0)
+    f = (f_ext[:, o:] if topo.act is None else f_ext.index_select(1, topo.act)).permute(2, 1, 0)
     R, p = K.R[:, :, o:], K.p[:, o:]
     fl = _rot(R, f[:3])
     fa = _rot(R, f[3:])
     fa = fa + _cross(p, fl)
-    return _cat6(fl, fa)
+    return fl, fa
 
 
 # ---------------------------------------------------------------------- spatial algebra
+#
+# Spatial vectors are pairs (linear, angular) of (3, k, N) arrays: no
+# concatenation is ever needed.
 
 
-def _inertia(K: KinT, x: torch.Tensor) -> torch.Tensor:
-    """Spatial inertia of each active body (world origin) times ``x (6, na, N)``:
-    ``[m x_l + x_a x h; I x_a + h x x_l]``."""
-    xl, xa = x[:3], x[3:]
+def _inertia(K: KinT, xl: torch.Tensor, xa: torch.Tensor):
+    """Spatial inertia of each active body (world origin) times ``(xl, xa)``:
+    ``[m x_l + x_a x h; I x_a + h x x_l]``.
+
+    Without ``K.I``: through the centre of mass ``c``, with the velocity
+    there ``u = x_l + x_a x c``: ``[m u; R Ib R^T x_a + c x (m u)]``.
+    """
+    if K.I is None:
+        fl = K.m * (xl + _cross(xa, K.c))
+        Ra = K.R[:, :, topo_o(K) :]
+        fa = _rot(Ra, _rot(K.Ib, _rot_t(Ra, xa)))
+        return fl, fa + _cross(K.c, fl)
     fl = _cross(xa, K.h)
     fl = fl.addcmul(K.m, xl) if torch.is_grad_enabled() else fl.addcmul_(K.m, xl)
     fa = _rot(K.I, xa)
     fa = fa + _cross(K.h, xl)
-    return _cat6(fl, fa)
+    return fl, fa
 
 
-def _cross_motion(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """``v x m``: ``[w x u + v x n; w x n]``."""
-    return _cat6(_cross(v[3:], m[:3]) + _cross(v[:3], m[3:]), _cross(v[3:], m[3:]))
-
-
-def _cross_force(v: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """``v x* f``: ``[w x f; w x n + v x f]``."""
-    return _cat6(_cross(v[3:], f[:3]), _cross(v[3:], f[3:]) + _cross(v[:3], f[:3]))
+def topo_o(K: KinT) -> int:
+    """Index of the first active body (the poses cover all bodies)."""
+    return K.R.shape[2] - K.m.shape[0]
 
 
 def _base_to_world(R0, p0, x):
-    """Base-frame twist ``(6, N)`` -> world twist at the origin ``(6, 1, N)``."""
+    """Base-frame twist ``(6, N)`` -> world twist at the origin, ``(3, 1, N)`` halves."""
     w = _rot(R0, x[3:])
     lin = _rot(R0, x[:3]) + _cross(p0, w)
-    return _cat6(lin, w)[:, None]
+    return lin[:, None], w[:, None]
 
 
-def _world_force_to_base(R0, p0, f):
-    """World wrenches at the origin ``(6, ..., N)`` -> base frame at the base
-    origin: ``[R^T f; R^T (n - p x f)]``."""
-    shape = (3,) + (1,) * (f.dim() - 2) + (f.shape[-1],)
+def _world_force_to_base(R0, p0, fl, fa):
+    """World wrenches at the origin ``(3, ..., N)`` halves -> base frame at the
+    base origin, ``(6, ..., N)``: ``[R^T f; R^T (n - p x f)]``."""
+    shape = (3,) + (1,) * (fl.dim() - 2) + (fl.shape[-1],)
     R0e = R0.reshape((3,) + shape)
     p0e = p0.reshape(shape)
-    n = f[3:] - _cross(p0e, f[:3])
-    return _cat6(_rot_t(R0e, f[:3]), _rot_t(R0e, n))
+    n = fa - _cross(p0e, fl)
+    return torch.cat([_rot_t(R0e, fl), _rot_t(R0e, n)], 0)
+
+
+def _down(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+    """Sum over each active body's ancestors (itself included) along dim 1,
+    in place on the fresh array ``x`` (one add per depth level)."""
+    if topo.plan is None or torch.is_grad_enabled():
+        # Under autograd one product: in-place slice updates cost a full copy each in the backward.
+        return torch.matmul(topo.anc, x)
+    for child, par, _ in topo.plan:
+        x[:, child] += x[:, par]
+    return x
+
+
+def _up(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+    """Sum over each active body's subtree (itself included), in place on ``x``."""
+    if topo.plan is None or torch.is_grad_enabled():
+        return torch.matmul(topo.anc.T, x)
+    for child, par, shared in reversed(topo.plan):
+        if shared:
+            x[:, par] += x[:, child].sum(1, keepdim=True)
+        else:
+            x[:, par] += x[:, child]
+    return x
 
 
 # ---------------------------------------------------------------------- RNEA
@@ -191,59 +364,83 @@ def _world_force_to_base(R0, p0, f):
 
 def rnea_t(
     model: RobotModel,
-    topo: Topology,
+    topo: WideTopo,
     K: KinT,
     vt: torch.Tensor | None,
     at: torch.Tensor | None,
     gt: torch.Tensor,
-    ft: torch.Tensor | None = None,
+    ft: tuple | None = None,
 ) -> torch.Tensor:
     """RNEA, batch last: ``vt``, ``at`` ``(nv, N)`` (``None``: zero), gravity
-    ``gt (3, 1 or N)``, world wrenches ``ft (6, na, N)``; returns ``(nv, N)``."""
+    ``gt (3, 1 or N)``, world wrenches ``ft`` (force, torque) ``(3, na, N)``;
+    returns ``(nv, N)``. Generalised vectors are in the internal order
+    (``WideTopo.dof_perm``)."""
     fb = model.floating_base
     nj = model.num_joints
-    S = K.S
-    N = S.shape[-1]
-    anc = topo.anc
+    Sl, Sa = K.Sl, K.Sa
     R0, p0 = K.R[:, :, 0], K.p[:, 0]
-    grav = _cat6(-gt, torch.zeros_like(gt))[:, None]  # (6, 1, N or 1)
+    grav = -gt[:, None]  # (3, 1, N or 1): gravity is an upward acceleration of the world
 
-    def rates(x):  # joint-coordinate rates (nj, N) -> body rates (nm, N)
+    def rates(x):  # joint rates (nj, N), internal order -> body rates (nm, N)
         xj = x[6:] if fb else x
         if not topo.coupled:
             return xj
         return xj.index_select(0, topo.coord) * topo.mult[:, None]
 
+    def with_base(base, lin, ang):  # prepend the floating base's column
+        return (torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)) if fb else (lin, ang)
+
+    arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
     if vt is not None:
-        J = S * rates(vt)
-        V = torch.matmul(anc, torch.cat([_base_to_world(R0, p0, vt[:6]), J], 1) if fb else J)
-        Jd = _cross_motion(V[:, 1:] if fb else V, J)
+        qd = rates(vt)
+        Jl, Ja = Sl * qd, Sa * qd
+        Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
+        Vl, Va = _down(topo, Vl.clone() if not fb else Vl), _down(topo, Va.clone() if not fb else Va)
+        Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
+        # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
+        Al = _cross(Vma, Jl) + _cross(Vml, Ja)
+        Aa = _cross(Vma, Ja)
         if at is not None:
-            Jd = Jd.addcmul(S, rates(at))
+            qdd = rates(at)
+            Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
         if fb:
-            A0 = _base_to_world(R0, p0, at[:6]) if at is not None else Jd.new_zeros(6, 1, N)
-            Jd = torch.cat([A0, Jd], 1)
-        A = torch.matmul(anc, Jd) + grav
-        f = _inertia(K, A) + _cross_force(V, _inertia(K, V))
+            if at is not None:
+                b = _base_to_world(R0, p0, at[:6])
+            else:
+                b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
+            Al, Aa = with_base(b, Al, Aa)
+        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        Al = Al + grav
+        fl, fa = _inertia(K, Al, Aa)
+        hl, ha = _inertia(K, Vl, Va)
+        # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
+        fl = fl + _cross(Va, hl)
+        fa = fa + _cross(Va, ha) + _cross(Vl, hl)
     elif at is not None:
-        Jd = S * rates(at)
-        if fb:
-            Jd = torch.cat([_base_to_world(R0, p0, at[:6]), Jd], 1)
-        f = _inertia(K, torch.matmul(anc, Jd) + grav)
+        qdd = rates(at)
+        Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Sl * qdd, Sa * qdd)
+        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        fl, fa = _inertia(K, Al + grav, Aa)
     else:
-        f = _inertia(K, grav.expand(6, topo.na, grav.shape[-1]))
+        # Statics under gravity alone: f = I [-g; 0] = [-m g; h x (-g)].
+        fl = K.m * grav
+        fa = _cross(K.h, grav)
     if ft is not None:
-        f = f - ft
-    F = torch.matmul(anc.T, f)
-    tau_b = (S * (F[:, 1:] if fb else F)).sum(0)  # (nm, N)
+        fl, fa = fl - ft[0], fa - ft[1]
+    N = K.h.shape[-1]
+    if fl.shape[-1] != N:
+        fl = fl.expand(3, topo.na, N).clone()
+    Fl, Fa = _up(topo, fl), _up(topo, fa)
+    Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
+    tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
     if topo.coupled:
         tau = tau_b.new_zeros(nj, tau_b.shape[-1]).index_add(0, topo.coord, tau_b * topo.mult[:, None])
     else:
         tau = tau_b
     if at is not None and nj:
-        tau = tau.addcmul(model.armature[:, None], at[6:] if fb else at)
+        tau = tau.addcmul(arm[:, None], at[6:] if fb else at)
     if fb:
-        tau = torch.cat([_world_force_to_base(R0, p0, F[:, 0]), tau.expand(nj, F.shape[-1])], 0)
+        tau = torch.cat([_world_force_to_base(R0, p0, Fl[:, 0], Fa[:, 0]), tau.expand(nj, N)], 0)
     return tau
 
 
@@ -267,8 +464,7 @@ class _Sparsity(NamedTuple):
 
     nnz: int
     joint_diag: torch.Tensor  # entries M[j, j] of the joint coordinates
-    pair_j: torch.Tensor  # moving-body pairs (j ancestor or self of i)
-    pair_i: torch.Tensor
+    runs: tuple  # (j0, i0, step, n): joint pairs (j0 + step k, i0 + step k), k < n
     levels: tuple
     dpos: torch.Tensor  # (nv,) diagonal entries
     base_pairs: tuple  # floating base: (r, c) of the 21 packed lower-triangle entries
@@ -278,10 +474,33 @@ def _sparsity(model: RobotModel) -> _Sparsity:
     return geometry_constants(model, "dynamics.ltdl", _build_sparsity)
 
 
+def _strided_runs(pairs: list) -> list:
+    """Split ``(j, i)`` pairs into runs ``(j0 + s k, i0 + s k)``, longest first."""
+    left = sorted(pairs, key=lambda x: x[1])
+    runs = []
+    while left:
+        best = [left[0]]
+        j0, i0 = left[0]
+        have = set(left)
+        for j1, i1 in left[1:]:
+            s = i1 - i0
+            if j1 - j0 != s or s <= 0:
+                continue
+            run = [(j0, i0)]
+            while (j0 + s * len(run), i0 + s * len(run)) in have:
+                run.append((j0 + s * len(run), i0 + s * len(run)))
+            if len(run) > len(best):
+                best = run
+        runs.append(best)
+        taken = set(best)
+        left = [x for x in left if x not in taken]
+    return runs
+
+
 def _build_sparsity(model: RobotModel) -> _Sparsity:
     device = model.device
     fb = model.floating_base
-    parent = model.parent.tolist()
+    parent = list(wide_topology(model).parent)  # level order
     nb = len(parent)
     nm = nb - 1
     off = 6 if fb else 0
@@ -309,12 +528,22 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         for c in range(6):
             for i in range(nm):
                 pos[(off + i, c)] = len(pos)
-    pair_j, pair_i = [], []
+    # Joint pairs (j ancestor of i or i itself), grouped into runs where both
+    # j and i step through the bodies with one stride: each run is a strided
+    # view of the (6, nm, N) arrays, so no gather copies them.
+    by_offset = {}
     for i in range(nm):
-        for j in [a - off for a in ancs[off + i] if a >= off] + [i]:
-            pos[(off + i, off + j)] = len(pos)
-            pair_j.append(j)
-            pair_i.append(i)
+        chain = [a - off for a in ancs[off + i] if a >= off] + [i]
+        for delta, j in enumerate(reversed(chain)):
+            by_offset.setdefault(delta, []).append((j, i))
+    runs = []
+    for delta in sorted(by_offset):
+        for run in _strided_runs(by_offset[delta]):
+            for j, i in run:
+                pos[(off + i, off + j)] = len(pos)
+            (j0, i0), n = run[0], len(run)
+            step = run[1][1] - i0 if n > 1 else 1
+            runs.append((j0, i0, step, n))
     by_depth = {}
     for d in range(nv):
         by_depth.setdefault(len(ancs[d]), []).append(d)
@@ -341,36 +570,46 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
     return _Sparsity(
         nnz=len(pos),
         joint_diag=t([pos[(off + i, off + i)] for i in range(nm)]),
-        pair_j=t(pair_j),
-        pair_i=t(pair_i),
+        runs=tuple(runs),
         levels=tuple(levels),
         dpos=t([pos[(d, d)] for d in range(nv)]),
         base_pairs=tuple(base_pairs),
     )
 
 
-def crba_entries_t(model: RobotModel, topo: Topology, sp: _Sparsity, K: KinT) -> torch.Tensor:
+def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) -> torch.Tensor:
     """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included."""
     fb = model.floating_base
     na = topo.na
-    N = K.S.shape[-1]
+    N = K.h.shape[-1]
     packed = torch.cat([K.m[None].expand(1, na, N), K.h, K.I.reshape(9, na, N)], 0)  # (13, na, N)
-    C = torch.matmul(topo.anc.T, packed)  # composite inertias at the world origin
+    C = _up(topo, packed)  # composite inertias at the world origin
     Cm = C[:, 1:] if fb else C
-    S = K.S
+    Sl, Sa = K.Sl, K.Sa
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
-    Sl, Sa = S[:3], S[3:]
-    fl = _cross(Sa, hc).addcmul_(m, Sl)
-    fa = _rot(Ic, Sa).add_(_cross(hc, Sl))
-    F = _cat6(fl, fa)  # (6, nm, N)
-    P = (S.index_select(1, sp.pair_j) * F.index_select(1, sp.pair_i)).sum(0)  # (npairs, N)
+    Fl = _cross(Sa, hc).addcmul_(m, Sl)
+    Fa = _rot(Ic, Sa).add_(_cross(hc, Sl))
+    npairs = sum(run[3] for run in sp.runs)
+    P = Sl.new_empty(npairs, N)
+    k = 0
+    for j0, i0, step, n in sp.runs:  # P[pair] = S_j . F_i
+        sj = slice(j0, j0 + step * (n - 1) + 1, step)
+        si = slice(i0, i0 + step * (n - 1) + 1, step)
+        out = P[k : k + n]
+        torch.mul(Sl[0, sj], Fl[0, si], out=out)
+        for X, Y in ((Sl, Fl), (Sa, Fa)):
+            for c in range(3):
+                if X is not Sl or c:
+                    out.addcmul_(X[c, sj], Y[c, si])
+        k += n
     if model.num_joints:
-        P.index_add_(0, sp.joint_diag - (sp.nnz - P.shape[0]), model.armature[:, None].expand(-1, N))
+        arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
+        P.index_add_(0, sp.joint_diag - (sp.nnz - P.shape[0]), arm[:, None].expand(-1, N))
     if not fb:
         return P
     R0, p0 = K.R[:, :, 0], K.p[:, 0]
-    Mbj = _world_force_to_base(R0, p0, F).reshape(-1, N)  # (6 nm, N), row c nm + i
+    Mbj = _world_force_to_base(R0, p0, Fl, Fa).reshape(-1, N)  # (6 nm, N), row c nm + i
     # The whole tree's inertia in the base frame at the base origin.
     mt, ht, It = C[0, 0], C[1:4, 0], C[4:, 0].reshape(3, 3, N)
     hp = ht - mt * p0  # first moment about the base origin
@@ -407,8 +646,8 @@ class LTDLFactor:
     Built under ``no_grad`` from the packed entries (which it overwrites).
     """
 
-    def __init__(self, sp: _Sparsity, E: torch.Tensor):
-        self.sp = sp
+    def __init__(self, sp: _Sparsity, topo: WideTopo, E: torch.Tensor):
+        self.sp, self.topo = sp, topo
         Ls = []
         N = E.shape[-1]
         for lv in sp.levels:
@@ -440,50 +679,63 @@ class LTDLFactor:
         """``M^-1 rhs`` for ``rhs (..., nv)`` in the factor's batch order."""
         with torch.no_grad():
             shape = rhs.shape
-            return self.solve_t(rhs.reshape(-1, shape[-1]).T).T.reshape(shape)
+            x = self.solve_t(_to_internal(self.topo, rhs.reshape(-1, shape[-1])))
+            return _from_internal(self.topo, x).reshape(shape)
 
 
-def forward_t(model: RobotModel, topo: Topology, q, v, tau, g, f_ext):
+def _to_internal(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+    """``(N, nv)`` in coordinate order -> ``(nv, N)`` in the internal order."""
+    x = x.T
+    return x if topo.dof_perm is None else x.index_select(0, topo.dof_perm)
+
+
+def _from_internal(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+    """``(nv, N)`` in the internal order -> ``(N, nv)`` in coordinate order."""
+    return (x if topo.dof_inv is None else x.index_select(0, topo.dof_inv)).T
+
+
+def _inputs(model, topo, q, g, f_ext, origin=True):
+    batch = q.shape[:-1]
+    qf = q.reshape(-1, q.shape[-1])
+    N = qf.shape[0]
+    K = kinematics_t(model, topo, qf, origin)
+    gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
+    ft = None
+    if f_ext is not None:
+        ft = f_ext_world_t(topo, K, f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, -1, 6))
+    return batch, N, K, gt, ft
+
+
+def forward_t(model: RobotModel, q, v, tau, g, f_ext):
     """Accelerations ``(..., nv)`` (no autograd graph) and the factor of ``M``.
 
     ``q``, ``v``, ``tau`` share one batch shape; ``g`` is ``(3,)`` or that
-    batch; ``f_ext`` ``None`` or ``(..., nb, 6)`` that broadcasts to it.
+    batch; ``f_ext`` ``None`` or ``(..., nb, 6)`` that broadcasts to it. No
+    mimic joints.
     """
     with torch.no_grad():
-        batch = q.shape[:-1]
+        topo = wide_topology(model)
         nv = model.nv
-        qf = q.reshape(-1, q.shape[-1])
-        N = qf.shape[0]
-        K = kinematics_t(model, topo, qf)
-        gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
-        ft = None
-        if f_ext is not None:
-            ft = f_ext_world_t(topo, K, f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, -1, 6))
-        vt = v.reshape(N, nv).T
-        rhs = tau.reshape(N, nv).T - rnea_t(model, topo, K, vt, None, gt, ft)
+        batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
+        vt = _to_internal(topo, v.reshape(N, nv))
+        rhs = _to_internal(topo, tau.reshape(N, nv)) - rnea_t(model, topo, K, vt, None, gt, ft)
         sp = _sparsity(model)
-        factor = LTDLFactor(sp, crba_entries_t(model, topo, sp, K))
+        factor = LTDLFactor(sp, topo, crba_entries_t(model, topo, sp, K))
         a = factor.solve_t(rhs)
-        return a.T.reshape(*batch, nv), factor
+        return _from_internal(topo, a).reshape(*batch, nv), factor
 
 
-def inverse_dynamics_t(model: RobotModel, topo: Topology, q, v, a, g, f_ext=None) -> torch.Tensor:
+def inverse_dynamics_t(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Tensor:
     """RNEA ``(..., nv)`` in the batch-last layout, differentiable by autograd.
 
     ``q`` and ``v``, ``a`` (each ``None`` for zero) share one batch shape;
     ``g`` is ``(3,)`` or that batch; ``f_ext`` ``None`` or ``(..., nb, 6)``
     that broadcasts to it.
     """
-    batch = q.shape[:-1]
+    topo = wide_topology(model)
     nv = model.nv
-    qf = q.reshape(-1, q.shape[-1])
-    N = qf.shape[0]
-    K = kinematics_t(model, topo, qf)
-    gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
-    ft = None
-    if f_ext is not None:
-        ft = f_ext_world_t(topo, K, f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, -1, 6))
-    vt = None if v is None else v.reshape(N, nv).T
-    at = None if a is None else a.reshape(N, nv).T
+    batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext, origin=False)
+    vt = None if v is None else _to_internal(topo, v.reshape(N, nv))
+    at = None if a is None else _to_internal(topo, a.reshape(N, nv))
     tau = rnea_t(model, topo, K, vt, at, gt, ft)
-    return tau.T.reshape(*batch, nv)
+    return _from_internal(topo, tau).reshape(*batch, nv)

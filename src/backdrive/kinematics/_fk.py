@@ -63,6 +63,7 @@ def _cache(model: RobotModel) -> dict:
 
 
 def _build_cache(model: RobotModel) -> dict:
+    nb = model.num_bodies
     pl = model.joint_placement[1:].clone()
     Rpl, ppl = pl[:, :3, :3].contiguous(), pl[:, :3, 3].contiguous()
     axis = model.joint_axis[1:].clone()
@@ -84,13 +85,30 @@ def _build_cache(model: RobotModel) -> dict:
         )
     A, B = Rpl @ K, Rpl @ (K @ K)
     Raxis = (Rpl @ axis[:, :, None])[..., 0]
+    # The batch-last path computes the moving bodies in level order (levels
+    # 1, 2, ... concatenated), so that each level's children are one slice.
+    order = torch.cat(list(model.levels)).tolist()
+    mperm = torch.tensor([b - 1 for b in order[1:]], dtype=torch.long, device=model.device)
+    level_order = order != list(range(nb))
+    sizes = [len(lv) for lv in model.levels[1:]]
+    bounds = [sum(sizes[:d]) for d in range(len(sizes) + 1)]
+
+    def lo(x):  # (..., nb - 1, 1) constant in level order, contiguous
+        return (x.index_select(-2, mperm) if level_order else x).contiguous()
+
+    Rpl_t, A_t, B_t = (x.permute(1, 2, 0)[..., None] for x in (Rpl, A, B))
+    ppl_t, Raxis_t = ppl.T[..., None], Raxis.T[..., None]
     return {
-        # Component-first copies for the wide path: (3, 3, nb - 1, 1), (3, nb - 1, 1).
-        "Rpl_t": Rpl.permute(1, 2, 0)[..., None].contiguous(),
-        "A_t": A.permute(1, 2, 0)[..., None].contiguous(),
-        "B_t": B.permute(1, 2, 0)[..., None].contiguous(),
-        "ppl_t": ppl.T[..., None].contiguous(),
-        "Raxis_t": Raxis.T[..., None].contiguous(),
+        "level_perm": mperm if level_order else None,
+        "level_slices": tuple(slice(bounds[d], bounds[d + 1]) for d in range(len(sizes))),
+        "level_parents": tuple(step[1] for step in steps),
+        "Rpl_L": lo(Rpl_t),
+        "A_L": lo(A_t),
+        "B_L": lo(B_t),
+        "ppl_L": lo(ppl_t),
+        "Raxis_L": lo(Raxis_t),
+        "is_rev_L": lo((1.0 - is_pri)[:, None]),
+        "is_pri_L": lo(is_pri[:, None]),
         "Rpl": Rpl,
         "ppl": ppl,
         "A": Rpl @ K,
@@ -203,13 +221,126 @@ def _body_transforms_wide(model: RobotModel, q: torch.Tensor) -> tuple[torch.Ten
     return R, p
 
 
-def body_transforms_t(model: RobotModel, qf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def body_transforms_t(
+    model: RobotModel, qf: torch.Tensor, level_order: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """World-from-body poses with the batch last: ``R (3, 3, nb, N)``, ``p (3, nb, N)``.
 
     ``qf`` is ``(N, nq)`` (not checked). The layout of the large-batch paths
     of kinematics and dynamics: each 3x3 product is a few elementwise
-    operations over the whole batch.
+    operations over the whole batch. With ``level_order`` the bodies come in
+    the order of ``torch.cat(model.levels)`` (the traversal's own order,
+    which saves a reordering gather when the levels are not sorted).
+
+    Under autograd the backward is written out (:class:`_BodyTransformsT`):
+    one pass from the leaves to the root, instead of autograd's ~20 nodes per
+    level (each component product with its broadcast reductions).
     """
+    if torch.is_grad_enabled() and qf.requires_grad and model.num_bodies > 1:
+        return _BodyTransformsT.apply(model, qf, level_order)
+    return _fk_t(model, qf, level_order)[:2]
+
+
+class _BodyTransformsT(torch.autograd.Function):
+    """:func:`body_transforms_t` with a hand-written backward (reverse pass
+    over the levels: ``R_c = R_p R_l(theta)``, ``p_c = R_p p_l(theta) + p_p``)."""
+
+    @staticmethod
+    def forward(ctx, model, qf, level_order):
+        with torch.no_grad():
+            R, p, Rl, pl, s, cs = _fk_t(model, qf, level_order, keep=True)
+        ctx.model, ctx.level_order = model, level_order
+        ctx.save_for_backward(qf, R, p, Rl, pl, s, cs)
+        return R, p
+
+    @staticmethod
+    def backward(ctx, gR, gp):
+        qf, R, p, Rl, pl, s, cs = ctx.saved_tensors
+        model = ctx.model
+        if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
+            with torch.enable_grad():
+                outs = _fk_t(model, qf, ctx.level_order)[:2]
+                (g,) = torch.autograd.grad(
+                    [o for o, go in zip(outs, (gR, gp)) if go is not None],
+                    qf,
+                    [go for go in (gR, gp) if go is not None],
+                    create_graph=True,
+                )
+            return None, g, None
+        c = _cache(model)
+        nb = model.num_bodies
+        N = qf.shape[0]
+        if not ctx.level_order and not model.levels_sorted:
+            # Outputs were reordered to body order; work in level order.
+            order = torch.cat(list(model.levels))
+            R, p = R.index_select(-2, order), p.index_select(-2, order)
+            gR = None if gR is None else gR.index_select(-2, order)
+            gp = None if gp is None else gp.index_select(-2, order)
+        gR = R.new_zeros(3, 3, nb, N) if gR is None else gR.clone()
+        gp = p.new_zeros(3, nb, N) if gp is None else gp.clone()
+        gRl = torch.empty_like(Rl)
+        gpl = torch.empty_like(pl) if c["has_pri"] else None
+        bounds = [0] + [sl.stop for sl in c["level_slices"]]
+        for d in range(len(c["level_slices"]) - 1, -1, -1):
+            sl, par = c["level_slices"][d], c["level_parents"][d]
+            cl = slice(sl.start + 1, sl.stop + 1)  # the level's positions among all bodies
+            prev = slice(bounds[d - 1] + 1 if d else 0, bounds[d] + 1)  # the previous level
+            Rp, pp_g, Rp_g = R[:, :, prev], gp[:, prev], gR[:, :, prev]
+            if par is not None:
+                Rp = _take(Rp, par, -2)
+            Rc, pc = Rl[:, :, sl], pl[:, sl]
+            gRc, gpc = gR[:, :, cl], gp[:, cl]
+            # Local grads: gRl = Rp^T gRc, gpl = Rp^T gpc.
+            a0, a1, a2 = Rp.unbind(0)  # rows of Rp: a_i[l] = Rp[i, l]
+            g0, g1, g2 = gRc.unbind(0)
+            out = gRl[:, :, sl]
+            torch.mul(a0[:, None], g0[None], out=out).addcmul_(a1[:, None], g1[None]).addcmul_(a2[:, None], g2[None])
+            q0, q1, q2 = gpc.unbind(0)
+            if gpl is not None:
+                torch.mul(a0, q0, out=gpl[:, sl]).addcmul_(a1, q1).addcmul_(a2, q2)
+            # Parent grads: gRp = gRc Rc^T + gpc pc^T, gpp = gpc.
+            r0, r1, r2 = Rc.unbind(1)  # columns of Rc: r_j[l] = Rc[l, j]
+            h0, h1, h2 = gRc.unbind(1)
+            gRp = h0[:, None] * r0[None]
+            gRp.addcmul_(h1[:, None], r1[None]).addcmul_(h2[:, None], r2[None]).addcmul_(gpc[:, None], pc[None])
+            if par is None:
+                Rp_g += gRp.sum(-2, keepdim=True) if gRp.shape[-2] > 1 else gRp
+                pp_g += gpc.sum(-2, keepdim=True) if gpc.shape[-2] > 1 else gpc
+            elif isinstance(par, slice):
+                Rp_g[:, :, par] += gRp
+                pp_g[:, par] += gpc
+            else:
+                Rp_g.index_add_(-2, par, gRp)
+                pp_g.index_add_(-2, par, gpc)
+        # d Rl / d angle = cos A + sin B; d pl / d theta = Raxis (prismatic).
+        gang = (gRl * c["A_L"]).sum((0, 1)).mul_(cs)
+        gang.addcmul_((gRl * c["B_L"]).sum((0, 1)), s)
+        if c["has_pri"]:
+            gtheta = gang * c["is_rev_L"] + (gpl * c["Raxis_L"]).sum(0) * c["is_pri_L"]
+        else:
+            gtheta = gang
+        if c["level_perm"] is not None:
+            gtheta = torch.zeros_like(gtheta).index_copy_(0, c["level_perm"], gtheta)
+        gq = torch.zeros_like(qf)
+        fb = model.floating_base
+        if c["identity_coupling"]:
+            gq[:, 7 if fb else 0 :] = gtheta.T
+        else:
+            gj = gtheta.T * model.joint_multiplier[1:]
+            gq[:, 7 if fb else 0 :].index_add_(1, model.joint_coordinate[1:], gj)
+        if fb:
+            gq[:, 0:3] = gp[:, 0].T
+            with torch.enable_grad():
+                quat = qf[:, 3:7].detach().requires_grad_(True)
+                R0 = quat_to_matrix(quat).permute(1, 2, 0)
+                (gquat,) = torch.autograd.grad(R0, quat, gR[:, :, 0])
+            gq[:, 3:7] = gquat
+        return None, gq, None
+
+
+def _fk_t(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = False):
+    """:func:`body_transforms_t`; with ``keep`` also the local poses and the
+    sines and cosines (for the backward)."""
     c = _cache(model)
     nb = model.num_bodies
     N = qf.shape[0]
@@ -224,35 +355,40 @@ def body_transforms_t(model: RobotModel, qf: torch.Tensor) -> tuple[torch.Tensor
     else:
         theta = joint_values(model, qf)
     theta = theta.T.contiguous()  # (nb - 1, N); contiguous, so that every array below has the batch innermost
-    ang = theta * c["is_rev"][:, None] if c["has_pri"] else theta
+    if c["level_perm"] is not None:
+        theta = theta.index_select(0, c["level_perm"])  # moving bodies in level order
+    ang = theta * c["is_rev_L"] if c["has_pri"] else theta
     s = torch.sin(ang)
-    omc = 1.0 - torch.cos(ang)
-    # (3, 3, nb - 1, 1) constants, (nb - 1, N) angles.
-    Rl = torch.addcmul(torch.addcmul(c["Rpl_t"], c["A_t"], s), c["B_t"], omc)
+    cs = torch.cos(ang)
+    omc = 1.0 - cs
+    # (3, 3, nb - 1, 1) constants, (nb - 1, N) angles, both in level order.
+    Rl = torch.addcmul(torch.addcmul(c["Rpl_L"], c["A_L"], s), c["B_L"], omc)
     if c["has_pri"]:
-        pl = torch.addcmul(c["ppl_t"], c["Raxis_t"], theta * c["is_pri"][:, None])
+        pl = torch.addcmul(c["ppl_L"], c["Raxis_L"], theta * c["is_pri_L"])
     else:
-        pl = c["ppl_t"].expand(3, nb - 1, N)
+        pl = c["ppl_L"].expand(3, nb - 1, N)
     Rs, ps = [R0], [p0]
-    for idx, par in c["steps"]:
+    for sl, par in zip(c["level_slices"], c["level_parents"]):
         Rp, pp = Rs[-1], ps[-1]
         if par is not None:
             Rp, pp = _take(Rp, par, -2), _take(pp, par, -2)
-        # Child positions in the moving bodies' arrays are body - 1.
-        if isinstance(idx, slice):
-            Rc, pc = Rl[:, :, idx.start - 1 : idx.stop - 1], pl[:, idx.start - 1 : idx.stop - 1]
-        else:
-            Rc, pc = Rl.index_select(-2, idx - 1), pl.index_select(-2, idx - 1)
-        R = Rp[:, 0, None] * Rc[None, 0]
-        R.addcmul_(Rp[:, 1, None], Rc[None, 1]).addcmul_(Rp[:, 2, None], Rc[None, 2])
-        p = Rp[:, 0] * pc[0]
-        p.addcmul_(Rp[:, 1], pc[1]).addcmul_(Rp[:, 2], pc[2]).add_(pp)
+        Rc, pc = Rl[:, :, sl], pl[:, sl]
+        # unbind, not indexing: its backward is one stack, not a zero-filled copy per component.
+        a0, a1, a2 = Rp.unbind(1)  # columns of the parent rotation
+        c0, c1, c2 = Rc.unbind(0)  # rows of the local rotation
+        R = a0[:, None] * c0[None]
+        R.addcmul_(a1[:, None], c1[None]).addcmul_(a2[:, None], c2[None])
+        d0, d1, d2 = pc.unbind(0)
+        p = a0 * d0
+        p.addcmul_(a1, d1).addcmul_(a2, d2).add_(pp)
         Rs.append(R)
         ps.append(p)
     R, p = torch.cat(Rs, dim=-2), torch.cat(ps, dim=-2)
-    if not model.levels_sorted:
+    if not level_order and not model.levels_sorted:
         R, p = R.index_select(-2, model.level_inverse), p.index_select(-2, model.level_inverse)
-    return R, p
+    if keep:
+        return R, p, Rl, pl.contiguous(), s, cs
+    return R, p, None, None, None, None
 
 
 def resolve_frame(model: RobotModel, frame) -> int:
