@@ -62,10 +62,14 @@ import numpy as np
 import torch
 
 from backdrive.envs import Pendulum
-from backdrive.optim._policy import train_policy
+from backdrive.optim._policy import PENDULUM_SHAC, PolicyTrainer, train_policy
 
 THRESHOLD = -200.0
 EVAL_SEEDS = (1000, 1001, 1002, 1003, 1004)
+# Pendulum: SAC, SHAC and APG are evaluated at the first update (SAC: step)
+# at or after every multiple of this many environment steps; PPO after every
+# rollout (its policy only changes there).
+EVAL_EVERY_STEPS = 500
 
 # rl-baselines3-zoo, hyperparams/ppo.yml and sac.yml, "Pendulum-v1".
 PPO_ZOO = dict(
@@ -85,30 +89,19 @@ SAC_ZOO = dict(n_timesteps=20_000, learning_rate=1e-3)
 
 # backdrive: the training env and the trainer settings (docs/learning.md).
 BACKDRIVE = {
+    # backdrive.optim.PENDULUM_SHAC: 8 envs, 8-step windows (64 env steps per
+    # update), exploring starts, the critic fitted off-policy on every past
+    # window, and 32 replayed actor steps per update through the stored
+    # action Jacobians; 60 updates = 3,840 env steps.
     "shac": dict(
-        env=dict(num_envs=8, y_init=8.0, max_episode_steps=16),
-        train=dict(
-            algo="shac",
-            updates=150,
-            horizon=16,
-            lr=2e-2,
-            critic_lr=1e-3,
-            gamma=0.99,
-            reward_scale=0.02,
-            action_noise=0.3,
-            critic_iterations=4,
-            critic_minibatches=2,
-            critic_replay=8,
-            lr_decay_updates=200,
-        ),
-        eval_every=5,
+        env=dict(PENDULUM_SHAC["env"]),
+        train=dict(PENDULUM_SHAC["train"], algo="shac", updates=60),
     ),
     # APG has no critic: it only sees its window, so it is trained on whole
     # 200-step episodes from gymnasium's own starts, 32-step windows.
     "apg": dict(
         env=dict(num_envs=64),
         train=dict(algo="apg", updates=60, horizon=32, lr=1e-2, gamma=0.99),
-        eval_every=3,
     ),
 }
 
@@ -195,7 +188,7 @@ def run_sb3(method: str, seed: int) -> list[dict]:
         env = gym.make("Pendulum-v1")
         total = hp.pop("n_timesteps")
         model = SAC("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **hp)
-        callback = Eval(1000)
+        callback = Eval(EVAL_EVERY_STEPS)
     clock.__init__()
     model.learn(total_timesteps=total, callback=callback)
     if not curve or curve[-1]["steps"] != model.num_timesteps:
@@ -205,24 +198,30 @@ def run_sb3(method: str, seed: int) -> list[dict]:
 
 def run_backdrive(method: str, seed: int) -> list[dict]:
     cfg = BACKDRIVE[method]
-    env = Pendulum(**cfg["env"])
+    train = dict(cfg["train"])
+    algo, updates = train.pop("algo"), train.pop("updates")
     curve: list[dict] = []
     clock = Clock()
+    next_eval = EVAL_EVERY_STEPS
 
-    def eval_fn(policy) -> float:
-        def act(obs):
-            with torch.no_grad():
-                return policy(torch.as_tensor(obs, dtype=torch.float32)[None])[0].numpy()
-
-        return clock.pause(lambda: gym_return(act))
+    def act(obs):
+        with torch.no_grad():
+            return trainer.policy(torch.as_tensor(obs, dtype=torch.float32)[None])[0].numpy()
 
     def on_row(row: dict) -> None:
-        if not math.isnan(row["eval_return"]):
+        # Evaluate at the first update at or after each multiple of
+        # EVAL_EVERY_STEPS env steps (and after the last): the steps reported
+        # are the env steps actually taken by then.
+        nonlocal next_eval
+        if row["env_steps"] >= next_eval or row["update"] == updates:
+            next_eval = (row["env_steps"] // EVAL_EVERY_STEPS + 1) * EVAL_EVERY_STEPS
+            ret = clock.pause(lambda: gym_return(act))
             cpu, wall = clock.now()
-            curve.append({"steps": row["env_steps"], "cpu_s": cpu, "wall_s": wall, "return": row["eval_return"]})
+            curve.append({"steps": row["env_steps"], "cpu_s": cpu, "wall_s": wall, "return": ret})
 
     clock.__init__()
-    train_policy(env, seed=seed, eval_fn=eval_fn, eval_every=cfg["eval_every"], callback=on_row, **cfg["train"])
+    trainer = PolicyTrainer(Pendulum(**cfg["env"]), algo, seed=seed, **train)
+    trainer.train(updates, callback=on_row)
     return curve
 
 
@@ -516,7 +515,7 @@ def main() -> None:
                 results[method].append({"curve": curve, "summary": summarise(curve, THRESHOLD)})
                 print(f"{method} seed {seed}: {json.dumps(results[method][-1]['summary'])}", flush=True)
         threshold, label = THRESHOLD, "-200"
-        config = {"ppo": PPO_ZOO, "sac": SAC_ZOO, "backdrive": BACKDRIVE}
+        config = {"ppo": PPO_ZOO, "sac": SAC_ZOO, "backdrive": BACKDRIVE, "eval_every_steps": EVAL_EVERY_STEPS}
         title = "Pendulum swing-up: backdrive APG / SHAC vs Stable-Baselines3 PPO / SAC"
         ylabel = "return in gymnasium Pendulum-v1 (5 episodes)"
     else:
