@@ -19,6 +19,8 @@ __all__ = [
     "InvalidValueError",
     "UnknownNameError",
     "InputError",
+    "PolicyConfigError",
+    "TrainingDivergedError",
     "closest_names",
 ]
 
@@ -83,3 +85,21 @@ def closest_names(name: str, valid: Iterable[str], n: int = 3) -> list[str]:
         low = name.lower()
         close = [v for v in valid if low in v.lower() or v.lower() in low][:n]
     return close
+
+
+class PolicyConfigError(BackdriveError):
+    """A policy-training setting that cannot work, caught before the first update."""
+
+
+class TrainingDivergedError(RuntimeError):
+    """A non-finite loss or gradient; the parameters are left at the last good update.
+
+    Attributes:
+        update: 1-based index of the update that failed.
+        checkpoint: path of the last good checkpoint, or ``None``.
+    """
+
+    def __init__(self, message: str, update: int, checkpoint: str | None):
+        super().__init__(message)
+        self.update = update
+        self.checkpoint = checkpoint

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import math
 import os
 import time
@@ -39,13 +40,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import BackdriveError
+from .._errors import PolicyConfigError, TrainingDivergedError
 from ..envs._base import DiffEnv
 from ._progress import ProgressBar
 
 __all__ = [
     "ALGOS",
     "PENDULUM_SHAC",
+    "PolicyTrainerConfig",
     "PolicyConfigError",
     "TrainingDivergedError",
     "ObsNormalizer",
@@ -100,24 +102,6 @@ _LOG_FIELDS = (
     "eval_return",
     "eval_s",
 )
-
-
-class PolicyConfigError(BackdriveError):
-    """A training setting that cannot work, caught before the first update."""
-
-
-class TrainingDivergedError(RuntimeError):
-    """A non-finite loss or gradient; the parameters are left at the last good update.
-
-    Attributes:
-        update: 1-based index of the update that failed.
-        checkpoint: path of the last good checkpoint, or ``None``.
-    """
-
-    def __init__(self, message: str, update: int, checkpoint: str | None):
-        super().__init__(message)
-        self.update = update
-        self.checkpoint = checkpoint
 
 
 # --------------------------------------------------------------------- modules
@@ -304,6 +288,113 @@ def _fmt(x: float) -> str:
     return "nan" if x != x else f"{x:.1f}"
 
 
+# -------------------------------------------------------------------- settings
+@dataclasses.dataclass(frozen=True)
+class PolicyTrainerConfig:
+    """The settings of a :class:`PolicyTrainer` (and :func:`train_policy`), frozen.
+
+    Every field is also accepted as a keyword argument by both; keywords
+    override the fields of a ``config`` given with them. The defaults are
+    plain SHAC (one window per critic fit, no replayed actor steps).
+
+    Attributes:
+        algo: ``"apg"`` (short-horizon BPTT) or ``"shac"`` (with a critic).
+        horizon: window length H in steps, at most ``env.max_episode_steps``.
+        lr: actor learning rate (Adam).
+        critic_lr: critic learning rate (SHAC).
+        gamma: discount factor in (0, 1].
+        lam: TD(lambda) mixing of the critic targets (SHAC).
+        hidden: hidden layer widths of actor and critic.
+        activation: ``"elu"``, ``"tanh"``, ``"relu"`` or ``"silu"``.
+        max_grad_norm: clip the actor gradient to this norm (``None``: off).
+        critic_iterations: epochs over the critic's samples per update, or,
+            with ``critic_batch_size``, gradient steps per update.
+        critic_minibatches: minibatches per epoch (without ``critic_batch_size``).
+        critic_replay: windows the critic fits each update (the newest and
+            the ones before it, TD(lambda) targets recomputed with the current
+            target critic); 1 is plain SHAC. A large value keeps every past
+            window (off-policy data, reused without new env steps).
+        critic_batch_size: ``None``: ``critic_iterations`` epochs of
+            ``critic_minibatches`` minibatches. An int: ``critic_iterations``
+            gradient steps, each on this many samples drawn at random from
+            the replayed windows (many cheap steps per env step, as SAC does).
+        actor_replay_steps: extra actor steps per update on transitions drawn
+            from the replayed windows (SHAC only; 0: off). Each scores the
+            policy's action ``a*`` at a stored observation with the first-order
+            model of that stored transition, ``r + dr/da (a* - a) + gamma
+            V(o' + do'/da (a* - a))`` (SVG(1)-style, the target critic's
+            value); the action Jacobians come from the transition itself, so
+            these steps take no new env steps. Exact for dynamics linear in
+            the action within the box (the pendulum), a trust-region
+            approximation otherwise.
+        actor_batch_size: transitions per replayed actor step.
+        target_alpha: target critic update ``target <- a * target + (1 - a) * critic``.
+        betas: Adam betas of both optimisers.
+        action_noise: std of Gaussian exploration noise, as a fraction of
+            the action half-range (reparameterised, so gradients pass).
+        reward_scale: rewards are multiplied by it inside the losses (keeps
+            values near unit scale for the critic); logged returns are unscaled.
+        squash: ``"tanh"`` or ``"clip"`` (straight-through) into the action box.
+        preact_penalty: weight of the squared pre-activation excess beyond
+            the box.
+        normalize_obs: keep running observation statistics (policy and critic input).
+        lr_decay_updates: linear decay of both learning rates to zero at this
+            update (``None``: constant).
+        seed: seeds the networks, the env and every sample the trainer draws.
+    """
+
+    algo: str = "shac"
+    horizon: int = 32
+    lr: float = 2e-3
+    critic_lr: float = 2e-3
+    gamma: float = 0.99
+    lam: float = 0.95
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "elu"
+    max_grad_norm: float | None = 1.0
+    critic_iterations: int = 8
+    critic_minibatches: int = 4
+    critic_replay: int = 1
+    critic_batch_size: int | None = None
+    actor_replay_steps: int = 0
+    actor_batch_size: int = 256
+    target_alpha: float = 0.2
+    betas: tuple[float, float] = (0.7, 0.95)
+    action_noise: float = 0.0
+    reward_scale: float = 1.0
+    squash: str = "tanh"
+    preact_penalty: float = 0.0
+    normalize_obs: bool = True
+    lr_decay_updates: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        # Lists become tuples: the config stays hashable and compares equal
+        # to the one stored in a checkpoint.
+        if isinstance(self.hidden, list):
+            object.__setattr__(self, "hidden", tuple(self.hidden))
+        if isinstance(self.betas, list):
+            object.__setattr__(self, "betas", tuple(self.betas))
+
+
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(PolicyTrainerConfig))
+
+
+def _make_config(config: PolicyTrainerConfig | None, algo: str | None, settings: dict[str, Any]) -> PolicyTrainerConfig:
+    """``config`` (or the defaults) with ``algo`` and keyword ``settings`` on top."""
+    if config is not None and not isinstance(config, PolicyTrainerConfig):
+        raise PolicyConfigError(f"config must be a PolicyTrainerConfig, got {type(config).__name__}")
+    unknown = sorted(set(settings) - set(_CONFIG_FIELDS))
+    if unknown:
+        raise TypeError(
+            f"unknown training setting(s) {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(_CONFIG_FIELDS)}"
+        )
+    if algo is not None:
+        settings = {**settings, "algo": algo}
+    return dataclasses.replace(config if config is not None else PolicyTrainerConfig(), **settings)
+
+
 # -------------------------------------------------------------------- trainer
 class PolicyTrainer:
     """Trains a policy on a differentiable env with APG or SHAC; see :func:`train_policy`.
@@ -316,60 +407,21 @@ class PolicyTrainer:
     def __init__(
         self,
         env: DiffEnv,
-        algo: str = "shac",
+        algo: str | None = None,
         *,
-        horizon: int = 32,
-        lr: float = 2e-3,
-        critic_lr: float = 2e-3,
-        gamma: float = 0.99,
-        lam: float = 0.95,
-        hidden: Sequence[int] = (64, 64),
-        activation: str = "elu",
-        max_grad_norm: float | None = 1.0,
-        critic_iterations: int = 8,
-        critic_minibatches: int = 4,
-        critic_replay: int = 1,
-        critic_batch_size: int | None = None,
-        actor_replay_steps: int = 0,
-        actor_batch_size: int = 256,
-        target_alpha: float = 0.2,
-        betas: tuple[float, float] = (0.7, 0.95),
-        action_noise: float = 0.0,
-        reward_scale: float = 1.0,
-        squash: str = "tanh",
-        preact_penalty: float = 0.0,
-        normalize_obs: bool = True,
-        lr_decay_updates: int | None = None,
-        seed: int = 0,
+        config: PolicyTrainerConfig | None = None,
         policy: nn.Module | None = None,
+        **settings: Any,
     ) -> None:
+        cfg = _make_config(config, algo, settings)
+        #: The settings, a frozen :class:`PolicyTrainerConfig`.
+        self.settings = cfg
         self.env = env
-        self.config: dict[str, Any] = {
-            "algo": algo,
-            "horizon": horizon,
-            "lr": lr,
-            "critic_lr": critic_lr,
-            "gamma": gamma,
-            "lam": lam,
-            "hidden": tuple(int(h) for h in hidden) if _is_int_seq(hidden) else hidden,
-            "activation": activation,
-            "max_grad_norm": max_grad_norm,
-            "critic_iterations": critic_iterations,
-            "critic_minibatches": critic_minibatches,
-            "critic_replay": critic_replay,
-            "critic_batch_size": critic_batch_size,
-            "actor_replay_steps": actor_replay_steps,
-            "actor_batch_size": actor_batch_size,
-            "target_alpha": target_alpha,
-            "betas": tuple(betas),
-            "action_noise": action_noise,
-            "reward_scale": reward_scale,
-            "squash": squash,
-            "preact_penalty": preact_penalty,
-            "normalize_obs": bool(normalize_obs),
-            "lr_decay_updates": lr_decay_updates,
-            "seed": seed,
-        }
+        self.config: dict[str, Any] = dataclasses.asdict(cfg)
+        self.config["betas"] = tuple(cfg.betas)
+        self.config["hidden"] = tuple(int(h) for h in cfg.hidden) if _is_int_seq(cfg.hidden) else cfg.hidden
+        algo, seed, activation, squash = cfg.algo, cfg.seed, cfg.activation, cfg.squash
+        lr, critic_lr = cfg.lr, cfg.critic_lr
         self._validate(env, policy)
         self.config["obs_dim"] = env.obs_dim
         self.config["action_dim"] = env.action_dim
@@ -488,7 +540,7 @@ class PolicyTrainer:
         env.detach()
         obs = env.observation()
         obs_list, rew_list, final_list, term_list, done_list = [], [], [], [], []
-        act_list, state_list = [], []
+        act_list, probe_list = [], []
         jac = c["actor_replay_steps"] > 0
         excess = torch.zeros((), dtype=env.dtype, device=env.device)
         structured = isinstance(self.policy, MLPPolicy)
@@ -511,10 +563,15 @@ class PolicyTrainer:
                     noise = torch.randn(action.shape, generator=self.generator, dtype=action.dtype, device=action.device)
                     action = action + c["action_noise"] * (env.action_high - env.action_low) / 2 * noise
             if jac:
-                # The transition's state and action (clipped to the box, as
-                # the env does) for its action Jacobian, see _action_jacobians.
-                state_list.append(env.state.detach())
-                act_list.append(torch.maximum(torch.minimum(action.detach(), env.action_high), env.action_low))
+                # Clip to the box here (the env does the same: values and
+                # gradients are unchanged) and add a zero probe: the derivative
+                # of this step's reward and observation with respect to the
+                # probe is the transition's action Jacobian (_action_jacobians).
+                action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
+                probe = torch.zeros_like(action, requires_grad=True)
+                act_list.append(action.detach())
+                probe_list.append(probe)
+                action = action + probe
             obs_list.append(obs.detach())
             obs, reward, terminated, truncated, info = env.step(action)
             rew_list.append(reward)
@@ -529,7 +586,9 @@ class PolicyTrainer:
             "done": torch.stack(done_list),  # (H, N)
             "excess": excess / c["horizon"],  # mean squared pre-activation excess
             "action": torch.stack(act_list) if jac else None,  # (H, N, action_dim), in the box
-            "state": torch.stack(state_list) if jac else None,  # (H, N, state_dim), before each step
+            "probes": probe_list,  # per step, (N, action_dim) zeros added to the actions
+            "reward_steps": rew_list,  # the per-step tensors stacked above
+            "final_steps": final_list,
         }
 
     def update(self) -> dict[str, float]:
@@ -640,26 +699,22 @@ class PolicyTrainer:
         """Derivatives of each transition's (scaled) reward and final observation w.r.t. its action.
 
         ``jac_obs`` ``(H, N, obs_dim, action_dim)`` and ``jac_reward`` ``(H, N,
-        action_dim)``: the derivative of the transitions the window has just
-        taken, not new ones (the env's pure ``transition``, ``reward`` and
-        ``observe`` at the same states and actions, batched, so that the
-        per-step derivatives do not walk the whole window's graph).
+        action_dim)``, read off the window's own graph (no simulator call):
+        the derivative of step ``t``'s outputs with respect to the zero probe
+        added to step ``t``'s action. Each backward pass starts from one
+        step's own outputs, so it only runs through that step.
         """
-        env = self.env
-        H, N = roll["action"].shape[:2]
-        state = roll["state"].reshape(H * N, -1)
-        action = roll["action"].reshape(H * N, -1).clone().requires_grad_(True)
-        with torch.enable_grad():
-            nxt = env.transition(state, action)
-            reward = env.reward(state, action, nxt) * self.config["reward_scale"]
-            obs = env.observe(nxt)
-            outs = [obs[:, j].sum() for j in range(obs.shape[-1])] + [reward.sum()]
+        scale = self.config["reward_scale"]
+        jo, jr = [], []
+        for probe, final, reward in zip(roll["probes"], roll["final_steps"], roll["reward_steps"]):
+            outs = [final[:, j].sum() for j in range(final.shape[-1])] + [reward.sum() * scale]
             rows = []
-            for i, out in enumerate(outs):
-                (g,) = torch.autograd.grad(out, action, retain_graph=i < len(outs) - 1, allow_unused=True)
-                rows.append(torch.zeros_like(action) if g is None else g)
-        jac_obs = torch.stack(rows[:-1], dim=-2).reshape(H, N, obs.shape[-1], -1)
-        return jac_obs.detach(), rows[-1].reshape(H, N, -1).detach()
+            for out in outs:
+                (g,) = torch.autograd.grad(out, probe, retain_graph=True, allow_unused=True)
+                rows.append(torch.zeros_like(probe) if g is None else g)
+            jo.append(torch.stack(rows[:-1], dim=-2))
+            jr.append(rows[-1])
+        return torch.stack(jo).detach(), torch.stack(jr).detach()
 
     def _replay_actor_steps(self, k: int) -> None:
         """Actor steps on replayed transitions through their stored action Jacobians.
@@ -908,6 +963,9 @@ class PolicyTrainer:
                 f"{saved['action_dim']}, but {type(self.env).__name__} has obs size "
                 f"{self.env.obs_dim} and action size {self.env.action_dim}"
             )
+        # Options added later than a checkpoint were at their defaults then.
+        defaults = dataclasses.asdict(PolicyTrainerConfig())
+        saved = {**{key: defaults[key] for key in defaults if key not in saved}, **saved}
         diff = sorted(key for key in saved if saved[key] != self.config.get(key))
         if diff:
             pairs = ", ".join(f"{key}: checkpoint {saved[key]!r} vs now {self.config.get(key)!r}" for key in diff)
@@ -979,29 +1037,10 @@ def _check_policy(policy: nn.Module, env: DiffEnv) -> None:
 
 def train_policy(
     env: DiffEnv,
-    algo: str = "shac",
+    algo: str | None = None,
     *,
+    config: PolicyTrainerConfig | None = None,
     updates: int = 200,
-    horizon: int = 32,
-    lr: float = 2e-3,
-    critic_lr: float = 2e-3,
-    gamma: float = 0.99,
-    lam: float = 0.95,
-    hidden: Sequence[int] = (64, 64),
-    activation: str = "elu",
-    max_grad_norm: float | None = 1.0,
-    critic_iterations: int = 8,
-    critic_minibatches: int = 4,
-    critic_replay: int = 1,
-    target_alpha: float = 0.2,
-    betas: tuple[float, float] = (0.7, 0.95),
-    action_noise: float = 0.0,
-    reward_scale: float = 1.0,
-    squash: str = "tanh",
-    preact_penalty: float = 0.0,
-    normalize_obs: bool = True,
-    lr_decay_updates: int | None = None,
-    seed: int = 0,
     policy: nn.Module | None = None,
     eval_fn: Callable[[nn.Module], float] | None = None,
     eval_env: DiffEnv | None = None,
@@ -1013,6 +1052,7 @@ def train_policy(
     progress: bool = False,
     callback: Callable[[dict[str, float]], bool | None] | None = None,
     num_threads: int | None = None,
+    **settings: Any,
 ) -> PolicyTrainer:
     """Train a policy by backpropagating through a differentiable environment.
 
@@ -1020,31 +1060,22 @@ def train_policy(
     differentiates the window's return (plus, for SHAC, the critic's value of
     where it ends) with respect to the policy parameters, clips the gradient
     norm and takes one Adam step; the graph is cut between windows. Every
-    env transition counts: an update costs ``num_envs * horizon`` env steps.
+    env transition counts: an update costs ``num_envs * horizon`` env steps
+    (replayed critic and actor steps reuse stored transitions and take none).
 
     Args:
         env: the training environment (stepped in place; reset with ``seed``).
-        algo: ``"apg"`` (short-horizon BPTT) or ``"shac"`` (with a critic).
+        algo: ``"apg"`` or ``"shac"`` (default: ``config.algo``, ``"shac"``).
+        config: a :class:`PolicyTrainerConfig`; every one of its fields
+            (``horizon``, ``lr``, ``critic_lr``, ``gamma``, ``lam``, ``hidden``,
+            ``activation``, ``max_grad_norm``, ``critic_iterations``,
+            ``critic_minibatches``, ``critic_replay``, ``critic_batch_size``,
+            ``actor_replay_steps``, ``actor_batch_size``, ``target_alpha``,
+            ``betas``, ``action_noise``, ``reward_scale``, ``squash``,
+            ``preact_penalty``, ``normalize_obs``, ``lr_decay_updates``,
+            ``seed``) can also be given as a keyword argument, which
+            overrides it; see :class:`PolicyTrainerConfig` for what they do.
         updates: total number of updates (including resumed ones).
-        horizon: window length H in steps, at most ``env.max_episode_steps``.
-        lr: actor learning rate (Adam).
-        critic_lr: critic learning rate (SHAC).
-        gamma: discount factor in (0, 1].
-        lam: TD(lambda) mixing of the critic targets (SHAC).
-        hidden: hidden layer widths of actor and critic.
-        activation: ``"elu"``, ``"tanh"``, ``"relu"`` or ``"silu"``.
-        max_grad_norm: clip the actor gradient to this norm (``None``: off).
-        critic_iterations: epochs over the window's samples per update.
-        critic_minibatches: minibatches per epoch.
-        critic_replay: windows the critic fits each update (the newest and
-            the ones before it, targets recomputed); 1 is plain SHAC.
-        target_alpha: target critic update ``target <- a * target + (1 - a) * critic``.
-        betas: Adam betas of both optimisers.
-        action_noise: std of Gaussian exploration noise, as a fraction of
-            the action half-range (reparameterised, so gradients pass).
-        reward_scale: rewards are multiplied by it inside the losses (keeps
-            values near unit scale for the critic); logged returns are unscaled.
-        seed: seeds the networks, the env and every sample the trainer draws.
         policy: a custom ``nn.Module`` policy (default: :class:`MLPPolicy`).
         eval_fn: ``policy -> mean return`` for periodic evaluation.
         eval_env: alternatively, a backdrive env evaluated with
@@ -1052,7 +1083,7 @@ def train_policy(
         eval_every: evaluation period in updates.
         log_csv: CSV file, one row per update.
         checkpoint: checkpoint path (policy, critic, optimisers, normaliser,
-            env and generators).
+            env, generators and replayed windows).
         checkpoint_every: checkpoint period in updates.
         resume: continue from this checkpoint; the other settings must match
             the ones it was trained with.
@@ -1061,6 +1092,7 @@ def train_policy(
         num_threads: torch intra-op threads while training (restored after).
             Small networks on small batches run fastest on one thread; on a
             busy machine several threads can be ten times slower.
+        **settings: fields of :class:`PolicyTrainerConfig`.
 
     Returns:
         The :class:`PolicyTrainer`; ``.policy`` is the trained policy (maps raw
@@ -1069,6 +1101,7 @@ def train_policy(
     Raises:
         PolicyConfigError: a bad setting, found before any update.
         TrainingDivergedError: a non-finite gradient or loss; names the update.
+        TypeError: a keyword that is neither an argument nor a setting.
     """
     if eval_fn is not None and eval_env is not None:
         raise PolicyConfigError("give eval_fn or eval_env, not both")
@@ -1084,31 +1117,7 @@ def train_policy(
         def eval_fn(p: nn.Module) -> float:
             return evaluate_policy(p, eval_env, seed=0)
 
-    trainer = PolicyTrainer(
-        env,
-        algo,
-        horizon=horizon,
-        lr=lr,
-        critic_lr=critic_lr,
-        gamma=gamma,
-        lam=lam,
-        hidden=hidden,
-        activation=activation,
-        max_grad_norm=max_grad_norm,
-        critic_iterations=critic_iterations,
-        critic_minibatches=critic_minibatches,
-        critic_replay=critic_replay,
-        target_alpha=target_alpha,
-        betas=betas,
-        action_noise=action_noise,
-        reward_scale=reward_scale,
-        squash=squash,
-        preact_penalty=preact_penalty,
-        normalize_obs=normalize_obs,
-        lr_decay_updates=lr_decay_updates,
-        seed=seed,
-        policy=policy,
-    )
+    trainer = PolicyTrainer(env, algo, config=config, policy=policy, **settings)
     if resume is not None:
         trainer.load(resume)
     previous_threads = torch.get_num_threads()
