@@ -11,7 +11,7 @@ from ._crba import crba_core
 from ._rnea import rnea_core
 from . import _tree
 from ._tree import broadcast_batch, check_f_ext, f_ext_to_world, gravity_vector, kinematics, topology
-from ._wide import forward_t, inverse_dynamics_t
+from ._wide import forward_t, inverse_dynamics_t, rnea_vjp_t
 
 __all__ = ["forward_dynamics", "joint_forces", "DEFAULT_FRICTION_WIDTH", "FORWARD_METHODS"]
 
@@ -229,7 +229,12 @@ class _ForwardDynamics(torch.autograd.Function):
         if need[2]:
             out[2] = lam
         rest = [i for i in wanted if i != 2]
-        if rest:
+        if rest and f_ext is None and set(rest) <= {0, 1} and _wide(topo, q, None):
+            # The reverse pass of RNEA and forward kinematics, written out.
+            gq, gv = rnea_vjp_t(robot, q, v, a.detach(), g, -lam)
+            out[0] = gq if 0 in rest else None
+            out[1] = gv if 1 in rest else None
+        elif rest:
             with torch.enable_grad():
                 leaves = [x.detach().requires_grad_(i in rest) if x is not None else None for i, x in enumerate(inputs)]
                 model = robot

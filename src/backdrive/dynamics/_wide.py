@@ -739,3 +739,200 @@ def inverse_dynamics_t(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Tenso
     at = None if a is None else _to_internal(topo, a.reshape(N, nv))
     tau = rnea_t(model, topo, K, vt, at, gt, ft)
     return _from_internal(topo, tau).reshape(*batch, nv)
+
+
+# ---------------------------------------------------------------------- RNEA vector-Jacobian product
+
+
+def _base_vjp(R0, p0, x, gl, ga, t0, gp0):
+    """Adjoint of :func:`_base_to_world` ``(R0 x_l + p0 x (R0 x_a), R0 x_a)``
+    for output gradients ``gl``, ``ga`` ``(3, N)``. Accumulates into the base's
+    torque ``t0`` (the gradient with respect to a world-frame rotation of
+    ``R0``: ``gR0 = u w^T`` pairs as ``(R0 w) x u``) and ``gp0``; returns the
+    gradient of the base-frame twist ``x (6, N)``."""
+    w = _rot(R0, x[3:])
+    gw = ga + _cross(gl, p0)
+    gp0 += _cross(w, gl)
+    t0 += _cross(_rot(R0, x[:3]), gl) + _cross(w, gw)
+    return torch.cat([_rot_t(R0, gl), _rot_t(R0, gw)], 0)
+
+
+def rnea_vjp_t(model: RobotModel, q, v, a, g, lam):
+    """``lam^T d tau / d(q, v)`` for ``tau = RNEA(q, v, a)``, written out.
+
+    The reverse pass of RNEA in the world frame (the adjoint of every step
+    of :func:`rnea_t`, with the inertias applied through the centres of
+    mass). Gradients with respect to the bodies' poses are kept as a world
+    force ``gp`` and torque ``t`` per body (``<gR, dR> = t . w`` for a
+    rotation ``dR = [w]x R``), so the poses' part needs no 3x3 arrays: a
+    joint's gradient is ``a . (T - p x G)`` with ``(G, T)`` the sums of
+    ``(gp, t + p x gp)`` over its subtree. No external wrenches; gravity and
+    the physical parameters are held constant (the caller uses autograd when
+    they require grad). Returns ``(gq, gv)`` with the shapes of ``q`` and ``v``.
+    """
+    from ..kinematics._fk import body_transforms_t
+    from ..spatial import quat_to_matrix
+
+    topo = wide_topology(model)
+    fb = model.floating_base
+    nj, nv = model.num_joints, model.nv
+    o = topo.o
+    off = 6 if fb else 0
+    with torch.no_grad():
+        qf = q.reshape(-1, q.shape[-1])
+        N = qf.shape[0]
+        R, p = body_transforms_t(model, qf, level_order=True)
+        Rm, pm = R[:, :, 1:], p[:, 1:]
+        aw = _rot(Rm, topo.axis)
+        if topo.has_pri:
+            Sl, Sa = _cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
+        else:
+            Sl, Sa = _cross(pm, aw), aw
+        Ra = R[:, :, o:]
+        m = _active(topo, model.body_mass)[:, None]
+        com = _active(topo, model.body_com).T[:, :, None]  # (3, na, 1)
+        Ib = _active(topo, model.body_inertia).permute(1, 2, 0)[:, :, :, None]  # (3, 3, na, 1)
+        rc = _rot(Ra, com)  # centre of mass relative to the body origin, world axes
+        c = rc + p[:, o:]
+        vt = _to_internal(topo, v.reshape(N, nv))
+        at = _to_internal(topo, a.reshape(N, nv))
+        gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
+        R0, p0 = R[:, :, 0], p[:, 0]
+
+        def rates(x):
+            xj = x[6:] if fb else x
+            return xj if not topo.coupled else xj.index_select(0, topo.coord) * topo.mult[:, None]
+
+        def rates_t(x):  # transpose of rates: body (nm, N) -> joint coordinates (nj, N)
+            if not topo.coupled:
+                return x
+            return x.new_zeros(nj, N).index_add_(0, topo.coord, x * topo.mult[:, None])
+
+        def with_base(b, lin, ang):
+            return (torch.cat([b[0], lin], 1), torch.cat([b[1], ang], 1)) if fb else (lin.clone(), ang.clone())
+
+        def apply(xl, xa):  # inertia times x; also R Ib R^T x_a, which the adjoint reuses
+            u = xl + _cross(xa, c)
+            fl = m * u
+            RLx = _rot(Ra, _rot(Ib, _rot_t(Ra, xa)))
+            return fl, RLx + _cross(c, fl), u, RLx
+
+        # ---- forward, as rnea_t
+        qd, qdd = rates(vt), rates(at)
+        Jl, Ja = Sl * qd, Sa * qd
+        Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
+        Vl, Va = _down(topo, Vl), _down(topo, Va)
+        Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
+        Jdl = (_cross(Vma, Jl) + _cross(Vml, Ja)).addcmul_(Sl, qdd)
+        Jda = _cross(Vma, Ja).addcmul_(Sa, qdd)
+        Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Jdl, Jda)
+        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        Al += -gt[:, None]
+        fAl, fAa, uA, RLA = apply(Al, Aa)
+        hl, ha, uV, RLV = apply(Vl, Va)
+        Fl = _up(topo, fAl + _cross(Va, hl))
+        Fa = _up(topo, fAa + _cross(Va, ha) + _cross(Vl, hl))
+        Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
+
+        # ---- reverse
+        lt = _to_internal(topo, lam.reshape(N, nv))
+        lb = rates(lt)  # (nm, N)
+        na = topo.na
+        gFl = Sl.new_zeros(3, na, N)
+        gFa = Sl.new_zeros(3, na, N)
+        gFml, gFma = (gFl[:, 1:], gFa[:, 1:]) if fb else (gFl, gFa)
+        torch.mul(Sl, lb, out=gFml)
+        torch.mul(Sa, lb, out=gFma)
+        gSl, gSa = Fml * lb, Fma * lb
+        gp = torch.zeros_like(p)  # world force on each body's pose
+        tq = torch.zeros_like(p)  # world torque on each body's pose
+        t0, gp0 = tq[:, 0], gp[:, 0]
+        if fb:
+            # tau_base = [R0^T F_l; R0^T (F_a - p0 x F_l)]
+            x, y = _rot(R0, lt[:3]), _rot(R0, lt[3:6])
+            F0l, F0a = Fl[:, 0], Fa[:, 0]
+            gFl[:, 0] += x + _cross(p0, y)
+            gFa[:, 0] += y
+            gp0 -= _cross(F0l, y)
+            t0 += _cross(x, F0l) + _cross(y, F0a - _cross(p0, F0l))
+        gfl, gfa = _down(topo, gFl), _down(topo, gFa)
+        # f = I A + V x* h, h = I V
+        gAl, gAa, _, _ = apply(gfl, gfa)
+        ghl = -(_cross(Va, gfl) + _cross(Vl, gfa))
+        gha = -_cross(Va, gfa)
+        gVl = _cross(hl, gfa)
+        gVa = _cross(hl, gfl) + _cross(ha, gfa)
+        t1, t2, _, _ = apply(ghl, gha)
+        gVl += t1
+        gVa += t2
+        # Through the inertias: y^T I x = m z.u + (R^T y_a).Ib (R^T x_a), z = y_l + y_a x c.
+        gc = torch.zeros_like(c)
+        ta = tq[:, o:]
+        for (yl, ya), (xl, xa), u, RLx in (((gfl, gfa), (Al, Aa), uA, RLA), ((ghl, gha), (Vl, Va), uV, RLV)):
+            z = yl + _cross(ya, c)
+            gc += m * (_cross(z, xa) + _cross(u, ya))
+            RLy = _rot(Ra, _rot(Ib, _rot_t(Ra, ya)))
+            ta += _cross(RLx, ya) + _cross(RLy, xa)
+        ta += _cross(rc, gc)  # c = R com + p
+        gp[:, o:] += gc
+        # A = anc Jd + grav
+        gJdl, gJda = _up(topo, gAl), _up(topo, gAa)
+        gJdml, gJdma = (gJdl[:, 1:], gJda[:, 1:]) if fb else (gJdl, gJda)
+        if fb:
+            _base_vjp(R0, p0, at[:6], gJdl[:, 0], gJda[:, 0], t0, gp0)
+        # Jd = Vm x J + S qdd
+        gSl.addcmul_(gJdml, qdd)
+        gSa.addcmul_(gJdma, qdd)
+        gJl = -_cross(Vma, gJdml)
+        gJa = -(_cross(Vma, gJdma) + _cross(Vml, gJdml))
+        gVml, gVma = (gVl[:, 1:], gVa[:, 1:]) if fb else (gVl, gVa)
+        gVml += _cross(Ja, gJdml)
+        gVma += _cross(Ja, gJdma) + _cross(Jl, gJdml)
+        # V = anc [V0; J]
+        gVl, gVa = _up(topo, gVl), _up(topo, gVa)
+        gJl += gVl[:, 1:] if fb else gVl
+        gJa += gVa[:, 1:] if fb else gVa
+        gv = vt.new_zeros(nv, N)
+        if fb:
+            gv[:6] = _base_vjp(R0, p0, vt[:6], gVl[:, 0], gVa[:, 0], t0, gp0)
+        # J = S qd
+        gSl.addcmul_(gJl, qd)
+        gSa.addcmul_(gJa, qd)
+        gqd = (Sl * gJl).sum(0) + (Sa * gJa).sum(0)
+        gv[off:] = rates_t(gqd)
+        # S = [p x a; a] (revolute), [a; 0] (prismatic), a = R axis: a rotation
+        # w of the body turns a by w x a, so a's gradient g pairs as a x g.
+        tm, gpm = tq[:, 1:], gp[:, 1:]
+        if topo.has_pri:
+            gSl_r = gSl * topo.is_rev
+            gaw = gSa * topo.is_rev + _cross(gSl_r, pm) + gSl * topo.is_pri
+            gpm += _cross(aw, gSl_r)
+        else:
+            gaw = gSa + _cross(gSl, pm)
+            gpm += _cross(aw, gSl)
+        tm += _cross(aw, gaw)
+        # Poses -> joints: a joint turns (or shifts) its whole subtree.
+        G = _up(topo, gp[:, o:].clone())
+        T = _up(topo, (tq + _cross(p, gp))[:, o:].contiguous())
+        Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
+        gth = (aw * (Tm - _cross(pm, Gm))).sum(0)
+        if topo.has_pri:
+            gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
+        gq = qf.new_zeros(qf.shape)
+        gj = rates_t(gth)
+        if topo.dof_inv is not None:
+            gj = gj.index_select(0, topo.dof_inv[off:] - off)
+        gq[:, 7 if fb else 0 :] = gj.T
+        if fb:
+            gq[:, :3] = G[:, 0].T
+            tb = T[:, 0] - _cross(p0, G[:, 0])  # torque about the base origin
+            # gR0 = 0.5 [tb]x R0 pairs with any rotation of R0 as tb does.
+            tx, ty, tz = tb.unbind(0)
+            z = torch.zeros_like(tx)
+            skew = torch.stack([torch.stack([z, -tz, ty]), torch.stack([tz, z, -tx]), torch.stack([-ty, tx, z])])
+            gR0 = 0.5 * (skew[:, 0, None] * R0[0][None] + skew[:, 1, None] * R0[1][None] + skew[:, 2, None] * R0[2][None])
+            with torch.enable_grad():
+                quat = qf[:, 3:7].detach().requires_grad_(True)
+                (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)
+            gq[:, 3:7] = gquat
+        return gq.reshape(q.shape), _from_internal(topo, gv).reshape(v.shape)

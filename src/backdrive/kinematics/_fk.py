@@ -267,10 +267,19 @@ class _BodyTransformsT(torch.autograd.Function):
                     create_graph=True,
                 )
             return None, g, None
+        return None, fk_vjp_t(model, qf, (R, p, Rl, pl, s, cs), gR, gp, ctx.level_order), None
+
+
+def fk_vjp_t(model: RobotModel, qf, saved, gR, gp, level_order: bool) -> torch.Tensor:
+    """The gradient ``(N, nq)`` with respect to ``qf`` of ``<gR, R> + <gp, p>``
+    for the poses of :func:`body_transforms_t` (``saved`` from ``_fk_t(...,
+    keep=True)``; ``gR`` or ``gp`` may be ``None``). No autograd."""
+    R, p, Rl, pl, s, cs = saved
+    if True:
         c = _cache(model)
         nb = model.num_bodies
         N = qf.shape[0]
-        if not ctx.level_order and not model.levels_sorted:
+        if not level_order and not model.levels_sorted:
             # Outputs were reordered to body order; work in level order.
             order = torch.cat(list(model.levels))
             R, p = R.index_select(-2, order), p.index_select(-2, order)
@@ -335,7 +344,7 @@ class _BodyTransformsT(torch.autograd.Function):
                 R0 = quat_to_matrix(quat).permute(1, 2, 0)
                 (gquat,) = torch.autograd.grad(R0, quat, gR[:, :, 0])
             gq[:, 3:7] = gquat
-        return None, gq, None
+        return gq
 
 
 def _fk_t(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = False):
