@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import math
 
@@ -222,3 +223,156 @@ def test_nan_gradient_stops_naming_the_update_and_keeps_last_checkpoint(tmp_path
     assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
     assert torch.load(path, weights_only=False)["updates_done"] == 3
     assert _same(_params(load_policy(path)), _params(trainer.policy))
+
+
+# ------------------------------------------------- settings, replay, step counts
+def test_config_dataclass_and_keywords_give_the_same_run():
+    from dataclasses import FrozenInstanceError
+
+    from backdrive.optim import PolicyTrainerConfig
+
+    cfg = PolicyTrainerConfig(horizon=8, critic_iterations=2, critic_minibatches=2, action_noise=0.2, seed=3)
+    a = train_policy(Pendulum(4), updates=3, config=cfg)
+    b = train_policy(Pendulum(4), "shac", updates=3, horizon=8, critic_iterations=2, critic_minibatches=2,
+                     action_noise=0.2, seed=3)
+    assert a.settings == b.settings == cfg
+    assert _same(_params(a.policy), _params(b.policy))
+    # keywords override the config's fields; the config itself is frozen
+    c = PolicyTrainer(Pendulum(4), config=cfg, horizon=4, hidden=[16, 16])
+    assert c.settings.horizon == 4 and c.settings.hidden == (16, 16) and c.settings.seed == 3
+    assert cfg.horizon == 8
+    with pytest.raises(FrozenInstanceError):
+        cfg.horizon = 4
+    with pytest.raises(TypeError, match="unknown training setting.*'horizn'"):
+        train_policy(Pendulum(4), updates=1, horizn=8)
+
+
+def test_new_settings_are_checked_before_training():
+    env = Pendulum(4)
+    with pytest.raises(PolicyConfigError, match="actor_replay_steps needs a critic"):
+        train_policy(env, "apg", updates=1, horizon=8, actor_replay_steps=4)
+    with pytest.raises(PolicyConfigError, match="critic_batch_size must be a positive int"):
+        train_policy(env, "shac", updates=1, horizon=8, critic_batch_size=0)
+    with pytest.raises(PolicyConfigError, match="actor_replay_steps must be a non-negative int"):
+        train_policy(env, "shac", updates=1, horizon=8, actor_replay_steps=-1)
+    with pytest.raises(PolicyConfigError, match="actor_batch_size must be a positive int"):
+        train_policy(env, "shac", updates=1, horizon=8, actor_replay_steps=1, actor_batch_size=0)
+
+
+class _CountingPendulum(Pendulum):
+    """Counts every transition computed by the simulator (rows of ``transition``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.transitions = 0
+
+    def transition(self, state, action):
+        self.transitions += state.reshape(-1, self.state_dim).shape[0]
+        return super().transition(state, action)
+
+
+def test_env_steps_count_every_simulator_transition_and_replay_takes_none():
+    env = _CountingPendulum(4, y_init=8.0, max_episode_steps=8)
+    trainer = train_policy(env, "shac", updates=5, horizon=8, critic_iterations=4, critic_batch_size=32,
+                           critic_replay=100, actor_replay_steps=4, actor_batch_size=32, seed=0)
+    # 5 windows of 4 envs x 8 steps: the replayed critic and actor steps reuse
+    # stored transitions (and their Jacobians) without calling the simulator.
+    assert env.transitions == trainer.env_steps == 5 * 4 * 8
+    assert len(trainer._replay) == 5
+
+
+def test_replayed_windows_feed_the_critic():
+    # critic_replay = 3: the critic's minibatches are drawn from the last 3
+    # windows, not only the newest (recorded by wrapping the critic's forward).
+    trainer = PolicyTrainer(Pendulum(4), "shac", horizon=8, critic_iterations=20, critic_batch_size=16,
+                            critic_replay=3, seed=0)
+    for _ in range(5):
+        trainer.update()
+    assert len(trainer._replay) == 3
+    norm = copy.deepcopy(trainer.policy.normalizer)  # the statistics the fit will use
+    seen = []
+    forward = trainer.critic.forward
+
+    def spy(x):
+        seen.append(x.detach().clone())
+        return forward(x)
+
+    trainer.critic.forward = spy
+    trainer.update()
+    assert len(trainer._replay) == 3 and trainer.env_steps == 6 * 4 * 8
+    samples = torch.cat([norm(w["obs"]).reshape(-1, 3) for w in trainer._replay])  # (96, 3), oldest first
+    drawn = torch.cat(seen)
+    assert drawn.shape == (20 * 16, 3)
+    # each drawn sample is one of the replayed ones; 320 draws from 96 samples
+    # miss a whole window with probability about 3 * (2/3)**320
+    dist, which = (drawn[:, None] - samples[None]).abs().amax(-1).min(dim=1)
+    assert float(dist.max()) < 1e-6
+    assert set((which // 32).tolist()) == {0, 1, 2}
+
+
+def test_action_jacobians_match_the_simulator():
+    # The Jacobians read off the window's graph equal the derivative of one
+    # env step at the stored state and action (float64, autograd.functional).
+    env = Pendulum(3, y_init=8.0, max_episode_steps=8, dtype=torch.float64)
+    trainer = PolicyTrainer(env, "shac", horizon=4, actor_replay_steps=1, action_noise=0.5, reward_scale=0.1, seed=0)
+    states = []
+    step = env.step
+
+    def recording_step(action):
+        states.append(env.state.detach().clone())
+        return step(action)
+
+    env.step = recording_step
+    roll = trainer._rollout()
+    jac_obs, jac_reward = trainer._action_jacobians(roll)
+    assert jac_obs.shape == (4, 3, 3, 1) and jac_reward.shape == (4, 3, 1)
+    for t in range(4):
+        s, a = states[t], roll["action"][t]
+        f_obs = lambda u: env.observe(env.transition(s, u))  # noqa: E731
+        f_rew = lambda u: env.reward(s, u, env.transition(s, u)) * 0.1  # noqa: E731
+        j_obs = torch.autograd.functional.jacobian(f_obs, a)  # (3, 3, 3, 1)
+        j_rew = torch.autograd.functional.jacobian(f_rew, a)  # (3, 3, 1)
+        for i in range(3):
+            assert torch.allclose(jac_obs[t, i], j_obs[i, :, i], atol=1e-12)
+            assert torch.allclose(jac_reward[t, i], j_rew[i, i], atol=1e-12)
+    # the stored actions are in the box, the speed row is 3 dt / (m l^2)
+    assert float(roll["action"].abs().max()) <= 2.0
+    assert torch.allclose(jac_obs[..., 2, 0][roll["action"][..., 0].abs() < 2], torch.tensor(0.15, dtype=torch.float64))
+
+
+def test_replayed_actor_steps_resume_exactly(tmp_path):
+    kw = dict(horizon=8, lr=5e-3, critic_iterations=3, critic_batch_size=16, critic_replay=50,
+              actor_replay_steps=3, actor_batch_size=16, action_noise=0.3, reward_scale=0.02, seed=2)
+    straight = train_policy(Pendulum(4, y_init=8.0, max_episode_steps=8), "shac", updates=6, **kw)
+    path = tmp_path / "r.pt"
+    train_policy(Pendulum(4, y_init=8.0, max_episode_steps=8), "shac", updates=3, checkpoint=path, **kw)
+    resumed = train_policy(Pendulum(4, y_init=8.0, max_episode_steps=8), "shac", updates=6, resume=path, **kw)
+    assert _same(_params(straight.policy), _params(resumed.policy))
+    assert _same(_params(straight.critic), _params(resumed.critic))
+
+
+def test_checkpoint_from_before_the_new_settings_still_resumes(tmp_path):
+    # A checkpoint written before critic_batch_size / actor_replay_steps /
+    # actor_batch_size existed had them at their defaults.
+    path = tmp_path / "old.pt"
+    kw = dict(horizon=8, critic_iterations=1, critic_minibatches=1, seed=0)
+    train_policy(Pendulum(4), "shac", updates=2, checkpoint=path, **kw)
+    ckpt = torch.load(path, weights_only=False)
+    for key in ("critic_batch_size", "actor_replay_steps", "actor_batch_size"):
+        del ckpt["config"][key]
+    torch.save(ckpt, path)
+    assert train_policy(Pendulum(4), "shac", updates=3, resume=path, **kw).updates_done == 3
+    with pytest.raises(PolicyConfigError, match="actor_replay_steps: checkpoint 0 vs now 2"):
+        train_policy(Pendulum(4), "shac", updates=3, resume=path, actor_replay_steps=2, **kw)
+
+
+def test_pendulum_preset_swings_up_within_1024_env_steps():
+    # PENDULUM_SHAC, 16 of its updates (1,024 env steps), evaluated from
+    # gymnasium's start distribution (16 episodes of 200 steps).
+    from backdrive.optim import PENDULUM_SHAC
+
+    train = dict(PENDULUM_SHAC["train"], updates=16)
+    trainer = train_policy(Pendulum(**PENDULUM_SHAC["env"]), "shac", seed=0, **train)
+    assert trainer.env_steps == 1024
+    ret = evaluate_policy(trainer.policy, Pendulum(16, autoreset=False), seed=123)
+    assert ret > -250, ret

@@ -295,7 +295,7 @@ def stage_pendulum_policy(ctx: DemoContext) -> list[str]:
         **PENDULUM_SHAC["train"],
         seed=0,
         eval_fn=lambda p: evaluate_policy(p, eval_env, seed=123),
-        eval_every=10,
+        eval_every=5,
         progress=True,
     )
     final = evaluate_policy(trainer.policy, eval_env, seed=123)
@@ -309,7 +309,7 @@ def stage_pendulum_policy(ctx: DemoContext) -> list[str]:
         plot_losses(
             {"evaluation return (negated)": [-r for r in curve]},
             ctx.path("pendulum_policy_curve.png"),
-            title="pendulum policy (SHAC): negated return every 10 updates",
+            title="pendulum policy (SHAC): negated return every 5 updates",
             xlabel="evaluation",
         )
     )
