@@ -34,3 +34,16 @@ def test_no_star_imports():
     src = pathlib.Path(importlib.import_module("backdrive").__file__).parent
     offenders = [str(p) for p in src.rglob("*.py") if "import *" in p.read_text()]
     assert offenders == []
+
+
+def test_policy_training_names():
+    import backdrive._errors as errors
+    import backdrive.optim as optim
+
+    assert {"PolicyTrainerConfig", "PolicyTrainer", "train_policy", "PolicyConfigError", "TrainingDivergedError"} <= set(
+        optim.__all__
+    )
+    # the errors live in backdrive._errors and are re-exported unchanged
+    assert optim.PolicyConfigError is errors.PolicyConfigError
+    assert optim.TrainingDivergedError is errors.TrainingDivergedError
+    assert issubclass(optim.PolicyConfigError, errors.BackdriveError)
