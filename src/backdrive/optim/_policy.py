@@ -23,6 +23,12 @@ segment started):
 
 where ``e_t`` marks a segment end (episode end or ``t = H-1``). The actor
 minimises ``-mean_i J_i / H``.
+
+Data reuse (SHAC, off by default): ``critic_replay`` keeps past windows for
+the critic, ``critic_batch_size`` turns its fit into many random-minibatch
+steps, and ``actor_replay_steps`` adds actor steps on replayed transitions
+through the action Jacobians recorded with them (SVG(1)-style). None of them
+calls the simulator: ``env_steps`` counts the windows' transitions only.
 """
 
 from __future__ import annotations
