@@ -249,7 +249,7 @@ def test_forward_dynamics_matches_pinocchio(ref):
     rb = rb.replace(damping=torch.zeros_like(rb.damping), friction=torch.zeros_like(rb.friction))
     q, v, tau, g = _state(rb, N, 2)
     f_ext = torch.randn(N, rb.num_bodies, 6, generator=g, dtype=torch.float64)
-    methods = ["crba"] if ref.mimic else ["crba", "aba"]
+    methods = ["auto", "crba"] if ref.mimic else ["auto", "crba", "aba"]
     for method in methods:
         acc = D.forward_dynamics(rb, q, v, tau, method=method)
         acc_f = D.forward_dynamics(rb, q, v, tau, f_ext=f_ext, method=method)
@@ -265,6 +265,36 @@ def test_forward_dynamics_matches_pinocchio(ref):
                 want_f = pin.aba(pm, pd, qp, vp, tp, ref.fext(f_ext[i]))
             assert_rel(acc[i], ref.v_from_pin(want), RTOL64, f"forward dynamics ({method})")
             assert_rel(acc_f[i], ref.v_from_pin(want_f), RTOL64, f"forward dynamics with f_ext ({method})")
+
+
+def test_large_batch_path_matches_pinocchio(ref, monkeypatch):
+    """The batch-last path (RNEA, sparse CRBA with the LTDL factorisation,
+    bias and gravity forces) against Pinocchio, forced at a small batch."""
+    import backdrive.dynamics._tree as tree_mod
+
+    monkeypatch.setattr(tree_mod, "TREE_MATMUL_MAX_BATCH", 0)
+    rb, pm, pd = ref.robot, ref.model, ref.data
+    rb = rb.replace(damping=torch.zeros_like(rb.damping), friction=torch.zeros_like(rb.friction))
+    q, v, tau, g = _state(rb, N, 7)
+    f_ext = torch.randn(N, rb.num_bodies, 6, generator=g, dtype=torch.float64)
+    acc = D.forward_dynamics(rb, q, v, tau)
+    acc_f = D.forward_dynamics(rb, q, v, tau, f_ext=f_ext)
+    tau_id = D.inverse_dynamics(rb, q, v, tau, f_ext=f_ext)
+    b = D.bias_forces(rb, q, v)
+    grav = D.gravity_forces(rb, q)
+    for i in range(N):
+        qp, vp, tp = ref.q(q[i]), ref.v(v[i]), ref.v(tau[i])
+        Mp = np.triu(pin.crba(pm, pd, qp))
+        Mp = Mp + np.triu(Mp, 1).T
+        want = np.linalg.solve(Mp, tp - pin.nonLinearEffects(pm, pd, qp, vp))
+        want_f = np.linalg.solve(Mp, tp - pin.rnea(pm, pd, qp, vp, 0 * vp, ref.fext(f_ext[i])))
+        assert_rel(acc[i], ref.v_from_pin(want), RTOL64, "forward dynamics (large-batch path)")
+        assert_rel(acc_f[i], ref.v_from_pin(want_f), RTOL64, "forward dynamics with f_ext (large-batch path)")
+        want_id = pin.rnea(pm, pd, qp, vp, tp, ref.fext(f_ext[i]))
+        assert_rel(tau_id[i], ref.v_from_pin(want_id), RTOL64, "rnea (large-batch path)")
+        assert_rel(b[i], ref.v_from_pin(pin.nonLinearEffects(pm, pd, qp, vp)), RTOL64, "nle (large-batch path)")
+        want_g = pin.computeGeneralizedGravity(pm, pd, qp)
+        assert_rel(grav[i], ref.v_from_pin(want_g), RTOL64, "gravity (large-batch path)")
 
 
 def test_energies_and_center_of_mass_match_pinocchio(ref):

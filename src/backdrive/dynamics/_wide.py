@@ -715,6 +715,8 @@ def forward_t(model: RobotModel, q, v, tau, g, f_ext):
     """
     with torch.no_grad():
         topo = wide_topology(model)
+        if topo.coupled:
+            raise ValueError("forward_t: the LTDL factorisation needs one coordinate per body (no mimic joints)")
         nv = model.nv
         batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
         vt = _to_internal(topo, v.reshape(N, nv))
