@@ -271,8 +271,10 @@ def test_large_batch_path_matches_pinocchio(ref, monkeypatch):
     """The batch-last path (RNEA, sparse CRBA with the LTDL factorisation,
     bias and gravity forces) against Pinocchio, forced at a small batch."""
     import backdrive.dynamics._tree as tree_mod
+    import backdrive.dynamics._wide as wide_mod
 
     monkeypatch.setattr(tree_mod, "TREE_MATMUL_MAX_BATCH", 0)
+    monkeypatch.setattr(wide_mod, "FORWARD_MIN_BATCH", 0)
     rb, pm, pd = ref.robot, ref.model, ref.data
     rb = rb.replace(damping=torch.zeros_like(rb.damping), friction=torch.zeros_like(rb.friction))
     q, v, tau, g = _state(rb, N, 7)

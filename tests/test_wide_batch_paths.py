@@ -15,6 +15,7 @@ import torch
 import backdrive.dynamics._crba as crba_mod
 import backdrive.dynamics._rnea as rnea_mod
 import backdrive.dynamics._tree as tree_mod
+import backdrive.dynamics._wide as wide_mod
 import backdrive.kinematics._fk as fk_mod
 from backdrive.data import get_data_path, load
 from backdrive.dynamics import forward_dynamics, inverse_dynamics, mass_matrix
@@ -29,6 +30,8 @@ def wide(monkeypatch):
     for mod in (tree_mod, rnea_mod, crba_mod):
         monkeypatch.setattr(mod, "TREE_MATMUL_MAX_BATCH", 0)
     monkeypatch.setattr(fk_mod, "_WIDE_MIN_BATCH", 0)
+    monkeypatch.setattr(wide_mod, "LEVEL_SUM_MIN_BATCH", 0)
+    monkeypatch.setattr(wide_mod, "FORWARD_MIN_BATCH", 0)
 
 
 def _functions(robot, q, v, a):
@@ -52,6 +55,10 @@ def test_wide_path_equals_default_path(name, floating, monkeypatch):
     for mod in (tree_mod, rnea_mod, crba_mod):
         monkeypatch.setattr(mod, "TREE_MATMUL_MAX_BATCH", 0)
     monkeypatch.setattr(fk_mod, "_WIDE_MIN_BATCH", 0)
+    wide = _functions(robot, q, v, a)
+    for key in narrow:
+        torch.testing.assert_close(wide[key], narrow[key], atol=1e-11, rtol=1e-11, msg=key)
+    monkeypatch.setattr(wide_mod, "LEVEL_SUM_MIN_BATCH", 0)  # per-level tree sums
     wide = _functions(robot, q, v, a)
     for key in narrow:
         torch.testing.assert_close(wide[key], narrow[key], atol=1e-11, rtol=1e-11, msg=key)
@@ -97,7 +104,6 @@ def test_batch_above_switch_matches_pinocchio():
 
 from test_dynamics import SMALL_URDF, SMALL_URDF_NO_MIMIC  # noqa: E402
 
-import backdrive.dynamics._wide as wide_mod  # noqa: E402
 from backdrive import RobotModel  # noqa: E402
 
 CASES = ["small_tree", "small_tree_floating", "no_mimic_floating", "panda", "panda_independent", "quadruped"]
@@ -123,6 +129,9 @@ def _robot(name: str) -> RobotModel:
 
 def _force_wide(monkeypatch):
     monkeypatch.setattr(tree_mod, "TREE_MATMUL_MAX_BATCH", 0)
+    # Per-level tree sums and strided CRBA pairs (the largest batches' code).
+    monkeypatch.setattr(wide_mod, "LEVEL_SUM_MIN_BATCH", 0)
+    monkeypatch.setattr(wide_mod, "FORWARD_MIN_BATCH", 0)
 
 
 def _grads(robot, q, v, tau, f_ext, method):
@@ -268,6 +277,11 @@ def test_large_batch_forward_dynamics_matches_pinocchio_quadruped():
     tt = tau.clone().requires_grad_(True)
     acc = forward_dynamics(robot, qq, v, tt)
     (acc[:, 0].sum()).backward()
+    # The gradient wrt q by the reverse pass of RNEA (dense forward pass at
+    # this batch size) against plain autograd.
+    q2 = q.clone().requires_grad_(True)
+    (forward_dynamics(robot, q2, v, tau, method="crba")[:, 0].sum()).backward()
+    torch.testing.assert_close(qq.grad, q2.grad, rtol=1e-8, atol=1e-8 * q2.grad.abs().max().item())
     for i in range(0, n, 9):
         qp = q[i].numpy().copy()
         qp[3:7] = qp[[4, 5, 6, 3]]

@@ -10,6 +10,7 @@ from ._aba import aba_core
 from ._crba import crba_core
 from ._rnea import rnea_core
 from . import _tree
+from . import _wide as _wide_mod
 from ._tree import broadcast_batch, check_f_ext, f_ext_to_world, gravity_vector, kinematics, topology
 from ._wide import forward_t, inverse_dynamics_t, rnea_vjp_t
 
@@ -172,7 +173,7 @@ def _wide(topo, q, f_ext) -> bool:
 
 def _solve_forward(robot, topo, q, v, tau, g, f_ext):
     """Accelerations (no autograd graph) and the factor of ``M`` that solved them."""
-    if not topo.coupled and _wide(topo, q, f_ext):
+    if not topo.coupled and _wide(topo, q, f_ext) and q.shape[:-1].numel() >= _wide_mod.FORWARD_MIN_BATCH:
         return forward_t(robot, q, v, tau, g, f_ext)
     with torch.no_grad():
         kin = kinematics(robot, topo, q)
@@ -231,7 +232,7 @@ class _ForwardDynamics(torch.autograd.Function):
         rest = [i for i in wanted if i != 2]
         if rest and f_ext is None and set(rest) <= {0, 1} and _wide(topo, q, None):
             # The reverse pass of RNEA and forward kinematics, written out.
-            gq, gv = rnea_vjp_t(robot, q, v, a.detach(), g, -lam)
+            gq, gv = rnea_vjp_t(robot, q, v, a.detach(), g, -lam, getattr(ctx.factor, "kin", None))
             out[0] = gq if 0 in rest else None
             out[1] = gv if 1 in rest else None
         elif rest:
