@@ -5,15 +5,18 @@ batch 1, 100 and 10000 for the Panda (shipped model, fingers as independent
 joints so that Pinocchio's ``aba`` accepts it: nv = 9) and the shipped
 floating-base quadruped (nv = 18), in one process, and prints a markdown table.
 
-* backdrive: one batched call, float32 and float64; forward dynamics by CRBA
-  plus a batched Cholesky solve and by ABA (``method=``).
+* backdrive: one batched call, float32 and float64; forward dynamics by the
+  default ``method="auto"`` (above 256 samples the batch-last path: sparse
+  CRBA with a tree-sparse LTDL factorisation; below, CRBA with a batched
+  Cholesky solve; analytic backward), by ``"crba"`` (dense CRBA and Cholesky,
+  plain autograd) and by ABA.
 * Pinocchio per sample: its C++ called once per sample from a Python loop.
 * Pinocchio in parallel: ``rneaInParallel`` / ``abaInParallel`` with a
   ``ModelPool`` and 2 threads on column-stacked ``(nq, B)`` arrays.
 * Gradients at batch 10000: forward + backward of ``forward_dynamics`` (the
   gradient of a scalar loss with respect to q, v and tau) against its forward
-  alone, and against ``pin.computeABADerivatives`` per sample (which returns
-  the full Jacobians).
+  alone (measured alternately), for ``"auto"`` and ``"crba"``, and against
+  ``pin.computeABADerivatives`` per sample (which returns the full Jacobians).
 
 Ratios compare against backdrive float64 (peer time / backdrive time: above 1
 means backdrive is faster). Quote ratios from one run; absolute times depend
@@ -25,7 +28,8 @@ with ``torch.set_num_threads(1)``, the default here, and the per-sample
 loops), which is robust to other processes sharing the machine; Pinocchio's
 parallel functions use several threads, so they get the minimum wall-clock
 time. ``--wall`` uses wall-clock time everywhere (on a quiet machine) and
-``--threads N`` gives torch N threads (then use ``--wall`` too).
+``--threads N`` gives torch N threads (wall-clock time then; ``--threads 2``
+matches the 2 threads Pinocchio's parallel functions get).
 
     python benchmarks/dynamics.py            # full run (a few minutes)
     python benchmarks/dynamics.py --quick    # fewer repeats
@@ -71,6 +75,21 @@ def timeit(fn, repeats: int, warmup: int = 1, clock=None) -> float:
         fn()
         times.append(clock() - t0)
     return min(times)
+
+
+def timeit_pair(fn_a, fn_b, repeats: int) -> tuple[float, float]:
+    """Minimum seconds of ``fn_a()`` and of ``fn_b()``, run alternately."""
+    fn_a()
+    fn_b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        t0 = CLOCK()
+        fn_a()
+        ta.append(CLOCK() - t0)
+        t0 = CLOCK()
+        fn_b()
+        tb.append(CLOCK() - t0)
+    return min(ta), min(tb)
 
 
 def fmt_time(t: float | None) -> str:
@@ -167,6 +186,12 @@ def run(quick: bool) -> str:
                     None,
                 ),
                 (
+                    "forward_dynamics (auto)",
+                    lambda r, q, v, a: D.forward_dynamics(r, q, v, a),
+                    loop(pin.aba),
+                    lambda: pin.abaInParallel(PIN_THREADS, pool, Qc, Vc, Ac, out),
+                ),
+                (
                     "forward_dynamics (crba)",
                     lambda r, q, v, a: D.forward_dynamics(r, q, v, a, method="crba"),
                     loop(pin.aba),
@@ -195,36 +220,44 @@ def run(quick: bool) -> str:
     grad_lines = [
         "",
         "| robot | gradient of forward_dynamics, batch 10000 | backdrive f32 | backdrive f64 | "
-        "ratio to forward alone (f64) | Pinocchio computeABADerivatives per sample | Pinocchio / f64 |",
-        "|" + " --- |" * 7,
+        "forward alone f32 | forward alone f64 | ratio f32 | ratio f64 | "
+        "Pinocchio computeABADerivatives per sample | Pinocchio / f64 |",
+        "|" + " --- |" * 10,
     ]
     for name, rb64, pm in robots():
         pd = pm.createData()
         batch = BATCHES[-1]
         q, v, tau = states(rb64, batch, seed=1)
         Qp, Vp, Tp = to_pin_q(rb64, q), v.numpy(), tau.numpy()
-        res = {}
-        for key, rb in (("f32", rb64.float()), ("f64", rb64)):
-            qq, vv, tt = (x.to(rb.dtype) for x in (q, v, tau))
-
-            def fwd_bwd():
-                xs = [x.clone().requires_grad_(True) for x in (qq, vv, tt)]
-                D.forward_dynamics(rb, *xs).square().sum().backward()
-
-            res[key] = timeit(fwd_bwd, rep_large)
-        with torch.no_grad():
-            t_fwd = timeit(lambda: D.forward_dynamics(rb64, q, v, tau), rep_large)
 
         def pin_derivs():
             for i in range(batch):
                 pin.computeABADerivatives(pm, pd, Qp[i], Vp[i], Tp[i])
 
         tpd = timeit(pin_derivs, rep_large)
-        grad_lines.append(
-            f"| {name} | forward + backward | {fmt_time(res['f32'])} | {fmt_time(res['f64'])} | "
-            f"{res['f64'] / t_fwd:.2f} | {fmt_time(tpd)} | {fmt_ratio(tpd, res['f64'])} |"
-        )
-        print(grad_lines[-1], flush=True)
+        # "auto": the analytic backward (M^-1 g and the reverse pass of RNEA);
+        # "crba": plain autograd through CRBA, RNEA and the Cholesky solve.
+        for method in ("auto", "crba"):
+            res, fwd = {}, {}
+            for key, rb in (("f32", rb64.float()), ("f64", rb64)):
+                qq, vv, tt = (x.to(rb.dtype) for x in (q, v, tau))
+
+                def fwd_bwd():
+                    xs = [x.clone().requires_grad_(True) for x in (qq, vv, tt)]
+                    D.forward_dynamics(rb, *xs, method=method).square().sum().backward()
+
+                def fwd_only():
+                    with torch.no_grad():
+                        D.forward_dynamics(rb, qq, vv, tt, method=method)
+
+                # Interleaved, so that both see the same load.
+                res[key], fwd[key] = timeit_pair(fwd_bwd, fwd_only, rep_large)
+            grad_lines.append(
+                f"| {name} | forward + backward ({method}) | {fmt_time(res['f32'])} | {fmt_time(res['f64'])} | "
+                f"{fmt_time(fwd['f32'])} | {fmt_time(fwd['f64'])} | {res['f32'] / fwd['f32']:.2f} | "
+                f"{res['f64'] / fwd['f64']:.2f} | {fmt_time(tpd)} | {fmt_ratio(tpd, res['f64'])} |"
+            )
+            print(grad_lines[-1], flush=True)
     lines += grad_lines
     return "\n".join(lines)
 
