@@ -290,3 +290,20 @@ def test_large_batch_forward_dynamics_matches_pinocchio_quadruped():
         pin.computeABADerivatives(pm, pd, qp, v[i].numpy(), tau[i].numpy())
         # d a / d tau = M^-1: its first row against Pinocchio's.
         np.testing.assert_allclose(tt.grad[i].numpy(), pd.Minv[0], rtol=1e-9, atol=1e-9 * np.abs(pd.Minv).max())
+
+
+@pytest.mark.parametrize("name", ["no_mimic_floating", "panda_independent", "quadruped"])
+def test_sparse_mass_matrix_equals_dense(name, monkeypatch):
+    """Without a gradient, mass_matrix at large batches scatters the sparse
+    CRBA's entries; with one it keeps the differentiable dense path."""
+    robot = _robot(name)
+    q = robot.random_q(5, generator=torch.Generator().manual_seed(19))
+    dense = mass_matrix(robot, q)
+    _force_wide(monkeypatch)
+    sparse = mass_matrix(robot, q)
+    assert torch.equal(sparse, sparse.transpose(-1, -2))
+    torch.testing.assert_close(sparse, dense, rtol=1e-12, atol=1e-12 * dense.abs().max().item())
+    qq = q.clone().requires_grad_(True)
+    M = mass_matrix(robot, qq)
+    assert M.requires_grad
+    torch.testing.assert_close(M.detach(), dense, rtol=1e-12, atol=1e-12 * dense.abs().max().item())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..model import RobotModel
+from . import _tree, _wide
 from ._tree import (
     Kinematics,
     Topology,
@@ -145,4 +146,18 @@ def mass_matrix(robot: RobotModel, q: torch.Tensor) -> torch.Tensor:
     """
     robot.check_q(q)
     topo = topology(robot)
+    if (
+        not topo.coupled
+        and topo.nm
+        and q.shape[:-1].numel() >= max(_wide.FORWARD_MIN_BATCH, _tree.TREE_MATMUL_MAX_BATCH + 1)
+        and not (torch.is_grad_enabled() and _needs_grad(robot, q))
+    ):
+        # No gradient wanted: the sparse CRBA of the batch-last path.
+        return _wide.mass_matrix_t(robot, q)
     return crba_core(robot, topo, kinematics(robot, topo, q))
+
+
+def _needs_grad(robot: RobotModel, q: torch.Tensor) -> bool:
+    return q.requires_grad or any(
+        getattr(robot, k).requires_grad for k in ("body_mass", "body_com", "body_inertia", "armature")
+    )

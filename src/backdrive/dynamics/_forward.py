@@ -84,11 +84,15 @@ def forward_dynamics(
         f_ext: optional ``(..., nb, 6)`` external wrenches, body frame at the
             body origin (as in :func:`inverse_dynamics`).
         gravity: optional ``(..., 3)``; ``robot.gravity`` by default.
-        method: ``"crba"`` (mass matrix and a batched Cholesky solve),
-            ``"aba"`` (articulated-body algorithm; not for mimic joints) or
-            ``"auto"`` (``"crba"``: on the CPU the faster for the Panda at
-            batch 1 to 10000 and within about 10% of ABA for a quadruped,
-            and it handles mimic joints; see ``docs/dynamics.md``).
+        method: ``"auto"`` (the default: the mass matrix and a
+            factorisation, with an analytic backward: ``M^-1`` times the
+            incoming gradient, and one reverse pass of inverse dynamics,
+            instead of differentiating through the factorisation; from 256
+            samples, without mimic joints, the sparse batch-last path of
+            ``_wide``), ``"crba"`` (the dense mass matrix and a batched
+            Cholesky solve, differentiated by plain autograd) or ``"aba"``
+            (articulated-body algorithm; not for mimic joints). All three
+            give the same values and gradients; see ``docs/dynamics.md``.
         friction_width: velocity scale of the friction smoothing.
 
     Returns:

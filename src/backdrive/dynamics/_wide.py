@@ -29,7 +29,17 @@ import torch
 from ..kinematics._fk import body_transforms_t
 from ..model import RobotModel, geometry_constants
 
-__all__ = ["KinT", "kinematics_t", "rnea_t", "forward_t", "inverse_dynamics_t", "LTDLFactor", "f_ext_world_t"]
+__all__ = [
+    "KinT",
+    "kinematics_t",
+    "rnea_t",
+    "forward_t",
+    "inverse_dynamics_t",
+    "mass_matrix_t",
+    "rnea_vjp_t",
+    "LTDLFactor",
+    "f_ext_world_t",
+]
 
 
 # ---------------------------------------------------------------------- elementwise helpers
@@ -481,6 +491,7 @@ class _Sparsity(NamedTuple):
     levels: tuple
     dpos: torch.Tensor  # (nv,) diagonal entries
     base_pairs: tuple  # floating base: (r, c) of the 21 packed lower-triangle entries
+    entry_rc: torch.Tensor  # (nnz, 2) internal (row, column) of each packed entry
 
 
 def _sparsity(model: RobotModel) -> _Sparsity:
@@ -588,6 +599,7 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         levels=tuple(levels),
         dpos=t([pos[(d, d)] for d in range(nv)]),
         base_pairs=tuple(base_pairs),
+        entry_rc=t([rc for rc, _ in sorted(pos.items(), key=lambda x: x[1])]),
     )
 
 
@@ -760,6 +772,25 @@ def forward_t(model: RobotModel, q, v, tau, g, f_ext):
         # What the reverse pass of RNEA at the same (q, v) can reuse.
         factor.kin = (K.R, K.p, K.Sl, K.Sa, keep["V"])
         return _from_internal(topo, a).reshape(*batch, nv), factor
+
+
+def mass_matrix_t(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
+    """The dense mass matrix ``(..., nv, nv)`` from the sparse CRBA (no
+    autograd graph; no mimic joints): the packed entries scattered into both
+    triangles, zeros elsewhere."""
+    with torch.no_grad():
+        topo = wide_topology(model)
+        batch = q.shape[:-1]
+        nv = model.nv
+        qf = q.reshape(-1, q.shape[-1])
+        N = qf.shape[0]
+        sp = _sparsity(model)
+        E = crba_entries_t(model, topo, sp, kinematics_t(model, topo, qf))
+        rc = sp.entry_rc if topo.dof_perm is None else topo.dof_perm[sp.entry_rc]
+        r, c = rc.unbind(1)
+        M = E.new_zeros(nv * nv, N)
+        M.index_copy_(0, c * nv + r, E).index_copy_(0, r * nv + c, E)
+        return M.T.reshape(*batch, nv, nv)
 
 
 def inverse_dynamics_t(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Tensor:
