@@ -307,3 +307,26 @@ def test_sparse_mass_matrix_equals_dense(name, monkeypatch):
     M = mass_matrix(robot, qq)
     assert M.requires_grad
     torch.testing.assert_close(M.detach(), dense, rtol=1e-12, atol=1e-12 * dense.abs().max().item())
+
+
+def test_torch_func_transforms_take_the_plain_path(monkeypatch):
+    """jacrev / jacfwd through forward dynamics, inverse dynamics and the mass
+    matrix on the large-batch paths: the custom backward passes and out=
+    kernels step aside, and the Jacobians match plain autograd."""
+    _force_wide(monkeypatch)
+    robot = _robot("no_mimic_floating")
+    g = torch.Generator().manual_seed(20)
+    q = robot.random_q(3, generator=g)
+    v = torch.randn(3, robot.nv, generator=g, dtype=F64)
+    tau = torch.randn(3, robot.nv, generator=g, dtype=F64)
+    want = torch.autograd.functional.jacobian(lambda t: forward_dynamics(robot, q, v, t, method="crba"), tau)
+    for jac in (torch.func.jacrev, torch.func.jacfwd):
+        got = jac(lambda t: forward_dynamics(robot, q, v, t))(tau)
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    want = torch.autograd.functional.jacobian(lambda x: inverse_dynamics(robot, q, x, tau), v)
+    for jac in (torch.func.jacrev, torch.func.jacfwd):
+        torch.testing.assert_close(jac(lambda x: inverse_dynamics(robot, q, x, tau))(v), want, rtol=1e-9, atol=1e-9)
+    mass = robot.body_mass.clone()
+    want = torch.autograd.functional.jacobian(lambda m: mass_matrix(robot.replace(body_mass=m), q), mass)
+    got = torch.func.jacfwd(lambda m: mass_matrix(robot.replace(body_mass=m), q))(mass)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinematics._fk import transforms_active
 from ..model import RobotModel
 from . import _tree, _wide
 from ._tree import (
@@ -151,6 +152,7 @@ def mass_matrix(robot: RobotModel, q: torch.Tensor) -> torch.Tensor:
         and topo.nm
         and q.shape[:-1].numel() >= max(_wide.FORWARD_MIN_BATCH, _tree.TREE_MATMUL_MAX_BATCH + 1)
         and not (torch.is_grad_enabled() and _needs_grad(robot, q))
+        and not transforms_active()
     ):
         # No gradient wanted: the sparse CRBA of the batch-last path.
         return _wide.mass_matrix_t(robot, q)

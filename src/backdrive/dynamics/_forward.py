@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._errors import InputError
+from ..kinematics._fk import transforms_active
 from ..model import RobotModel
 from ._aba import aba_core
 from ._crba import crba_core
@@ -124,7 +125,9 @@ def forward_dynamics(
         kin = kinematics(robot, topo, q)
         fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
         return aba_core(robot, topo, kin, v, tau, g, fw)
-    if method == "crba":
+    if method == "crba" or transforms_active():
+        # torch.func transforms and forward-mode AD: plain autograd (the
+        # custom backward and the out= kernels of "auto" do not take part).
         return _plain_crba(robot, topo, q, v, tau, g, f_ext)
     params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
     inputs = (q, v, tau, g, f_ext) + params

@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..kinematics._fk import body_transforms_t
+from ..kinematics._fk import body_transforms_t, transforms_active
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
@@ -53,7 +53,7 @@ def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     a0, a1, a2 = a.unbind(0)
     b0, b1, b2 = b.unbind(0)
-    if torch.is_grad_enabled():
+    if torch.is_grad_enabled() or transforms_active():  # out= is not differentiable
         return torch.stack(
             [
                 torch.addcmul(a1 * b2, a2, b1, value=-1.0),
@@ -840,7 +840,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
     of a forward pass at the same ``(q, v)`` (``LTDLFactor.kin``), reused.
     Returns ``(gq, gv)`` with the shapes of ``q`` and ``v``.
     """
-    from ..kinematics._fk import body_transforms_t
+    from ..kinematics._fk import body_transforms_t, transforms_active
     from ..spatial import quat_to_matrix
 
     topo = wide_topology(model)

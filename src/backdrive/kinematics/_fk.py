@@ -9,6 +9,7 @@ builds on it. Poses are kept as rotation ``(..., 3, 3)`` plus translation
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from .._errors import InputError
 from ..model import RobotModel, geometry_constants
@@ -236,9 +237,19 @@ def body_transforms_t(
     one pass from the leaves to the root, instead of autograd's ~20 nodes per
     level (each component product with its broadcast reductions).
     """
-    if torch.is_grad_enabled() and qf.requires_grad and model.num_bodies > 1:
+    if torch.is_grad_enabled() and qf.requires_grad and model.num_bodies > 1 and not transforms_active():
         return _BodyTransformsT.apply(model, qf, level_order)
     return _fk_t(model, qf, level_order)[:2]
+
+
+def transforms_active() -> bool:
+    """Whether a ``torch.func`` transform or forward-mode AD is active.
+
+    The hand-written backward passes (custom ``autograd.Function``) and the
+    ``out=`` kernels of the no-gradient paths do not take part in those; the
+    callers then use their plain-autograd code.
+    """
+    return torch._C._functorch.peek_interpreter_stack() is not None or fwAD._current_level >= 0
 
 
 class _BodyTransformsT(torch.autograd.Function):
