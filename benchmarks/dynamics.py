@@ -144,7 +144,7 @@ def run(quick: bool) -> str:
     import pinocchio as pin
 
     rep_small = 5 if quick else 20
-    rep_large = 2 if quick else 5
+    rep_large = 2 if quick else 8
     lines = []
     header = (
         "| robot | function | batch | backdrive f32 | backdrive f64 | Pinocchio per sample | "

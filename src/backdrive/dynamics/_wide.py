@@ -707,7 +707,7 @@ class LTDLFactor:
 
     def solve_t(self, r: torch.Tensor) -> torch.Tensor:
         """``M^-1 r`` for ``r (nv, N)`` (not modified)."""
-        r = r.clone()
+        r = r.clone(memory_format=torch.contiguous_format)  # rows contiguous for the row updates
         N = r.shape[-1]
         levels = self.sp.levels
         for lv, Lk in zip(levels, self.Ls):  # L^T y = r, leaves first
