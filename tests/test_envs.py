@@ -316,6 +316,33 @@ def test_cartpole_gradcheck_and_track_limit():
     assert env.state[:, 0].max() < 2.6 and torch.isfinite(env.state).all()
 
 
+def test_cartpole_upright_is_stabilisable_within_the_force_limit():
+    """A discrete LQR from the env's own linearisation (autograd Jacobians) balances
+    perturbed upright starts with the force clipped at 10 N: the task is feasible."""
+    from backdrive.envs import CartPoleSwingUp
+
+    env = CartPoleSwingUp(16, dtype=torch.float64, autoreset=False, max_episode_steps=100)
+    s0, u0 = torch.zeros(1, 4, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64)
+    A = torch.autograd.functional.jacobian(lambda s: env.transition(s, u0)[0], s0)[:, 0]
+    B = torch.autograd.functional.jacobian(lambda u: env.transition(s0, u)[0], u0)[:, 0]
+    assert torch.linalg.eigvals(A).abs().max() > 1.2  # upright is unstable: about x1.22 per step
+    Q = torch.diag(torch.tensor([0.2, 1.0, 0.02, 0.02], dtype=torch.float64))
+    R = torch.full((1, 1), 1e-4, dtype=torch.float64)
+    P = Q.clone()
+    for _ in range(500):
+        K = torch.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
+        P = Q + A.T @ P @ (A - B @ K)
+    gen = torch.Generator().manual_seed(0)
+    start = (torch.rand(16, 4, generator=gen, dtype=torch.float64) * 2 - 1) * torch.tensor([0.5, 0.2, 0.3, 0.3])
+    env.set_state(start)
+    total = torch.zeros(16, dtype=torch.float64)
+    for _ in range(100):
+        _, reward, *_ = env.step(-(env.state @ K.T))
+        total += reward
+    assert env.state[:, 1].abs().max() < 0.01 and env.state[:, 0].abs().max() < 0.05
+    assert total.min() > 90.0
+
+
 # ---------------------------------------------------------------------- Panda
 def test_panda_reach_observation_reward_and_gradient():
     from backdrive.envs import PandaReach
