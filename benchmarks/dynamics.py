@@ -22,7 +22,9 @@ Ratios compare against backdrive float64 (peer time / backdrive time: above 1
 means backdrive is faster). Quote ratios from one run; absolute times depend
 on the machine and its load.
 
-Timing: the minimum over repeats of the process's CPU time
+Timing: the functions of one row run in turn within each repeat (so that
+bursts of outside load hit them alike), and each gets the minimum over
+repeats of the process's CPU time
 (``time.process_time``) for everything that runs on one thread (backdrive
 with ``torch.set_num_threads(1)``, the default here, and the per-sample
 loops), which is robust to other processes sharing the machine; Pinocchio's
@@ -75,6 +77,21 @@ def timeit(fn, repeats: int, warmup: int = 1, clock=None) -> float:
         fn()
         times.append(clock() - t0)
     return min(times)
+
+
+def timeit_round_robin(fns: dict, repeats: int) -> dict:
+    """Minimum seconds of each ``fn`` in ``{key: (fn, clock)}``, the functions
+    run in turn within each repeat, so that a burst of outside load hits them
+    alike (this machine is shared)."""
+    for fn, _ in fns.values():
+        fn()
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, (fn, clock) in fns.items():
+            t0 = clock()
+            fn()
+            times[k].append(clock() - t0)
+    return {k: min(v) for k, v in times.items()}
 
 
 def timeit_pair(fn_a, fn_b, repeats: int) -> tuple[float, float]:
@@ -205,11 +222,16 @@ def run(quick: bool) -> str:
                 ),
             ]
             for fname, ours, per_sample, parallel in cases:
+                fns = {
+                    "f32": (lambda: ours(rb32, q32, v32, a32), CLOCK),
+                    "f64": (lambda: ours(rb64, q, v, a), CLOCK),
+                    "loop": (per_sample, CLOCK),
+                }
+                if parallel is not None:
+                    fns["parallel"] = (parallel, time.perf_counter)
                 with torch.no_grad():
-                    t32 = timeit(lambda: ours(rb32, q32, v32, a32), reps)
-                    t64 = timeit(lambda: ours(rb64, q, v, a), reps)
-                tl = timeit(per_sample, reps)
-                tp = timeit(parallel, reps, clock=time.perf_counter) if parallel is not None else None
+                    t = timeit_round_robin(fns, reps)
+                t32, t64, tl, tp = t["f32"], t["f64"], t["loop"], t.get("parallel")
                 lines.append(
                     f"| {name} | {fname} | {batch} | {fmt_time(t32)} | {fmt_time(t64)} | {fmt_time(tl)} | "
                     f"{fmt_time(tp)} | {fmt_ratio(tl, t64)} | {fmt_ratio(tp, t64)} |"

@@ -1,22 +1,30 @@
 """Large-batch dynamics with the batch as the last, contiguous axis.
 
 Every quantity is held component by component with the batch innermost:
-rotations ``(3, 3, k, N)``, points ``(3, k, N)``, spatial vectors
-``(6, k, N)``, generalised vectors ``(nv, N)``. A 3x3 product, a cross
-product or an inertia product is then a few elementwise operations over the
-whole batch, and a tree sum one matrix product with the constant ancestor
-matrix. Forward kinematics, the world inertias, RNEA, the mass matrix and its
-factorisation all stay in this layout from ``q`` to the accelerations.
+rotations ``(3, 3, k, N)``, points and the linear and angular halves of
+spatial vectors ``(3, k, N)``, generalised vectors ``(nv, N)``. A 3x3
+product, a cross product or an inertia product is then a few elementwise
+operations over the whole batch (no concatenation, no 6x6 matrices), and a
+tree sum one add per depth level (or, for a few hundred samples and under
+autograd, one product with the ancestor matrix). Bodies are kept in the
+traversal's level order, so that every level is one slice. Forward
+kinematics, the world inertias, RNEA, the mass matrix and its factorisation
+stay in this layout from ``q`` to the accelerations.
 
-The mass matrix is never assembled: CRBA fills only the entries ``M[i, j]``
-with ``j`` an ancestor of ``i`` (or ``i`` itself) in the tree of the
-coordinates (the floating base is a chain of its six coordinates), and the
-factorisation ``M = L^T D L`` (Featherstone's LTDL, *Rigid Body Dynamics
-Algorithms* section 6.5) keeps that sparsity: there is no fill-in, and each
-depth level of coordinates is factorised in one batched step, deepest first.
+The mass matrix is never assembled for forward dynamics: CRBA fills only the
+entries ``M[i, j]`` with ``j`` an ancestor of ``i`` (or ``i`` itself) in the
+tree of the coordinates (the floating base is a chain of its six
+coordinates), and the factorisation ``M = L^T D L`` (Featherstone's LTDL,
+*Rigid Body Dynamics Algorithms* section 6.5) keeps that sparsity: there is
+no fill-in, and each depth level of coordinates is factorised in one batched
+step, deepest first.
 
-Used above :data:`~backdrive.dynamics._tree.TREE_MATMUL_MAX_BATCH` samples,
-for models whose bodies each have their own coordinate (no mimic joints; the
+:func:`rnea_vjp_t` is the reverse pass of RNEA and forward kinematics,
+written out: the analytic backward of forward dynamics uses it.
+
+Used for inverse dynamics above ``TREE_MATMUL_MAX_BATCH`` samples, for
+forward dynamics and the no-gradient mass matrix from
+:data:`FORWARD_MIN_BATCH` samples and without mimic joints (the
 factorisation needs the coordinates to form a tree).
 """
 
@@ -314,7 +322,7 @@ def _inertia(K: KinT, xl: torch.Tensor, xa: torch.Tensor):
     """
     if K.I is None:
         fl = K.m * (xl + _cross(xa, K.c))
-        Ra = K.R[:, :, topo_o(K) :]
+        Ra = K.R[:, :, _first_active(K) :]
         fa = _rot(Ra, _rot(K.Ib, _rot_t(Ra, xa)))
         return fl, fa + _cross(K.c, fl)
     fl = _cross(xa, K.h)
@@ -324,7 +332,7 @@ def _inertia(K: KinT, xl: torch.Tensor, xa: torch.Tensor):
     return fl, fa
 
 
-def topo_o(K: KinT) -> int:
+def _first_active(K: KinT) -> int:
     """Index of the first active body (the poses cover all bodies)."""
     return K.R.shape[2] - K.m.shape[0]
 
