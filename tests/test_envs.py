@@ -368,10 +368,11 @@ def test_panda_reach_observation_reward_and_gradient():
 
 
 def test_panda_implicit_step_matches_fine_semi_implicit_reference():
-    """One 0.05 s implicit step per control period tracks a 2.5 ms symplectic-Euler reference."""
+    """One 0.05 s backward-Euler step per control period follows a 2.5 ms symplectic-Euler
+    reference through a large move (a little more damped) and settles at the same pose."""
     from backdrive.envs import PandaReach
 
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator()
     runs = {}
     for integrator, substeps in (("implicit", 1), ("semi_implicit", 20)):
         env = PandaReach(2, dtype=torch.float64, integrator=integrator, substeps=substeps, autoreset=False)
@@ -379,14 +380,17 @@ def test_panda_implicit_step_matches_fine_semi_implicit_reference():
         gen.manual_seed(0)
         far = env.action_low + (env.action_high - env.action_low) * torch.rand(2, 7, generator=gen, dtype=torch.float64)
         targets = 0.5 * far + 0.5 * env.home[:7]
-        for _ in range(30):
+        states = []
+        for _ in range(40):
             env.step(targets)
-        runs[integrator] = env.state.clone()
+            states.append(env.state.clone())
+        runs[integrator] = torch.stack(states)
         assert torch.isfinite(env.state).all()
-    err = (runs["implicit"][:, :7] - runs["semi_implicit"][:, :7]).abs().max()
-    assert err < 0.01, err
-    # the arm went somewhere: the targets were reached, not ignored
-    assert (runs["implicit"][:, :7] - targets).abs().max() < 0.05
+    err = (runs["implicit"][..., :7] - runs["semi_implicit"][..., :7]).abs()
+    assert err.max() < 0.15, err.max()  # during the move (0.09 rad measured)
+    assert err[-1].max() < 0.005, err[-1].max()  # after 2 s (0.002 rad measured)
+    # the arm went to the targets, not somewhere else
+    assert (runs["implicit"][-1, :, :7] - targets).abs().max() < 0.01
 
 
 def test_panda_gravity_compensation_holds_the_home_pose():
