@@ -128,11 +128,12 @@ def main() -> None:
     for i in range(12):
         line = axes[2].plot(tcp[:, i, 0].numpy(), tcp[:, i, 2].numpy(), lw=1)[0]
         axes[2].plot(float(states[0, i, 16]), float(states[0, i, 18]), "x", color=line.get_color(), ms=8)
-    axes[2].plot(float(tcp[0, 0, 0]), float(tcp[0, 0, 2]), "ko", ms=5, label="start (home)")
+        axes[2].plot(float(tcp[0, i, 0]), float(tcp[0, i, 2]), ".", color=line.get_color(), ms=6,
+                     label="start (near home)" if i == 0 else None)
     axes[2].set_xlabel("x, m")
     axes[2].set_ylabel("z, m")
     axes[2].set_aspect("equal")
-    axes[2].set_title("TCP paths (side view), x = target")
+    axes[2].set_title("TCP paths of 12 test episodes (side view), x = target")
     axes[2].legend()
     for ax in axes:
         ax.grid(alpha=0.3)
