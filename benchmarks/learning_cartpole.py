@@ -24,14 +24,14 @@ Seconds are the training process's CPU time (``time.process_time``, one torch
 thread, evaluations excluded), which a loaded machine disturbs less than
 wall-clock time; wall-clock seconds are in the CSV too.
 
-    python benchmarks/learning_cartpole.py                       # 1 seed, ~10 min
+    python benchmarks/learning_cartpole.py                       # 1 seed, ~8 min
     python benchmarks/learning_cartpole.py --methods shac apg    # without PPO (bar 0)
     python benchmarks/learning_cartpole.py --seeds 3
 
 Outputs (``--out``, default ``outputs/learning``): ``cartpole_curves.csv``
 (every evaluation), ``cartpole.json`` (settings and results) and
-``cartpole_curves.png``. Needs the ``bench`` extra (stable-baselines3,
-gymnasium) and matplotlib for the plot.
+``cartpole_curves.png``. Needs the ``rl`` extra (gymnasium,
+stable-baselines3) and matplotlib for the plot.
 """
 
 from __future__ import annotations
