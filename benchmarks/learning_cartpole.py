@@ -30,7 +30,7 @@ wall-clock time; wall-clock seconds are in the CSV too.
 
 Outputs (``--out``, default ``outputs/learning``): ``cartpole_curves.csv``
 (every evaluation), ``cartpole.json`` (settings and results) and
-``cartpole_curves.png``. Needs the ``rl`` extra (gymnasium,
+``cartpole_curves.png``. Needs the ``bench`` (or ``rl``) extra (gymnasium,
 stable-baselines3) and matplotlib for the plot.
 """
 
