@@ -11,14 +11,20 @@ method.
   ``tests/test_envs.py`` checks it against gymnasium step by step). SHAC's
   training env uses "exploring starts": initial velocities uniform in
   ``[-8, 8]`` rad/s instead of ``[-1, 1]`` (gymnasium's own ``y_init`` reset
-  option) and 16-step episodes, so that its short windows see every part of
+  option) and 8-step episodes, so that its short windows see every part of
   the state space; without them first-order methods stall in the "hold it
-  sideways" local optimum (see docs/learning.md). APG, which has no critic
-  to see past its window, trains on whole episodes from gymnasium's starts.
+  sideways" local optimum (see docs/learning.md). SHAC runs
+  ``backdrive.optim.PENDULUM_SHAC``: its critic refits every past window
+  and its actor takes extra steps on replayed transitions through their
+  stored action Jacobians (no simulator calls, so no env steps). APG, which
+  has no critic to see past its window, trains on whole episodes from
+  gymnasium's starts.
 
 Every policy is evaluated the same way: 5 deterministic episodes of the
-unmodified ``gymnasium.make("Pendulum-v1")`` (reset seeds 1000-1004), at a
-fixed interval of environment steps. Reported per method and seed:
+unmodified ``gymnasium.make("Pendulum-v1")`` (reset seeds 1000-1004): SAC,
+SHAC and APG at the first step or update at or after every multiple of 500
+environment steps, PPO after every rollout (its policy changes only there).
+Reported per method and seed:
 environment steps (every env transition counts: ``num_envs * horizon`` per
 backdrive update) and seconds until the evaluated mean return first reaches
 -200, and the final evaluated return.
@@ -35,7 +41,7 @@ torch thread for every method, evaluation time excluded), which a loaded
 machine disturbs far less than wall-clock time; wall-clock seconds are in the
 table and the CSV too.
 
-    python benchmarks/learning.py                      # pendulum, 3 seeds (~15 min)
+    python benchmarks/learning.py                      # pendulum, 3 seeds (~40 min, 30 of them SAC)
     python benchmarks/learning.py --task cartpole      # cart-pole, 1 seed (~15 min)
     python benchmarks/learning.py --methods shac ppo --seeds 1
 
