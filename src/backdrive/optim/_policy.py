@@ -738,8 +738,9 @@ class PolicyTrainer:
         keys = ("obs", "action", "reward", "final_obs", "terminated", "jac_obs", "jac_reward")
         data = {key: torch.cat([w[key].reshape(-1, *w[key].shape[2:]) for w in self._replay]) for key in keys}
         n = data["obs"].shape[0]
+        batch = (min(c["actor_batch_size"], n),)
         for _ in range(c["actor_replay_steps"]):
-            idx = torch.randint(n, (min(c["actor_batch_size"], n),), generator=self.generator, device=data["obs"].device)
+            idx = torch.randint(n, batch, generator=self.generator, device=data["obs"].device)
             obs, a = data["obs"][idx], data["action"][idx]
             delta = self.policy(obs) - a
             reward = data["reward"][idx] + (data["jac_reward"][idx] * delta).sum(-1)
