@@ -132,6 +132,11 @@ def forward_dynamics(
     params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
     inputs = (q, v, tau, g, f_ext) + params
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
+        if q.shape[:-1].numel() <= _tree.TREE_MATMUL_MAX_BATCH:
+            # Small batches: plain autograd issues fewer operations than
+            # recomputing the kinematics and RNEA in an analytic backward
+            # (measured 10 to 20% faster up to 64 samples).
+            return _plain_crba(robot, topo, q, v, tau, g, f_ext)
         return _ForwardDynamics.apply(robot, *inputs)
     return _solve_forward(robot, topo, q, v, tau, g, f_ext)[0]
 
