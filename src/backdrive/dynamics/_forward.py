@@ -86,11 +86,11 @@ def forward_dynamics(
             body origin (as in :func:`inverse_dynamics`).
         gravity: optional ``(..., 3)``; ``robot.gravity`` by default.
         method: ``"auto"`` (the default: the mass matrix and a
-            factorisation, with an analytic backward: ``M^-1`` times the
-            incoming gradient, and one reverse pass of inverse dynamics,
-            instead of differentiating through the factorisation; from 256
-            samples, without mimic joints, the sparse batch-last path of
-            ``_wide``), ``"crba"`` (the dense mass matrix and a batched
+            factorisation; above 64 samples with an analytic backward,
+            ``M^-1`` times the incoming gradient and one reverse pass of
+            inverse dynamics, instead of differentiating through the
+            factorisation; from 256 samples, without mimic joints, the
+            sparse batch-last path of ``_wide``), ``"crba"`` (the dense mass matrix and a batched
             Cholesky solve, differentiated by plain autograd) or ``"aba"``
             (articulated-body algorithm; not for mimic joints). All three
             give the same values and gradients; see ``docs/dynamics.md``.
