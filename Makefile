@@ -43,6 +43,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/dynamics.py
 	$(PY) benchmarks/rollout_gradient.py
 	$(PY) benchmarks/learning.py
+	$(PY) benchmarks/learning_cartpole.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info outputs

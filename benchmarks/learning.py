@@ -1,7 +1,8 @@
 """Policy learning side by side: backdrive SHAC and APG against Stable-Baselines3 PPO and SAC.
 
-``--task pendulum`` (default): Pendulum swing-up, in one process, 3 seeds per
-method.
+Pendulum swing-up, in one process, 3 seeds per method (the cart-pole
+comparison is ``benchmarks/learning_cartpole.py``, which reuses this file's
+clock and plot).
 
 * SB3 PPO and SAC with the rl-baselines3-zoo hyperparameters for
   ``Pendulum-v1`` (``hyperparams/ppo.yml``, ``hyperparams/sac.yml``), trained
@@ -29,25 +30,17 @@ environment steps (every env transition counts: ``num_envs * horizon`` per
 backdrive update) and seconds until the evaluated mean return first reaches
 -200, and the final evaluated return.
 
-``--task cartpole``: swing-up of backdrive's ``CartPoleSwingUp`` (the shipped
-URDF on backdrive's rigid-body dynamics); SB3 PPO trains on the very same env
-through ``to_gymnasium`` (one batched backdrive env behind an SB3 ``VecEnv``);
-SHAC and APG through its gradients. Every method is evaluated by 4
-deterministic swing-ups from hanging; reported: steps and seconds until a
-method first reaches PPO's final return.
-
 Seconds are the process CPU time of training (``time.process_time``, one
 torch thread for every method, evaluation time excluded), which a loaded
 machine disturbs far less than wall-clock time; wall-clock seconds are in the
 table and the CSV too.
 
-    python benchmarks/learning.py                      # pendulum, 3 seeds (~40 min, 30 of them SAC)
-    python benchmarks/learning.py --task cartpole      # cart-pole, 1 seed (~15 min)
+    python benchmarks/learning.py                      # 3 seeds (~40 min, 30 of them SAC)
     python benchmarks/learning.py --methods shac ppo --seeds 1
 
-Outputs (``--out``, default ``outputs/learning``): ``<task>_curves.csv``
-(every evaluation), ``<task>.json`` (settings and results) and
-``<task>_curves.png`` (return against steps and against CPU seconds).
+Outputs (``--out``, default ``outputs/learning``): ``pendulum_curves.csv``
+(every evaluation), ``pendulum.json`` (settings and results) and
+``pendulum_curves.png`` (return against steps and against CPU seconds).
 
 Needs ``stable-baselines3`` and ``gymnasium`` (the ``bench`` extra) and
 matplotlib for the plot.
@@ -58,7 +51,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import platform
 import time
 from pathlib import Path
@@ -68,7 +60,7 @@ import numpy as np
 import torch
 
 from backdrive.envs import Pendulum
-from backdrive.optim._policy import PENDULUM_SHAC, PolicyTrainer, train_policy
+from backdrive.optim._policy import PENDULUM_SHAC, PolicyTrainer
 
 THRESHOLD = -200.0
 EVAL_SEEDS = (1000, 1001, 1002, 1003, 1004)
@@ -231,176 +223,6 @@ def run_backdrive(method: str, seed: int) -> list[dict]:
     return curve
 
 
-# --------------------------------------------------------------- cart-pole
-# PPO on the same backdrive cart-pole through to_gymnasium. No zoo entry
-# exists for this env; the settings are the zoo's for the closest one,
-# "InvertedPendulumSwingupBulletEnv-v0" (ppo.yml: normalize, gamma 0.99,
-# gae 0.95, 10 epochs, batch 64, lr 2.5e-4, clip 0.2), with 16 envs x 1024
-# steps per rollout and a 300k-step budget (the zoo runs 2M).
-CARTPOLE_PPO = dict(
-    n_envs=16,
-    n_timesteps=300_000,
-    n_steps=1024,
-    batch_size=64,
-    gae_lambda=0.95,
-    gamma=0.99,
-    n_epochs=10,
-    ent_coef=0.0,
-    learning_rate=2.5e-4,
-    clip_range=0.2,
-)
-CARTPOLE_BACKDRIVE = {
-    "shac": dict(
-        env=dict(num_envs=64, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
-        train=dict(
-            algo="shac",
-            updates=300,
-            horizon=32,
-            lr=2e-3,
-            critic_lr=2e-3,
-            gamma=0.99,
-            reward_scale=0.1,
-            action_noise=0.1,
-            critic_iterations=8,
-            critic_minibatches=4,
-            critic_replay=4,
-            lr_decay_updates=400,
-        ),
-        eval_every=10,
-    ),
-    "apg": dict(
-        env=dict(num_envs=64, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100),
-        train=dict(algo="apg", updates=300, horizon=32, lr=2e-3, gamma=0.99, action_noise=0.1, lr_decay_updates=400),
-        eval_every=10,
-    ),
-}
-CARTPOLE_EVAL_SEED = 123
-
-
-def cartpole_return(act) -> float:
-    """Mean return of 4 swing-ups from hanging (240 steps) in backdrive's CartPoleSwingUp."""
-    from backdrive.envs import CartPoleSwingUp
-
-    env = CartPoleSwingUp(4, autoreset=False)
-    obs = env.reset(seed=CARTPOLE_EVAL_SEED)
-    total = torch.zeros(4, dtype=torch.float64)
-    with torch.no_grad():
-        for _ in range(env.max_episode_steps):
-            obs, reward, *_ = env.step(act(obs))
-            total += reward.double()
-    return float(total.mean())
-
-
-def _sb3_vec_env(env):
-    """An SB3 ``VecEnv`` over a batched backdrive env (one torch call per step for all copies)."""
-    from stable_baselines3.common.vec_env.base_vec_env import VecEnv
-
-    from backdrive.envs import to_gymnasium
-
-    genv = to_gymnasium(env, vector=True)
-
-    class BackdriveVecEnv(VecEnv):
-        def __init__(self):
-            super().__init__(env.num_envs, genv.single_observation_space, genv.single_action_space)
-            self._actions = None
-            self._seed = None
-
-        def reset(self):
-            obs, _ = genv.reset(seed=self._seed)
-            self._seed = None
-            return obs
-
-        def seed(self, seed=None):
-            self._seed = seed
-            return [seed] * self.num_envs
-
-        def step_async(self, actions):
-            self._actions = actions
-
-        def step_wait(self):
-            obs, reward, term, trunc, info = genv.step(self._actions)
-            infos = [{} for _ in range(self.num_envs)]
-            for i in np.flatnonzero(term | trunc):
-                infos[i]["terminal_observation"] = info["final_obs"][i]
-                infos[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
-            return obs, reward.astype(np.float32), term | trunc, infos
-
-        def close(self):
-            pass
-
-        def get_attr(self, attr_name, indices=None):
-            return [getattr(genv, attr_name)] * self.num_envs
-
-        def set_attr(self, attr_name, value, indices=None):
-            setattr(genv, attr_name, value)
-
-        def env_method(self, method_name, *args, indices=None, **kwargs):
-            return [getattr(genv, method_name)(*args, **kwargs)]
-
-        def env_is_wrapped(self, wrapper_class, indices=None):
-            return [False] * self.num_envs
-
-    return BackdriveVecEnv()
-
-
-def run_cartpole_ppo(seed: int) -> list[dict]:
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    from backdrive.envs import CartPoleSwingUp
-
-    hp = dict(CARTPOLE_PPO)
-    venv = VecNormalize(_sb3_vec_env(CartPoleSwingUp(hp.pop("n_envs"))), gamma=hp["gamma"])
-    total = hp.pop("n_timesteps")
-    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hp)
-    curve: list[dict] = []
-    clock = Clock()
-
-    def evaluate(steps: int) -> None:
-        def act(obs):
-            normed = venv.normalize_obs(obs.numpy())
-            return torch.as_tensor(model.predict(normed, deterministic=True)[0])
-
-        ret = clock.pause(lambda: cartpole_return(act))
-        cpu, wall = clock.now()
-        curve.append({"steps": steps, "cpu_s": cpu, "wall_s": wall, "return": ret})
-
-    class Eval(BaseCallback):
-        def _on_rollout_start(self) -> None:
-            if self.num_timesteps > 0:
-                evaluate(self.num_timesteps)
-
-        def _on_step(self) -> bool:
-            return True
-
-    clock.__init__()
-    model.learn(total_timesteps=total, callback=Eval())
-    evaluate(model.num_timesteps)
-    return curve
-
-
-def run_cartpole_backdrive(method: str, seed: int) -> list[dict]:
-    from backdrive.envs import CartPoleSwingUp
-
-    cfg = CARTPOLE_BACKDRIVE[method]
-    curve: list[dict] = []
-    clock = Clock()
-
-    def eval_fn(policy) -> float:
-        return clock.pause(lambda: cartpole_return(policy))
-
-    def on_row(row: dict) -> None:
-        if not math.isnan(row["eval_return"]):
-            cpu, wall = clock.now()
-            curve.append({"steps": row["env_steps"], "cpu_s": cpu, "wall_s": wall, "return": row["eval_return"]})
-
-    clock.__init__()
-    train_policy(CartPoleSwingUp(**cfg["env"]), seed=seed, eval_fn=eval_fn, eval_every=cfg["eval_every"],
-                 callback=on_row, **cfg["train"])
-    return curve
-
-
 # ------------------------------------------------------------------ report
 def summarise(curve: list[dict], threshold: float) -> dict:
     first = next((p for p in curve if p["return"] >= threshold), None)
@@ -493,10 +315,9 @@ def write_outputs(results, out: Path, name: str, config: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", choices=["pendulum", "cartpole"], default="pendulum")
     parser.add_argument("--methods", nargs="+", choices=["shac", "apg", "ppo", "sac"],
-                        help="default: shac apg ppo sac (pendulum), ppo shac apg (cartpole)")
-    parser.add_argument("--seeds", type=int, help="default: 3 (pendulum), 1 (cartpole)")
+                        default=["shac", "apg", "ppo", "sac"])
+    parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("outputs/learning"))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -505,49 +326,27 @@ def main() -> None:
     import stable_baselines3
 
     print(
-        f"# {args.task}: torch {torch.__version__}, gymnasium {gym.__version__}, "
+        f"# pendulum: torch {torch.__version__}, gymnasium {gym.__version__}, "
         f"stable-baselines3 {stable_baselines3.__version__}, {platform.machine()}, 1 torch thread",
         flush=True,
     )
     results: dict[str, list[dict]] = {}
-    if args.task == "pendulum":
-        methods = args.methods or ["shac", "apg", "ppo", "sac"]
-        seeds = args.seeds or 3
-        for method in methods:
-            results[method] = []
-            for seed in range(seeds):
-                run = run_backdrive if method in BACKDRIVE else run_sb3
-                curve = run(method, seed)
-                results[method].append({"curve": curve, "summary": summarise(curve, THRESHOLD)})
-                print(f"{method} seed {seed}: {json.dumps(results[method][-1]['summary'])}", flush=True)
-        threshold, label = THRESHOLD, "-200"
-        config = {"ppo": PPO_ZOO, "sac": SAC_ZOO, "backdrive": BACKDRIVE, "eval_every_steps": EVAL_EVERY_STEPS}
-        title = "Pendulum swing-up: backdrive APG / SHAC vs Stable-Baselines3 PPO / SAC"
-        ylabel = "return in gymnasium Pendulum-v1 (5 episodes)"
-    else:
-        methods = args.methods or ["ppo", "shac", "apg"]
-        seeds = args.seeds or 1
-        if "sac" in methods:
-            parser.error("the cart-pole comparison runs ppo, shac and apg")
-        curves = {m: [run_cartpole_ppo(s) if m == "ppo" else run_cartpole_backdrive(m, s) for s in range(seeds)]
-                  for m in methods}
-        # The bar: PPO's final return (mean over its seeds), or 0 without PPO.
-        threshold = float(np.mean([c[-1]["return"] for c in curves["ppo"]])) if "ppo" in curves else 0.0
-        for method, cs in curves.items():
-            results[method] = [{"curve": c, "summary": summarise(c, threshold)} for c in cs]
-            for seed, r in enumerate(results[method]):
-                print(f"{method} seed {seed}: {json.dumps(r['summary'])}", flush=True)
-        label = f"PPO's final {threshold:.0f}"
-        config = {"ppo": CARTPOLE_PPO, "backdrive": CARTPOLE_BACKDRIVE}
-        title = "Cart-pole swing-up (backdrive dynamics): SHAC / APG vs Stable-Baselines3 PPO"
-        ylabel = "return from hanging, 240 steps (4 episodes)"
+    for method in args.methods:
+        results[method] = []
+        for seed in range(args.seeds):
+            run = run_backdrive if method in BACKDRIVE else run_sb3
+            curve = run(method, seed)
+            results[method].append({"curve": curve, "summary": summarise(curve, THRESHOLD)})
+            print(f"{method} seed {seed}: {json.dumps(results[method][-1]['summary'])}", flush=True)
+    config = {"ppo": PPO_ZOO, "sac": SAC_ZOO, "backdrive": BACKDRIVE, "eval_every_steps": EVAL_EVERY_STEPS}
 
-    write_outputs(results, args.out, args.task, config)
+    write_outputs(results, args.out, "pendulum", config)
     print()
-    print(table(results, label))
+    print(table(results, "-200"))
     try:
-        png = args.out / f"{args.task}_curves.png"
-        plot(results, png, title, threshold, ylabel)
+        png = args.out / "pendulum_curves.png"
+        plot(results, png, "Pendulum swing-up: backdrive APG / SHAC vs Stable-Baselines3 PPO / SAC",
+             THRESHOLD, "return in gymnasium Pendulum-v1 (5 episodes)")
         print(f"\nplot: {png}")
     except ImportError:
         print("\n(matplotlib not installed: no plot)")

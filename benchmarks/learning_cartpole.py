@@ -41,13 +41,15 @@ import csv
 import json
 import math
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from backdrive.envs import CartPoleSwingUp, to_gymnasium
+# The clock (evaluations taken out), the formatting and the two-panel plot of
+# the Pendulum comparison; this file's folder is on sys.path when it runs.
+from learning import Clock, fmt, plot  # noqa: E402
 from backdrive.optim._policy import train_policy
 
 EVAL_EPISODES, EVAL_SEED = 8, 123
@@ -113,24 +115,6 @@ def evaluate(act) -> tuple[float, float]:
         total += reward.double()
         upright.append(env.state[:, 1].abs() < UPRIGHT_RAD)
     return float(total.mean()), float(torch.stack(upright[-LAST_STEPS:]).double().mean())
-
-
-class Clock:
-    """Training time, CPU and wall-clock, with evaluations taken out."""
-
-    def __init__(self) -> None:
-        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
-        self.paused_cpu = self.paused_wall = 0.0
-
-    def now(self) -> tuple[float, float]:
-        return (time.process_time() - self.cpu0 - self.paused_cpu, time.perf_counter() - self.wall0 - self.paused_wall)
-
-    def pause(self, fn):
-        c, w = time.process_time(), time.perf_counter()
-        out = fn()
-        self.paused_cpu += time.process_time() - c
-        self.paused_wall += time.perf_counter() - w
-        return out
 
 
 def sb3_vec_env(env: CartPoleSwingUp):
@@ -253,10 +237,6 @@ def summarise(curve: list[dict], threshold: float) -> dict:
     }
 
 
-def fmt(x, spec: str) -> str:
-    return "not reached" if x is None else format(x, spec)
-
-
 def table(results: dict[str, list[dict]], threshold: float) -> str:
     lines = [
         f"| method | seed | steps to {threshold:.0f} | CPU s to {threshold:.0f} | steps to balanced | CPU s to balanced "
@@ -272,36 +252,6 @@ def table(results: dict[str, list[dict]], threshold: float) -> str:
                 f"{s['final_return']:.0f} | {s['final_upright'] * 100:.0f}% | {s['final_steps']:,} | {s['final_cpu_s']:.1f} |"
             )
     return "\n".join(lines)
-
-
-def plot(results: dict[str, list[dict]], path: Path, threshold: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    colours = {"shac": "tab:red", "apg": "tab:orange", "ppo": "tab:blue"}
-    for method, runs in results.items():
-        for i, run in enumerate(runs):
-            c = run["curve"]
-            kw = dict(color=colours.get(method), alpha=0.8, lw=1.4, label=method if i == 0 else None)
-            axes[0].plot([p["steps"] for p in c], [p["return"] for p in c], **kw)
-            axes[1].plot([p["cpu_s"] for p in c], [p["return"] for p in c], **kw)
-    for ax in axes:
-        ax.axhline(threshold, color="grey", ls="--", lw=1)
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.grid(alpha=0.3)
-    axes[0].set_xlabel("environment steps")
-    axes[1].set_xlabel("training CPU seconds (one thread)")
-    axes[0].set_ylabel(f"return from hanging, 240 steps ({EVAL_EPISODES} episodes)")
-    axes[0].legend()
-    fig.suptitle("Cart-pole swing-up (backdrive dynamics): SHAC / APG vs Stable-Baselines3 PPO")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
 
 
 def main() -> None:
@@ -344,7 +294,8 @@ def main() -> None:
     print(table(results, threshold))
     try:
         png = args.out / "cartpole_curves.png"
-        plot(results, png, threshold)
+        plot(results, png, "Cart-pole swing-up (backdrive dynamics): SHAC / APG vs Stable-Baselines3 PPO",
+             threshold, f"return from hanging, 240 steps ({EVAL_EPISODES} episodes)")
         print(f"\nplot: {png}")
     except ImportError:
         print("\n(matplotlib not installed: no plot)")
