@@ -50,7 +50,7 @@ from backdrive.envs import CartPoleSwingUp, to_gymnasium
 # The clock (evaluations taken out), the formatting and the two-panel plot of
 # the Pendulum comparison; this file's folder is on sys.path when it runs.
 from learning import Clock, fmt, plot  # noqa: E402
-from backdrive.optim._policy import train_policy
+from backdrive.optim._policy import CARTPOLE_SHAC, train_policy
 
 EVAL_EPISODES, EVAL_SEED = 8, 123
 UPRIGHT_RAD, LAST_STEPS, BALANCED = 0.2, 50, 0.9
@@ -70,34 +70,22 @@ PPO = dict(
     learning_rate=2.5e-4,
     clip_range=0.2,
 )
-EXPLORING_STARTS = dict(num_envs=64, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100)
-# 20-step windows (1 s): longer ones (32 steps, 1.6 s) back-propagate through
-# too much of the unstable upright equilibrium (x1.22 per step) and did not
-# learn to balance. SHAC with gamma 0.95 (a 1 s value horizon) and a light
-# critic fit; with gamma 0.99 the critic's value dominated the window and the
-# policy did not balance either.
+# backdrive.optim.CARTPOLE_SHAC: exploring starts (every pole angle, 100-step
+# episodes) and 20-step windows (1 s): longer ones (32 steps, 1.6 s)
+# back-propagate through too much of the unstable upright equilibrium (x1.22
+# per step) and did not learn to balance. SHAC with gamma 0.95 (a 1 s value
+# horizon) and a light critic fit; with gamma 0.99 the critic's value
+# dominated the window and the policy did not balance either. APG: the same
+# windows and learning rate, gamma 0.99, no critic.
 BACKDRIVE = {
-    "shac": dict(
-        env=EXPLORING_STARTS,
-        train=dict(
-            algo="shac",
-            updates=250,
-            horizon=20,
-            lr=1e-2,
-            critic_lr=2e-3,
-            gamma=0.95,
-            reward_scale=0.1,
-            action_noise=0.1,
-            critic_iterations=4,
-            critic_minibatches=4,
-            critic_replay=2,
-            lr_decay_updates=333,
-        ),
-        eval_every=10,
-    ),
+    "shac": dict(env=CARTPOLE_SHAC["env"], train=dict(CARTPOLE_SHAC["train"], algo="shac"), eval_every=10),
     "apg": dict(
-        env=EXPLORING_STARTS,
-        train=dict(algo="apg", updates=250, horizon=20, lr=1e-2, gamma=0.99, action_noise=0.1, lr_decay_updates=333),
+        env=CARTPOLE_SHAC["env"],
+        train=dict(
+            {k: CARTPOLE_SHAC["train"][k] for k in ("updates", "horizon", "lr", "lr_decay_updates", "action_noise")},
+            algo="apg",
+            gamma=0.99,
+        ),
         eval_every=10,
     ),
 }

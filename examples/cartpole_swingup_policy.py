@@ -30,21 +30,11 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import CartPoleSwingUp
-from backdrive.optim._policy import evaluate_policy, load_policy, train_policy
+from backdrive.optim._policy import CARTPOLE_SHAC, evaluate_policy, load_policy, train_policy
 
-TRAIN_ENV = dict(num_envs=64, init_noise=(0.5, math.pi, 1.0, 2.0), max_episode_steps=100)
-# As in benchmarks/learning_cartpole.py: 20-step windows; SHAC with gamma 0.95
-# and a light critic fit (APG ignores the critic settings and uses gamma 0.99).
-TRAIN = dict(
-    horizon=20,
-    lr=1e-2,
-    critic_lr=2e-3,
-    reward_scale=0.1,
-    action_noise=0.1,
-    critic_iterations=4,
-    critic_minibatches=4,
-    critic_replay=2,
-)
+# backdrive.optim.CARTPOLE_SHAC (as in benchmarks/learning_cartpole.py):
+# 20-step windows, SHAC with gamma 0.95 and a light critic fit; APG ignores the
+# critic settings and uses gamma 0.99.
 GAMMA = {"shac": 0.95, "apg": 0.99}
 TEST_EPISODES, TEST_SEED = 16, 999
 
@@ -52,7 +42,7 @@ TEST_EPISODES, TEST_SEED = 16, 999
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=["shac", "apg"], default="shac")
-    parser.add_argument("--updates", type=int, default=250)
+    parser.add_argument("--updates", type=int, default=CARTPOLE_SHAC["train"]["updates"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("outputs/examples"))
     args = parser.parse_args()
@@ -65,7 +55,7 @@ def main() -> None:
     ckpt = args.out / f"cartpole_{args.algo}.pt"
     cpu0 = time.process_time()
     trainer = train_policy(
-        CartPoleSwingUp(**TRAIN_ENV),
+        CartPoleSwingUp(**CARTPOLE_SHAC["env"]),
         args.algo,
         updates=args.updates,
         gamma=GAMMA[args.algo],
@@ -77,7 +67,7 @@ def main() -> None:
         checkpoint=ckpt,
         progress=True,
         num_threads=1,
-        **TRAIN,
+        **{k: v for k, v in CARTPOLE_SHAC["train"].items() if k not in ("updates", "gamma", "lr_decay_updates")},
     )
     cpu = time.process_time() - cpu0
     policy = load_policy(ckpt)

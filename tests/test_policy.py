@@ -376,3 +376,17 @@ def test_pendulum_preset_swings_up_within_1024_env_steps():
     assert trainer.env_steps == 1024
     ret = evaluate_policy(trainer.policy, Pendulum(16, autoreset=False), seed=123)
     assert ret > -250, ret
+
+
+def test_cartpole_preset_settings_are_accepted_and_count_steps():
+    # CARTPOLE_SHAC drives the cart-pole example and benchmark; two of its
+    # updates run, with every setting accepted, and count num_envs * horizon
+    # steps per update.
+    from backdrive.envs import CartPoleSwingUp
+    from backdrive.optim import CARTPOLE_SHAC
+
+    train = dict(CARTPOLE_SHAC["train"], updates=2)
+    trainer = train_policy(CartPoleSwingUp(**CARTPOLE_SHAC["env"]), "shac", seed=0, num_threads=1, **train)
+    assert trainer.updates_done == 2
+    assert trainer.env_steps == 2 * CARTPOLE_SHAC["env"]["num_envs"] * CARTPOLE_SHAC["train"]["horizon"]
+    assert all(math.isfinite(p.detach().abs().sum().item()) for p in trainer.policy.parameters())

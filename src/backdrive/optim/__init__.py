@@ -21,6 +21,7 @@ from ._demos import (
 )
 from ._policy import (
     ALGOS,
+    CARTPOLE_SHAC,
     PENDULUM_SHAC,
     MLPPolicy,
     ObsNormalizer,
@@ -56,6 +57,7 @@ __all__ = [
     "ObsNormalizer",
     "ALGOS",
     "PENDULUM_SHAC",
+    "CARTPOLE_SHAC",
     "PolicyConfigError",
     "TrainingDivergedError",
     "optimize_trajectory",

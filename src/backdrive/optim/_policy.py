@@ -53,6 +53,7 @@ from ._progress import ProgressBar
 __all__ = [
     "ALGOS",
     "PENDULUM_SHAC",
+    "CARTPOLE_SHAC",
     "PolicyTrainerConfig",
     "PolicyConfigError",
     "TrainingDivergedError",
@@ -91,6 +92,32 @@ PENDULUM_SHAC = {
         "critic_replay": 1000,
         "actor_replay_steps": 32,
         "actor_batch_size": 256,
+    },
+}
+#: SHAC settings that swing the cart-pole up from hanging and balance it
+#: (``CartPoleSwingUp``: return about 140, the pole upright in the last 50 steps
+#: of every test episode, after about 180,000 env steps):
+#: ``CartPoleSwingUp(**CARTPOLE_SHAC["env"])`` with exploring starts (every
+#: pole angle, cart within 0.5 m, 100-step episodes) and ``train_policy(env,
+#: "shac", **CARTPOLE_SHAC["train"])``: 64 envs, 20-step (1 s) windows, gamma
+#: 0.95, lr 1e-2 decaying linearly, a light critic fit. 250 updates, 320,000
+#: env steps. APG with the same windows uses ``gamma=0.99``. Used by
+#: ``examples/cartpole_swingup_policy.py`` and
+#: ``benchmarks/learning_cartpole.py``.
+CARTPOLE_SHAC = {
+    "env": {"num_envs": 64, "init_noise": (0.5, math.pi, 1.0, 2.0), "max_episode_steps": 100},
+    "train": {
+        "updates": 250,
+        "horizon": 20,
+        "lr": 1e-2,
+        "lr_decay_updates": 333,
+        "critic_lr": 2e-3,
+        "gamma": 0.95,
+        "reward_scale": 0.1,
+        "action_noise": 0.1,
+        "critic_iterations": 4,
+        "critic_minibatches": 4,
+        "critic_replay": 2,
     },
 }
 _FORMAT = "backdrive.policy/1"
