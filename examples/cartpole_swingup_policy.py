@@ -88,12 +88,12 @@ def main() -> None:
     states, forces = torch.stack(states), torch.stack(forces)  # (241, N, 4), (240, N)
     upright = states[1:, :, 1].abs() < 0.2
     up_at = torch.where(upright.any(0), upright.double().argmax(0).double(), torch.full((TEST_EPISODES,), math.nan))
+    first_up = "never" if bool(up_at.isnan().all()) else f"after {float(up_at.nanmedian()) * env.dt:.1f} s (median)"
     print(f"{TEST_EPISODES} test swing-ups from hanging (240 steps, best possible < 240): mean return "
           f"{float(total.mean()):.1f} (min {float(total.min()):.1f}); pole within 0.2 rad of upright in "
           f"{float(upright[-50:].double().mean()) * 100:.0f}% of the last 50 steps "
-          f"({float(upright.double().mean()) * 100:.0f}% of the episode), first upright after "
-          f"{float(up_at.nanmedian()) * env.dt:.1f} s (median); mean |x| over the last 50 steps "
-          f"{float(states[-50:, :, 0].abs().mean()):.2f} m")
+          f"({float(upright.double().mean()) * 100:.0f}% of the episode), first upright {first_up}; "
+          f"mean |x| over the last 50 steps {float(states[-50:, :, 0].abs().mean()):.2f} m")
 
     import matplotlib
 
