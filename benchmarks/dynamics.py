@@ -13,6 +13,9 @@ floating-base quadruped (nv = 18), in one process, and prints a markdown table.
 * Pinocchio per sample: its C++ called once per sample from a Python loop.
 * Pinocchio in parallel: ``rneaInParallel`` / ``abaInParallel`` with a
   ``ModelPool`` and 2 threads on column-stacked ``(nq, B)`` arrays.
+* backdrive compiled: ``compile_forward_dynamics`` (``torch.compile`` with
+  inductor's C++ kernels; one compilation per robot, dtype and batch, whose
+  time is listed in a table of its own; ``--no-compile`` skips it).
 * Gradients at batch 10000: forward + backward of ``forward_dynamics`` (the
   gradient of a scalar loss with respect to q, v and tau) against its forward
   alone (measured alternately), for ``"auto"`` and ``"crba"``, and against
@@ -36,6 +39,7 @@ matches the 2 threads Pinocchio's parallel functions get).
 
     python benchmarks/dynamics.py            # full run (a few minutes)
     python benchmarks/dynamics.py --quick    # fewer repeats
+    python benchmarks/dynamics.py --no-compile   # without the torch.compile rows
 """
 
 from __future__ import annotations
@@ -162,7 +166,7 @@ def to_pin_q(robot: RobotModel, q: torch.Tensor) -> np.ndarray:
     return qn
 
 
-def run(quick: bool) -> str:
+def run(quick: bool, compile_fd: bool = True) -> str:
     import pinocchio as pin
 
     rep_small = 5 if quick else 20
@@ -173,10 +177,18 @@ def run(quick: bool) -> str:
         f"Pinocchio parallel ({PIN_THREADS} threads, wall) | per sample / f64 | parallel / f64 |"
     )
     lines += [header, "|" + " --- |" * 9]
+    compile_lines = [
+        "",
+        "| robot | compile_forward_dynamics: first call (trace + compile) | batch | f32 | f64 |",
+        "|" + " --- |" * 5,
+    ]
     for name, rb64, pm in robots():
         pd = pm.createData()
         pool = pin.ModelPool(pm, PIN_THREADS)
         rb32 = rb64.float()
+        if compile_fd:
+            # One compiled function per model; it compiles once per batch shape.
+            compiled = {rb32: D.compile_forward_dynamics(rb32), rb64: D.compile_forward_dynamics(rb64)}
         for batch in BATCHES:
             reps = rep_small if batch < 10000 else rep_large
             q, v, a = states(rb64, batch)
@@ -226,6 +238,23 @@ def run(quick: bool) -> str:
                     lambda: pin.abaInParallel(PIN_THREADS, pool, Qc, Vc, Ac, out),
                 ),
             ]
+            if compile_fd:
+                first = {}
+                for key, rb, xs in (("f32", rb32, (q32, v32, a32)), ("f64", rb64, (q, v, a))):
+                    with torch.no_grad():
+                        t0 = time.perf_counter()
+                        compiled[rb](*xs)
+                        first[key] = time.perf_counter() - t0
+                compile_lines.append(f"| {name} | wall clock | {batch} | {fmt_time(first['f32'])} | {fmt_time(first['f64'])} |")
+                print(compile_lines[-1], flush=True)
+                cases.append(
+                    (
+                        "forward_dynamics (compiled)",
+                        lambda r, q, v, a: compiled[r](q, v, a),
+                        loop(pin.aba),
+                        lambda: pin.abaInParallel(PIN_THREADS, pool, Qc, Vc, Ac, out),
+                    )
+                )
             for fname, ours, per_sample, parallel in cases:
                 fns = {
                     "f32": (lambda: ours(rb32, q32, v32, a32), CLOCK),
@@ -286,6 +315,8 @@ def run(quick: bool) -> str:
             )
             print(grad_lines[-1], flush=True)
     lines += grad_lines
+    if compile_fd:
+        lines += compile_lines
     return "\n".join(lines)
 
 
@@ -294,6 +325,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--wall", action="store_true", help="wall-clock time everywhere")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="skip the compile_forward_dynamics rows (torch.compile)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     global CLOCK
@@ -309,7 +343,7 @@ def main() -> None:
         f"{', quick' if args.quick else ''}\n",
         flush=True,
     )
-    table = run(args.quick)
+    table = run(args.quick, compile_fd=not args.no_compile)
     print("\n" + table)
 
 

@@ -8,6 +8,7 @@ the robot first and tensors with leading batch axes that broadcast; see
 ``docs/dynamics.md`` for the conventions and the comparison with Pinocchio.
 """
 
+from ._compiled import CompilerUnavailableError, compile_forward_dynamics
 from ._configuration import difference, integrate
 from ._crba import mass_matrix
 from ._energy import center_of_mass, kinetic_energy, potential_energy
@@ -28,4 +29,6 @@ __all__ = [
     "difference",
     "DEFAULT_FRICTION_WIDTH",
     "FORWARD_METHODS",
+    "compile_forward_dynamics",
+    "CompilerUnavailableError",
 ]

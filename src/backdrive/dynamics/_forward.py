@@ -106,6 +106,15 @@ def forward_dynamics(
         InputError: bad shapes, dtypes or devices, an unknown ``method``, or
             ``"aba"`` on a model with mimic joints.
     """
+    return _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width)
+
+
+def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, traced: bool = False):
+    """:func:`forward_dynamics`; ``traced``: inside ``torch.compile``
+    (:func:`compile_forward_dynamics`), where the custom backward cannot be
+    traced: plain autograd when a gradient is needed, the no-graph solve
+    otherwise (the torch.func check does not apply there).
+    """
     if method not in FORWARD_METHODS:
         raise InputError(f"unknown forward dynamics method {method!r}; valid: {', '.join(FORWARD_METHODS)}")
     if not friction_width > 0:
@@ -125,14 +134,14 @@ def forward_dynamics(
         kin = kinematics(robot, topo, q)
         fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
         return aba_core(robot, topo, kin, v, tau, g, fw)
-    if method == "crba" or transforms_active():
+    if method == "crba" or (transforms_active() and not traced):
         # torch.func transforms and forward-mode AD: plain autograd (the
         # custom backward and the out= kernels of "auto" do not take part).
         return _plain_crba(robot, topo, q, v, tau, g, f_ext)
     params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
     inputs = (q, v, tau, g, f_ext) + params
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
-        if q.shape[:-1].numel() <= _tree.TREE_MATMUL_MAX_BATCH:
+        if traced or q.shape[:-1].numel() <= _tree.TREE_MATMUL_MAX_BATCH:
             # Small batches: plain autograd issues fewer operations than
             # recomputing the kinematics and RNEA in an analytic backward
             # (measured 10 to 20% faster up to 64 samples).
