@@ -188,7 +188,9 @@ def run(quick: bool, compile_fd: bool = True) -> str:
         rb32 = rb64.float()
         if compile_fd:
             # One compiled function per model; it compiles once per batch shape.
-            compiled = {rb32: D.compile_forward_dynamics(rb32), rb64: D.compile_forward_dynamics(rb64)}
+            # eager_from=None: compiled kernels at every batch (by default
+            # batches from 256 samples without gradient run eagerly).
+            compiled = {r: D.compile_forward_dynamics(r, eager_from=None) for r in (rb32, rb64)}
         for batch in BATCHES:
             reps = rep_small if batch < 10000 else rep_large
             q, v, a = states(rb64, batch)

@@ -102,6 +102,18 @@ def test_compiled_gradients_match_eager():
         _close(g, w, 1e-10)
 
 
+def test_large_batches_without_gradient_run_eager():
+    # From eager_from samples (default 256) no graph is compiled: the eager
+    # batch-last path, bit for bit.
+    robot = _quadruped()
+    q, v, tau = _states(robot, 300, seed=3)
+    fd = D.compile_forward_dynamics(robot)
+    with torch.no_grad():
+        assert torch.equal(fd(q, v, tau), D.forward_dynamics(robot, q, v, tau))
+    with pytest.raises(InputError, match="eager_from"):
+        D.compile_forward_dynamics(robot, eager_from=0)
+
+
 def test_compile_forward_dynamics_rejects_bad_arguments():
     robot = _panda()
     with pytest.raises(InputError, match="unknown forward dynamics method"):

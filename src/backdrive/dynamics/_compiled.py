@@ -10,6 +10,7 @@ import torch
 from .._errors import InputError
 from ..model import RobotModel
 from ._forward import DEFAULT_FRICTION_WIDTH, FORWARD_METHODS, _forward_dynamics
+from ._wide import FORWARD_MIN_BATCH
 
 __all__ = ["compile_forward_dynamics", "CompilerUnavailableError"]
 
@@ -57,6 +58,7 @@ def compile_forward_dynamics(
     friction_width: float = DEFAULT_FRICTION_WIDTH,
     backend: str = "inductor",
     mode: str | None = None,
+    eager_from: int | None = FORWARD_MIN_BATCH,
 ) -> Callable[..., torch.Tensor]:
     """:func:`forward_dynamics` for one robot, compiled by ``torch.compile``.
 
@@ -89,15 +91,25 @@ def compile_forward_dynamics(
     backward of the eager ``"auto"`` path cannot be traced); gradients match
     the eager ones.
 
-    Measured speed (one torch thread, float32, see ``benchmarks/dynamics.py``):
-    a large gain at small batches (the Panda at batch 1: about 0.3 ms against
-    1.2 ms eager), about the eager time at batch 10000.
+    Measured speed (one torch thread, CPU time, ``benchmarks/dynamics.py``
+    on a 2-core machine): the Panda at batch 1 0.43 ms against 1.4 ms eager,
+    the quadruped 0.9 against 1.7 ms; at batch 100 2.1 against 2.6 ms and
+    2.2 against 4.3 ms. At batch 10000 the compiled kernels were slower than
+    the eager batch-last path (Panda float32 67 against 25 ms, float64 183
+    against 48 ms: the kernels allocate many large buffers per call, which
+    the allocator returns to the system and page-faults back in), so by
+    default such batches run the eager :func:`forward_dynamics` (see
+    ``eager_from``).
 
     Args:
         robot: the robot model (its dtype and device are the inputs').
         method: as :func:`forward_dynamics`.
         friction_width: as :func:`forward_dynamics`.
         backend, mode: passed to ``torch.compile``.
+        eager_from: batches of at least this many samples, without a
+            gradient, run the eager :func:`forward_dynamics` instead of a
+            compiled graph (256 by default, where the eager path switches to
+            its batch-last layout); ``None`` compiles every batch size.
 
     Raises:
         InputError: an unknown ``method`` or a bad ``friction_width``.
@@ -109,6 +121,8 @@ def compile_forward_dynamics(
         raise InputError(f"unknown forward dynamics method {method!r}; valid: {', '.join(FORWARD_METHODS)}")
     if not friction_width > 0:
         raise InputError(f"friction_width must be positive, got {friction_width!r}")
+    if eager_from is not None and not (isinstance(eager_from, int) and eager_from > 0):
+        raise InputError(f"eager_from must be a positive int or None, got {eager_from!r}")
     _check_compiler(robot.device, backend)
 
     def traced(q, v, tau, f_ext, gravity):
@@ -125,6 +139,13 @@ def compile_forward_dynamics(
         # The model's cached constants (topology, level plans, sparsity
         # schedule) are built by Python code with .tolist(): one eager pass per
         # new input layout builds them outside the traced region.
+        if eager_from is not None and q.shape[:-1].numel() >= eager_from:
+            needs_grad = torch.is_grad_enabled() and any(
+                x is not None and x.requires_grad
+                for x in (q, v, tau, f_ext, gravity, robot.body_mass, robot.body_com, robot.body_inertia, robot.armature)
+            )
+            if not needs_grad:
+                return _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width)
         # The same path as the compiled call (same grad mode), result discarded.
         key = (torch.is_grad_enabled(),) + tuple(
             None if x is None else (x.shape, x.dtype, x.device, x.requires_grad) for x in (q, v, tau, f_ext, gravity)
