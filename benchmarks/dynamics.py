@@ -247,7 +247,9 @@ def run(quick: bool, compile_fd: bool = True) -> str:
                         t0 = time.perf_counter()
                         compiled[rb](*xs)
                         first[key] = time.perf_counter() - t0
-                compile_lines.append(f"| {name} | wall clock | {batch} | {fmt_time(first['f32'])} | {fmt_time(first['f64'])} |")
+                compile_lines.append(
+                    f"| {name} | wall clock | {batch} | {fmt_time(first['f32'])} | {fmt_time(first['f64'])} |"
+                )
                 print(compile_lines[-1], flush=True)
                 cases.append(
                     (

@@ -65,7 +65,9 @@ def compile_forward_dynamics(
     Returns ``fd(q, v, tau, *, f_ext=None, gravity=None)``, which gives the
     same accelerations as ``forward_dynamics(robot, q, v, tau, f_ext=f_ext,
     gravity=gravity, method=method, friction_width=friction_width)`` (to
-    rounding: float32 within about 1e-5 relative) with the whole pass traced
+    rounding: in float32 about 1e-5 of the largest acceleration, a few 1e-5
+    for the quadruped's poorly conditioned mass matrix; 1e-12 in float64)
+    with the whole pass traced
     into one graph and, with the default inductor backend on the CPU, fused
     into a few C++ loops, so that the Python and dispatch overhead of its few
     hundred tensor operations goes away.
@@ -84,8 +86,9 @@ def compile_forward_dynamics(
     no longer fused).
 
     Without gradients (``torch.no_grad()`` or inputs that do not require
-    grad) the compiled function follows ``method="auto"``'s no-graph path
-    (above 256 samples the sparse batch-last path). With inputs, or the
+    grad) the compiled graph is ``method="auto"``'s no-graph path (dense CRBA
+    and a Cholesky solve below 256 samples, the sparse batch-last path from
+    256 when ``eager_from`` lets such batches compile). With inputs, or the
     robot's masses, inertias or armature, requiring grad it compiles plain
     autograd through CRBA, RNEA and the Cholesky solve (the hand-written
     backward of the eager ``"auto"`` path cannot be traced); gradients match
@@ -96,8 +99,8 @@ def compile_forward_dynamics(
     the quadruped 0.9 against 1.7 ms; at batch 100 2.1 against 2.6 ms and
     2.2 against 4.3 ms. At batch 10000 the compiled kernels were slower than
     the eager batch-last path (Panda float32 67 against 25 ms, float64 183
-    against 48 ms: the kernels allocate many large buffers per call, which
-    the allocator returns to the system and page-faults back in), so by
+    against 48 ms; much of it page faults: the kernels allocate many large
+    buffers per call, which the allocator returns to the system), so by
     default such batches run the eager :func:`forward_dynamics` (see
     ``eager_from``).
 
@@ -136,17 +139,17 @@ def compile_forward_dynamics(
     warmed: set = set()
 
     def fd(q: torch.Tensor, v: torch.Tensor, tau: torch.Tensor, *, f_ext=None, gravity=None) -> torch.Tensor:
-        # The model's cached constants (topology, level plans, sparsity
-        # schedule) are built by Python code with .tolist(): one eager pass per
-        # new input layout builds them outside the traced region.
         if eager_from is not None and q.shape[:-1].numel() >= eager_from:
+            params = (robot.body_mass, robot.body_com, robot.body_inertia, robot.armature)
             needs_grad = torch.is_grad_enabled() and any(
-                x is not None and x.requires_grad
-                for x in (q, v, tau, f_ext, gravity, robot.body_mass, robot.body_com, robot.body_inertia, robot.armature)
+                x is not None and x.requires_grad for x in (q, v, tau, f_ext, gravity) + params
             )
             if not needs_grad:
                 return _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width)
-        # The same path as the compiled call (same grad mode), result discarded.
+        # The model's cached constants (topology, level plans, sparsity
+        # schedule) are built by Python code with .tolist(): one eager pass of
+        # the same path (same grad mode) per new input layout builds them
+        # outside the traced region; its result is discarded.
         key = (torch.is_grad_enabled(),) + tuple(
             None if x is None else (x.shape, x.dtype, x.device, x.requires_grad) for x in (q, v, tau, f_ext, gravity)
         )
