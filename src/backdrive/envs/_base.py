@@ -82,6 +82,16 @@ class DiffEnv:
         self._elapsed = torch.zeros(num_envs, dtype=torch.long, device=self.device)
 
     # ----------------------------------------------------------------- hooks
+    def _robot_model(self, robot, name: str):
+        """``robot``, checked against the env's dtype and device, or the shipped ``name`` model."""
+        if robot is None:
+            from ..data import load
+
+            return load(name, dtype=self.dtype, device=self.device)
+        if robot.dtype != self.dtype or robot.device != self.device:
+            raise InputError(f"robot is {robot.dtype} on {robot.device}, the env {self.dtype} on {self.device}")
+        return robot
+
     def initial_state(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` random initial states ``(n, state_dim)`` drawn with ``generator``."""
         raise NotImplementedError

@@ -71,14 +71,7 @@ class CartPoleSwingUp(DiffEnv):
         autoreset: bool = True,
     ) -> None:
         super().__init__(num_envs, dtype=dtype, device=device, autoreset=autoreset)
-        if robot is None:
-            from ..data import load
-
-            robot = load("cartpole", dtype=self.dtype, device=self.device)
-        if robot.dtype != self.dtype or robot.device != self.device:
-            raise InputError(
-                f"robot is {robot.dtype} on {robot.device}, the env {self.dtype} on {self.device}"
-            )
+        robot = self._robot_model(robot, "cartpole")
         if robot.nq != 2 or robot.nv != 2:
             raise InputError(f"CartPoleSwingUp needs a 2-dof cart-pole (slider, hinge), got nq={robot.nq}")
         if isinstance(substeps, bool) or not isinstance(substeps, int) or substeps < 1:

@@ -99,12 +99,7 @@ class PandaReach(DiffEnv):
         autoreset: bool = True,
     ) -> None:
         super().__init__(num_envs, dtype=dtype, device=device, autoreset=autoreset)
-        if robot is None:
-            from ..data import load
-
-            robot = load("panda", dtype=self.dtype, device=self.device)
-        if robot.dtype != self.dtype or robot.device != self.device:
-            raise InputError(f"robot is {robot.dtype} on {robot.device}, the env {self.dtype} on {self.device}")
+        robot = self._robot_model(robot, "panda")
         if robot.nq != 8 or robot.nv != 8:
             raise InputError(f"PandaReach needs the 8-coordinate Panda (7 arm joints, fingers), got nq={robot.nq}")
         if integrator not in _INTEGRATORS:
