@@ -418,3 +418,11 @@ def test_panda_input_errors():
     with pytest.raises(InputError):
         PandaReach(1, substeps=0)
     assert PandaReach(1).max_episode_steps == 50 and PandaReach(1, integrator="semi_implicit").substeps == 50
+
+
+@pytest.mark.parametrize("env_cls,name", [(envs.CartPoleSwingUp, "cartpole"), (envs.PandaReach, "panda")])
+def test_env_rejects_a_robot_of_another_dtype(env_cls, name):
+    from backdrive.data import load
+
+    with pytest.raises(InputError, match="robot is torch.float64 on cpu, the env torch.float32 on cpu"):
+        env_cls(2, robot=load(name, dtype=torch.float64))
