@@ -57,9 +57,6 @@ def main() -> None:
     trainer = train_policy(
         CartPoleSwingUp(**CARTPOLE_SHAC["env"]),
         args.algo,
-        updates=args.updates,
-        gamma=GAMMA[args.algo],
-        lr_decay_updates=max(1, round(args.updates * 4 / 3)),
         seed=args.seed,
         eval_fn=lambda p: evaluate_policy(p, eval_env, seed=123),
         eval_every=10,
@@ -67,7 +64,12 @@ def main() -> None:
         checkpoint=ckpt,
         progress=True,
         num_threads=1,
-        **{k: v for k, v in CARTPOLE_SHAC["train"].items() if k not in ("updates", "gamma", "lr_decay_updates")},
+        **dict(
+            CARTPOLE_SHAC["train"],
+            updates=args.updates,
+            gamma=GAMMA[args.algo],
+            lr_decay_updates=max(1, round(args.updates * 4 / 3)),
+        ),
     )
     cpu = time.process_time() - cpu0
     policy = load_policy(ckpt)
