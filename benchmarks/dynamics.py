@@ -46,23 +46,17 @@ from __future__ import annotations
 
 import os
 
-# Pinocchio's parallel functions leave their OpenMP workers spinning after each
-# call; measured here, that made torch's next LAPACK calls (the Cholesky
-# factorisation of forward dynamics) a thousand times slower in the same
-# process. Sleeping workers avoid it. Must be set before the imports below.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import argparse
+import platform
+import re
+import time
 
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import re  # noqa: E402
-import time  # noqa: E402
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import backdrive.dynamics as D  # noqa: E402
-from backdrive import RobotModel  # noqa: E402
-from backdrive.data import get_data_path  # noqa: E402
+import backdrive.dynamics as D
+from backdrive import RobotModel, runtime
+from backdrive.data import get_data_path
 
 BATCHES = (1, 100, 10000)
 PIN_THREADS = 2
@@ -116,6 +110,68 @@ def timeit_pair(fn_a, fn_b, repeats: int) -> tuple[float, float]:
         fn_b()
         tb.append(CLOCK() - t0)
     return min(ta), min(tb)
+
+
+#: torch's intra-op threads for backdrive (``--threads``).
+THREADS = 1
+
+
+def with_threads(x, threads: int | None = None):
+    """Set torch's thread count (``THREADS`` by default) and return ``x``.
+
+    Pinocchio and torch load the same OpenMP runtime (``libgomp.so.1``), and
+    Pinocchio's parallel functions set its thread count to their own (2): left
+    alone, every backdrive call after one of them would silently run on 2
+    threads. Each timed backdrive call therefore sets the count first.
+    """
+    torch.set_num_threads(THREADS if threads is None else threads)
+    return x
+
+
+def large_batch_table(reps: int) -> list[str]:
+    """Forward dynamics at batch 10000 under the CPU settings that decide it:
+    glibc's default allocator against :func:`backdrive.runtime.retain_freed_memory`,
+    and torch on 1 or 2 threads, beside Pinocchio's ``abaInParallel`` (2
+    threads). Must run before anything calls ``retain_freed_memory`` (it
+    cannot be undone in a process)."""
+    import pinocchio as pin
+
+    batch = BATCHES[-1]
+    lines = [
+        "| robot | allocator | torch threads | clock | backdrive f32 | backdrive f64 | "
+        f"Pinocchio abaInParallel ({PIN_THREADS} threads, wall) | abaInParallel / f32 | abaInParallel / f64 |",
+        "|" + " --- |" * 9,
+    ]
+    setups = []
+    for name, rb64, pm in robots():
+        q, v, a = states(rb64, batch)
+        pool = pin.ModelPool(pm, PIN_THREADS)
+        Qc, Vc, Ac = (np.asfortranarray(x.T) for x in (to_pin_q(rb64, q), v.numpy(), a.numpy()))
+        out = np.zeros((pm.nv, batch), order="F")
+        setups.append((name, rb64, (q, v, a), lambda pool=pool, Qc=Qc, Vc=Vc, Ac=Ac, out=out: pin.abaInParallel(
+            PIN_THREADS, pool, Qc, Vc, Ac, out)))
+    for allocator, threads in (("glibc default", 1), ("retain_freed_memory()", 1), ("retain_freed_memory()", 2)):
+        if allocator != "glibc default":
+            runtime.retain_freed_memory()
+        clock = time.thread_time if threads == 1 and CLOCK is time.thread_time else time.perf_counter
+        for name, rb64, (q, v, a), parallel in setups:
+            rb32 = rb64.float()
+            q32, v32, a32 = q.float(), v.float(), a.float()
+            fns = {
+                "f32": (lambda: D.forward_dynamics(with_threads(rb32, threads), q32, v32, a32), clock),
+                "f64": (lambda: D.forward_dynamics(with_threads(rb64, threads), q, v, a), clock),
+                "parallel": (parallel, time.perf_counter),
+            }
+            with torch.no_grad():
+                t = timeit_round_robin(fns, reps)
+            lines.append(
+                f"| {name} | {allocator} | {threads} | {'thread CPU' if clock is time.thread_time else 'wall'} | "
+                f"{fmt_time(t['f32'])} | {fmt_time(t['f64'])} | {fmt_time(t['parallel'])} | "
+                f"{fmt_ratio(t['parallel'], t['f32'])} | {fmt_ratio(t['parallel'], t['f64'])} |"
+            )
+            print(lines[-1], flush=True)
+    with_threads(None)
+    return lines
 
 
 def fmt_time(t: float | None) -> str:
@@ -261,8 +317,8 @@ def run(quick: bool, compile_fd: bool = True) -> str:
                 )
             for fname, ours, per_sample, parallel in cases:
                 fns = {
-                    "f32": (lambda: ours(rb32, q32, v32, a32), CLOCK),
-                    "f64": (lambda: ours(rb64, q, v, a), CLOCK),
+                    "f32": (lambda: ours(with_threads(rb32), q32, v32, a32), CLOCK),
+                    "f64": (lambda: ours(with_threads(rb64), q, v, a), CLOCK),
                     "loop": (per_sample, CLOCK),
                 }
                 if parallel is not None:
@@ -303,10 +359,12 @@ def run(quick: bool, compile_fd: bool = True) -> str:
                 qq, vv, tt = (x.to(rb.dtype) for x in (q, v, tau))
 
                 def fwd_bwd():
+                    with_threads(None)
                     xs = [x.clone().requires_grad_(True) for x in (qq, vv, tt)]
                     D.forward_dynamics(rb, *xs, method=method).square().sum().backward()
 
                 def fwd_only():
+                    with_threads(None)
                     with torch.no_grad():
                         D.forward_dynamics(rb, qq, vv, tt, method=method)
 
@@ -333,8 +391,9 @@ def main() -> None:
         "--no-compile", action="store_true", help="skip the compile_forward_dynamics rows (torch.compile)"
     )
     args = parser.parse_args()
+    global CLOCK, THREADS
+    THREADS = args.threads
     torch.set_num_threads(args.threads)
-    global CLOCK
     if args.wall or args.threads > 1:
         CLOCK = time.perf_counter
     import pinocchio as pin
@@ -347,8 +406,11 @@ def main() -> None:
         f"{', quick' if args.quick else ''}\n",
         flush=True,
     )
+    large = large_batch_table(8 if args.quick else 30)
+    # Everything below runs with freed memory retained (see large_batch_table).
+    runtime.retain_freed_memory()
     table = run(args.quick, compile_fd=not args.no_compile)
-    print("\n" + table)
+    print("\n" + "\n".join(large) + "\n\n" + table)
 
 
 if __name__ == "__main__":

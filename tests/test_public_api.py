@@ -18,6 +18,7 @@ PACKAGES = [
     "backdrive.viz",
     "backdrive.data",
     "backdrive.cli",
+    "backdrive.runtime",
 ]
 
 

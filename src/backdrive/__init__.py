@@ -27,6 +27,7 @@ from . import layers
 from . import optim
 from . import data
 from . import cli
+from . import runtime
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "optim",
     "data",
     "cli",
+    "runtime",
     "BackdriveError",
     "ModelError",
     "URDFParseError",
