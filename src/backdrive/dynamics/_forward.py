@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .._shapes import broadcast_shapes
 from .._errors import InputError
 from ..kinematics._fk import transforms_active
 from ..model import RobotModel
@@ -188,7 +189,7 @@ def _wide(topo, q, f_ext) -> bool:
     return (
         batch.numel() > _tree.TREE_MATMUL_MAX_BATCH
         and topo.nm > 0
-        and (f_ext is None or torch.broadcast_shapes(f_ext.shape[:-2], batch) == batch)
+        and (f_ext is None or broadcast_shapes(f_ext.shape[:-2], batch) == batch)
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .._shapes import broadcast_shapes
 from ..model import RobotModel
 from . import _tree
 from ._wide import inverse_dynamics_t
@@ -63,7 +64,7 @@ def rnea_core(
         topo.nm
         and S.shape[:-2].numel() > TREE_MATMUL_MAX_BATCH
         # f_ext is not part of the broadcast batch; it may only broadcast into it here.
-        and (fext_w is None or torch.broadcast_shapes(fext_w.shape[:-2], S.shape[:-2]) == S.shape[:-2])
+        and (fext_w is None or broadcast_shapes(fext_w.shape[:-2], S.shape[:-2]) == S.shape[:-2])
     ):
         return _rnea_wide(model, topo, kin, v, a, g, fext_w)
     R0, p0 = kin.R[..., 0, :, :], kin.p[..., 0, :]
@@ -245,7 +246,7 @@ def _wide(topo: Topology, batch: torch.Size, f_ext=None) -> bool:
     return (
         batch.numel() > _tree.TREE_MATMUL_MAX_BATCH
         and topo.nm > 0
-        and (f_ext is None or torch.broadcast_shapes(f_ext.shape[:-2], batch) == batch)
+        and (f_ext is None or broadcast_shapes(f_ext.shape[:-2], batch) == batch)
     )
 
 

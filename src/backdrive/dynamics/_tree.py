@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import torch
 
+from .._shapes import broadcast_shapes
 from .._errors import InputError
 from ..kinematics._fk import body_transforms
 from ..model import RobotModel, geometry_constants
@@ -427,7 +428,7 @@ def broadcast_batch(model: RobotModel, q: torch.Tensor, *others: tuple) -> tuple
         model.check_vector(x, n, name)
         shapes.append(x.shape[:-1])
     try:
-        batch = torch.broadcast_shapes(*shapes)
+        batch = broadcast_shapes(*shapes)
     except RuntimeError:
         names = ["q"] + [name for _, _, name in others]
         raise InputError(

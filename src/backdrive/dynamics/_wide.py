@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import torch
 
+from .._shapes import broadcast_shapes
 from ..kinematics._fk import body_transforms_t, transforms_active
 from ..model import RobotModel, geometry_constants
 
@@ -69,7 +70,7 @@ def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
                 torch.addcmul(a0 * b1, a1, b0, value=-1.0),
             ]
         )
-    out = torch.empty(torch.broadcast_shapes(a.shape, b.shape), dtype=a.dtype, device=a.device)
+    out = torch.empty(broadcast_shapes(a.shape, b.shape), dtype=a.dtype, device=a.device)
     o0, o1, o2 = out.unbind(0)
     torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
     torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
@@ -235,6 +236,10 @@ class KinT(NamedTuple):
         m: ``(na, 1)`` masses; h: ``(3, na, N)`` first moments;
         I: ``(3, 3, na, N)`` rotational inertias about the world origin
         (active bodies).
+        packed: without autograd, ``(13, na, N)``: ``m``, ``h`` and ``I``
+            stacked, the storage of ``h`` and ``I``. :func:`crba_entries_t`
+            sums it over subtrees in place, after which ``h`` and ``I`` hold
+            the composite values: call it after everything else that reads them.
     """
 
     R: torch.Tensor
@@ -246,6 +251,7 @@ class KinT(NamedTuple):
     I: torch.Tensor | None
     c: torch.Tensor | None = None
     Ib: torch.Tensor | None = None
+    packed: torch.Tensor | None = None
 
 
 def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bool = True) -> KinT:
@@ -271,23 +277,33 @@ def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bo
     if not origin:
         c = _rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
         return KinT(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
-    h, I = world_inertia_t(R[:, :, o:], p[:, o:], m, com, Ib)
-    return KinT(R, p, Sl, Sa, m, h, I)
+    packed = None
+    if not (torch.is_grad_enabled() or transforms_active()):
+        N = qf.shape[0]
+        packed = R.new_empty(13, topo.na, N)
+        packed[0].copy_(m.expand(topo.na, N))
+    h, I = world_inertia_t(R[:, :, o:], p[:, o:], m, com, Ib, packed)
+    return KinT(R, p, Sl, Sa, m, h, I, packed=packed)
 
 
-def world_inertia_t(Rt, pt, m, com, Ib):
+def world_inertia_t(Rt, pt, m, com, Ib, packed=None):
     """First moments ``m c`` and rotational inertias ``R Ib R^T + m (|c|^2 1 - c c^T)``
     about the world origin, from ``Rt (3, 3, k, N)``, ``pt (3, k, N)``,
-    ``m (k, 1)``, ``com (k, 3)`` and ``Ib (k, 3, 3)`` (at the centre of mass)."""
+    ``m (k, 1)``, ``com (k, 3)`` and ``Ib (k, 3, 3)`` (at the centre of mass).
+    With ``packed`` (``(13, k, N)``, no autograd) they are written into its
+    rows 1-3 and 4-12."""
     ct = _rot(Rt, com.T[:, :, None]).add_(pt)
-    ht = m * ct
+    ht = m * ct if packed is None else torch.mul(m, ct, out=packed[1:4])
     r0, r1, r2 = Rt.unbind(1)  # columns of R, (3, k, N) each
     b0, b1, b2 = Ib.permute(1, 2, 0)[:, :, :, None].unbind(0)  # rows of Ib, (3, k, 1)
     # Y = R Ib, Y[i, j] = sum_l R[i, l] Ib[l, j]; then I = Y R^T.
     Y = r0[:, None] * b0[None]
     Y.addcmul_(r1[:, None], b1[None]).addcmul_(r2[:, None], b2[None])
     y0, y1, y2 = Y.unbind(1)
-    I = y0[:, None] * r0[None]
+    if packed is None:
+        I = y0[:, None] * r0[None]
+    else:
+        I = torch.mul(y0[:, None], r0[None], out=packed[4:].view(3, 3, *ct.shape[1:]))
     I.addcmul_(y1[:, None], r1[None]).addcmul_(y2[:, None], r2[None])
     I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
     d = (ct * ht).sum(0)
@@ -616,7 +632,10 @@ def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) ->
     fb = model.floating_base
     na = topo.na
     N = K.h.shape[-1]
-    packed = torch.cat([K.m[None].expand(1, na, N), K.h, K.I.reshape(9, na, N)], 0)  # (13, na, N)
+    if K.packed is not None:
+        packed = K.packed  # summed in place (see KinT.packed)
+    else:
+        packed = torch.cat([K.m[None].expand(1, na, N), K.h, K.I.reshape(9, na, N)], 0)  # (13, na, N)
     C = _up(topo, packed)  # composite inertias at the world origin
     Cm = C[:, 1:] if fb else C
     Sl, Sa = K.Sl, K.Sa

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._shapes import broadcast_shapes
 from .._errors import BackdriveError, InputError
 from ..spatial._so3 import so3_log_parts
 from ._chain import SerialChainKinematics
@@ -180,7 +181,7 @@ def dls_step(error: torch.Tensor, jacobian: torch.Tensor, damping) -> torch.Tens
             f"dls_step expects error (..., 6) and jacobian (..., 6, n), got "
             f"{tuple(error.shape)} and {tuple(jacobian.shape)}"
         )
-    batch = torch.broadcast_shapes(error.shape[:-1], jacobian.shape[:-2])
+    batch = broadcast_shapes(error.shape[:-1], jacobian.shape[:-2])
     n = jacobian.shape[-1]
     J = jacobian.expand(*batch, 6, n).reshape(-1, 6, n).permute(1, 2, 0)
     e = error.expand(*batch, 6).reshape(-1, 6).T

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from .._shapes import broadcast_shapes
 from .._errors import InputError
 from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
 from ._integrators import INTEGRATORS
@@ -226,7 +227,7 @@ class Simulator:
             raise InputError(
                 f"{name} must be {sysm.dtype} on {sysm.device}, got {controls.dtype} on {controls.device}"
             )
-        batch = torch.broadcast_shapes(q.shape[:-1], v.shape[:-1], controls.shape[: controls.ndim - ndim_u])
+        batch = broadcast_shapes(q.shape[:-1], v.shape[:-1], controls.shape[: controls.ndim - ndim_u])
         q = q.expand(*batch, sysm.nq)
         v = v.expand(*batch, sysm.nv)
         controls = controls.expand(*batch, *controls.shape[controls.ndim - ndim_u :])

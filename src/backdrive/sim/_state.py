@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._shapes import broadcast_shapes
 from .._errors import BackdriveError
 
 __all__ = ["State", "Trajectory", "SimulationError", "NonFiniteError"]
@@ -46,7 +47,7 @@ class State:
 
     @property
     def batch_shape(self) -> torch.Size:
-        return torch.broadcast_shapes(self.q.shape[:-1], self.v.shape[:-1])
+        return broadcast_shapes(self.q.shape[:-1], self.v.shape[:-1])
 
     def detach(self) -> State:
         """The same state cut from the autograd graph."""

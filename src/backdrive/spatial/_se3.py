@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .._shapes import broadcast_shapes
 from ._common import (
     BatchShape,
     as_batch_shape,
@@ -61,7 +62,7 @@ def make_transform(R: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     check_matrix(R, 3, 3, "R")
     check_vector(p, 3, "p")
     check_same_dtype_device(R, p, "R", "p")
-    batch = torch.broadcast_shapes(R.shape[:-2], p.shape[:-1])
+    batch = broadcast_shapes(R.shape[:-2], p.shape[:-1])
     top = torch.cat((R.expand(*batch, 3, 3), p.expand(*batch, 3).unsqueeze(-1)), -1)
     bottom = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=R.dtype, device=R.device)
     return torch.cat((top, bottom.expand(*batch, 1, 4)), -2)
