@@ -502,6 +502,7 @@ class _Level(NamedTuple):
     tgt: torch.Tensor  # entries M[anc_a(k), anc_b(k)], b <= a, updated by the level
     src_a: torch.Tensor  # (len(tgt),) position of (k, a) in the level's (n d) block
     src_b: torch.Tensor
+    tgt_by_a: tuple  # per ancestor a: the entries M[anc_a(k), anc_b(k)], k-major, b <= a
 
 
 class _Sparsity(NamedTuple):
@@ -613,7 +614,8 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
                     sa.append(n * depth + a)
                     sb.append(n * depth + b)
         t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
-        levels.append(_Level(depth, t(ks), t(xpos), t(dpos), t(anc), t(tgt), t(sa), t(sb)))
+        by_a = tuple(t([pos[(ancs[k][a], ancs[k][b])] for k in ks for b in range(a + 1)]) for a in range(depth))
+        levels.append(_Level(depth, t(ks), t(xpos), t(dpos), t(anc), t(tgt), t(sa), t(sb), by_a))
     t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
     return _Sparsity(
         nnz=len(pos),
@@ -711,6 +713,13 @@ def _pairs_by_runs(sp, Sl, Sa, Fl, Fa, npairs, N):
     return P
 
 
+#: Levels of the LTDL factorisation with fewer updates than this gather their
+#: factors (fewest operations); larger ones multiply strided views per
+#: ancestor (least memory traffic; measured 2.5 ms faster for the quadruped
+#: at 10,000 samples).
+LTDL_GATHER_MAX = 48
+
+
 class LTDLFactor:
     """``M = L^T D L`` with the tree's sparsity; :meth:`solve` applies ``M^-1``.
 
@@ -726,8 +735,16 @@ class LTDLFactor:
             X = E.index_select(0, lv.xpos)  # (n d, N)
             Dk = E.index_select(0, lv.dpos)  # (n, N)
             Lk = (X.view(n, d, N) / Dk[:, None]).view(n * d, N)
-            U = Lk.index_select(0, lv.src_a).mul_(X.index_select(0, lv.src_b))
-            E.index_add_(0, lv.tgt, U, alpha=-1.0)
+            if lv.tgt.numel() < LTDL_GATHER_MAX:
+                # Few updates: two gathers, one product, one scatter.
+                U = Lk.index_select(0, lv.src_a).mul_(X.index_select(0, lv.src_b))
+                E.index_add_(0, lv.tgt, U, alpha=-1.0)
+            else:
+                # Many (a floating base under every leg): one product per
+                # ancestor a of strided views, no gathered copies.
+                L3, X3 = Lk.view(n, d, N), X.view(n, d, N)
+                for a, tgt in enumerate(lv.tgt_by_a):
+                    E.index_add_(0, tgt, (L3[:, a : a + 1] * X3[:, : a + 1]).view(-1, N), alpha=-1.0)
             Ls.append(Lk)
         self.Ls = Ls
         self.D = E.index_select(0, sp.dpos)
