@@ -95,14 +95,14 @@ def compile_forward_dynamics(
     the eager ones.
 
     Measured speed (one torch thread, CPU time, ``benchmarks/dynamics.py``
-    on a 2-core machine): the Panda at batch 1 0.43 ms against 1.4 ms eager,
-    the quadruped 0.9 against 1.7 ms; at batch 100 2.1 against 2.6 ms and
-    2.2 against 4.3 ms. At batch 10000 the compiled kernels were slower than
-    the eager batch-last path (Panda float32 67 against 25 ms, float64 183
-    against 48 ms; much of it page faults: the kernels allocate many large
-    buffers per call, which the allocator returns to the system), so by
-    default such batches run the eager :func:`forward_dynamics` (see
-    ``eager_from``).
+    on a 2-core machine, float32, freed memory retained with
+    :func:`backdrive.runtime.retain_freed_memory`): the Panda at batch 1
+    0.45 ms against 1.1 ms eager, the quadruped 0.64 against 2.1 ms; at
+    batch 100 0.93 against 3.8 ms and 0.94 against 3.4 ms. At batch 10000
+    the compiled kernels were slower than the eager batch-last path for the
+    Panda (30 against 19 ms) and faster for the quadruped (31 against 43 ms),
+    and slower for both in float64; by default such batches run the eager
+    :func:`forward_dynamics` (see ``eager_from``).
 
     Args:
         robot: the robot model (its dtype and device are the inputs').

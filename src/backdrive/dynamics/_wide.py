@@ -78,6 +78,21 @@ def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _cross_add(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``out + a x b``: in place on ``out`` without autograd (``out`` a fresh
+    array of the full shape, aliasing neither ``a`` nor ``b``), which saves
+    the product's own array and one pass over memory."""
+    if torch.is_grad_enabled() or transforms_active():
+        return out + _cross(a, b)
+    a0, a1, a2 = a.unbind(0)
+    b0, b1, b2 = b.unbind(0)
+    o0, o1, o2 = out.unbind(0)
+    o0.addcmul_(a1, b2).addcmul_(a2, b1, value=-1.0)
+    o1.addcmul_(a2, b0).addcmul_(a0, b2, value=-1.0)
+    o2.addcmul_(a0, b1).addcmul_(a1, b0, value=-1.0)
+    return out
+
+
 def _rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``R x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
     r0, r1, r2 = R.unbind(1)
@@ -343,9 +358,7 @@ def _inertia(K: KinT, xl: torch.Tensor, xa: torch.Tensor):
         return fl, fa + _cross(K.c, fl)
     fl = _cross(xa, K.h)
     fl = fl.addcmul(K.m, xl) if torch.is_grad_enabled() else fl.addcmul_(K.m, xl)
-    fa = _rot(K.I, xa)
-    fa = fa + _cross(K.h, xl)
-    return fl, fa
+    return fl, _cross_add(_rot(K.I, xa), K.h, xl)
 
 
 def _first_active(K: KinT) -> int:
@@ -444,7 +457,7 @@ def rnea_t(
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
         # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
-        Al = _cross(Vma, Jl) + _cross(Vml, Ja)
+        Al = _cross_add(_cross(Vma, Jl), Vml, Ja)
         Aa = _cross(Vma, Ja)
         if at is not None:
             qdd = rates(at)
@@ -460,8 +473,8 @@ def rnea_t(
         fl, fa = _inertia(K, Al, Aa)
         hl, ha = _inertia(K, Vl, Va)
         # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
-        fl = fl + _cross(Va, hl)
-        fa = fa + _cross(Va, ha) + _cross(Vl, hl)
+        fl = _cross_add(fl, Va, hl)
+        fa = _cross_add(_cross_add(fa, Va, ha), Vl, hl)
     elif at is not None:
         qdd = rates(at)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Sl * qdd, Sa * qdd)
@@ -644,7 +657,7 @@ def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) ->
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
     Fl = _cross(Sa, hc).addcmul_(m, Sl)
-    Fa = _rot(Ic, Sa).add_(_cross(hc, Sl))
+    Fa = _cross_add(_rot(Ic, Sa), hc, Sl)
     npairs = sum(run[3] for run in sp.runs)
     if len(sp.runs) > 2 and N <= LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
