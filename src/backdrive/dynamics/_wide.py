@@ -469,7 +469,7 @@ def rnea_t(
                 b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
             Al, Aa = with_base(b, Al, Aa)
         Al, Aa = _down(topo, Al), _down(topo, Aa)
-        Al = Al + grav
+        Al = Al + grav if torch.is_grad_enabled() or transforms_active() else Al.add_(grav)
         fl, fa = _inertia(K, Al, Aa)
         hl, ha = _inertia(K, Vl, Va)
         # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
