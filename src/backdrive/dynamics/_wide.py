@@ -101,11 +101,12 @@ def _rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
-def _rot_t(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``R^T x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
+def _rot_t(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``R^T x`` for ``R (3, 3, ...)`` and ``x (3, ...)`` (into ``out``
+    without autograd)."""
     r0, r1, r2 = R.unbind(0)
     x0, x1, x2 = x.unbind(0)
-    out = r0 * x0
+    out = r0 * x0 if out is None else torch.mul(r0, x0, out=out)
     return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
@@ -322,8 +323,12 @@ def world_inertia_t(Rt, pt, m, com, Ib, packed=None):
     I.addcmul_(y1[:, None], r1[None]).addcmul_(y2[:, None], r2[None])
     I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
     d = (ct * ht).sum(0)
-    eye = torch.eye(3, dtype=d.dtype, device=d.device)[:, :, None, None]
-    return ht, I.addcmul_(eye, d)
+    if torch.is_grad_enabled() or transforms_active():
+        eye = torch.eye(3, dtype=d.dtype, device=d.device)[:, :, None, None]
+        return ht, I.addcmul_(eye, d)
+    for i in range(3):  # the diagonal only: a third of the memory traffic
+        I[i, i].add_(d)
+    return ht, I
 
 
 def f_ext_world_t(topo: WideTopo, K: KinT, f_ext: torch.Tensor):
@@ -373,13 +378,18 @@ def _base_to_world(R0, p0, x):
     return lin[:, None], w[:, None]
 
 
-def _world_force_to_base(R0, p0, fl, fa):
+def _world_force_to_base(R0, p0, fl, fa, out=None):
     """World wrenches at the origin ``(3, ..., N)`` halves -> base frame at the
-    base origin, ``(6, ..., N)``: ``[R^T f; R^T (n - p x f)]``."""
+    base origin, ``(6, ..., N)``: ``[R^T f; R^T (n - p x f)]`` (into ``out``
+    without autograd)."""
     shape = (3,) + (1,) * (fl.dim() - 2) + (fl.shape[-1],)
     R0e = R0.reshape((3,) + shape)
     p0e = p0.reshape(shape)
     n = fa - _cross(p0e, fl)
+    if out is not None:
+        _rot_t(R0e, fl, out[:3])
+        _rot_t(R0e, n, out[3:])
+        return out
     return torch.cat([_rot_t(R0e, fl), _rot_t(R0e, n)], 0)
 
 
@@ -659,6 +669,9 @@ def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) ->
     Fl = _cross(Sa, hc).addcmul_(m, Sl)
     Fa = _cross_add(_rot(Ic, Sa), hc, Sl)
     npairs = sum(run[3] for run in sp.runs)
+    # Every entry is written into one array: [base block; base-joint; joint pairs].
+    E = Sl.new_empty(sp.nnz, N)
+    P = E[sp.nnz - npairs :]
     if len(sp.runs) > 2 and N <= LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
         nm = Sl.shape[1]
@@ -669,16 +682,18 @@ def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) ->
         s0, s1, s2 = Sa.unbind(0)
         f0, f1, f2 = Fa.unbind(0)
         Pd.addcmul_(s0[:, None], f0[None]).addcmul_(s1[:, None], f1[None]).addcmul_(s2[:, None], f2[None])
-        P = Pd.view(nm * nm, N).index_select(0, sp.pair_flat)
+        torch.index_select(Pd.view(nm * nm, N), 0, sp.pair_flat, out=P)
     else:
-        P = _pairs_by_runs(sp, Sl, Sa, Fl, Fa, npairs, N)
+        _pairs_by_runs(sp, Sl, Sa, Fl, Fa, P)
     if model.num_joints:
         arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
-        P.index_add_(0, sp.joint_diag - (sp.nnz - P.shape[0]), arm[:, None].expand(-1, N))
+        P.index_add_(0, sp.joint_diag - (sp.nnz - npairs), arm[:, None].expand(-1, N))
     if not fb:
-        return P
+        return E
     R0, p0 = K.R[:, :, 0], K.p[:, 0]
-    Mbj = _world_force_to_base(R0, p0, Fl, Fa).reshape(-1, N)  # (6 nm, N), row c nm + i
+    nb21, nm = len(sp.base_pairs), Sl.shape[1]
+    # Rows c nm + i: the base-frame wrench of joint i's column, component c.
+    _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
     # The whole tree's inertia in the base frame at the base origin.
     mt, ht, It = C[0, 0], C[1:4, 0], C[4:, 0].reshape(3, 3, N)
     hp = ht - mt * p0  # first moment about the base origin
@@ -698,20 +713,19 @@ def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) ->
     z = torch.zeros_like(mt)
     # Spatial inertia [[m 1, -[h]x], [[h]x, I]] in the base frame; lower triangle.
     hx = ((z, -hb[2], hb[1]), (hb[2], z, -hb[0]), (-hb[1], hb[0], z))
-    vals = []
-    for r, c in sp.base_pairs:
+    for k, (r, c) in enumerate(sp.base_pairs):
         if r < 3:
-            vals.append(mt if r == c else z)
+            E[k].copy_(mt if r == c else z)
         elif c < 3:
-            vals.append(hx[r - 3][c])
+            E[k].copy_(hx[r - 3][c])
         else:
-            vals.append(Ib[r - 3, c - 3])
-    return torch.cat([torch.stack(vals), Mbj, P], 0)
+            E[k].copy_(Ib[r - 3, c - 3])
+    return E
 
 
-def _pairs_by_runs(sp, Sl, Sa, Fl, Fa, npairs, N):
-    """``S_j . F_i`` for the joint pairs, a strided run of pairs per operation."""
-    P = Sl.new_empty(npairs, N)
+def _pairs_by_runs(sp, Sl, Sa, Fl, Fa, P):
+    """``S_j . F_i`` for the joint pairs into ``P (npairs, N)``, a strided run
+    of pairs per operation."""
     k = 0
     for j0, i0, step, n in sp.runs:
         sj = slice(j0, j0 + step * (n - 1) + 1, step)
