@@ -18,7 +18,11 @@ def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:
     Raises:
         RuntimeError: the shapes do not broadcast (as ``torch.broadcast_shapes``).
     """
-    ndim = max((len(s) for s in shapes), default=0)
+    if torch.compiler.is_compiling():  # traced once: torch's own is the one dynamo knows
+        return torch.broadcast_shapes(*shapes)
+    ndim = 0
+    for s in shapes:
+        ndim = max(ndim, len(s))
     out = [1] * ndim
     for s in shapes:
         off = ndim - len(s)
