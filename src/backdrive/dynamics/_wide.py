@@ -959,10 +959,10 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
             return (torch.cat([b[0], lin], 1), torch.cat([b[1], ang], 1)) if fb else (lin.clone(), ang.clone())
 
         def apply(xl, xa):  # inertia times x; also R Ib R^T x_a, which the adjoint reuses
-            u = xl + _cross(xa, c)
+            u = _cross(xa, c).add_(xl)
             fl = m * u
             RLx = _rot(Ra, _rot(Ib, _rot_t(Ra, xa)))
-            return fl, RLx + _cross(c, fl), u, RLx
+            return fl, _cross(c, fl).add_(RLx), u, RLx
 
         # ---- forward, as rnea_t
         qd, qdd = rates(vt), rates(at)
@@ -973,15 +973,15 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         else:
             Vl, Va = V
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
-        Jdl = (_cross(Vma, Jl) + _cross(Vml, Ja)).addcmul_(Sl, qdd)
+        Jdl = _cross_add(_cross(Vma, Jl), Vml, Ja).addcmul_(Sl, qdd)
         Jda = _cross(Vma, Ja).addcmul_(Sa, qdd)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Jdl, Jda)
         Al, Aa = _down(topo, Al), _down(topo, Aa)
         Al += -gt[:, None]
         fAl, fAa, uA, RLA = apply(Al, Aa)
         hl, ha, uV, RLV = apply(Vl, Va)
-        Fl = _up(topo, fAl + _cross(Va, hl))
-        Fa = _up(topo, fAa + _cross(Va, ha) + _cross(Vl, hl))
+        Fl = _up(topo, _cross_add(fAl, Va, hl))
+        Fa = _up(topo, _cross_add(_cross_add(fAa, Va, ha), Vl, hl))
         Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
 
         # ---- reverse
@@ -1008,10 +1008,10 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         gfl, gfa = _down(topo, gFl), _down(topo, gFa)
         # f = I A + V x* h, h = I V
         gAl, gAa, _, _ = apply(gfl, gfa)
-        ghl = -(_cross(Va, gfl) + _cross(Vl, gfa))
-        gha = -_cross(Va, gfa)
+        ghl = _cross_add(_cross(gfl, Va), gfa, Vl)  # -(Va x gfl + Vl x gfa)
+        gha = _cross(gfa, Va)
         gVl = _cross(hl, gfa)
-        gVa = _cross(hl, gfl) + _cross(ha, gfa)
+        gVa = _cross_add(_cross(hl, gfl), ha, gfa)
         t1, t2, _, _ = apply(ghl, gha)
         gVl += t1
         gVa += t2
@@ -1019,11 +1019,11 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         gc = torch.zeros_like(c)
         ta = tq[:, o:]
         for (yl, ya), (xl, xa), u, RLx in (((gfl, gfa), (Al, Aa), uA, RLA), ((ghl, gha), (Vl, Va), uV, RLV)):
-            z = yl + _cross(ya, c)
-            gc += m * (_cross(z, xa) + _cross(u, ya))
+            z = _cross(ya, c).add_(yl)
+            gc.addcmul_(_cross_add(_cross(z, xa), u, ya), m)
             RLy = _rot(Ra, _rot(Ib, _rot_t(Ra, ya)))
-            ta += _cross(RLx, ya) + _cross(RLy, xa)
-        ta += _cross(rc, gc)  # c = R com + p
+            _cross_add(_cross_add(ta, RLx, ya), RLy, xa)
+        _cross_add(ta, rc, gc)  # c = R com + p
         gp[:, o:] += gc
         # A = anc Jd + grav
         gJdl, gJda = _up(topo, gAl), _up(topo, gAa)
@@ -1033,11 +1033,11 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         # Jd = Vm x J + S qdd
         gSl.addcmul_(gJdml, qdd)
         gSa.addcmul_(gJdma, qdd)
-        gJl = -_cross(Vma, gJdml)
-        gJa = -(_cross(Vma, gJdma) + _cross(Vml, gJdml))
+        gJl = _cross(gJdml, Vma)  # -(Vma x gJdl)
+        gJa = _cross_add(_cross(gJdma, Vma), gJdml, Vml)
         gVml, gVma = (gVl[:, 1:], gVa[:, 1:]) if fb else (gVl, gVa)
-        gVml += _cross(Ja, gJdml)
-        gVma += _cross(Ja, gJdma) + _cross(Jl, gJdml)
+        _cross_add(gVml, Ja, gJdml)
+        _cross_add(_cross_add(gVma, Ja, gJdma), Jl, gJdml)
         # V = anc [V0; J]
         gVl, gVa = _up(topo, gVl), _up(topo, gVa)
         gJl += gVl[:, 1:] if fb else gVl
@@ -1058,14 +1058,14 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
             gaw = gSa * topo.is_rev + _cross(gSl_r, pm) + gSl * topo.is_pri
             gpm += _cross(aw, gSl_r)
         else:
-            gaw = gSa + _cross(gSl, pm)
-            gpm += _cross(aw, gSl)
-        tm += _cross(aw, gaw)
+            gaw = _cross_add(gSa, gSl, pm)
+            _cross_add(gpm, aw, gSl)
+        _cross_add(tm, aw, gaw)
         # Poses -> joints: a joint turns (or shifts) its whole subtree.
         G = _up(topo, gp[:, o:].clone())
-        T = _up(topo, (tq + _cross(p, gp))[:, o:].contiguous())
+        T = _up(topo, _cross_add(tq, p, gp)[:, o:].contiguous())
         Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
-        gth = (aw * (Tm - _cross(pm, Gm))).sum(0)
+        gth = (aw * _cross_add(Tm, Gm, pm)).sum(0)  # aw . (Tm - pm x Gm)
         if topo.has_pri:
             gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
         gq = qf.new_zeros(qf.shape)
