@@ -97,11 +97,11 @@ def compile_forward_dynamics(
     Measured speed (one torch thread, CPU time, ``benchmarks/dynamics.py``
     on a 2-core machine, float32, freed memory retained with
     :func:`backdrive.runtime.retain_freed_memory`): the Panda at batch 1
-    0.45 ms against 1.1 ms eager, the quadruped 0.64 against 2.1 ms; at
-    batch 100 0.93 against 3.8 ms and 0.94 against 3.4 ms. At batch 10000
-    the compiled kernels were slower than the eager batch-last path for the
-    Panda (30 against 19 ms) and faster for the quadruped (31 against 43 ms),
-    and slower for both in float64; by default such batches run the eager
+    0.35 ms against 1.5 ms eager, the quadruped 0.70 against 2.2 ms; at
+    batch 100 0.89 against 2.7 ms and 1.1 against 3.1 ms. At batch 10000
+    the compiled kernels were slower than the eager batch-last path (31
+    against 19 ms for the Panda, 31 against 29 ms for the quadruped, and
+    slower still in float64), so by default such batches run the eager
     :func:`forward_dynamics` (see ``eager_from``).
 
     Args:
