@@ -387,10 +387,7 @@ def _fk_t(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = F
         pl = torch.addcmul(c["ppl_L"], c["Raxis_L"], theta * c["is_pri_L"])
     else:
         pl = c["ppl_L"].expand(3, nb - 1, N)
-    if not (torch.is_grad_enabled() or transforms_active()):
-        R, p = _levels_into(c, nb, N, R0, p0, Rl, pl)
-    else:
-        R, p = _levels_cat(c, R0, p0, Rl, pl)
+    R, p = _levels(c, nb, N, R0, p0, Rl, pl, into=not (torch.is_grad_enabled() or transforms_active()))
     if not level_order and not model.levels_sorted:
         R, p = R.index_select(-2, model.level_inverse), p.index_select(-2, model.level_inverse)
     if keep:
@@ -398,52 +395,41 @@ def _fk_t(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = F
     return R, p, None, None, None, None
 
 
-def _levels_into(c: dict, nb: int, N: int, R0, p0, Rl, pl):
-    """The level recursion of :func:`_fk_t` without autograd: each level's
-    poses are written into their slice of one ``(3, 3, nb, N)`` /
-    ``(3, nb, N)`` array (no concatenation copy)."""
-    R = Rl.new_empty(3, 3, nb, N)
-    p = Rl.new_empty(3, nb, N)
-    R[:, :, :1].copy_(R0)
-    p[:, :1].copy_(p0)
+def _levels(c: dict, nb: int, N: int, R0, p0, Rl, pl, into: bool):
+    """The level recursion of :func:`_fk_t`: ``R_c = R_p R_l``,
+    ``p_c = R_p p_l + p_p``, one batched step per depth level.
+
+    ``into`` (no autograd): each level is written into its slice of one
+    ``(3, 3, nb, N)`` / ``(3, nb, N)`` array; otherwise (differentiable) each
+    level is a new array and they are concatenated.
+    """
+    if into:
+        R, p = Rl.new_empty(3, 3, nb, N), Rl.new_empty(3, nb, N)
+        R[:, :, :1].copy_(R0)
+        p[:, :1].copy_(p0)
+    Rs, ps = [R0], [p0]
     prev = slice(0, 1)
     for sl, par in zip(c["level_slices"], c["level_parents"]):
-        Rp, pp = R[:, :, prev], p[:, prev]
+        Rp, pp = (R[:, :, prev], p[:, prev]) if into else (Rs[-1], ps[-1])
         if par is not None:
             Rp, pp = _take(Rp, par, -2), _take(pp, par, -2)
         cur = slice(sl.start + 1, sl.stop + 1)  # the level's positions among all bodies
-        a0, a1, a2 = Rp.unbind(1)
-        c0, c1, c2 = Rl[:, :, sl].unbind(0)
-        Ro = R[:, :, cur]
-        torch.mul(a0[:, None], c0[None], out=Ro)
-        Ro.addcmul_(a1[:, None], c1[None]).addcmul_(a2[:, None], c2[None])
-        d0, d1, d2 = pl[:, sl].unbind(0)
-        po = p[:, cur]
-        torch.mul(a0, d0, out=po)
-        po.addcmul_(a1, d1).addcmul_(a2, d2).add_(pp)
-        prev = cur
-    return R, p
-
-
-def _levels_cat(c: dict, R0, p0, Rl, pl):
-    """The level recursion of :func:`_fk_t`, differentiable (one array per
-    level, concatenated)."""
-    Rs, ps = [R0], [p0]
-    for sl, par in zip(c["level_slices"], c["level_parents"]):
-        Rp, pp = Rs[-1], ps[-1]
-        if par is not None:
-            Rp, pp = _take(Rp, par, -2), _take(pp, par, -2)
-        Rc, pc = Rl[:, :, sl], pl[:, sl]
         # unbind, not indexing: its backward is one stack, not a zero-filled copy per component.
         a0, a1, a2 = Rp.unbind(1)  # columns of the parent rotation
-        c0, c1, c2 = Rc.unbind(0)  # rows of the local rotation
-        R = a0[:, None] * c0[None]
-        R.addcmul_(a1[:, None], c1[None]).addcmul_(a2[:, None], c2[None])
-        d0, d1, d2 = pc.unbind(0)
-        p = a0 * d0
-        p.addcmul_(a1, d1).addcmul_(a2, d2).add_(pp)
-        Rs.append(R)
-        ps.append(p)
+        c0, c1, c2 = Rl[:, :, sl].unbind(0)  # rows of the local rotation
+        d0, d1, d2 = pl[:, sl].unbind(0)
+        if into:
+            Rc = torch.mul(a0[:, None], c0[None], out=R[:, :, cur])
+            pc = torch.mul(a0, d0, out=p[:, cur])
+        else:
+            Rc, pc = a0[:, None] * c0[None], a0 * d0
+        Rc.addcmul_(a1[:, None], c1[None]).addcmul_(a2[:, None], c2[None])
+        pc.addcmul_(a1, d1).addcmul_(a2, d2).add_(pp)
+        Rs.append(Rc)
+        ps.append(pc)
+        prev = cur
+    if into:
+        return R, p
     return torch.cat(Rs, dim=-2), torch.cat(ps, dim=-2)
 
 
