@@ -35,7 +35,7 @@ from typing import NamedTuple
 import torch
 
 from .._shapes import broadcast_shapes
-from ..kinematics._fk import body_transforms_t, transforms_active
+from ..kinematics._fk import body_transforms_t, untracked
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
@@ -62,7 +62,7 @@ def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     a0, a1, a2 = a.unbind(0)
     b0, b1, b2 = b.unbind(0)
-    if torch.is_grad_enabled() or transforms_active():  # out= is not differentiable
+    if not untracked():  # out= is not differentiable
         return torch.stack(
             [
                 torch.addcmul(a1 * b2, a2, b1, value=-1.0),
@@ -82,7 +82,7 @@ def _cross_add(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Ten
     """``out + a x b``: in place on ``out`` without autograd (``out`` a fresh
     array of the full shape, aliasing neither ``a`` nor ``b``), which saves
     the product's own array and one pass over memory."""
-    if torch.is_grad_enabled() or transforms_active():
+    if not untracked():
         return out + _cross(a, b)
     a0, a1, a2 = a.unbind(0)
     b0, b1, b2 = b.unbind(0)
@@ -294,7 +294,7 @@ def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bo
         c = _rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
         return KinT(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
     packed = None
-    if not (torch.is_grad_enabled() or transforms_active()):
+    if untracked():
         N = qf.shape[0]
         packed = R.new_empty(13, topo.na, N)
         packed[0].copy_(m.expand(topo.na, N))
@@ -323,7 +323,7 @@ def world_inertia_t(Rt, pt, m, com, Ib, packed=None):
     I.addcmul_(y1[:, None], r1[None]).addcmul_(y2[:, None], r2[None])
     I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
     d = (ct * ht).sum(0)
-    if torch.is_grad_enabled() or transforms_active():
+    if not untracked():
         eye = torch.eye(3, dtype=d.dtype, device=d.device)[:, :, None, None]
         return ht, I.addcmul_(eye, d)
     for i in range(3):  # the diagonal only: a third of the memory traffic
@@ -479,7 +479,7 @@ def rnea_t(
                 b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
             Al, Aa = with_base(b, Al, Aa)
         Al, Aa = _down(topo, Al), _down(topo, Aa)
-        Al = Al + grav if torch.is_grad_enabled() or transforms_active() else Al.add_(grav)
+        Al = Al.add_(grav) if untracked() else Al + grav
         fl, fa = _inertia(K, Al, Aa)
         hl, ha = _inertia(K, Vl, Va)
         # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
@@ -911,7 +911,6 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
     of a forward pass at the same ``(q, v)`` (``LTDLFactor.kin``), reused.
     Returns ``(gq, gv)`` with the shapes of ``q`` and ``v``.
     """
-    from ..kinematics._fk import body_transforms_t, transforms_active
     from ..spatial import quat_to_matrix
 
     topo = wide_topology(model)

@@ -242,6 +242,13 @@ def body_transforms_t(
     return _fk_t(model, qf, level_order)[:2]
 
 
+def untracked() -> bool:
+    """Whether nothing records the current operations: grad mode off and no
+    ``torch.func`` transform or forward-mode AD active. The ``out=`` and
+    in-place kernels of the large-batch paths are used only then."""
+    return not (torch.is_grad_enabled() or transforms_active())
+
+
 def transforms_active() -> bool:
     """Whether a ``torch.func`` transform or forward-mode AD is active.
 
@@ -387,7 +394,7 @@ def _fk_t(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = F
         pl = torch.addcmul(c["ppl_L"], c["Raxis_L"], theta * c["is_pri_L"])
     else:
         pl = c["ppl_L"].expand(3, nb - 1, N)
-    R, p = _levels(c, nb, N, R0, p0, Rl, pl, into=not (torch.is_grad_enabled() or transforms_active()))
+    R, p = _levels(c, nb, N, R0, p0, Rl, pl, into=untracked())
     if not level_order and not model.levels_sorted:
         R, p = R.index_select(-2, model.level_inverse), p.index_select(-2, model.level_inverse)
     if keep:
