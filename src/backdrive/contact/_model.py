@@ -1,0 +1,354 @@
+"""Detection, forces and contact dynamics for one robot on a terrain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .._errors import InputError
+from ..dynamics import bias_forces, forward_dynamics, joint_forces, mass_matrix
+from ..kinematics import body_transforms
+from ..model import RobotModel
+from ._geometry import ContactGeometry
+from ._law import ContactParameters, contact_law, per_point, resolve_parameters
+from ._terrain import GroundPlane, Terrain
+
+__all__ = ["ContactModel", "ContactResult", "CONTACT_SCHEMES"]
+
+#: ``ContactModel.acceleration(..., scheme=)`` values.
+CONTACT_SCHEMES = ("explicit", "implicit")
+
+
+@dataclass(frozen=True, eq=False)
+class ContactResult:
+    """Every contact point's state and force (``np`` points, world frame).
+
+    Attributes:
+        point: ``(..., np, 3)`` where the force acts: the deepest point of
+            the shape, ``centre - radius * normal``, m.
+        normal: ``(..., np, 3)`` terrain's outward unit normal.
+        penetration: ``(..., np)`` m, positive inside the terrain (points far
+            from the ground have large negative values and zero force).
+        normal_velocity: ``(..., np)`` m/s, positive separating.
+        slip_velocity: ``(..., np, 3)`` tangential velocity of the point, m/s.
+        normal_force: ``(..., np)`` N, magnitude along ``normal``.
+        friction_force: ``(..., np, 3)`` N, tangential.
+        force: ``(..., np, 3)`` N, total force on the robot at ``point``.
+        f_ext: ``(..., nb, 6)`` the same forces as body wrenches, body frame at
+            the body origin, ``[force; torque]`` (the ``f_ext`` of
+            :func:`backdrive.dynamics.forward_dynamics`).
+        jacobian: ``(..., np, 3, nv)`` linear velocity Jacobian of each point
+            (``v_point = J v``, world frame; floating base: base twist in the
+            base frame).
+    """
+
+    point: torch.Tensor
+    normal: torch.Tensor
+    penetration: torch.Tensor
+    normal_velocity: torch.Tensor
+    slip_velocity: torch.Tensor
+    normal_force: torch.Tensor
+    friction_force: torch.Tensor
+    force: torch.Tensor
+    f_ext: torch.Tensor
+    jacobian: torch.Tensor
+    _c_n: torch.Tensor
+    _k_n: torch.Tensor
+    _mu_fn_over_s: torch.Tensor
+    _s: torch.Tensor
+
+    @property
+    def total_force(self) -> torch.Tensor:
+        """``(..., 3)`` sum of all contact forces on the robot, N (the ground reaction)."""
+        return self.force.sum(-2)
+
+    def generalized_force(self) -> torch.Tensor:
+        """``(..., nv)`` the contact forces as generalised forces ``sum_c J_c^T f_c``."""
+        return torch.einsum("...pin,...pi->...n", self.jacobian, self.force)
+
+
+class ContactModel:
+    """Contact between a robot's geometry and a terrain under one force law.
+
+    Args:
+        robot: the robot the geometry was built for.
+        geometry: :class:`ContactGeometry`; by default the URDF's collision
+            shapes (:meth:`ContactGeometry.from_model`).
+        terrain: :class:`GroundPlane` (default: ``z = 0``) or :class:`Heightfield`.
+        params: :class:`ContactParameters` (checked here, once).
+
+    Raises:
+        InvalidValueError: a NaN, infinite or negative parameter (naming it
+            and the shape's link).
+        InputError: a geometry of another robot, wrong shapes or dtypes.
+    """
+
+    def __init__(
+        self,
+        robot: RobotModel,
+        geometry: ContactGeometry | None = None,
+        terrain: Terrain | None = None,
+        params: ContactParameters | None = None,
+    ):
+        if not isinstance(robot, RobotModel):
+            raise InputError(f"robot must be a RobotModel, got {type(robot).__name__}")
+        geometry = ContactGeometry.from_model(robot) if geometry is None else geometry
+        if not isinstance(geometry, ContactGeometry):
+            raise InputError(f"geometry must be a ContactGeometry, got {type(geometry).__name__}")
+        geometry.check_robot(robot)
+        if geometry.point_local.dtype != robot.dtype or geometry.point_local.device != robot.device:
+            geometry = geometry.to(device=robot.device, dtype=robot.dtype)
+        terrain = GroundPlane() if terrain is None else terrain
+        if not isinstance(terrain, Terrain):
+            raise InputError(f"terrain must be a GroundPlane or Heightfield, got {type(terrain).__name__}")
+        params = ContactParameters() if params is None else params
+        self.geometry = geometry
+        self.terrain = terrain
+        self.params = params
+        self._p = resolve_parameters(params, geometry.shape_links, robot.dtype, robot.device)
+        if terrain.friction is not None:
+            mu = terrain.friction
+            mu = mu if isinstance(mu, torch.Tensor) else torch.as_tensor(float(mu), dtype=robot.dtype, device=robot.device)
+            self._p["friction"] = mu
+        self._fingerprint = robot.fingerprint
+        self._dtype, self._device = robot.dtype, robot.device
+        self._support, self._coupling = _jacobian_constants(robot, geometry)
+
+    def replace(self, *, geometry=None, terrain=None, params=None, robot: RobotModel) -> ContactModel:
+        """A model with some parts changed (``robot`` is needed to check them)."""
+        return ContactModel(
+            robot,
+            self.geometry if geometry is None else geometry,
+            self.terrain if terrain is None else terrain,
+            self.params if params is None else params,
+        )
+
+    @property
+    def num_points(self) -> int:
+        return self.geometry.num_points
+
+    def _check(self, robot: RobotModel) -> None:
+        if robot.fingerprint != self._fingerprint or robot.dtype != self._dtype or robot.device != self._device:
+            raise InputError(
+                f"this ContactModel was built for robot {self.geometry.robot_name!r} in {self._dtype} on "
+                f"{self._device}; got {robot.name!r} in {robot.dtype} on {robot.device}"
+            )
+
+    # ------------------------------------------------------------ forces
+
+    def forces(self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor) -> ContactResult:
+        """Detect contacts at ``(q, v)`` and evaluate the force law.
+
+        Args:
+            robot: the model (physical parameters may be replaced).
+            q: ``(..., nq)``. v: ``(..., nv)``.
+
+        Returns:
+            :class:`ContactResult` with batch shape ``broadcast(q, v)``.
+        """
+        self._check(robot)
+        robot.check_q(q)
+        robot.check_vector(v, robot.nv, "v")
+        g = self.geometry
+        Rb, pb = body_transforms(robot, q)
+        Rp = Rb.index_select(-3, g.point_body)  # (..., np, 3, 3)
+        centre = (Rp @ g.point_local[:, :, None])[..., 0] + pb.index_select(-2, g.point_body)
+        dist, n = self.terrain.query(centre)
+        radius = g.point_radius
+        phi = radius - dist
+        point = centre - radius[:, None] * n
+        J = _point_jacobians(robot, Rb, pb, point, self._support, self._coupling)
+        v_c = (J @ v[..., None, :, None])[..., 0]
+        v_n = (v_c * n).sum(-1)
+        v_t = v_c - v_n[..., None] * n
+        p = self._p
+        ps = g.point_shape
+        f_n, f_t, c_n, k_n, s = contact_law(
+            phi,
+            v_n,
+            v_t,
+            stiffness=per_point(p["stiffness"], ps),
+            damping=per_point(p["damping"], ps),
+            friction=per_point(p["friction"], ps),
+            normal_width=per_point(p["normal_width"], ps),
+            stiction_width=per_point(p["stiction_width"], ps),
+            clamp_normal=p["clamp_normal"],
+        )
+        force = f_n[..., None] * n + f_t
+        f_ext = _body_wrenches(robot, Rb, pb, point, force, g.point_body)
+        mu = per_point(p["friction"], ps)
+        return ContactResult(
+            point=point,
+            normal=n,
+            penetration=phi,
+            normal_velocity=v_n,
+            slip_velocity=v_t,
+            normal_force=f_n,
+            friction_force=f_t,
+            force=force,
+            f_ext=f_ext,
+            jacobian=J,
+            _c_n=c_n,
+            _k_n=k_n,
+            _mu_fn_over_s=mu * torch.clamp_min(f_n, 0.0) / s,
+            _s=s,
+        )
+
+    # ------------------------------------------------------------ dynamics
+
+    def acceleration(
+        self,
+        robot: RobotModel,
+        q: torch.Tensor,
+        v: torch.Tensor,
+        tau: torch.Tensor,
+        *,
+        dt: float | None = None,
+        scheme: str = "implicit",
+        gravity: torch.Tensor | None = None,
+        extra_damping: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ContactResult]:
+        """Accelerations ``(..., nv)`` under ``tau`` and the contact forces.
+
+        ``"explicit"``: ``M a = tau + tau_joint - h + J^T f(q, v)`` (needs
+        small steps: stable for ``dt < 2 m / d`` and ``dt < 2 sqrt(m / k)``).
+
+        ``"implicit"`` (needs ``dt``; for a semi-implicit Euler step
+        ``v' = v + dt a``, ``q' = q (+) dt v'``): the contact force is
+        linearised in the new velocity and position,
+        ``f' = f - C J dt a - K J dt (v + dt a)`` with ``C = -df/dv_c`` (normal
+        damping and the exact Jacobian of the regularised friction) and
+        ``K = k n n^T`` (normal stiffness), so that
+
+            (M + dt J^T C J + dt^2 J^T K J) a = tau + tau_joint - h + J^T f - dt J^T K J v.
+
+        ``C`` and ``K`` are positive semi-definite, so the matrix is
+        symmetric positive definite and the step stays stable for stiff
+        contact and small stiction widths (see ``docs/contact.md``).
+
+        Args:
+            robot, q, v: as :meth:`forces`. tau: ``(..., nv)`` applied forces.
+            dt: the step the acceleration will be used for (s).
+            scheme: ``"implicit"`` (default) or ``"explicit"``.
+            gravity: optional ``(..., 3)``.
+            extra_damping: optional ``(..., nv)`` non-negative diagonal damping
+                ``D`` of other forces already in ``tau`` (``tau`` holds
+                ``-D v``) to treat implicitly too (adds ``dt diag(D)`` to the
+                matrix), e.g. PD velocity gains.
+
+        Returns:
+            ``a (..., nv)`` and the :class:`ContactResult` at ``(q, v)``.
+        """
+        if scheme not in CONTACT_SCHEMES:
+            raise InputError(f"unknown contact scheme {scheme!r}; valid: {', '.join(CONTACT_SCHEMES)}")
+        res = self.forces(robot, q, v)
+        if scheme == "explicit":
+            return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
+        if dt is None or not dt > 0:
+            raise InputError(f"the implicit contact scheme needs the step dt > 0, got {dt!r}")
+        J = res.jacobian
+        n = res.normal
+        # Per-point 3x3 damping C and stiffness K (world frame).
+        nnT = n[..., :, None] * n[..., None, :]
+        eye = torch.eye(3, dtype=n.dtype, device=n.device)
+        vt = res.slip_velocity
+        s = res._s
+        fric = res._mu_fn_over_s[..., None, None] * (
+            eye - nnT - vt[..., :, None] * vt[..., None, :] / (s * s)[..., None, None]
+        )
+        C = res._c_n[..., None, None] * nnT + fric
+        K = res._k_n[..., None, None] * nnT
+        W = dt * C + (dt * dt) * K
+        JtWJ = torch.einsum("...pim,...pij,...pjn->...mn", J, W, J)
+        M = mass_matrix(robot, q)
+        A = M + JtWJ
+        if extra_damping is not None:
+            A = A + dt * torch.diag_embed(extra_damping)
+        Jv = (J @ v[..., None, :, None])[..., 0]  # (..., np, 3)
+        KJv = (K @ Jv[..., None])[..., 0]
+        rhs = (
+            tau
+            + joint_forces(robot, v)
+            - bias_forces(robot, q, v, gravity=gravity)
+            + torch.einsum("...pin,...pi->...n", J, res.force - dt * KJv)
+        )
+        L = torch.linalg.cholesky(A)
+        a = torch.cholesky_solve(rhs[..., None], L)[..., 0]
+        return a, res
+
+    def __repr__(self) -> str:
+        return f"ContactModel({self.geometry!r}, terrain={self.terrain!r})"
+
+
+# ---------------------------------------------------------------- kinematics
+
+
+def _jacobian_constants(robot: RobotModel, geometry: ContactGeometry):
+    """``support (np, nb - 1)``: 1 where moving body ``j`` carries point ``p``;
+    ``coupling (nb - 1, nj)``: body joint rates from joint coordinates."""
+    nb, nj = robot.num_bodies, robot.num_joints
+    parent = robot.parent.tolist()
+    anc = torch.zeros(nb, nb, dtype=robot.dtype)
+    for b in range(nb):
+        a = b
+        while a >= 0:
+            anc[b, a] = 1.0
+            a = parent[a]
+    support = anc[geometry.point_body.cpu()][:, 1:].to(robot.device)
+    coupling = torch.zeros(max(nb - 1, 0), nj, dtype=robot.dtype)
+    jc = robot.joint_coordinate.tolist()
+    mult = robot.joint_multiplier.tolist()
+    for b in range(1, nb):
+        coupling[b - 1, jc[b]] = mult[b]
+    return support, coupling.to(robot.device)
+
+
+def _skew(x: torch.Tensor) -> torch.Tensor:
+    z = torch.zeros_like(x[..., 0])
+    return torch.stack(
+        [
+            torch.stack([z, -x[..., 2], x[..., 1]], -1),
+            torch.stack([x[..., 2], z, -x[..., 0]], -1),
+            torch.stack([-x[..., 1], x[..., 0], z], -1),
+        ],
+        -2,
+    )
+
+
+def _point_jacobians(robot: RobotModel, Rb, pb, point, support, coupling) -> torch.Tensor:
+    """``(..., np, 3, nv)`` world linear-velocity Jacobians of world points fixed to bodies.
+
+    Column of moving body ``j`` for a point ``c`` it carries: ``a_j x (c - p_j)``
+    (revolute) or ``a_j`` (prismatic), with ``a_j`` the world joint axis;
+    mimic multipliers through ``coupling``. Floating base: ``[R0, -[c - p0]x R0]``
+    for the base-frame twist.
+    """
+    cols = []
+    batch = point.shape[:-2]
+    npnt = point.shape[-2]
+    if robot.floating_base:
+        R0 = Rb[..., 0:1, :, :].expand(*batch, npnt, 3, 3)
+        r = point - pb[..., 0:1, :]
+        cols.append(torch.cat([R0, -_skew(r) @ R0], -1))
+    if robot.num_joints:
+        axes = (Rb[..., 1:, :, :] @ robot.joint_axis[1:, :, None])[..., 0]  # (..., nb-1, 3)
+        r = point[..., :, None, :] - pb[..., None, 1:, :]  # (..., np, nb-1, 3)
+        ax = axes[..., None, :, :].expand_as(r)
+        lin = torch.where(robot.joint_is_prismatic[1:, None] > 0, ax, torch.cross(ax, r, dim=-1))
+        lin = lin * support[..., None]
+        cols.append(lin.transpose(-1, -2) @ coupling)  # (..., np, 3, nj)
+    if not cols:
+        return point.new_zeros(*batch, npnt, 3, 0)
+    return torch.cat(cols, -1)
+
+
+def _body_wrenches(robot: RobotModel, Rb, pb, point, force, point_body) -> torch.Tensor:
+    """Sum point forces into ``(..., nb, 6)`` body-frame wrenches at the body origins."""
+    Rp = Rb.index_select(-3, point_body)
+    r = point - pb.index_select(-2, point_body)
+    torque = torch.cross(r, force, dim=-1)
+    RT = Rp.transpose(-1, -2)
+    w = torch.cat([(RT @ force[..., None])[..., 0], (RT @ torque[..., None])[..., 0]], -1)
+    out = w.new_zeros(*w.shape[:-2], robot.num_bodies, 6)
+    return out.index_add(-2, point_body, w)
