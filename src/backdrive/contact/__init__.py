@@ -12,6 +12,7 @@ implicitly. Every parameter is a tensor that may require grad. See
 from ._geometry import MESH_RULES, SHAPE_KINDS, ContactApproximationWarning, ContactGeometry, ContactShape
 from ._law import DEFAULT_CONTACT, ContactParameters, contact_law, restitution
 from ._model import CONTACT_SCHEMES, ContactModel, ContactResult
+from ._step import contact_step, integrate_world
 from ._terrain import GroundPlane, Heightfield, Terrain
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "GroundPlane",
     "Heightfield",
     "Terrain",
+    "contact_step",
+    "integrate_world",
     "contact_law",
     "restitution",
     "DEFAULT_CONTACT",

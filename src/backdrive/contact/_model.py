@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +58,7 @@ class ContactResult:
     _k_n: torch.Tensor
     _mu_fn_over_s: torch.Tensor
     _s: torch.Tensor
+    _bodies: tuple = ()
 
     @property
     def total_force(self) -> torch.Tensor:
@@ -114,6 +116,7 @@ class ContactModel:
         self._fingerprint = robot.fingerprint
         self._dtype, self._device = robot.dtype, robot.device
         self._support, self._coupling = _jacobian_constants(robot, geometry)
+
 
     def replace(self, *, geometry=None, terrain=None, params=None, robot: RobotModel) -> ContactModel:
         """A model with some parts changed (``robot`` is needed to check them)."""
@@ -193,6 +196,7 @@ class ContactModel:
             _k_n=k_n,
             _mu_fn_over_s=mu * torch.clamp_min(f_n, 0.0) / s,
             _s=s,
+            _bodies=(Rb, pb),
         )
 
     # ------------------------------------------------------------ dynamics
@@ -221,7 +225,11 @@ class ContactModel:
         damping and the exact Jacobian of the regularised friction) and
         ``K = k n n^T`` (normal stiffness), so that
 
-            (M + dt J^T C J + dt^2 J^T K J) a = tau + tau_joint - h + J^T f - dt J^T K J v.
+            (M + dt J^T C J + dt^2 J^T K J) a = tau + tau_joint - h + J^T (f - dt K J v - (C + dt K) b)
+
+        where ``b = dt J_base (omega x v_base)`` is the change of the point
+        velocities that the turning base frame adds in :func:`integrate_world`
+        (zero without a floating base).
 
         ``C`` and ``K`` are positive semi-definite, so the matrix is
         symmetric positive definite and the step stays stable for stiff
@@ -238,7 +246,11 @@ class ContactModel:
                 matrix), e.g. PD velocity gains.
 
         Returns:
-            ``a (..., nv)`` and the :class:`ContactResult` at ``(q, v)``.
+            ``a (..., nv)`` and the :class:`ContactResult` at ``(q, v)``; with
+            the implicit scheme its forces (``force``, ``normal_force``,
+            ``friction_force``, ``f_ext``) are the ones the step applies, the
+            linearised end-of-step forces, and the kinematic fields
+            (penetration, velocities) are those at the start of the step.
         """
         if scheme not in CONTACT_SCHEMES:
             raise InputError(f"unknown contact scheme {scheme!r}; valid: {', '.join(CONTACT_SCHEMES)}")
@@ -254,8 +266,19 @@ class ContactModel:
         eye = torch.eye(3, dtype=n.dtype, device=n.device)
         vt = res.slip_velocity
         s = res._s
+        # Friction damping: the exact Jacobian mu f_n (P_t / s - v_t v_t^T / s^3)
+        # along the slip only where one step cannot reverse the slip: below
+        # the one-step stopping speed v* = dt mu |g| the linearised step
+        # would overshoot (period-2 chatter of the slip sign), so there the
+        # slip direction gets the lagged coefficient mu f_n / s, which never
+        # overshoots. gamma = |v_t|^2 / (|v_t|^2 + v*^2) blends the two.
+        g_norm = (robot.gravity if gravity is None else gravity).norm(dim=-1)
+        mu = per_point(self._p["friction"], self.geometry.point_shape)
+        vstar = dt * mu * (g_norm[..., None] if g_norm.ndim else g_norm)
+        vt2 = (vt * vt).sum(-1)
+        gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(vt.dtype).tiny)
         fric = res._mu_fn_over_s[..., None, None] * (
-            eye - nnT - vt[..., :, None] * vt[..., None, :] / (s * s)[..., None, None]
+            eye - nnT - (gamma / (s * s))[..., None, None] * vt[..., :, None] * vt[..., None, :]
         )
         C = res._c_n[..., None, None] * nnT + fric
         K = res._k_n[..., None, None] * nnT
@@ -265,16 +288,34 @@ class ContactModel:
         A = M + JtWJ
         if extra_damping is not None:
             A = A + dt * torch.diag_embed(extra_damping)
+        # Predicted change of each contact point's velocity over the step,
+        # beyond J dt a: the turning of the base frame (see integrate_world,
+        # which moves the base with its classical acceleration a_lin + w x v).
         Jv = (J @ v[..., None, :, None])[..., 0]  # (..., np, 3)
-        KJv = (K @ Jv[..., None])[..., 0]
+        if robot.floating_base:
+            extra = dt * (J[..., :3] @ torch.linalg.cross(v[..., 3:6], v[..., :3])[..., None, :, None])[..., 0]
+            pred = (C @ extra[..., None])[..., 0] + (K @ (dt * (Jv + extra))[..., None])[..., 0]
+        else:
+            pred = (K @ (dt * Jv)[..., None])[..., 0]
         rhs = (
             tau
             + joint_forces(robot, v)
             - bias_forces(robot, q, v, gravity=gravity)
-            + torch.einsum("...pin,...pi->...n", J, res.force - dt * KJv)
+            + torch.einsum("...pin,...pi->...n", J, res.force - pred)
         )
         L = torch.linalg.cholesky(A)
         a = torch.cholesky_solve(rhs[..., None], L)[..., 0]
+        # Report the forces the step applied (the linearised end-of-step force).
+        Ja = (J @ (dt * a)[..., None, :, None])[..., 0]
+        force = res.force - pred - ((C + dt * K) @ Ja[..., None])[..., 0]
+        f_n = (force * n).sum(-1)
+        res = dataclasses.replace(
+            res,
+            force=force,
+            normal_force=f_n,
+            friction_force=force - f_n[..., None] * n,
+            f_ext=_body_wrenches(robot, *res._bodies, res.point, force, self.geometry.point_body),
+        )
         return a, res
 
     def __repr__(self) -> str:
