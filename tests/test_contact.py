@@ -81,8 +81,8 @@ def test_ball_rest_penetration_is_mg_over_k():
     k = 1e4
     params = ContactParameters(stiffness=k, damping=2 * math.sqrt(k * 1.0), normal_width=1e-6)
     cm = ContactModel(robot, terrain=GroundPlane(), params=params)
-    q, v = state(robot, (0.0, 0.0, 0.15))
-    q, v = simulate(robot, cm, q, v, 1500)
+    q, v = state(robot, (0.0, 0.0, 0.105))
+    q, v = simulate(robot, cm, q, v, 400)
     res = cm.forces(robot, q, v)
     pen = float(res.penetration[0])
     assert pen == pytest.approx(1.0 * G / k, rel=2e-3)
@@ -96,10 +96,10 @@ def test_linear_spring_damper_restitution_and_contact_time():
     d = 2 * zeta * math.sqrt(k * m)
     params = ContactParameters(stiffness=k, damping=d, normal_width=1e-7, clamp_normal=False)
     cm = ContactModel(robot, params=params)
-    dt = 2e-5
-    q, v = state(robot, (0.0, 0.0, 0.1 + 1e-4), lin=(0.0, 0.0, -1.0))
+    dt = 5e-5
+    q, v = state(robot, (0.0, 0.0, 0.1 + 2e-5), lin=(0.0, 0.0, -1.0))
     inside = []
-    q, v = simulate(robot, cm, q, v, 2000, dt=dt, scheme="explicit", record=lambda q, v, r: inside.append(float(r.penetration[0]) > 0))
+    q, v = simulate(robot, cm, q, v, 700, dt=dt, scheme="explicit", record=lambda q, v, r: inside.append(float(r.penetration[0]) > 0))
     e = float(v[2])
     assert e == pytest.approx(restitution(zeta), rel=5e-3)
     wd = math.sqrt(k / m) * math.sqrt(1 - zeta * zeta)
@@ -207,3 +207,139 @@ def test_sphere_slide_to_roll_final_speed():
     assert speed == pytest.approx(5.0 / 7.0 * 2.0, rel=5e-3)
     # rolling without slip: omega r = speed
     assert float(v[3:].norm()) * 0.1 == pytest.approx(speed, rel=5e-3)
+
+
+# ----------------------------------------------------------------- geometry and terrain
+
+
+def test_geometry_from_quadruped_urdf_and_feet_positions():
+    from backdrive.data import load
+    from backdrive.kinematics import forward_kinematics
+
+    robot = load("quadruped", floating_base=True)
+    g = ContactGeometry.from_model(robot)
+    kinds = sorted({s.kind for s in g.shapes})
+    assert kinds == ["box", "cylinder", "sphere"]
+    assert g.num_points == sum({"box": 8, "cylinder": 16, "sphere": 1}[s.kind] for s in g.shapes)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    gf = ContactGeometry.spheres(robot, {f: 0.02 for f in feet})
+    cm = ContactModel(robot, gf)
+    q = robot.random_q(generator=torch.Generator().manual_seed(1))
+    res = cm.forces(robot, q, torch.zeros(robot.nv, dtype=robot.dtype))
+    T = forward_kinematics(robot, q)
+    centres = torch.stack([T[robot.frame_index(f), :3, 3] for f in feet])
+    assert torch.allclose(res.point, centres - 0.02 * res.normal, atol=1e-12)
+    assert torch.allclose(res.penetration, 0.02 - centres[:, 2], atol=1e-12)
+    caps = ContactGeometry.from_model(robot, links=["FL_calf"], cylinders="capsule")
+    assert [s.kind for s in caps.shapes] == ["capsule"] and caps.num_points == 2
+    both = gf + caps
+    assert both.num_shapes == 5 and both.without(robot, "FL_calf").num_shapes == 4
+
+
+def test_point_jacobian_and_wrenches_match_dynamics():
+    from backdrive.data import load
+
+    robot = load("quadruped", floating_base=True)
+    g = ContactGeometry.from_model(robot, links=["trunk", "FL_thigh", "RR_calf"])  # radius-0 points
+    cm = ContactModel(robot, g)
+    gen = torch.Generator().manual_seed(3)
+    q = robot.random_q(generator=gen)
+    v = torch.randn(robot.nv, generator=gen, dtype=robot.dtype)
+    res = cm.forces(robot, q, v)
+    eps = 1e-6
+    c1 = cm.forces(robot, integrate(robot, q, v, eps), v).point
+    c0 = cm.forces(robot, integrate(robot, q, v, -eps), v).point
+    assert torch.allclose((c1 - c0) / (2 * eps), res.jacobian @ v, atol=1e-7)
+    # the body wrenches are the point forces: J^T f == inverse-dynamics difference
+    a = torch.zeros(robot.nv, dtype=robot.dtype)
+    via_fext = inverse_dynamics(robot, q, v, a) - inverse_dynamics(robot, q, v, a, f_ext=res.f_ext)
+    assert torch.allclose(via_fext, res.generalized_force(), atol=1e-9)
+
+
+def test_heightfield_matches_plane_on_a_slope_and_steps():
+    slope = 0.3
+    xs = torch.linspace(-1.0, 1.0, 21, dtype=torch.float64)
+    H = (slope * xs)[:, None].expand(21, 11).clone()
+    hf = Heightfield(H, spacing=(0.1, 0.2))
+    n = torch.tensor([-slope, 0.0, 1.0], dtype=torch.float64)
+    plane = GroundPlane(0.0, n)
+    pts = torch.tensor([[0.13, 0.4, 0.2], [-0.57, -0.33, -0.1], [0.91, 0.0, 0.5]], dtype=torch.float64)
+    d_h, n_h = hf.query(pts)
+    d_p, n_p = plane.query(pts)
+    assert torch.allclose(d_h, d_p, atol=1e-12) and torch.allclose(n_h, n_p, atol=1e-12)
+    # a 5 cm step between two cells: height ramps across exactly one cell
+    S = torch.zeros(4, 4, dtype=torch.float64)
+    S[2:] = 0.05
+    step = Heightfield(S, spacing=0.1, origin=(0.0, 0.0))
+    h, hx, hy = step.height(torch.tensor([[0.05, 0.1], [0.15, 0.1], [0.25, 0.1]], dtype=torch.float64))
+    assert torch.allclose(h, torch.tensor([0.0, 0.025, 0.05], dtype=torch.float64), atol=1e-12)
+    assert float(hx[1]) == pytest.approx(0.5)
+
+
+def test_ball_rests_on_heightfield_at_mg_over_k():
+    robot = sphere_robot()
+    H = torch.zeros(3, 3, dtype=torch.float64)
+    hf = Heightfield(H, spacing=1.0)
+    cm = ContactModel(robot, terrain=hf, params=ContactParameters(stiffness=1e4, damping=200.0, normal_width=1e-6))
+    q, v = state(robot, (0.2, -0.3, 0.102))
+    q, v = simulate(robot, cm, q, v, 300)
+    assert float(cm.forces(robot, q, v).penetration[0]) == pytest.approx(G / 1e4, rel=5e-3)
+
+
+# ----------------------------------------------------------------- bad input
+
+
+def test_bad_parameters_name_the_parameter_and_link():
+    robot = box_robot()
+    with pytest.raises(InvalidValueError, match="stiffness"):
+        ContactModel(robot, params=ContactParameters(stiffness=-1.0))
+    with pytest.raises(InvalidValueError, match="friction.*'box'"):
+        ContactModel(robot, params=ContactParameters(friction=torch.tensor([float("nan")], dtype=torch.float64)))
+    with pytest.raises(InvalidValueError, match="stiction_width"):
+        ContactModel(robot, params=ContactParameters(stiction_width=0.0))
+    with pytest.raises(InputError, match="damping"):
+        ContactModel(robot, params=ContactParameters(damping=torch.ones(3, dtype=torch.float64)))
+    with pytest.raises(InvalidValueError, match="friction"):
+        GroundPlane(friction=float("nan"))
+
+
+def test_bad_heightfield_and_names():
+    with pytest.raises(InvalidValueError, match=r"heights\[1, 2\]"):
+        H = torch.zeros(3, 4, dtype=torch.float64)
+        H[1, 2] = float("nan")
+        Heightfield(H)
+    with pytest.raises(InputError, match="shape"):
+        Heightfield(torch.zeros(5, dtype=torch.float64))
+    robot = box_robot()
+    with pytest.raises(UnknownNameError, match="boxx"):
+        ContactGeometry.spheres(robot, {"boxx": 0.1})
+    with pytest.raises(UnknownNameError):
+        ContactGeometry.from_model(robot, links=["nope"])
+    with pytest.raises(InvalidValueError, match="kind"):
+        ContactGeometry.from_shapes(robot, [ContactShape("box", "cone", (0.1,))])
+    with pytest.raises(InputError, match="built for robot"):
+        ContactModel(sphere_robot(), ContactGeometry.from_model(robot))
+
+
+def test_mesh_collisions_are_approximated_or_skipped_with_a_warning(tmp_path):
+    stl = tmp_path / "part.stl"
+    trimesh = pytest.importorskip("trimesh")
+    trimesh.creation.box(extents=(0.2, 0.4, 0.6)).export(stl)
+    urdf = body_urdf(f'<mesh filename="{stl}" scale="1 1 0.5"/>', 1.0, (0.1, 0.1, 0.1), "shell")
+    robot = RobotModel.from_urdf(urdf, floating_base=True)
+    with pytest.warns(ContactApproximationWarning, match="'shell'.*bounding box"):
+        g = ContactGeometry.from_model(robot)
+    assert g.shapes[0].kind == "box"
+    assert g.shapes[0].size == pytest.approx((0.2, 0.4, 0.3))
+    missing = RobotModel.from_urdf(body_urdf('<mesh filename="nowhere.stl"/>', 1.0, (0.1, 0.1, 0.1), "ghost"))
+    with pytest.warns(ContactApproximationWarning, match="'ghost'.*could not be loaded"):
+        assert ContactGeometry.from_model(missing).num_shapes == 0
+    with pytest.raises(InvalidValueError, match="'ghost'"):
+        ContactGeometry.from_model(missing, meshes="error")
+
+
+def test_public_names_resolve():
+    import backdrive.contact as contact
+
+    for name in contact.__all__:
+        assert getattr(contact, name, None) is not None, name
