@@ -47,3 +47,21 @@ def test_shipped_quadruped_stands_and_ground_reaction_equals_weight():
     assert float(q[3]) > 0.999
     # every foot carries load
     assert bool((res.normal_force > 0.1 * weight / 4).all())
+
+
+def test_go1_from_example_robot_data_stands_on_its_foot_spheres():
+    import pytest
+
+    try:
+        robot = load("example-robot-data:go1", floating_base=True)
+    except Exception as exc:  # noqa: BLE001 - the data package is optional
+        pytest.skip(f"example-robot-data Go1 not available: {exc}")
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    assert len(feet) == 4
+    qj = torch.tensor([0.0, 0.8, -1.5] * 4, dtype=robot.dtype)
+    q, v, res, heights = stand(robot, feet, qj)
+    weight = float(robot.total_mass) * G
+    assert abs(float(res.total_force[2]) / weight - 1.0) < 0.01
+    assert max(heights[-250:]) - min(heights[-250:]) < 1e-3
+    assert float(q[3]) > 0.999
+    assert bool((res.normal_force > 0.1 * weight / 4).all())
