@@ -22,6 +22,7 @@ from . import spatial  # noqa: I001
 from . import model
 from . import kinematics
 from . import dynamics
+from . import contact
 from . import sim
 from . import layers
 from . import optim
@@ -38,6 +39,7 @@ __all__ = [
     "model",
     "kinematics",
     "dynamics",
+    "contact",
     "sim",
     "layers",
     "optim",

@@ -11,13 +11,14 @@ implicitly. Every parameter is a tensor that may require grad. See
 
 from ._geometry import MESH_RULES, SHAPE_KINDS, ContactApproximationWarning, ContactGeometry, ContactShape
 from ._law import DEFAULT_CONTACT, ContactParameters, contact_law, restitution
-from ._model import CONTACT_SCHEMES, ContactModel, ContactResult
+from ._model import CONTACT_SCHEMES, ContactModel, ContactResult, ImplicitContact
 from ._step import contact_step, integrate_world
 from ._terrain import GroundPlane, Heightfield, Terrain
 
 __all__ = [
     "ContactModel",
     "ContactResult",
+    "ImplicitContact",
     "ContactGeometry",
     "ContactShape",
     "ContactParameters",

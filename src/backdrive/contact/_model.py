@@ -15,7 +15,7 @@ from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
 from ._terrain import GroundPlane, Terrain
 
-__all__ = ["ContactModel", "ContactResult", "CONTACT_SCHEMES"]
+__all__ = ["ContactModel", "ContactResult", "ImplicitContact", "CONTACT_SCHEMES"]
 
 #: ``ContactModel.acceleration(..., scheme=)`` values.
 CONTACT_SCHEMES = ("explicit", "implicit")
@@ -68,6 +68,24 @@ class ContactResult:
     def generalized_force(self) -> torch.Tensor:
         """``(..., nv)`` the contact forces as generalised forces ``sum_c J_c^T f_c``."""
         return torch.einsum("...pin,...pi->...n", self.jacobian, self.force)
+
+
+@dataclass(frozen=True, eq=False)
+class ImplicitContact:
+    """The contact terms of one implicit step (:meth:`ContactModel.implicit_terms`).
+
+    Attributes:
+        result: :class:`ContactResult` at the start of the step.
+        force: ``(..., nv)`` generalised force to add to the right-hand side.
+        matrix: ``(..., nv, nv)`` symmetric positive semi-definite
+            ``J^T (C + dt K) J``; the step's matrix is ``M + dt matrix``.
+    """
+
+    result: ContactResult
+    force: torch.Tensor
+    matrix: torch.Tensor
+    _CK: torch.Tensor
+    _pred: torch.Tensor
 
 
 class ContactModel:
@@ -254,11 +272,36 @@ class ContactModel:
         """
         if scheme not in CONTACT_SCHEMES:
             raise InputError(f"unknown contact scheme {scheme!r}; valid: {', '.join(CONTACT_SCHEMES)}")
-        res = self.forces(robot, q, v)
         if scheme == "explicit":
+            res = self.forces(robot, q, v)
             return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
+        terms = self.implicit_terms(robot, q, v, dt, gravity=gravity)
+        A = mass_matrix(robot, q) + dt * terms.matrix
+        if extra_damping is not None:
+            A = A + dt * torch.diag_embed(extra_damping)
+        rhs = tau + joint_forces(robot, v) - bias_forces(robot, q, v, gravity=gravity) + terms.force
+        L = torch.linalg.cholesky(A)
+        a = torch.cholesky_solve(rhs[..., None], L)[..., 0]
+        return a, self.applied(robot, terms, a, dt)
+
+    def implicit_terms(
+        self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor, dt: float, *, gravity: torch.Tensor | None = None
+    ) -> ImplicitContact:
+        """The contact's part of the implicit step: ``force`` and ``matrix`` such that
+
+            (M + dt D + dt matrix) a = tau - h + ... + force
+
+        is the step of :meth:`acceleration` (``matrix = J^T (C + dt K) J``,
+        ``force = J^T (f - dt K J v - (C + dt K) b)``). For a caller that builds
+        its own solve (the simulator's implicit joint friction); then
+        :meth:`applied` gives the forces the step applied.
+
+        Raises:
+            InputError: ``dt`` not positive.
+        """
         if dt is None or not dt > 0:
             raise InputError(f"the implicit contact scheme needs the step dt > 0, got {dt!r}")
+        res = self.forces(robot, q, v)
         J = res.jacobian
         n = res.normal
         # Per-point 3x3 damping C and stiffness K (world frame).
@@ -282,12 +325,8 @@ class ContactModel:
         )
         C = res._c_n[..., None, None] * nnT + fric
         K = res._k_n[..., None, None] * nnT
-        W = dt * C + (dt * dt) * K
-        JtWJ = torch.einsum("...pim,...pij,...pjn->...mn", J, W, J)
-        M = mass_matrix(robot, q)
-        A = M + JtWJ
-        if extra_damping is not None:
-            A = A + dt * torch.diag_embed(extra_damping)
+        CK = C + dt * K
+        matrix = torch.einsum("...pim,...pij,...pjn->...mn", J, CK, J)
         # Predicted change of each contact point's velocity over the step,
         # beyond J dt a: the turning of the base frame (see integrate_world,
         # which moves the base with its classical acceleration a_lin + w x v).
@@ -297,26 +336,23 @@ class ContactModel:
             pred = (C @ extra[..., None])[..., 0] + (K @ (dt * (Jv + extra))[..., None])[..., 0]
         else:
             pred = (K @ (dt * Jv)[..., None])[..., 0]
-        rhs = (
-            tau
-            + joint_forces(robot, v)
-            - bias_forces(robot, q, v, gravity=gravity)
-            + torch.einsum("...pin,...pi->...n", J, res.force - pred)
-        )
-        L = torch.linalg.cholesky(A)
-        a = torch.cholesky_solve(rhs[..., None], L)[..., 0]
-        # Report the forces the step applied (the linearised end-of-step force).
+        force = torch.einsum("...pin,...pi->...n", J, res.force - pred)
+        return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred)
+
+    def applied(self, robot: RobotModel, terms: ImplicitContact, a: torch.Tensor, dt: float) -> ContactResult:
+        """The :class:`ContactResult` with the forces an implicit step with acceleration ``a`` applied."""
+        res = terms.result
+        J, n = res.jacobian, res.normal
         Ja = (J @ (dt * a)[..., None, :, None])[..., 0]
-        force = res.force - pred - ((C + dt * K) @ Ja[..., None])[..., 0]
+        force = res.force - terms._pred - (terms._CK @ Ja[..., None])[..., 0]
         f_n = (force * n).sum(-1)
-        res = dataclasses.replace(
+        return dataclasses.replace(
             res,
             force=force,
             normal_force=f_n,
             friction_force=force - f_n[..., None] * n,
             f_ext=_body_wrenches(robot, *res._bodies, res.point, force, self.geometry.point_body),
         )
-        return a, res
 
     def __repr__(self) -> str:
         return f"ContactModel({self.geometry!r}, terrain={self.terrain!r})"
