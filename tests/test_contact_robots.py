@@ -109,3 +109,39 @@ def test_quadruped_rollout_gradient_matches_central_differences():
         with torch.no_grad():
             fd = (loss(qj0 + h * d)[0] - loss(qj0 - h * d)[0]) / (2 * h)
         assert float(g @ d) == pytest.approx(float(fd), rel=2e-6, abs=1e-9)
+
+
+def test_simulator_with_contact_keeps_per_step_contact_in_the_trajectory():
+    from backdrive._errors import InputError
+    from backdrive.sim import PDActuator, Simulator
+
+    robot = load("quadruped", floating_base=True)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    sim = Simulator(robot, 2e-3, actuator=PDActuator(kp=200.0, kd=6.0), contact=cm)
+    qj = torch.tensor([0.0, 0.7, -1.4] * 4, dtype=robot.dtype)
+    q0 = robot.neutral()
+    q0[7:] = qj
+    T = forward_kinematics(robot, q0)
+    q0[2] = -min(float(T[robot.frame_index(f), 2, 3]) for f in feet) + 0.02 + 0.005
+    steps = 500
+    traj = sim.rollout(sim.initial_state(q0), qj.expand(steps, 12))
+    c = traj.contact
+    assert c.normal_force.shape == (steps, 4) and c.force.shape == (steps, 4, 3)
+    assert c.f_ext.shape == (steps, robot.num_bodies, 6) and c.slip_velocity.shape == (steps, 4, 3)
+    weight = float(robot.total_mass) * G
+    assert float(c.normal_force[0].max()) < 1e-3  # starts in the air
+    assert abs(float(c.force[-1, :, 2].sum()) / weight - 1.0) < 0.01
+    # the same step as the contact package's own loop (PD kd implicit)
+    zeros6 = torch.zeros(6, dtype=robot.dtype)
+    q, v = q0, torch.zeros(robot.nv, dtype=robot.dtype)
+    damping = torch.cat([zeros6, torch.full((12,), 6.0, dtype=robot.dtype)])
+    for _ in range(3):
+        tau = torch.cat([zeros6, 200.0 * (qj - q[7:]) - 6.0 * v[6:]])
+        a, _ = cm.acceleration(robot, q, v, tau, dt=2e-3, extra_damping=damping)
+        q, v = integrate_world(robot, q, v, a, 2e-3)
+    assert torch.allclose(q, traj.q[3], atol=1e-12) and torch.allclose(v, traj.v[3], atol=1e-12)
+    with pytest.raises(InputError, match="semi_implicit"):
+        Simulator(robot, 2e-3, integrator="rk4", contact=cm)
+    with pytest.raises(InputError, match="built for robot"):
+        Simulator(load("pendulum"), 2e-3, contact=cm)

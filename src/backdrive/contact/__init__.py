@@ -11,7 +11,7 @@ implicitly. Every parameter is a tensor that may require grad. See
 
 from ._geometry import MESH_RULES, SHAPE_KINDS, ContactApproximationWarning, ContactGeometry, ContactShape
 from ._law import DEFAULT_CONTACT, ContactParameters, contact_law, restitution
-from ._model import CONTACT_SCHEMES, ContactModel, ContactResult, ImplicitContact
+from ._model import CONTACT_SCHEMES, ContactModel, ContactResult, ImplicitContact, stack_results
 from ._step import contact_step, integrate_world
 from ._terrain import GroundPlane, Heightfield, Terrain
 
@@ -27,6 +27,7 @@ __all__ = [
     "Heightfield",
     "Terrain",
     "contact_step",
+    "stack_results",
     "integrate_world",
     "contact_law",
     "restitution",

@@ -15,7 +15,7 @@ from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
 from ._terrain import GroundPlane, Terrain
 
-__all__ = ["ContactModel", "ContactResult", "ImplicitContact", "CONTACT_SCHEMES"]
+__all__ = ["ContactModel", "ContactResult", "ImplicitContact", "CONTACT_SCHEMES", "stack_results"]
 
 #: ``ContactModel.acceleration(..., scheme=)`` values.
 CONTACT_SCHEMES = ("explicit", "implicit")
@@ -429,3 +429,20 @@ def _body_wrenches(robot: RobotModel, Rb, pb, point, force, point_body) -> torch
     w = torch.cat([(RT @ force[..., None])[..., 0], (RT @ torque[..., None])[..., 0]], -1)
     out = w.new_zeros(*w.shape[:-2], robot.num_bodies, 6)
     return out.index_add(-2, point_body, w)
+
+
+def stack_results(results: list[ContactResult]) -> ContactResult:
+    """Stack per-step results along a time axis placed after the batch axes.
+
+    Each field goes from ``(..., np, ...)`` to ``(..., T, np, ...)`` (``f_ext``
+    to ``(..., T, nb, 6)``, ``jacobian`` to ``(..., T, np, 3, nv)``).
+    """
+    first = results[0]
+    axis = first.penetration.ndim - 1  # the number of batch axes
+    fields = {}
+    for f in dataclasses.fields(ContactResult):
+        if f.name == "_bodies":
+            fields[f.name] = ()
+            continue
+        fields[f.name] = torch.stack([getattr(r, f.name) for r in results], dim=axis)
+    return ContactResult(**fields)

@@ -8,6 +8,7 @@ import torch
 
 from .._shapes import broadcast_shapes
 from .._errors import InputError
+from ..contact import ContactModel, integrate_world, stack_results
 from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
 from ._integrators import INTEGRATORS
 from ._state import NonFiniteError, State, Trajectory
@@ -34,6 +35,14 @@ class Simulator:
             :class:`PDActuator`; its ``joints`` are the controlled coordinates.
         limits: :class:`SoftJointLimits` to apply the model's position limits
             as spring-dampers, or ``None`` for no limit forces.
+        contact: a :class:`~backdrive.contact.ContactModel` of the robot
+            (geometry, terrain, force law), or ``None``. With contact the
+            step is semi-implicit Euler with the contact damping and
+            stiffness (and a PD actuator's ``kd``) implicit and the floating
+            base moved by :func:`~backdrive.contact.integrate_world`; stable
+            at 1-10 ms (``docs/contact.md``). Needs a robot and the
+            ``"semi_implicit"`` integrator. Each rollout keeps the contact
+            result of every step in ``Trajectory.contact``.
 
     Attributes:
         actuated: indices of the driven joint coordinates (``nu`` of them).
@@ -48,6 +57,7 @@ class Simulator:
         integrator: str = "semi_implicit",
         actuator: TorqueActuator | PDActuator | None = None,
         limits: SoftJointLimits | None = None,
+        contact: ContactModel | None = None,
     ):
         self.system: System = as_system(system)
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
@@ -63,6 +73,7 @@ class Simulator:
         if limits is not None and not isinstance(limits, SoftJointLimits):
             raise InputError(f"limits must be SoftJointLimits or None, got {type(limits).__name__}")
         self.limits = limits
+        self.contact = _check_contact(contact, self.system, integrator)
 
         sysm = self.system
         nj = sysm.num_joints
@@ -134,7 +145,7 @@ class Simulator:
         """A simulator with some settings changed, e.g. ``replace(robot=robot.replace(body_mass=m))``.
 
         Keyword arguments: ``robot`` or ``system``, ``dt``, ``integrator``,
-        ``actuator``, ``limits``.
+        ``actuator``, ``limits``, ``contact``.
         """
         if robot is not None and system is not None:
             raise InputError("give robot or system, not both")
@@ -144,6 +155,7 @@ class Simulator:
             "integrator": self.integrator,
             "actuator": self.actuator,
             "limits": self.limits,
+            "contact": self.contact,
         }
         unknown = set(kwargs) - set(settings)
         if unknown:
@@ -213,6 +225,25 @@ class Simulator:
         q1, v1 = self._integrate_step(accel, self.system.integrate, q, v, self.dt, self.system.dexp_inv)
         return q1, v1, effort
 
+    def _advance_contact(self, q, v, u):
+        """One step with contact: ``(q1, v1, effort, contact result)``."""
+        robot, dt = self.robot, self.dt
+        tau, effort = self.efforts(q, v, u)
+        damping = self._pd_damping(q)
+        a, res = self.contact.acceleration(robot, q, v, tau, dt=dt, extra_damping=damping)
+        q1, v1 = integrate_world(robot, q, v, a, dt)
+        return q1, v1, effort, res
+
+    def _pd_damping(self, q):
+        """``(nv,)`` the PD actuator's ``kd`` on its joints (treated implicitly), or ``None``."""
+        if not isinstance(self.actuator, PDActuator):
+            return None
+        kd = torch.as_tensor(self.actuator.kd, dtype=self.dtype, device=self.device).expand(self.nu)
+        kd = kd @ self._select
+        if self.robot.floating_base:
+            kd = torch.cat([kd.new_zeros(6), kd])
+        return kd
+
     def _prepare(self, q, v, controls, time_axis: bool):
         sysm = self.system
         sysm.check_state(q, v)
@@ -246,7 +277,10 @@ class Simulator:
             The next :class:`State` (batch shapes broadcast).
         """
         q, v, u = self._prepare(state.q, state.v, control, time_axis=False)
-        q1, v1, _ = self._advance(q, v, u)
+        if self.contact is not None:
+            q1, v1, _, _ = self._advance_contact(q, v, u)
+        else:
+            q1, v1, _ = self._advance(q, v, u)
         if check_finite and not bool(torch.isfinite(q1).all() & torch.isfinite(v1).all()):
             raise NonFiniteError(
                 "the simulation step produced a non-finite state" + _culprits(q, v, u),
@@ -294,11 +328,15 @@ class Simulator:
         if monitor_gradients:
             norms = [[q.new_zeros(()), q.new_zeros(())] for _ in range(T + 1)]
         q, v = _watch(norms, 0, q, v)
-        qs, vs, efforts = [q], [v], []
+        qs, vs, efforts, contacts = [q], [v], [], []
         for t, u in enumerate(controls.unbind(-2)):
             if truncate_every is not None and t > 0 and t % truncate_every == 0:
                 q, v = q.detach(), v.detach()
-            q, v, effort = self._advance(q, v, u)
+            if self.contact is not None:
+                q, v, effort, res = self._advance_contact(q, v, u)
+                contacts.append(res)
+            else:
+                q, v, effort = self._advance(q, v, u)
             q, v = _watch(norms, t + 1, q, v)
             qs.append(q)
             vs.append(v)
@@ -308,14 +346,34 @@ class Simulator:
         E = torch.stack(efforts, dim=-2) if efforts else controls[..., :0, :]
         if check_finite:
             _check_trajectory(Q, V, controls, self.dt)
-        return Trajectory(q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms)
+        return Trajectory(
+            q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms,
+            contact=stack_results(contacts) if contacts else None,
+        )
 
     def __repr__(self) -> str:
         return (
             f"Simulator({self.system!r}, dt={self.dt:g}, integrator={self.integrator!r}, "
             f"actuator={type(self.actuator).__name__}, nu={self.nu}, "
-            f"limits={'on' if self.limits is not None else 'off'})"
+            f"limits={'on' if self.limits is not None else 'off'}"
+            + (f", contact={self.contact!r})" if self.contact is not None else ")")
         )
+
+
+def _check_contact(contact, system, integrator: str):
+    """``Simulator(contact=...)``: a ContactModel of the simulated robot, with semi-implicit Euler."""
+    if contact is None:
+        return None
+    if not isinstance(contact, ContactModel):
+        raise InputError(f"contact must be a backdrive.contact.ContactModel or None, got {type(contact).__name__}")
+    if not isinstance(system, RobotSystem):
+        raise InputError("contact needs a RobotModel to simulate, not a built-in system")
+    if integrator != "semi_implicit":
+        raise InputError(
+            f"contact works with the 'semi_implicit' integrator (its implicit contact step), not {integrator!r}"
+        )
+    contact._check(system.robot)
+    return contact
 
 
 def _watch(norms, t: int, q: torch.Tensor, v: torch.Tensor):
