@@ -149,3 +149,20 @@ def test_rollout_gradient_matches_central_differences(scheme):
             xm[i] -= h
             fd = (loss(*xp) - loss(*xm)) / (2 * h)
         assert float(grads[i]) == pytest.approx(float(fd), rel=1e-6, abs=1e-10), i
+
+
+def test_stopping_distance_gradient_matches_closed_form_through_the_simulator():
+    """d x_stop / d mu = -v0^2 / (2 mu^2 g) for Coulomb friction (small stiction width)."""
+    from backdrive.sim import Simulator
+
+    robot = box_robot()
+    mu = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    k = 4e4
+    cm = ContactModel(robot, params=ContactParameters(stiffness=k, damping=400.0, friction=mu, stiction_width=1e-3, normal_width=1e-6))
+    sim = Simulator(robot, DT, contact=cm)
+    v0 = 3.0
+    q0, vel0 = state(robot, (0.0, 0.0, 0.1 - G / (4 * k)), lin=(v0, 0.0, 0.0))
+    traj = sim.rollout(sim.initial_state(q0, vel0), sim.zero_controls(700))
+    (g,) = torch.autograd.grad(traj.q[-1, 0], mu)
+    assert float(traj.contact.normal_force[-1].sum().detach()) == pytest.approx(G, rel=1e-3)
+    assert float(g) == pytest.approx(-v0 * v0 / (2 * 0.5 * 0.5 * G), rel=0.01)
