@@ -58,7 +58,7 @@ def test_gradcheck_one_step_in_each_regime(regime, scheme):
     res = cm.forces(robot, q, v)
     bottom = res.penetration > -0.05  # the four lower corners
     assert int(bottom.sum()) == 4
-    res = type(res)(**{k: getattr(res, k)[bottom] for k in ("point", "normal", "penetration", "normal_velocity", "slip_velocity", "normal_force", "friction_force", "force", "jacobian", "_c_n", "_k_n", "_mu_fn_over_s", "_s")}, f_ext=res.f_ext)
+    res = type(res)(**{k: getattr(res, k)[bottom] for k in ("point", "normal", "penetration", "normal_velocity", "slip_velocity", "normal_force", "friction_force", "force", "jacobian", "_c_n", "_k_n", "_mu_fn_over_s", "_s", "_mu")}, f_ext=res.f_ext)
     slip = res.slip_velocity.norm(dim=-1)
     # the state is in the regime it claims
     if regime == "sticking":

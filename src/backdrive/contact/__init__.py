@@ -12,6 +12,7 @@ implicitly. Every parameter is a tensor that may require grad. See
 from ._geometry import MESH_RULES, SHAPE_KINDS, ContactApproximationWarning, ContactGeometry, ContactShape
 from ._law import DEFAULT_CONTACT, ContactParameters, contact_law, restitution
 from ._model import CONTACT_SCHEMES, ContactModel, ContactResult, ImplicitContact, stack_results
+from ._pairs import SelfCollision, closest_points_segments
 from ._step import contact_step, integrate_world
 from ._terrain import GroundPlane, Heightfield, Terrain
 
@@ -22,6 +23,8 @@ __all__ = [
     "ContactGeometry",
     "ContactShape",
     "ContactParameters",
+    "SelfCollision",
+    "closest_points_segments",
     "ContactApproximationWarning",
     "GroundPlane",
     "Heightfield",

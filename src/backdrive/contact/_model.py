@@ -8,11 +8,13 @@ from dataclasses import dataclass
 import torch
 
 from .._errors import InputError
+from .._shapes import broadcast_shapes
 from ..dynamics import bias_forces, forward_dynamics, joint_forces, mass_matrix
 from ..kinematics import body_transforms
 from ..model import RobotModel
 from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
+from ._pairs import SelfCollision
 from ._terrain import GroundPlane, Terrain
 
 __all__ = ["ContactModel", "ContactResult", "ImplicitContact", "CONTACT_SCHEMES", "stack_results"]
@@ -58,6 +60,7 @@ class ContactResult:
     _k_n: torch.Tensor
     _mu_fn_over_s: torch.Tensor
     _s: torch.Tensor
+    _mu: torch.Tensor
     _bodies: tuple = ()
 
     @property
@@ -97,6 +100,11 @@ class ContactModel:
             shapes (:meth:`ContactGeometry.from_model`).
         terrain: :class:`GroundPlane` (default: ``z = 0``) or :class:`Heightfield`.
         params: :class:`ContactParameters` (checked here, once).
+        self_collision: optional :class:`SelfCollision` pairs; their contacts
+            follow the ground contacts in every result (``geometry.num_points``
+            ground rows, then one row per pair; a pair row's normal points
+            from its second shape to its first, its force acts on the first
+            body and the opposite force on the second).
 
     Raises:
         InvalidValueError: a NaN, infinite or negative parameter (naming it
@@ -110,6 +118,7 @@ class ContactModel:
         geometry: ContactGeometry | None = None,
         terrain: Terrain | None = None,
         params: ContactParameters | None = None,
+        self_collision: SelfCollision | None = None,
     ):
         if not isinstance(robot, RobotModel):
             raise InputError(f"robot must be a RobotModel, got {type(robot).__name__}")
@@ -133,7 +142,16 @@ class ContactModel:
             self._p["friction"] = mu
         self._fingerprint = robot.fingerprint
         self._dtype, self._device = robot.dtype, robot.device
-        self._support, self._coupling = _jacobian_constants(robot, geometry)
+        self._support, self._coupling = _jacobian_constants(robot, geometry.point_body)
+        if self_collision is not None:
+            if not isinstance(self_collision, SelfCollision):
+                raise InputError(f"self_collision must be a SelfCollision, got {type(self_collision).__name__}")
+            if self_collision.fingerprint != robot.fingerprint:
+                raise InputError(f"self_collision was built for robot {self_collision.robot_name!r}, not {robot.name!r}")
+            self._pair_p = self_collision.resolved(robot)
+            self._support_a, _ = _jacobian_constants(robot, self_collision.body_a)
+            self._support_b, _ = _jacobian_constants(robot, self_collision.body_b)
+        self.self_collision = self_collision
 
 
     def replace(self, *, geometry=None, terrain=None, params=None, robot: RobotModel) -> ContactModel:
@@ -180,25 +198,30 @@ class ContactModel:
         phi = radius - dist
         point = centre - radius[:, None] * n
         J = _point_jacobians(robot, Rb, pb, point, self._support, self._coupling)
+        p, ps = self._p, g.point_shape
+        law = {k: per_point(p[k], ps) for k in ("stiffness", "damping", "friction", "normal_width", "stiction_width")}
+        sc = self.self_collision
+        if sc is not None and sc.num_pairs:
+            pp, n_, phi_ = sc.detect(Rb, pb)
+            J_ = _point_jacobians(robot, Rb, pb, pp, self._support_a, self._coupling) - _point_jacobians(
+                robot, Rb, pb, pp, self._support_b, self._coupling
+            )
+            batch = broadcast_shapes(point.shape[:-2], pp.shape[:-2])
+            point = torch.cat([point.expand(*batch, *point.shape[-2:]), pp.expand(*batch, *pp.shape[-2:])], -2)
+            n = torch.cat([n.expand(*batch, *n.shape[-2:]), n_.expand(*batch, *n_.shape[-2:])], -2)
+            phi = torch.cat([phi.expand(*batch, phi.shape[-1]), phi_.expand(*batch, phi_.shape[-1])], -1)
+            J = torch.cat([J.expand(*batch, *J.shape[-3:]), J_.expand(*batch, *J_.shape[-3:])], -3)
+            idx = torch.arange(sc.num_pairs, device=point.device)
+            for k in law:
+                A, B = _rows(law[k], g.num_points), _rows(per_point(self._pair_p[k], idx), sc.num_pairs)
+                lb = broadcast_shapes(A.shape[:-1], B.shape[:-1])
+                law[k] = torch.cat([A.expand(*lb, g.num_points), B.expand(*lb, sc.num_pairs)], -1)
         v_c = (J @ v[..., None, :, None])[..., 0]
         v_n = (v_c * n).sum(-1)
         v_t = v_c - v_n[..., None] * n
-        p = self._p
-        ps = g.point_shape
-        f_n, f_t, c_n, k_n, s = contact_law(
-            phi,
-            v_n,
-            v_t,
-            stiffness=per_point(p["stiffness"], ps),
-            damping=per_point(p["damping"], ps),
-            friction=per_point(p["friction"], ps),
-            normal_width=per_point(p["normal_width"], ps),
-            stiction_width=per_point(p["stiction_width"], ps),
-            clamp_normal=p["clamp_normal"],
-        )
+        f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], **law)
         force = f_n[..., None] * n + f_t
-        f_ext = _body_wrenches(robot, Rb, pb, point, force, g.point_body)
-        mu = per_point(p["friction"], ps)
+        f_ext = self._wrenches(robot, Rb, pb, point, force)
         return ContactResult(
             point=point,
             normal=n,
@@ -212,10 +235,21 @@ class ContactModel:
             jacobian=J,
             _c_n=c_n,
             _k_n=k_n,
-            _mu_fn_over_s=mu * torch.clamp_min(f_n, 0.0) / s,
+            _mu_fn_over_s=law["friction"] * torch.clamp_min(f_n, 0.0) / s,
             _s=s,
+            _mu=torch.broadcast_to(law["friction"], phi.shape),
             _bodies=(Rb, pb),
         )
+
+    def _wrenches(self, robot, Rb, pb, point, force) -> torch.Tensor:
+        """Body wrenches ``(..., nb, 6)`` of the ground rows and the pair rows."""
+        npg = self.geometry.num_points
+        f_ext = _body_wrenches(robot, Rb, pb, point[..., :npg, :], force[..., :npg, :], self.geometry.point_body)
+        sc = self.self_collision
+        if sc is not None and sc.num_pairs:
+            pp, fp = point[..., npg:, :], force[..., npg:, :]
+            f_ext = f_ext + _body_wrenches(robot, Rb, pb, pp, fp, sc.body_a) - _body_wrenches(robot, Rb, pb, pp, fp, sc.body_b)
+        return f_ext
 
     # ------------------------------------------------------------ dynamics
 
@@ -316,8 +350,7 @@ class ContactModel:
         # slip direction gets the lagged coefficient mu f_n / s, which never
         # overshoots. gamma = |v_t|^2 / (|v_t|^2 + v*^2) blends the two.
         g_norm = (robot.gravity if gravity is None else gravity).norm(dim=-1)
-        mu = per_point(self._p["friction"], self.geometry.point_shape)
-        vstar = dt * mu * (g_norm[..., None] if g_norm.ndim else g_norm)
+        vstar = dt * res._mu * (g_norm[..., None] if g_norm.ndim else g_norm)
         vt2 = (vt * vt).sum(-1)
         gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(vt.dtype).tiny)
         fric = res._mu_fn_over_s[..., None, None] * (
@@ -351,7 +384,7 @@ class ContactModel:
             force=force,
             normal_force=f_n,
             friction_force=force - f_n[..., None] * n,
-            f_ext=_body_wrenches(robot, *res._bodies, res.point, force, self.geometry.point_body),
+            f_ext=self._wrenches(robot, *res._bodies, res.point, force),
         )
 
     def __repr__(self) -> str:
@@ -361,7 +394,12 @@ class ContactModel:
 # ---------------------------------------------------------------- kinematics
 
 
-def _jacobian_constants(robot: RobotModel, geometry: ContactGeometry):
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """A per-row parameter ``()``, ``(..., 1)`` or ``(..., n)`` as ``(..., n)``."""
+    return t.expand(n) if t.ndim == 0 else t.expand(*t.shape[:-1], n)
+
+
+def _jacobian_constants(robot: RobotModel, point_body: torch.Tensor):
     """``support (np, nb - 1)``: 1 where moving body ``j`` carries point ``p``;
     ``coupling (nb - 1, nj)``: body joint rates from joint coordinates."""
     nb, nj = robot.num_bodies, robot.num_joints
@@ -372,7 +410,7 @@ def _jacobian_constants(robot: RobotModel, geometry: ContactGeometry):
         while a >= 0:
             anc[b, a] = 1.0
             a = parent[a]
-    support = anc[geometry.point_body.cpu()][:, 1:].to(robot.device)
+    support = anc[point_body.cpu()][:, 1:].to(robot.device)
     coupling = torch.zeros(max(nb - 1, 0), nj, dtype=robot.dtype)
     jc = robot.joint_coordinate.tolist()
     mult = robot.joint_multiplier.tolist()
