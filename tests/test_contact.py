@@ -343,3 +343,24 @@ def test_public_names_resolve():
 
     for name in contact.__all__:
         assert getattr(contact, name, None) is not None, name
+
+
+def test_float32_step_matches_float64():
+    from backdrive.data import load
+
+    out = {}
+    for dtype in (torch.float64, torch.float32):
+        robot = load("quadruped", floating_base=True, dtype=dtype)
+        feet = [n for n in robot.link_names if n.endswith("_foot")]
+        cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+        q = robot.neutral()
+        q[7:] = torch.tensor([0.0, 0.7, -1.4] * 4, dtype=dtype)
+        q[2] = 0.3222
+        v = torch.zeros(robot.nv, dtype=dtype)
+        v[0], v[2] = 0.1, -0.05
+        a, res = cm.acceleration(robot, q, v, torch.zeros_like(v), dt=2e-3)
+        out[dtype] = (a.double(), res.normal_force.double())
+    (a64, f64), (a32, f32) = out[torch.float64], out[torch.float32]
+    assert float(f64.min()) > 1.0
+    assert torch.allclose(f32, f64, rtol=1e-3, atol=1e-2)
+    assert float((a32 - a64).norm() / a64.norm()) < 1e-3

@@ -138,7 +138,14 @@ class ContactModel:
         self._p = resolve_parameters(params, geometry.shape_links, robot.dtype, robot.device)
         if terrain.friction is not None:
             mu = terrain.friction
-            mu = mu if isinstance(mu, torch.Tensor) else torch.as_tensor(float(mu), dtype=robot.dtype, device=robot.device)
+            if isinstance(mu, torch.Tensor):
+                if mu.dtype != robot.dtype or mu.device != robot.device or mu.ndim > 0 and mu.shape[-1] != 1:
+                    raise InputError(
+                        f"terrain friction must be a {robot.dtype} tensor on {robot.device} of shape () or (..., 1), "
+                        f"got {mu.dtype} on {mu.device} with shape {tuple(mu.shape)}"
+                    )
+            else:
+                mu = torch.as_tensor(float(mu), dtype=robot.dtype, device=robot.device)
             self._p["friction"] = mu
         self._fingerprint = robot.fingerprint
         self._dtype, self._device = robot.dtype, robot.device

@@ -134,6 +134,8 @@ class Heightfield(Terrain):
         self.origin = origin
         if friction is not None:
             _param(friction, "friction", "heightfield")
+            if not bool((torch.as_tensor(friction).detach() >= 0).all()):
+                raise InvalidValueError(f"heightfield friction must be >= 0, got {friction!r}")
         self.friction = friction
 
     def height(self, xy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
