@@ -151,6 +151,7 @@ def contact_law(
     normal_width,
     stiction_width,
     clamp_normal: bool = True,
+    dt: float | None = None,
 ):
     """Forces of the law in the module docstring.
 
@@ -160,6 +161,8 @@ def contact_law(
         v_t: ``(..., np, 3)`` slip velocity (tangential), m/s.
         stiffness, damping, friction, normal_width, stiction_width:
             ``()`` or ``(..., np)`` tensors.
+        dt: the implicit step's length, for the secant in ``k_n`` (see the
+            comment there); ``None`` gives the derivative.
 
     Returns:
         ``f_n (..., np)`` normal force magnitude (N), ``f_t (..., np, 3)``
@@ -171,15 +174,22 @@ def contact_law(
     act = torch.sigmoid(z)
     f_n = stiffness * normal_width * F.softplus(z) - damping * v_n * act
     c_n = damping * act
-    # d f_n / d phi: the spring, plus the damper switching on while the body
-    # approaches (-d v_n a' / w_n, large: a' peaks at 1 / (4 w_n)). Only its
-    # stiffening part (approaching, v_n < 0) is kept, as a smooth positive
-    # part of -v_n over the stiction width (no kink at v_n = 0, where resting
-    # contacts sit): the implicit step needs a positive semi-definite K, and
-    # leaving the term out made a landing foot diverge (the damping force
-    # rose from 0 to d |v_n| within one step).
+    # d f_n / d phi for the implicit step: the spring, plus the damper
+    # switching on while the body approaches. Without the second term a
+    # landing foot diverged (the damping force rose from 0 to d |v_n| within
+    # one step). Its derivative -d v_n a' / w_n is far too large over a step
+    # that travels many widths (an impact then injected energy), so with
+    # ``dt`` it is the secant over the step's travel delta = dt |v_n|:
+    # d |v_n| (sigmoid(z + delta / w_n) - a) / delta, at most d / dt. Only
+    # approach counts, as a smooth positive part of -v_n over the stiction
+    # width (no kink at v_n = 0, where resting contacts sit), so K stays
+    # positive semi-definite.
     approach = 0.5 * (torch.sqrt(v_n * v_n + stiction_width * stiction_width) - v_n)
-    k_n = stiffness * act + damping * approach * act * (1.0 - act) / normal_width
+    if dt is None:
+        onset = approach * act * (1.0 - act) / normal_width
+    else:
+        onset = (torch.sigmoid(z + dt * approach / normal_width) - act) / dt
+    k_n = stiffness * act + damping * onset
     if clamp_normal:
         on = f_n > 0
         f_n = torch.clamp_min(f_n, 0.0)

@@ -183,7 +183,7 @@ class ContactModel:
 
     # ------------------------------------------------------------ forces
 
-    def forces(self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor) -> ContactResult:
+    def forces(self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor, *, _dt: float | None = None) -> ContactResult:
         """Detect contacts at ``(q, v)`` and evaluate the force law.
 
         Args:
@@ -226,7 +226,7 @@ class ContactModel:
         v_c = (J @ v[..., None, :, None])[..., 0]
         v_n = (v_c * n).sum(-1)
         v_t = v_c - v_n[..., None] * n
-        f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], **law)
+        f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], dt=_dt, **law)
         force = f_n[..., None] * n + f_t
         f_ext = self._wrenches(robot, Rb, pb, point, force)
         return ContactResult(
@@ -342,7 +342,7 @@ class ContactModel:
         """
         if dt is None or not dt > 0:
             raise InputError(f"the implicit contact scheme needs the step dt > 0, got {dt!r}")
-        res = self.forces(robot, q, v)
+        res = self.forces(robot, q, v, _dt=dt)
         J = res.jacobian
         n = res.normal
         # Per-point 3x3 damping C and stiffness K (world frame).
