@@ -38,12 +38,10 @@ class ContactParameters:
     geometry, in ``geometry.shapes`` order) or ``(..., ns)`` / ``(..., 1)``
     with leading batch axes that broadcast with the state.
 
-    Defaults start from DiffRL's Ant contact (Xu et al., ICLR 2022:
-    ``ke = 4e4``, ``kd = 1e4``, ``mu = 0.75``, run at 1 ms substeps) and the
-    stiction width of the Tiny Differentiable Simulator (0.01 m/s), with the
-    damping lowered to 1e3: at 1e4 a quadruped landing at 2 ms steps
-    chattered and its 32-step rollout became so sensitive that central
-    differences did not converge (see ``docs/contact.md``).
+    Defaults are DiffRL's Ant contact (Xu et al., ICLR 2022: ``ke = 4e4``,
+    ``kd = 1e4``, ``mu = 0.75``, run at 1 ms substeps) and the stiction
+    width of the Tiny Differentiable Simulator (0.01 m/s). See
+    ``docs/contact.md`` for how to choose them.
 
     Attributes:
         stiffness: ``k``, N/m, ``>= 0``.
@@ -61,7 +59,7 @@ class ContactParameters:
     """
 
     stiffness: object = 4.0e4
-    damping: object = 1.0e3
+    damping: object = 1.0e4
     friction: object = 0.75
     normal_width: object = 1.0e-4
     stiction_width: object = 1.0e-2
@@ -78,7 +76,7 @@ class ContactParameters:
         return ContactParameters(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
 
 
-#: The default parameters (DiffRL's Ant stiffness and friction, 1e3 damping, 1 cm/s stiction width).
+#: The default parameters (DiffRL's Ant values, 1 cm/s stiction width).
 DEFAULT_CONTACT = ContactParameters()
 
 _POSITIVE = ("normal_width", "stiction_width")

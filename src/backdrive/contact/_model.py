@@ -89,6 +89,7 @@ class ImplicitContact:
     matrix: torch.Tensor
     _CK: torch.Tensor
     _pred: torch.Tensor
+    _M: torch.Tensor
 
 
 class ContactModel:
@@ -317,7 +318,7 @@ class ContactModel:
             res = self.forces(robot, q, v)
             return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity)
-        A = mass_matrix(robot, q) + dt * terms.matrix
+        A = terms._M + dt * terms.matrix
         if extra_damping is not None:
             A = A + dt * torch.diag_embed(extra_damping)
         rhs = tau + joint_forces(robot, v) - bias_forces(robot, q, v, gravity=gravity) + terms.force
@@ -351,13 +352,21 @@ class ContactModel:
         vt = res.slip_velocity
         s = res._s
         # Friction damping: the exact Jacobian mu f_n (P_t / s - v_t v_t^T / s^3)
-        # along the slip only where one step cannot reverse the slip: below
-        # the one-step stopping speed v* = dt mu |g| the linearised step
-        # would overshoot (period-2 chatter of the slip sign), so there the
-        # slip direction gets the lagged coefficient mu f_n / s, which never
-        # overshoots. gamma = |v_t|^2 / (|v_t|^2 + v*^2) blends the two.
-        g_norm = (robot.gravity if gravity is None else gravity).norm(dim=-1)
-        vstar = dt * res._mu * (g_norm[..., None] if g_norm.ndim else g_norm)
+        # along the slip only where one step cannot reverse the slip. Below
+        # the one-step stopping speed v* = dt mu f_n / m_eff (m_eff: the
+        # contact's effective mass, 1 / (J M^-1 J^T) averaged over its three
+        # directions) the linearised step would overshoot (period-2 chatter
+        # of the slip sign: measured on a rolling sphere and on a standing
+        # quadruped's foot), so there the slip direction gets the lagged
+        # coefficient mu f_n / s, which never overshoots.
+        # gamma = |v_t|^2 / (|v_t|^2 + v*^2) blends the two.
+        M = mass_matrix(robot, q)
+        batch = J.shape[:-3]
+        M = M.expand(*batch, *M.shape[-2:])
+        Jf = J.reshape(*batch, -1, J.shape[-1])  # (..., 3 np, nv)
+        X = torch.cholesky_solve(Jf.transpose(-1, -2), torch.linalg.cholesky(M))
+        inv_mass = (Jf * X.transpose(-1, -2)).sum(-1).reshape(*J.shape[:-2], 3).mean(-1)
+        vstar = dt * res._mu * torch.clamp_min(res.normal_force, 0.0) * inv_mass
         vt2 = (vt * vt).sum(-1)
         gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(vt.dtype).tiny)
         fric = res._mu_fn_over_s[..., None, None] * (
@@ -377,7 +386,7 @@ class ContactModel:
         else:
             pred = (K @ (dt * Jv)[..., None])[..., 0]
         force = torch.einsum("...pin,...pi->...n", J, res.force - pred)
-        return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred)
+        return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred, _M=M)
 
     def applied(self, robot: RobotModel, terms: ImplicitContact, a: torch.Tensor, dt: float) -> ContactResult:
         """The :class:`ContactResult` with the forces an implicit step with acceleration ``a`` applied."""
