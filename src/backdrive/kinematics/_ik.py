@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .._shapes import broadcast_shapes
-from .._errors import BackdriveError, InputError
+from .._errors import ConfigError, InputError
 from ..spatial._so3 import so3_log_parts
 from ._chain import SerialChainKinematics
 
@@ -53,10 +53,6 @@ _LM_DOWN = 0.5
 _LM_UP = 4.0
 _LM_MIN_RATIO = 1e-3
 _LM_MAX_RATIO = 1e3
-
-
-class ConfigError(BackdriveError):
-    """A numerical setting that is out of range or of the wrong type."""
 
 
 def _positive_int(name: str, value) -> None:

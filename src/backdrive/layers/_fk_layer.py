@@ -5,17 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._errors import InputError
+from .._errors import CheckpointMismatchError, InputError
 from ..kinematics._chain import SerialChainKinematics
 from ..kinematics._ik import default_seed
 
 __all__ = ["DifferentiableFKLayer", "CheckpointMismatchError"]
 
 _FLOATS = (torch.float32, torch.float64)
-
-
-class CheckpointMismatchError(InputError):
-    """A checkpoint that belongs to different kinematic geometry."""
 
 
 def _digest(fingerprint: str) -> torch.Tensor:
