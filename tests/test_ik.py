@@ -454,7 +454,7 @@ def test_custom_so3_log_backward_matches_plain_autograd():
 
 
 def test_ik_on_a_chain_with_prismatic_mimic_and_unbounded_joints():
-    from test_chain import TOY_URDF
+    from _robots import TOY_URDF
 
     toy = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64)
     seed = default_seed(toy.lower, toy.upper)

@@ -22,7 +22,7 @@ from backdrive.kinematics import (
     solve_dls_ik,
 )
 from backdrive.layers import CheckpointMismatchError, DifferentiableFKLayer, DifferentiableIKLayer
-from test_chain import TOY_URDF
+from _robots import TOY_URDF
 
 
 @pytest.fixture(scope="module")
