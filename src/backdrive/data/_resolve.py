@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._errors import UnknownRobotError
+from .._errors import InputTypeError, UnknownRobotError
 from ._example_robot_data import EXAMPLE_ROBOT_DATA_PREFIX, EXAMPLE_ROBOTS, example_robot_path
 from ._shipped import ROBOTS_DIR, SHIPPED_ROBOTS, list_robots
 
@@ -29,14 +29,14 @@ def get_data_path(name: str) -> Path:
         An absolute path to an existing ``.urdf`` file.
 
     Raises:
-        TypeError: ``name`` is not a string.
+        InputTypeError: ``name`` is not a string (a TypeError).
         UnknownRobotError: no such robot (a ValueError); the message lists the
             valid names and the closest ones.
         MissingDependencyError: an ``"example-robot-data:"`` name while that
             package is not installed (an ImportError).
     """
     if not isinstance(name, str):
-        raise TypeError(
+        raise InputTypeError(
             f"robot name must be a str, got {type(name).__name__}; "
             "pass a file path to RobotModel.from_urdf directly"
         )

@@ -8,6 +8,7 @@ from torch import nn
 from .._errors import CheckpointMismatchError, InputError
 from ..kinematics._chain import SerialChainKinematics
 from ..kinematics._ik import default_seed
+from ..runtime import finite_checked
 
 __all__ = ["DifferentiableFKLayer", "CheckpointMismatchError"]
 
@@ -77,7 +78,10 @@ class DifferentiableFKLayer(nn.Module):
       optimiser or recurrent state is kept; every call builds its own graph.
     * Checkpoints: ``state_dict`` holds ``tcp``, ``lower``, ``upper`` and
       ``geometry_fingerprint``; loading a checkpoint of other geometry raises
-      :class:`CheckpointMismatchError` before anything is copied, and
+      :class:`CheckpointMismatchError` before anything is copied, and so does
+      one that carries the buffers without the fingerprint (with
+      ``strict=False`` too: it cannot be checked); one that carries none of
+      this layer's keys leaves it unchanged under ``strict=False``.
       ``load_state_dict(..., assign=True)`` adopts the checkpoint's dtype and
       device for the buffers and the geometry (also when nested).
 
@@ -140,14 +144,17 @@ class DifferentiableFKLayer(nn.Module):
 
     # ------------------------------------------------------------------ compute
 
+    @finite_checked(name="DifferentiableFKLayer.forward")
     def forward(self, qpos: torch.Tensor) -> torch.Tensor:
         """Tool poses ``(..., 4, 4)`` for joints ``(..., dof)`` (no Jacobian is built)."""
         return self._chain.forward_kinematics(qpos, self.tcp)
 
+    @finite_checked(name="DifferentiableFKLayer.evaluate")
     def evaluate(self, qpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Tool poses ``(..., 4, 4)`` and Jacobians ``(..., 6, dof)`` from one FK pass."""
         return self._chain.evaluate(qpos, self.tcp)
 
+    @finite_checked(name="DifferentiableFKLayer.jacobian")
     def jacobian(self, qpos: torch.Tensor) -> torch.Tensor:
         """Geometric tool Jacobians ``(..., 6, dof)``, root frame, linear rows first."""
         return self._chain.evaluate(qpos, self.tcp)[1]
@@ -196,6 +203,17 @@ class DifferentiableFKLayer(nn.Module):
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ):
         key = prefix + "geometry_fingerprint"
+        carried = [prefix + k for k in ("tcp", "lower", "upper") if prefix + k in state_dict]
+        if key not in state_dict and carried:
+            # Without the fingerprint nothing says these buffers belong to this
+            # geometry: refused whether strict or not, before anything is copied.
+            raise CheckpointMismatchError(
+                f"checkpoint {prefix or '<root>'!s} carries {', '.join(repr(k) for k in carried)} but no "
+                f"{key!r}, so it cannot be checked against this layer's geometry (chain "
+                f"{self._chain.root_link_name!r} -> {self._chain.end_link_name!r} of robot "
+                f"{self._chain.model.name!r}); save it again from a DifferentiableFKLayer, or copy the "
+                "buffers by hand if you know they match"
+            )
         if key in state_dict:
             stored = state_dict[key]
             ok = (
