@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 
 import pytest
 import torch
@@ -179,3 +180,133 @@ def test_backdrive_error_catches_every_spatial_check():
     for f in bad:
         with pytest.raises(BackdriveError):
             f()
+
+
+# --- opt-in non-finite checking (issue 14 part 4) ----------------------------------------
+
+import math  # noqa: E402
+
+from backdrive import runtime  # noqa: E402
+from backdrive.data import get_data_path, load  # noqa: E402
+from backdrive.kinematics import (  # noqa: E402
+    SerialChainKinematics,
+    forward_kinematics,
+    frame_jacobian,
+    solve_dls_ik,
+)
+
+
+@pytest.fixture(scope="module")
+def panda():
+    return load("panda")
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return SerialChainKinematics.from_urdf(get_data_path("panda"), "panda_hand_tcp", dtype=torch.float64)
+
+
+def test_nan_passes_silently_by_default(panda):
+    q = panda.neutral().clone()
+    q[3] = math.nan
+    assert not runtime.checking_finite()
+    assert not torch.isfinite(forward_kinematics(panda, q)).all()
+
+
+def test_check_finite_context_names_function_and_argument(panda):
+    q = panda.neutral().repeat(3, 1)
+    q[1, 3] = math.nan
+    with runtime.check_finite():
+        assert runtime.checking_finite()
+        forward_kinematics(panda, panda.neutral())  # finite: no error
+        with pytest.raises(NonFiniteError, match=r"forward_kinematics: output is nan.*argument q is not finite \(nan at index \[1, 3\]\)") as info:
+            forward_kinematics(panda, q)
+        assert info.value.function == "forward_kinematics" and info.value.what == "q"
+        with pytest.raises(NonFiniteError, match="frame_jacobian"):
+            frame_jacobian(panda, q, "panda_hand_tcp")
+    assert not runtime.checking_finite()  # restored
+    forward_kinematics(panda, q)  # unchecked again
+
+
+def test_check_finite_setting_and_nesting(panda):
+    q = panda.neutral().clone()
+    q[0] = math.inf
+    previous = runtime.check_finite(True)
+    try:
+        assert bool(previous) is False and runtime.checking_finite()
+        with pytest.raises(NonFiniteError):
+            forward_kinematics(panda, q)
+        with runtime.check_finite(False):
+            forward_kinematics(panda, q)
+        assert runtime.checking_finite()
+    finally:
+        runtime.check_finite(False)
+    with pytest.raises(InputError, match="takes a bool"):
+        runtime.check_finite("yes")
+
+
+def test_check_finite_covers_chain_ik_and_layers(chain):
+    from backdrive.layers import DifferentiableFKLayer, DifferentiableIKLayer
+
+    q = torch.zeros(2, chain.dof, dtype=torch.float64)
+    q[0, 1] = math.nan
+    fk = DifferentiableFKLayer(chain)
+    ik = DifferentiableIKLayer(kinematics=fk)
+    T = chain.forward_kinematics(torch.zeros(2, chain.dof, dtype=torch.float64))
+    T[1, 0, 3] = math.nan  # the IK contract: a NaN target fails per sample, silently unless checked
+    assert not bool(solve_dls_ik(chain, T).success[1])
+    with runtime.check_finite():
+        for f, name in (
+            (chain.forward_kinematics, "SerialChainKinematics.forward_kinematics"),
+            (chain.evaluate, "SerialChainKinematics.evaluate"),
+            (chain.jacobian, "SerialChainKinematics.jacobian"),
+            (fk, "DifferentiableFKLayer.forward"),
+            (fk.evaluate, "DifferentiableFKLayer.evaluate"),
+            (fk.jacobian, "DifferentiableFKLayer.jacobian"),
+        ):
+            with pytest.raises(NonFiniteError, match=re.escape(name) + r".*argument qpos") as info:
+                f(q)
+            assert info.value.function == name
+        with pytest.raises(NonFiniteError, match=r"solve_dls_ik: .*argument target_xpos .*index \[1, 0, 3\]"):
+            solve_dls_ik(chain, T)
+        with pytest.raises(NonFiniteError, match=r"DifferentiableIKLayer.forward: .*target_xpos"):
+            ik(T)
+        res = ik.solve(T[:1])  # finite: fine
+        assert bool(res.success[0]) in (True, False)
+
+
+def test_check_finite_reports_a_computation_that_fails_on_finite_inputs(panda):
+    import backdrive.dynamics as D
+
+    nan_model = panda.replace  # parameters that are NaN are refused by replace() ...
+    with pytest.raises(backdrive.InvalidValueError):
+        nan_model(body_mass=torch.full_like(panda.body_mass, math.nan))
+    # ... and a computation that produces NaN from finite inputs is reported as such
+    fd = runtime.finite_checked(D.forward_dynamics, name="forward_dynamics")
+    m = backdrive.RobotModel.from_urdf(
+        '<robot name="k"><link name="a"/><link name="b"/>'
+        '<joint name="j" type="continuous"><parent link="a"/><child link="b"/></joint></robot>'
+    )  # a coordinate that moves no inertia: a singular mass matrix
+    q = m.neutral()
+    with runtime.check_finite(), pytest.raises(NonFiniteError, match="every tensor argument is finite"):
+        fd(m, q, torch.zeros_like(q), torch.zeros_like(q))
+    assert not torch.isfinite(fd(m, q, torch.zeros_like(q), torch.zeros_like(q))).all()  # off: silent
+
+
+def test_finite_checked_wrapper_is_transparent():
+    def f(x, *, scale=1.0):
+        """doc"""
+        return x * scale
+
+    g = runtime.finite_checked(f, name="f")
+    assert g.__doc__ == "doc" and g.__wrapped__ is f
+    x = torch.tensor([1.0, math.nan])
+    assert torch.equal(g(x, scale=2.0)[:1], torch.tensor([2.0]))
+    with runtime.check_finite(), pytest.raises(NonFiniteError, match=r"f: output\[1\]|f: output is nan at index \[1\]"):
+        g(x)
+    # inside torch.func transforms values cannot be read: not checked, no error
+    from torch.func import vmap
+
+    with runtime.check_finite():
+        out = vmap(g)(x[:, None])
+    assert torch.isnan(out[1, 0])

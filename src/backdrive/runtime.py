@@ -154,19 +154,21 @@ class check_finite(AbstractContextManager):  # noqa: N801 - used like a function
         return self.previous
 
 
-def _tensors(value, name: str):
-    """``(name, tensor)`` for every tensor in a result: a tensor, tuple/list, dict or dataclass."""
+def _tensors(value, name: str, records: bool = True):
+    """``(name, tensor)`` for every tensor in a value: a tensor, tuple/list, dict, or
+    (``records``) a dataclass such as an IK result. Arguments are scanned without
+    ``records``: a model's infinite joint limits are legitimate."""
     if isinstance(value, torch.Tensor):
         yield name, value
     elif isinstance(value, (tuple, list)):
         for i, v in enumerate(value):
-            yield from _tensors(v, f"{name}[{i}]")
+            yield from _tensors(v, f"{name}[{i}]", records)
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from _tensors(v, f"{name}[{k!r}]")
-    elif is_dataclass(value) and not isinstance(value, type):
+            yield from _tensors(v, f"{name}[{k!r}]", records)
+    elif records and is_dataclass(value) and not isinstance(value, type):
         for f in fields(value):
-            yield from _tensors(getattr(value, f.name), f"{name}.{f.name}")
+            yield from _tensors(getattr(value, f.name), f"{name}.{f.name}", records)
 
 
 def _readable(t: torch.Tensor) -> bool:
@@ -208,7 +210,7 @@ def assert_finite(function: str, output: Any, arguments: dict | None = None, out
             continue
         cause = None
         for arg_name, value in (arguments or {}).items():
-            for name, a in _tensors(value, arg_name):
+            for name, a in _tensors(value, arg_name, records=False):
                 where = _first_bad(a)
                 if where is not None:
                     cause = (name, where, a)
@@ -241,8 +243,17 @@ def finite_checked(function: F | None = None, *, name: str | None = None) -> F:
 
         @functools.wraps(f)
         def wrapper(*args, **kwargs):
-            out = f(*args, **kwargs)
-            if getattr(_state, "enabled", False):
+            if not getattr(_state, "enabled", False):
+                return f(*args, **kwargs)
+            # Only the outermost checked call checks, so the error names the
+            # function the user called (jacobian, not the evaluate inside it).
+            depth = getattr(_state, "depth", 0)
+            _state.depth = depth + 1
+            try:
+                out = f(*args, **kwargs)
+            finally:
+                _state.depth = depth
+            if depth == 0:
                 try:
                     bound = signature.bind(*args, **kwargs).arguments
                 except TypeError:  # pragma: no cover - f accepted what bind refuses
