@@ -592,3 +592,10 @@ def test_every_example_robot_loads():
             except backdrive_errors.BackdriveError as exc:
                 failed[name] = str(exc)[:120]
     assert failed == {}
+
+
+def test_load_unknown_option_names_the_closest():
+    from backdrive import InputTypeError
+
+    with pytest.raises(InputTypeError, match="unknown option 'floatng_base'; did you mean 'floating_base'"):
+        bd.load("panda", floatng_base=True)
