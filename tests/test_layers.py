@@ -463,3 +463,23 @@ def test_in_place_tcp_changes_are_seen(panda64):
     with torch.no_grad():
         fk.tcp.copy_(torch.eye(4, dtype=torch.float64))
     assert (fk(q) - T0).abs().max() < 1e-14
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x"])
+def test_layers_name_a_bad_device(panda32, device):
+    fk = DifferentiableFKLayer(panda32)
+    for layer in (fk, DifferentiableIKLayer(fk)):
+        with pytest.raises(InputError, match=f"device '{device}'"):
+            layer.to(device)
+        with pytest.raises(InputError, match=f"device '{device}'"):
+            layer.to(device=device, dtype=torch.float64)
+    assert fk.tcp.dtype == torch.float32  # nothing changed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_layers_cuda_on_a_cpu_machine(panda32):
+    fk = DifferentiableFKLayer(panda32)
+    with pytest.raises(InputError, match="device 'cuda' is not available here"):
+        fk.to("cuda")
+    with pytest.raises(InputError, match="not available here"):
+        fk.cuda()

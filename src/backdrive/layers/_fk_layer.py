@@ -8,6 +8,7 @@ from torch import nn
 from .._errors import CheckpointMismatchError, InputError
 from ..kinematics._chain import SerialChainKinematics
 from ..kinematics._ik import default_seed
+from ..model._model import check_device
 from ..runtime import finite_checked
 
 __all__ = ["DifferentiableFKLayer", "CheckpointMismatchError"]
@@ -29,6 +30,16 @@ def _as_float_tensor(x, name: str, shape: tuple, dtype, device) -> torch.Tensor:
     if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
         raise InputError(f"{name} must hold real numbers, got {t.dtype}")
     return t.detach().to(dtype=dtype, device=device).clone()
+
+
+def check_to_arguments(module: nn.Module, args: tuple, kwargs: dict) -> None:
+    """Raise :class:`InputError` naming the device of ``module.to(...)`` when it is
+    not a torch device (``"gpu"``) or not available here (``"cuda"`` on a CPU build)."""
+    for a in (*args, kwargs.get("device")):
+        if isinstance(a, (str, torch.device)):
+            check_device(a)
+        elif isinstance(a, int) and not isinstance(a, bool):
+            check_device(torch.device("cuda", a) if a >= 0 else a)
 
 
 def check_rigid(T: torch.Tensor, name: str = "tcp") -> None:
@@ -171,8 +182,18 @@ class DifferentiableFKLayer(nn.Module):
 
     # ------------------------------------------------------------------ device / dtype
 
+    def to(self, *args, **kwargs):
+        """``nn.Module.to``, with an :class:`InputError` for an unknown or unavailable device."""
+        check_to_arguments(self, args, kwargs)
+        return super().to(*args, **kwargs)
+
     def _apply(self, fn, recurse: bool = True):
-        probe = fn(torch.zeros((), dtype=self.tcp.dtype, device=self.tcp.device))
+        try:
+            probe = fn(torch.zeros((), dtype=self.tcp.dtype, device=self.tcp.device))
+        except (RuntimeError, AssertionError) as exc:  # e.g. .cuda() on a CPU-only build
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            hint = "; device 'cuda' is not available here" if "CUDA" in reason else ""
+            raise InputError(f"{type(self).__name__} cannot be moved: {reason}{hint}") from None
         if probe.dtype not in _FLOATS:
             raise InputError(
                 f"{type(self).__name__} supports float32 and float64, not {probe.dtype}"

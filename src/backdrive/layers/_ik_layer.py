@@ -13,7 +13,7 @@ from ..kinematics._ik import (
     DifferentiableIKResult,
     solve_dls_ik,
 )
-from ._fk_layer import DifferentiableFKLayer
+from ._fk_layer import DifferentiableFKLayer, check_to_arguments
 
 __all__ = ["DifferentiableIKLayer"]
 
@@ -71,6 +71,11 @@ class DifferentiableIKLayer(nn.Module):
             raise ConfigError(f"cfg must be a DifferentiableIKCfg, got {type(cfg).__name__}")
         self.kinematics = kinematics
         self.cfg = cfg
+
+    def to(self, *args, **kwargs):
+        """``nn.Module.to``, with an :class:`InputError` for an unknown or unavailable device."""
+        check_to_arguments(self, args, kwargs)
+        return super().to(*args, **kwargs)
 
     @property
     def fk(self) -> DifferentiableFKLayer:
