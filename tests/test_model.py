@@ -526,3 +526,29 @@ def test_cuda_on_a_cpu_machine_is_an_input_error(small):
 
     with pytest.raises(InputError, match="not available"):
         SerialChainKinematics.from_model(small, end_link_name="tool").to(device="cuda")
+
+
+@pytest.mark.parametrize("numpy_path", [True, False])
+def test_replace_fast_check_both_paths_agree(small, numpy_path):
+    """The numpy (CPU) and the fused-torch (other devices) paths of the replace() check."""
+    from backdrive.model._model import _physical_ok
+
+    good = {k: getattr(small, k) for k in ("body_mass", "body_com", "body_inertia", "damping", "friction", "armature", "gravity")}
+    assert _physical_ok(good, numpy_path)
+    I_bad = small.body_inertia.clone()
+    I_bad[1] = torch.diag(torch.tensor([-1e-3, 1.0, 1.0], dtype=torch.float64))
+    I_asym = small.body_inertia.clone()
+    I_asym[0, 1, 2] += 1e-3
+    for k, v in {
+        "body_mass": -small.body_mass,
+        "damping": torch.full_like(small.damping, -1e-9),
+        "body_com": torch.full_like(small.body_com, math.inf),
+        "gravity": torch.tensor([0.0, math.nan, 0.0], dtype=torch.float64),
+        "body_inertia": I_bad,
+    }.items():
+        assert not _physical_ok(dict(good, **{k: v}), numpy_path), k
+    assert not _physical_ok(dict(good, body_inertia=I_asym), numpy_path)
+    # rounding-level negative eigenvalues (1e-12 of a 1 kg m^2 inertia) pass, as in the loader
+    I_round = small.body_inertia.clone()
+    I_round[1] = torch.diag(torch.tensor([-1e-12, 1.0, 1.0], dtype=torch.float64))
+    assert _physical_ok(dict(good, body_inertia=I_round), numpy_path)

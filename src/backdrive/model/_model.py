@@ -637,7 +637,7 @@ def _check_physical(model: RobotModel, params: dict) -> None:
 _NONNEGATIVE = ("body_mass", "damping", "friction", "armature")
 
 
-def _physical_ok(params: dict) -> bool:
+def _physical_ok(params: dict, numpy_path: bool | None = None) -> bool:
     """Whether every replaced value passes the loader's checks (fast path, no message).
 
     replace() runs inside optimisation loops and backward passes. CPU tensors
@@ -645,7 +645,9 @@ def _physical_ok(params: dict) -> bool:
     few fused reductions read back once.
     """
     values = {k: v.detach() for k, v in params.items()}
-    if all(v.device.type == "cpu" for v in values.values()):
+    if numpy_path is None:
+        numpy_path = all(v.device.type == "cpu" for v in values.values())
+    if numpy_path:
         arrays = {k: v.numpy() for k, v in values.items()}
         if not math.isfinite(sum(float(a.sum()) for a in arrays.values())):  # NaN/inf poison the sum
             return False
