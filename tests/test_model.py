@@ -425,10 +425,11 @@ def test_replace_gets_the_loaders_checks(small):
     I[0, 0, 1] += 0.01
     with pytest.raises(InvalidValueError, match="not symmetric"):
         small.replace(body_inertia=I)
-    # grad-requiring values are checked too, and valid ones pass with their graph
-    neg = (-m).requires_grad_(True)
-    with pytest.raises(InvalidValueError, match="negative mass"):
-        small.replace(body_mass=neg)
+    # grad-requiring values are not checked: gradcheck steps to -1e-6 at a zero mass
+    # (the root link of the double pendulum), and optimisers may step outside too
+    at_boundary = m.clone()
+    at_boundary[0] = -1e-6
+    assert small.replace(body_mass=at_boundary.requires_grad_(True)).body_mass[0] == -1e-6
     ok = m.clone().requires_grad_(True)
     assert small.replace(body_mass=ok * 2).body_mass.grad_fn is not None
 

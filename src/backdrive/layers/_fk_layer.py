@@ -32,8 +32,8 @@ def _as_float_tensor(x, name: str, shape: tuple, dtype, device) -> torch.Tensor:
     return t.detach().to(dtype=dtype, device=device).clone()
 
 
-def check_to_arguments(module: nn.Module, args: tuple, kwargs: dict) -> None:
-    """Raise :class:`InputError` naming the device of ``module.to(...)`` when it is
+def check_to_arguments(args: tuple, kwargs: dict) -> None:
+    """Raise :class:`InputError` naming the device of ``Module.to(*args, **kwargs)`` when it is
     not a torch device (``"gpu"``) or not available here (``"cuda"`` on a CPU build)."""
     for a in (*args, kwargs.get("device")):
         if isinstance(a, (str, torch.device)):
@@ -184,7 +184,7 @@ class DifferentiableFKLayer(nn.Module):
 
     def to(self, *args, **kwargs):
         """``nn.Module.to``, with an :class:`InputError` for an unknown or unavailable device."""
-        check_to_arguments(self, args, kwargs)
+        check_to_arguments(args, kwargs)
         return super().to(*args, **kwargs)
 
     def _apply(self, fn, recurse: bool = True):

@@ -74,7 +74,7 @@ class DifferentiableIKLayer(nn.Module):
 
     def to(self, *args, **kwargs):
         """``nn.Module.to``, with an :class:`InputError` for an unknown or unavailable device."""
-        check_to_arguments(self, args, kwargs)
+        check_to_arguments(args, kwargs)
         return super().to(*args, **kwargs)
 
     @property

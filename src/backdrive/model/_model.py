@@ -341,12 +341,15 @@ class RobotModel:
         ``damping``, ``friction``, ``armature`` ``(nj,)`` and ``gravity (3,)``;
         the tensors may require grad, so gradients flow to them.
 
-        The values get the loader's checks: finite, non-negative masses,
-        damping, friction and armature, symmetric positive semi-definite
-        inertias (to 1e-9 of the largest principal moment). The check reads
-        the values once (one host synchronisation) and is skipped inside
-        ``torch.func`` transforms and ``torch.compile``, where values cannot
-        be read.
+        Values that do not require grad get the loader's checks: finite,
+        non-negative masses, damping, friction and armature, symmetric
+        positive semi-definite inertias (to 1e-9 of the largest principal
+        moment). Values that require grad are not checked: optimisers and
+        finite differences (``gradcheck`` at a zero mass or friction) step
+        just outside the physical set, where the dynamics stay defined. The
+        check reads the values once (one host synchronisation) and is
+        skipped inside ``torch.func`` transforms and ``torch.compile``, where
+        values cannot be read.
 
         Raises:
             UnknownNameError: a name that is not a physical parameter.
@@ -594,7 +597,13 @@ def _available_devices() -> list[str]:
 
 
 def _check_physical(model: RobotModel, params: dict) -> None:
-    """The loader's value checks for the parameters given to :meth:`RobotModel.replace`."""
+    """The loader's value checks for the parameters given to :meth:`RobotModel.replace`.
+
+    Values that require grad are not checked: optimisers and finite
+    differences (``gradcheck`` at a zero mass or friction) legitimately step
+    just outside the physical set, and the dynamics stay defined there.
+    """
+    params = {k: v for k, v in params.items() if not v.requires_grad}
     if not params:
         return
     if any(_untraceable(v) for v in params.values()):
