@@ -553,3 +553,9 @@ def test_replace_fast_check_both_paths_agree(small, numpy_path):
     I_round = small.body_inertia.clone()
     I_round[1] = torch.diag(torch.tensor([-1e-12, 1.0, 1.0], dtype=torch.float64))
     assert _physical_ok(dict(good, body_inertia=I_round), numpy_path)
+
+
+def test_home_relative_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "r.urdf").write_text(SMALL)
+    assert RobotModel.from_urdf("~/r.urdf").num_joints == 3

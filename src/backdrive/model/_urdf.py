@@ -114,7 +114,7 @@ def read_source(source) -> tuple[str | bytes, Path | None]:
     """
     if isinstance(source, bytes | bytearray):
         if not bytes(source).strip():
-            raise URDFParseError("URDF source is empty (0 bytes of XML)")
+            raise URDFParseError("URDF source is empty bytes (no XML)")
         return bytes(source), None
     if isinstance(source, os.PathLike):
         path = Path(source)
@@ -128,7 +128,7 @@ def read_source(source) -> tuple[str | bytes, Path | None]:
             raise URDFParseError(
                 "URDF source is an empty string; pass URDF text, bytes or the path of a .urdf file"
             )
-        path = Path(source)
+        path = Path(source).expanduser()  # "~/robot.urdf" as a shell would
     else:
         raise URDFParseError(
             f"URDF source must be text, bytes or a path, got {type(source).__name__}"
