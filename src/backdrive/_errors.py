@@ -19,6 +19,7 @@ __all__ = [
     "InvalidValueError",
     "UnknownNameError",
     "InputError",
+    "ConfigError",
     "PolicyConfigError",
     "TrainingDivergedError",
     "closest_names",
@@ -75,6 +76,10 @@ class UnknownNameError(ModelError):
 
 class InputError(BackdriveError):
     """A tensor argument with the wrong shape, dtype or device for the model."""
+
+
+class ConfigError(InputError):
+    """A numerical setting that is out of range or of the wrong type."""
 
 
 def closest_names(name: str, valid: Iterable[str], n: int = 3) -> list[str]:

@@ -2,6 +2,8 @@
 
 * :func:`optimize_trajectory`: open-loop controls through the simulator, with
   Adam, L-BFGS (strong-Wolfe line search) or Gauss-Newton (Levenberg-Marquardt).
+* :func:`minimize` with one :class:`SolverOptions`: the solvers themselves,
+  shared by trajectory optimisation and system identification.
 * :func:`train_policy`: neural-network policies by back-propagation through a
   differentiable environment (APG, SHAC).
 * :func:`identify`: masses, centres of mass, inertias, damping, friction and
@@ -35,7 +37,17 @@ from ._policy import (
     train_policy,
 )
 from ._progress import ProgressBar
-from ._solvers import SolverResult, adam, jacobian, lbfgs, levenberg_marquardt
+from ._solvers import (
+    DEFAULT_ITERATIONS,
+    OPTIMIZERS,
+    SolverOptions,
+    SolverResult,
+    adam,
+    jacobian,
+    lbfgs,
+    levenberg_marquardt,
+    minimize,
+)
 from ._sysid import (
     IDENTIFIABLE_PARAMETERS,
     IdentificationResult,
@@ -44,7 +56,7 @@ from ._sysid import (
     inertia_from_cholesky,
     physically_consistent,
 )
-from ._trajopt import OPTIMIZERS, TrajectoryOptimizationResult, optimize_trajectory
+from ._trajopt import TrajectoryOptimizationResult, optimize_trajectory
 
 __all__ = [
     "train_policy",
@@ -69,6 +81,9 @@ __all__ = [
     "inertia_from_cholesky",
     "cholesky_from_inertia",
     "physically_consistent",
+    "minimize",
+    "SolverOptions",
+    "DEFAULT_ITERATIONS",
     "adam",
     "lbfgs",
     "levenberg_marquardt",
