@@ -51,6 +51,8 @@ from ._solvers import (
 from ._sysid import (
     IDENTIFIABLE_PARAMETERS,
     IdentificationResult,
+    InverseDynamicsFit,
+    SimulationFit,
     cholesky_from_inertia,
     identify,
     inertia_from_cholesky,
@@ -77,6 +79,8 @@ __all__ = [
     "OPTIMIZERS",
     "identify",
     "IdentificationResult",
+    "InverseDynamicsFit",
+    "SimulationFit",
     "IDENTIFIABLE_PARAMETERS",
     "inertia_from_cholesky",
     "cholesky_from_inertia",
