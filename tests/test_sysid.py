@@ -306,6 +306,12 @@ def test_fit_with_inertias_and_centres_of_mass_stays_consistent(double_pendulum_
     h2_true = true.body_mass[2] * true.body_com[2, [0, 2]]
     torch.testing.assert_close(h2_fit, h2_true, rtol=0, atol=1e-7)
     assert set(res.params) == {"body_mass", "body_com", "body_inertia", "damping", "friction"}
+    # ... and identify says which: the joint parameters are determined, the
+    # single masses are not (an unseen direction of the regressor must not
+    # leak into the well-determined ones).
+    assert bool(res.identified["damping"].all()) and bool(res.identified["friction"].all())
+    assert {"body_mass[link1]", "body_mass[link2]"} <= set(res.not_identified)
+    assert "damping[joint1]" not in res.not_identified
     assert bool((res.params["friction"] >= 0).all()) and bool((res.params["damping"] > 0).all())
 
 

@@ -437,7 +437,8 @@ class IdentificationResult:
             parameter whose change has a component the residuals cannot see
             (a zero or linearly dependent regressor column, e.g. the mass of
             a link whose centre of mass lies on its vertical joint axis) is
-            not, and keeps (about) its guess.
+            not: its fitted value is one of many that fit equally well (the
+            guess, where no residual depends on it).
         not_identified: readable names of the fitted entries that are not
             identified, e.g. ``"body_mass[shoulder_link]"``.
         implausible: readable descriptions of fitted values that moved from
@@ -483,9 +484,11 @@ class IdentificationResult:
             mask = ~torch.isnan(self.std[p])
             for idx in mask.nonzero().tolist():
                 idx = tuple(idx)
+                if p == "body_inertia" and idx[1] > idx[2]:  # symmetric: the upper triangle says it all
+                    continue
                 label = self._label(p, idx)
                 lo, hi = float(self.lower[p][idx]), float(self.upper[p][idx])
-                flag = " NOT IDENTIFIED (left near the guess)" if label in names else ""
+                flag = " NOT IDENTIFIED (the data do not determine it)" if label in names else ""
                 lines.append(f"  {label:<34} {float(value[idx]):>12.6g}  (guess {float(self.initial[p][idx]):.6g}, "
                              f"[{lo:.4g}, {hi:.4g}]){flag}")
         for text in self.implausible:
@@ -552,17 +555,18 @@ def _method_from_keywords(method, deprecated: dict):
     mine = {k: v for k, v in old.items() if k in _METHOD_KEYWORDS[name]}
     other = [k for k in old if k not in mine]
     cls = METHODS[name]
-    warnings.warn(
-        f"identify({', '.join(f'{k}=...' for k in old)}) is deprecated and will be removed in the next "
-        f"release; pass method={cls.__name__}({', '.join(f'{k}=...' for k in mine)})",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if other:
+    if mine:
         warnings.warn(
-            f"identify: {', '.join(other)} {'applies' if len(other) == 1 else 'apply'} only to "
-            f"method={'simulation' if name == 'inverse_dynamics' else 'inverse_dynamics'!r} and "
-            f"{'is' if len(other) == 1 else 'are'} ignored with method={name!r}",
+            f"identify({', '.join(f'{k}=...' for k in mine)}) is deprecated and will be removed in the next "
+            f"release; pass method={cls.__name__}({', '.join(f'{k}=...' for k in mine)})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if other:
+        o = "simulation" if name == "inverse_dynamics" else "inverse_dynamics"
+        warnings.warn(
+            f"identify: {', '.join(other)} {'applies' if len(other) == 1 else 'apply'} only to method={o!r} "
+            f"({METHODS[o].__name__}) and {'is' if len(other) == 1 else 'are'} ignored with method={name!r}",
             UserWarning,
             stacklevel=3,
         )
@@ -741,7 +745,8 @@ def identify(
         warnings.warn(
             f"identify: the data do not determine {', '.join(result.not_identified[:8])}"
             + (f" and {len(result.not_identified) - 8} more" if len(result.not_identified) > 8 else "")
-            + "; they stay near the guess (see IdentificationResult.identified and .summary())",
+            + ": other values fit the data equally well, so the fitted value is one of many (the guess, "
+            "where no residual depends on it); see IdentificationResult.identified and .summary()",
             UserWarning,
             stacklevel=2,
         )
@@ -757,7 +762,7 @@ def identify(
 # residual Jacobian counts as unseen by the data, and the share of a
 # parameter's sensitivity in those directions above which it is not identified.
 _RANK_RTOL = {torch.float64: 1e-7, torch.float32: 3e-3}
-_NULL_SHARE = 1e-6
+_NULL_SHARE = {torch.float64: 1e-6, torch.float32: 1e-2}
 # A fitted positive parameter that moved by more than this factor.
 _IMPLAUSIBLE_FACTOR = 1e3
 _Z95 = 1.959963984540054
@@ -779,9 +784,13 @@ def _uncertainty(par: _Parametrisation, xi: torch.Tensor, J: torch.Tensor, sse: 
     dtype = J.dtype
     theta = par.physical(xi)
     G = torch.func.jacfwd(par.physical)(xi.detach())  # (P, p)
+    # Scale the columns to unit norm (the coordinates mix log-masses, metres
+    # and Cholesky factors). A column at rounding level is a zero column, not
+    # a direction: normalised, its noise would mix with the real ones.
     scale = J.norm(dim=0)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    Js = J / scale
+    zero = scale <= 1e3 * torch.finfo(dtype).eps * scale.max().clamp_min(torch.finfo(dtype).tiny)
+    scale = torch.where(zero, torch.ones_like(scale), scale)
+    Js = torch.where(zero, torch.zeros_like(J), J) / scale
     _, S, Vh = torch.linalg.svd(Js, full_matrices=False)  # never the (m, m) factor
     p = xi.numel()
     tol = _RANK_RTOL.get(dtype, 1e-7) * float(S.max()) if S.numel() else 0.0
@@ -794,7 +803,7 @@ def _uncertainty(par: _Parametrisation, xi: torch.Tensor, J: torch.Tensor, sse: 
         V = torch.linalg.qr(V, mode="complete").Q if V.shape[1] else torch.eye(p, dtype=dtype, device=J.device)
     Gs = G / scale  # sensitivities in the scaled coordinates
     null_share = (Gs @ V[:, ~keep]).norm(dim=1) / Gs.norm(dim=1).clamp_min(torch.finfo(dtype).tiny)
-    ok = null_share <= _NULL_SHARE
+    ok = null_share <= _NULL_SHARE.get(dtype, 1e-6)
     dof = count - rank
     sigma2 = sse / dof if dof > 0 else math.nan
     inv = torch.where(keep, 1.0 / s_full.clamp_min(torch.finfo(dtype).tiny) ** 2, torch.zeros_like(s_full))
