@@ -530,3 +530,23 @@ def test_old_keywords_still_work_and_the_other_methods_are_reported(double_pendu
     # Adam here starts at lr 0.01 (log-parameter units) unless told otherwise.
     res = identify(start, traj.q, traj.v, dt=0.01, tau=traj.effort, options=SolverOptions("adam", iterations=2))
     assert res.options.lr == 0.01 and res.options.method == "adam"
+
+
+@pytest.mark.parametrize("method", ["inverse_dynamics", "simulation"])
+def test_passive_motion_fixes_no_scale_and_says_so(method):
+    """Without torques, scaling every mass, inertia and damping together
+    leaves the motion unchanged: both routes report that direction."""
+    robot = load("double_pendulum")
+    hidden, start = hidden_and_start(robot, [1, 2], [0, 1], seed=0)
+    sim = Simulator(hidden, 0.01)
+    state0 = State(torch.tensor([[1.0, -0.5]], dtype=F64), torch.zeros(1, 2, dtype=F64))
+    traj = sim.rollout(state0, sim.zero_controls(20)[None])
+    params = ("body_mass", "body_inertia", "damping")
+    with pytest.warns(UserWarning, match="do not determine body_mass"):
+        res = identify(start, traj.q, traj.v, dt=0.01, method=method, params=params)
+    assert {"body_mass[link1]", "body_mass[link2]", "damping[joint1]", "damping[joint2]"} <= set(res.not_identified)
+    assert res.upper["body_mass"][1] == math.inf and not res.reliable
+    # Knowing the inertias about the centres of mass fixes the scale.
+    res = identify(start, traj.q, traj.v, dt=0.01, method=method)
+    assert res.not_identified == [] and res.reliable
+    assert rel_err(res.params["body_mass"], hidden.body_mass, [1, 2]) < 1e-6

@@ -72,7 +72,7 @@ class MassSpringDamperDemo:
         )
 
 
-def demo_mass_spring_damper(*, epochs: int = 100, iterations: int = 100, progress: bool | None = False,
+def demo_mass_spring_damper(*, epochs: int = 100, iterations: int = 100, progress: bool | None = None,
                             dtype: torch.dtype = torch.float64) -> MassSpringDamperDemo:
     """Solve the mass-spring-damper demo with Adam, L-BFGS and Gauss-Newton.
 
@@ -130,7 +130,7 @@ class CartpoleSwingup:
 
 
 def cartpole_swingup(*, quick: bool = False, optimizer: str = "gauss_newton", iterations: int | None = None,
-                     progress: bool | None = False, robot=None) -> CartpoleSwingup:
+                     progress: bool | None = None, robot=None) -> CartpoleSwingup:
     """Swing the shipped cart-pole from hanging to upright by trajectory optimisation.
 
     Only the cart is pushed (``|F| < 10 N`` by smooth saturation); the track
@@ -226,7 +226,7 @@ PANDA_READY = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02)
 
 def panda_min_torque_reach(*, quick: bool = False, offset=(0.15, 0.25, -0.15), duration: float = 1.0,
                            steps: int = 25, optimizer: str = "gauss_newton", iterations: int | None = None,
-                           progress: bool | None = False, robot=None) -> PandaReach:
+                           progress: bool | None = None, robot=None) -> PandaReach:
     """Move the Panda's tool frame to a target and stop there, with small torques, under gravity.
 
     Torque control of every joint (semi-implicit Euler, ``steps`` steps over
