@@ -151,6 +151,8 @@ def test_double_pendulum_simulation_route(double_pendulum_data):
     hidden, start, traj = double_pendulum_data
     q, v, tau = add_noise(traj, seed=6)
     res = identify(start, q, v, dt=0.01, tau=tau, method="simulation")
+    assert res.reliable and bool(torch.isfinite(res.std["body_mass"][1:]).all())
+    assert bool((res.std["body_mass"][1:] > 0).all()) and bool((res.std["damping"] > 0).all())
     assert rel_err(res.params["body_mass"], hidden.body_mass, [1, 2]) < 0.02
     assert rel_err(res.params["damping"], hidden.damping, [0, 1]) < 0.05
     assert res.losses[-1] < 1e-2 * res.losses[0]

@@ -427,7 +427,10 @@ class IdentificationResult:
             not fitted), from the Cramer-Rao bound of least squares at the fit:
             ``sigma^2 (J^T J)^+`` with the residual variance ``sigma^2`` (sum
             of squares over equations minus rank) and the Jacobian ``J`` of
-            the residuals; assumes independent, equal-variance residuals.
+            the residuals. It assumes independent, equal-variance residuals
+            and noise in the forces only, so with noisy ``q``/``v``,
+            ``smoothing`` or the simulation route it is a lower bound
+            (docs/simulation.md gives measured ratios).
         lower, upper: ends of the ``confidence`` interval of each entry
             (``-inf``/``inf`` where not determined; the guess where not
             fitted). Masses, damping, friction and armature are fitted in
@@ -726,7 +729,10 @@ def identify(
     fitted = robot.replace(**out)
     losses = [f / count for f in res.losses]
     J = res.jacobian if res.jacobian is not None else jac(res.x)[1]
-    stats = _uncertainty(par, res.x, J, res.losses[-1], count, out, initial)
+    # Scalar equations behind the loss: the inverse-dynamics route hands the
+    # solver a p x p reduction of its n_samples * nv rows.
+    equations = count if method == "inverse_dynamics" else J.shape[0]
+    stats = _uncertainty(par, res.x, J, res.losses[-1], equations, out, initial)
     result = IdentificationResult(
         robot=fitted,
         params=out,
