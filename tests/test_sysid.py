@@ -333,6 +333,8 @@ def test_identify_input_errors(double_pendulum_data):
         InverseDynamicsFit("backward")
     with pytest.raises(ConfigError, match="segment"):
         SimulationFit(segment=0)
+    with pytest.warns(UserWarning, match="differentiation='central' is ignored"):
+        InverseDynamicsFit("central", a=torch.zeros(3, 2, dtype=F64))
     with pytest.raises(ConfigError, match="smoothing=500"):
         identify(start, traj.q, traj.v, dt=0.01, tau=traj.effort, method=InverseDynamicsFit(smoothing=500))
     with pytest.raises(ConfigError, match="unexpected keyword.*'iteratons'"):

@@ -7,8 +7,10 @@
 * :func:`train_policy`: neural-network policies by back-propagation through a
   differentiable environment (APG, SHAC).
 * :func:`identify`: masses, centres of mass, inertias, damping, friction and
-  armature from recorded motion, through inverse dynamics or the simulator,
-  in a parametrisation that keeps them physically valid.
+  armature from recorded motion, through inverse dynamics
+  (:class:`InverseDynamicsFit`) or the simulator (:class:`SimulationFit`), in
+  a parametrisation that keeps them physically valid, with confidence
+  intervals and the parameters the data do not determine.
 """
 
 from ._costs import frame_position_error, joint_limit_violation, residual_vector

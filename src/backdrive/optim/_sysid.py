@@ -1,6 +1,10 @@
 """System identification: fit a robot's physical parameters to recorded motion.
 
-Two routes, one parametrisation:
+Two routes, each with its settings object (:class:`InverseDynamicsFit`,
+:class:`SimulationFit`), one parametrisation, one solver call
+(:func:`~backdrive.optim.minimize` with :class:`~backdrive.optim.SolverOptions`),
+and one report of what the data determine (confidence intervals from the
+Cramer-Rao bound, the parameters they do not determine, implausible fits):
 
 * ``method="inverse_dynamics"``: the joint forces are affine in the inertial
   parameters ``phi = (m, h = m c, I_origin)`` of each body and in the joint
@@ -335,7 +339,8 @@ class InverseDynamicsFit:
 
     differentiation: str = "forward"
     smoothing: int = 1
-    a: torch.Tensor | None = None
+    # Tensors: compared by identity and left out of the repr.
+    a: torch.Tensor | None = field(default=None, compare=False, repr=False)
     friction_width: float = DEFAULT_FRICTION_WIDTH
 
     def __post_init__(self):
@@ -347,6 +352,9 @@ class InverseDynamicsFit:
         if self.a is not None and not isinstance(self.a, torch.Tensor):
             raise ConfigError(f"InverseDynamicsFit.a must be a tensor of accelerations or None, got "
                               f"{type(self.a).__name__}")
+        if self.a is not None and self.differentiation != "forward":
+            warnings.warn(f"InverseDynamicsFit: differentiation={self.differentiation!r} is ignored when the "
+                          "accelerations a are given", UserWarning, stacklevel=3)
         w = self.friction_width
         if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0):
             raise ConfigError(f"InverseDynamicsFit.friction_width must be a finite number > 0, got {w!r}")
@@ -376,8 +384,8 @@ class SimulationFit:
         ConfigError: a setting out of range or of the wrong type.
     """
 
-    simulator: Simulator | None = None
-    controls: torch.Tensor | None = None
+    simulator: Simulator | None = field(default=None, compare=False)
+    controls: torch.Tensor | None = field(default=None, compare=False, repr=False)
     segment: int = 10
     velocity_weight: float = 0.1
 
