@@ -179,14 +179,14 @@ def test_errors_before_training():
         train_policy(env, "shac", gamma=1.5, updates=1)
     wrong = MLPPolicy(5, 1, env.action_low, env.action_high)
     with pytest.raises(PolicyConfigError, match="size 5.*gives size 3"):
-        train_policy(env, "apg", policy=wrong, updates=1)
+        train_policy(env, "apg", policy=wrong, updates=1, horizon=8)
     bare = torch.nn.Linear(4, 1)  # no obs_dim attribute: found by a trial forward pass
     with pytest.raises(PolicyConfigError, match="observations of size 3"):
-        train_policy(env, "apg", policy=bare, updates=1)
+        train_policy(env, "apg", policy=bare, updates=1, horizon=8)
     with pytest.raises(PolicyConfigError, match="eval_env has obs size"):
         from backdrive.envs import CartPoleSwingUp
 
-        train_policy(env, "apg", eval_env=CartPoleSwingUp(1), updates=1)
+        train_policy(env, "apg", eval_env=CartPoleSwingUp(1), updates=1, horizon=8)
 
 
 def test_resume_with_other_settings_is_an_error(tmp_path):
@@ -221,7 +221,7 @@ def test_nan_gradient_stops_naming_the_update_and_keeps_last_checkpoint(tmp_path
     assert "update 3" in str(info.value)
     # the parameters were not touched by the bad gradient, the checkpoint is update 3
     assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
-    assert torch.load(path, weights_only=False)["updates_done"] == 3
+    assert torch.load(path, weights_only=True)["updates_done"] == 3
     assert _same(_params(load_policy(path)), _params(trainer.policy))
 
 
@@ -357,7 +357,7 @@ def test_checkpoint_from_before_the_new_settings_still_resumes(tmp_path):
     path = tmp_path / "old.pt"
     kw = dict(horizon=8, critic_iterations=1, critic_minibatches=1, seed=0)
     train_policy(Pendulum(4), "shac", updates=2, checkpoint=path, **kw)
-    ckpt = torch.load(path, weights_only=False)
+    ckpt = torch.load(path, weights_only=True)
     for key in ("critic_batch_size", "actor_replay_steps", "actor_batch_size"):
         del ckpt["config"][key]
     torch.save(ckpt, path)
@@ -371,8 +371,8 @@ def test_pendulum_preset_swings_up_within_1024_env_steps():
     # gymnasium's start distribution (16 episodes of 200 steps).
     from backdrive.optim import PENDULUM_SHAC
 
-    train = dict(PENDULUM_SHAC["train"], updates=16)
-    trainer = train_policy(Pendulum(**PENDULUM_SHAC["env"]), "shac", seed=0, **train)
+    trainer = train_policy(PENDULUM_SHAC.make_env(), preset=PENDULUM_SHAC, updates=16, seed=0)
+    assert trainer.config == PENDULUM_SHAC.config
     assert trainer.env_steps == 1024
     ret = evaluate_policy(trainer.policy, Pendulum(16, autoreset=False), seed=123)
     assert ret > -250, ret
@@ -385,8 +385,8 @@ def test_cartpole_preset_settings_are_accepted_and_count_steps():
     from backdrive.envs import CartPoleSwingUp
     from backdrive.optim import CARTPOLE_SHAC
 
-    train = dict(CARTPOLE_SHAC["train"], updates=2)
-    trainer = train_policy(CartPoleSwingUp(**CARTPOLE_SHAC["env"]), "shac", seed=0, num_threads=1, **train)
+    trainer = train_policy(CARTPOLE_SHAC.make_env(), preset=CARTPOLE_SHAC, updates=2, seed=0, num_threads=1)
+    assert isinstance(trainer.env, CartPoleSwingUp) and trainer.config == CARTPOLE_SHAC.config
     assert trainer.updates_done == 2
-    assert trainer.env_steps == 2 * CARTPOLE_SHAC["env"]["num_envs"] * CARTPOLE_SHAC["train"]["horizon"]
+    assert trainer.env_steps == 2 * CARTPOLE_SHAC.env_kwargs["num_envs"] * CARTPOLE_SHAC.config.horizon
     assert all(math.isfinite(p.detach().abs().sum().item()) for p in trainer.policy.parameters())
