@@ -552,3 +552,26 @@ def test_every_preset_builds_its_env_and_its_settings_fit_it():
         env = preset.make_env(num_envs=2)
         preset.config.check_env(env)
         assert preset.mismatches(env) == [f"num_envs=2 (preset: {preset.env_kwargs['num_envs']})"]
+
+
+def test_td_lambda_and_window_objective_in_closed_form():
+    from backdrive.optim._policy.returns import segment_discounts, td_lambda, window_objective
+
+    g = 0.9
+    r = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    v = torch.tensor([[10.0], [20.0], [30.0]], dtype=torch.float64)
+    no_end = torch.zeros(3, 1, dtype=torch.bool)
+    # lambda = 1: the discounted rewards to the window end plus its discounted value
+    full = td_lambda(r, v, no_end, g, 1.0)
+    assert torch.allclose(full[0], r[0] + g * r[1] + g**2 * r[2] + g**3 * v[2])
+    # lambda = 0: one-step targets
+    assert torch.allclose(td_lambda(r, v, no_end, g, 0.0), r + g * v)
+    # an episode end at step 0 cuts the bootstrapping there
+    ended = torch.tensor([[True], [False], [False]])
+    assert torch.allclose(td_lambda(r, v, ended, g, 1.0)[0], r[0] + g * v[0])
+    # discounts restart after the end; the value enters at segment ends only
+    disc = segment_discounts(ended, g, torch.float64)[:, 0]
+    assert torch.allclose(disc, torch.tensor([1.0, 1.0, g], dtype=torch.float64))
+    j = window_objective(r, ended, g, v).sum()
+    assert torch.allclose(j, (r[0] + g * v[0]) + (r[1] + g * r[2] + g**2 * v[2]))
+    assert torch.allclose(window_objective(r, ended, g).sum(), r[0] + r[1] + g * r[2])

@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
+# eq=False: presets compare and hash by identity (their env_kwargs mapping is not hashable).
+@dataclasses.dataclass(frozen=True, eq=False)
 class Preset:
     """Settings that solve one task: the env to build, the training config and the run length.
 

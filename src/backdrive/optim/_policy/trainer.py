@@ -720,10 +720,10 @@ def train_policy(
         differences = preset.mismatches(env)
         if differences:
             upper = preset.name.upper()
+            tuned = ", ".join(f"{k}={v!r}" for k, v in preset.env_kwargs.items())
             warnings.warn(
-                f"{upper} was tuned on {preset.env_type.__name__}({', '.join(f'{k}={v!r}' for k, v in preset.env_kwargs.items())}); "
-                f"this env differs: {'; '.join(differences)}. Build it with {upper}.make_env() for the "
-                "documented result.",
+                f"{upper} was tuned on {preset.env_type.__name__}({tuned}); this env differs: "
+                f"{'; '.join(differences)}. Build it with {upper}.make_env() for the documented result.",
                 UserWarning,
                 stacklevel=2,
             )
@@ -741,7 +741,8 @@ def train_policy(
         def eval_fn(p: nn.Module) -> float:
             return evaluate_policy(p, eval_env, seed=0)
 
-    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1):
+    bad_threads = isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1
+    if num_threads is not None and bad_threads:
         raise PolicyConfigError(f"num_threads must be a positive int or None, got {num_threads!r}")
     trainer = PolicyTrainer(env, config=cfg, policy=policy)
     if resume is not None:
