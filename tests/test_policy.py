@@ -532,6 +532,8 @@ def test_preset_objects_run_warn_on_another_env_and_keep_the_old_dicts_for_a_whi
         train_policy(Pendulum(), preset=PENDULUM_SHAC, updates=1, critic_iterations=1, actor_replay_steps=1)
     with pytest.raises(PolicyConfigError, match="unknown preset 'pendulum'; valid: 'pendulum_shac'"):
         train_policy(env, preset="pendulum")
+    with pytest.raises(PolicyConfigError, match="for a Preset use preset='pendulum_shac'"):
+        train_policy(env, config=PENDULUM_SHAC)
     with pytest.raises(PolicyConfigError, match="preset or config, not both"):
         train_policy(env, preset=PENDULUM_SHAC, config=PENDULUM_SHAC.config)
     # the dicts presets used to be, with a DeprecationWarning

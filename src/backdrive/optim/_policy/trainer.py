@@ -49,6 +49,8 @@ def _make_config(
     config: PolicyTrainerConfig | None, algo: str | None, settings: dict[str, Any]
 ) -> PolicyTrainerConfig:
     """``config`` (or the defaults) with ``algo`` and keyword ``settings`` on top, validated."""
+    if isinstance(config, Preset):
+        raise PolicyConfigError(f"config must be a PolicyTrainerConfig; for a Preset use preset={config.name!r}")
     if config is not None and not isinstance(config, PolicyTrainerConfig):
         raise PolicyConfigError(f"config must be a PolicyTrainerConfig, got {type(config).__name__}")
     base = config if config is not None else PolicyTrainerConfig()
