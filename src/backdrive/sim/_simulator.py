@@ -8,12 +8,18 @@ import torch
 
 from .._shapes import broadcast_shapes
 from .._errors import InputError
+from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
+from ..model import RobotModel
 from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
+from ._implicit import ImplicitJointForces
 from ._integrators import INTEGRATORS
 from ._state import NonFiniteError, State, Trajectory
 from ._systems import RobotSystem, System, as_system
 
-__all__ = ["Simulator"]
+__all__ = ["Simulator", "JOINT_FORCE_MODES"]
+
+#: Accepted values of ``Simulator(joint_forces=...)``.
+JOINT_FORCE_MODES = ("auto", "implicit", "explicit")
 
 
 class Simulator:
@@ -34,6 +40,22 @@ class Simulator:
             :class:`PDActuator`; its ``joints`` are the controlled coordinates.
         limits: :class:`SoftJointLimits` to apply the model's position limits
             as spring-dampers, or ``None`` for no limit forces.
+        joint_forces: how a robot's joint damping and Coulomb friction are
+            integrated. ``"implicit"``: damping as MuJoCo's Euler does,
+            ``(M + dt D) dv = dt f``, and friction as a force bounded by the
+            URDF friction, solved together with the new velocity, so a joint
+            at rest stays at rest (stable at any ``dt``; see
+            ``docs/simulation.md``). ``"explicit"``: both evaluated at the
+            step's start velocity, friction as ``F tanh(v / friction_width)``
+            (the scheme before; unstable once ``dt D / m > 2``).
+            ``"auto"`` (default): ``"implicit"`` for a robot with the Euler
+            integrators, ``"explicit"`` for ``"rk4"`` (whose stages are
+            explicit) and for other systems.
+        friction_width: velocity scale ``w`` of the friction regularisation,
+            rad/s (m/s), ``> 0``: the friction force grows with slope ``F / w``
+            from rest and saturates at ``F`` (implicit), or is
+            ``F tanh(v / w)`` (explicit). A joint under a load below ``F``
+            creeps at about ``w load / F``.
 
     Attributes:
         actuated: indices of the driven joint coordinates (``nu`` of them).
@@ -48,8 +70,19 @@ class Simulator:
         integrator: str = "semi_implicit",
         actuator: TorqueActuator | PDActuator | None = None,
         limits: SoftJointLimits | None = None,
+        joint_forces: str = "auto",
+        friction_width: float = DEFAULT_FRICTION_WIDTH,
     ):
-        self.system: System = as_system(system)
+        if not (isinstance(friction_width, (int, float)) and math.isfinite(friction_width) and friction_width > 0):
+            raise InputError(f"friction_width must be a positive finite number (rad/s), got {friction_width!r}")
+        self.friction_width = float(friction_width)
+        if isinstance(system, RobotSystem):
+            system = system.robot
+        self.system: System = (
+            RobotSystem(system, friction_width=self.friction_width)
+            if isinstance(system, RobotModel)
+            else as_system(system)
+        )
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
             raise InputError(f"dt must be a positive finite number of seconds, got {dt!r}")
         self.dt = float(dt)
@@ -57,6 +90,15 @@ class Simulator:
             raise InputError(f"unknown integrator {integrator!r}; choose one of {', '.join(INTEGRATORS)}")
         self.integrator = integrator
         self._integrate_step = INTEGRATORS[integrator]
+        self._joint_forces_setting = joint_forces
+        self.joint_forces = _joint_force_mode(joint_forces, integrator, isinstance(self.system, RobotSystem))
+        # The implicit velocity update of the Euler integrators (None: every
+        # force goes through the system's forward dynamics, explicitly).
+        self._implicit = (
+            ImplicitJointForces(self.system.robot, self.dt, self.friction_width)
+            if self.joint_forces == "implicit"
+            else None
+        )
         self.actuator = TorqueActuator() if actuator is None else actuator
         if not isinstance(self.actuator, (TorqueActuator, PDActuator)):
             raise InputError(f"actuator must be a TorqueActuator or PDActuator, got {type(actuator).__name__}")
@@ -134,7 +176,7 @@ class Simulator:
         """A simulator with some settings changed, e.g. ``replace(robot=robot.replace(body_mass=m))``.
 
         Keyword arguments: ``robot`` or ``system``, ``dt``, ``integrator``,
-        ``actuator``, ``limits``.
+        ``actuator``, ``limits``, ``joint_forces``, ``friction_width``.
         """
         if robot is not None and system is not None:
             raise InputError("give robot or system, not both")
@@ -144,6 +186,8 @@ class Simulator:
             "integrator": self.integrator,
             "actuator": self.actuator,
             "limits": self.limits,
+            "joint_forces": self._joint_forces_setting,
+            "friction_width": self.friction_width,
         }
         unknown = set(kwargs) - set(settings)
         if unknown:
@@ -201,6 +245,16 @@ class Simulator:
 
     def _advance(self, q, v, u):
         tau0, effort = self.efforts(q, v, u)
+        if self._implicit is not None:
+            # Euler integrators with implicit joint damping and friction: the
+            # new velocity comes from one solve (backdrive.sim._implicit).
+            # Further forces belong here: a generalised force (contact J^T f,
+            # evaluated at (q, v)) as extra_force=, an implicit damping
+            # (J^T K J) as extra_implicit=.
+            v1 = self._implicit.velocity(q, v, tau0)
+            # "semi_implicit" moves q with the new velocity, "euler" with the old.
+            q1 = self.system.integrate(q, v1 if self.integrator == "semi_implicit" else v, self.dt)
+            return q1, v1, effort
         first = [True]
 
         def accel(qs, vs):
@@ -314,8 +368,24 @@ class Simulator:
         return (
             f"Simulator({self.system!r}, dt={self.dt:g}, integrator={self.integrator!r}, "
             f"actuator={type(self.actuator).__name__}, nu={self.nu}, "
-            f"limits={'on' if self.limits is not None else 'off'})"
+            f"limits={'on' if self.limits is not None else 'off'}, joint_forces={self.joint_forces!r})"
         )
+
+
+def _joint_force_mode(mode, integrator: str, is_robot: bool) -> str:
+    """Resolve ``Simulator(joint_forces=...)`` to ``"implicit"`` or ``"explicit"``."""
+    if mode not in JOINT_FORCE_MODES:
+        raise InputError(f"unknown joint_forces {mode!r}; choose one of {', '.join(JOINT_FORCE_MODES)}")
+    if mode == "auto":
+        return "implicit" if is_robot and integrator != "rk4" else "explicit"
+    if mode == "implicit" and integrator == "rk4":
+        raise InputError(
+            "joint_forces='implicit' is for the Euler integrators ('semi_implicit', 'euler'); "
+            "rk4's stages are explicit: use joint_forces='explicit' (or 'auto') with rk4"
+        )
+    if mode == "implicit" and not is_robot:
+        raise InputError("joint_forces='implicit' needs a RobotModel (joint damping and friction come from it)")
+    return mode
 
 
 def _watch(norms, t: int, q: torch.Tensor, v: torch.Tensor):
