@@ -14,9 +14,11 @@ module solves the step's velocity update instead of extrapolating it:
    rest, the same as ``F tanh(v / w)`` there; width ``w`` set by
    ``Simulator(friction_width=...)``), evaluated at the *new* velocity
    ``v1 = v_free + dt M'^-1 f``. While no joint saturates this is a linear
-   solve; the joints whose force would exceed ``F`` are set to ``+-F`` and the
-   others solved again (an active-set pass, twice). A joint at rest under a
-   load below its friction stays at rest up to a creep of ``w load / F``.
+   solve; saturated joints are found by a primal-dual active-set iteration
+   (four passes; converged to 1e-9 in random states of go1 and talos where
+   about half the joints stick). A joint at rest under a load below its
+   friction stays at
+   rest up to a creep of ``w load / F``.
 
 Every operation is plain autograd (Cholesky, LU solves, ``clamp``, ``where``),
 so gradients are those of the scheme exactly (piecewise: at the stick/slip
@@ -36,7 +38,7 @@ from ..model import RobotModel
 __all__ = ["ImplicitJointForces", "FRICTION_PASSES"]
 
 #: Active-set passes of the friction solve after the first, unclamped one.
-FRICTION_PASSES = 2
+FRICTION_PASSES = 4
 
 
 class ImplicitJointForces:
@@ -166,23 +168,36 @@ class ImplicitJointForces:
     def _friction_ratio(self, A: torch.Tensor, v_free: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
         """``g = f / F`` in ``[-1, 1]`` per frictional joint, ``(..., nf)``.
 
-        With ``f = F g`` the law ``f = -F v1 / w`` at ``v1 = v_free + dt A f``
-        reads ``(dt A diag(F) + w I) g = -v_free`` (no division by ``F``, so a
-        zero friction is harmless). Joints whose ``|g|`` exceeds 1 slide: they
-        are held at ``sign(g)`` and the rest solved again, twice.
+        The law ``g = clamp(-v1 / w, -1, 1)`` at ``v1 = v_free + dt A F g``:
+        while no joint saturates it reads ``(dt A diag(F) + w I) g = -v_free``
+        (no division by ``F``, so a zero friction is harmless). Saturated
+        joints are found by a primal-dual active-set iteration (the standard
+        one for box-constrained quadratic programs; this is the dual of the
+        step's convex minimisation): a sticking joint whose ``|g|`` exceeds 1
+        starts sliding with ``g = sign(g)``; a sliding joint is released when
+        its velocity ``v1`` no longer opposes its force by at least ``w``. Each
+        pass solves the sticking joints with the sliding ones' forces known;
+        after :data:`FRICTION_PASSES` passes ``g`` is clamped to ``[-1, 1]``.
         """
-        Bm = self.dt * A * F + self.width * self._eye_f
+        w = self.width
+        K = self.dt * A * F  # (..., nf, nf): response of v1 to g
+        Bm = K + w * self._eye_f
         g = torch.linalg.solve(Bm, -v_free)
         slide = torch.zeros_like(g, dtype=torch.bool)
+        sign = torch.zeros_like(g)
         for _ in range(FRICTION_PASSES):
-            slide = slide | (g.abs() > 1)
-            gc = g.clamp(-1.0, 1.0)
+            with torch.no_grad():  # the active set: a discrete choice
+                r = -(v_free + (K @ g[..., None])[..., 0]) / w  # the unsaturated ratio each joint asks for
+                keep = slide & (sign * r > 1)
+                start = ~slide & (g.abs() > 1)
+                sign = torch.where(start, torch.sign(g), sign)
+                slide = keep | start
             stick = ~slide
             both = stick[..., :, None] & stick[..., None, :]
             # Sliding rows and columns become identity; their known forces
             # move to the right-hand side of the sticking rows.
             Bs = torch.where(both, Bm, self._eye_f)
-            known = (Bm * slide[..., None, :]) @ gc[..., None]
-            rhs = torch.where(stick, -v_free - known[..., 0], gc)
+            known = (Bm * slide[..., None, :]) @ sign[..., None]
+            rhs = torch.where(stick, -v_free - known[..., 0], sign)
             g = torch.linalg.solve(Bs, rhs)
         return g.clamp(-1.0, 1.0)
