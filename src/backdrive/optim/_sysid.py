@@ -555,7 +555,8 @@ def _id_problem(robot, par: _Parametrisation, q, v, tau, a, dt, differentiation,
 def _sim_problem(robot, par: _Parametrisation, q, v, tau, dt, simulator, controls, segment, w_v):
     steps = q.shape[-2] - 1
     if simulator is None:
-        simulator = Simulator(robot, dt, actuator=TorqueActuator(effort_limit=math.inf))
+        # Explicit joint forces: the discretisation the inverse-dynamics route assumes.
+        simulator = Simulator(robot, dt, actuator=TorqueActuator(effort_limit=math.inf), joint_forces="explicit")
         if controls is None:
             controls = (
                 torch.zeros(*q.shape[:-2], steps, robot.num_joints, dtype=q.dtype, device=q.device)
