@@ -197,7 +197,8 @@ class ImplicitJointForces:
             # Sliding rows and columns become identity; their known forces
             # move to the right-hand side of the sticking rows.
             Bs = torch.where(both, Bm, self._eye_f)
-            known = (Bm * slide[..., None, :]) @ sign[..., None]
-            rhs = torch.where(stick, -v_free - known[..., 0], sign)
+            held = torch.where(slide, sign, torch.zeros_like(sign))  # the sliding joints' known g
+            known = (Bm @ held[..., None])[..., 0]
+            rhs = torch.where(stick, -v_free - known, held)
             g = torch.linalg.solve(Bs, rhs)
         return g.clamp(-1.0, 1.0)
