@@ -384,3 +384,22 @@ def test_divergence_message_names_the_term():
     # The same model with the default scheme is fine.
     ok = Simulator(damped, 0.01).rollout(sim.initial_state(torch.tensor([0.5], dtype=F64)), sim.zero_controls(300))
     assert float(ok.v.abs().max()) < 1.0
+
+
+def test_friction_step_under_torch_func():
+    # The active set is chosen under no_grad (a discrete choice), which
+    # torch.func respects: jacrev, jacfwd and vmap give autograd's answer.
+    robot = erd("z1")
+    sim = unlimited(robot, 2e-3)
+    q, v = robot.neutral(), torch.zeros(robot.nv, dtype=F64)
+    v[0] = 0.5  # one joint slides, the others stick
+
+    def f(u):
+        return sim.step(State(q, v), u, check_finite=False).v
+
+    u = torch.zeros(robot.nv, dtype=F64)
+    J = torch.autograd.functional.jacobian(f, u)
+    torch.testing.assert_close(torch.func.jacrev(f)(u), J, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(torch.func.jacfwd(f)(u), J, rtol=1e-12, atol=1e-14)
+    U = 0.1 * torch.randn(3, robot.nv, generator=torch.Generator().manual_seed(0), dtype=F64)
+    torch.testing.assert_close(torch.func.vmap(f)(U), torch.stack([f(x) for x in U]), rtol=1e-12, atol=1e-14)

@@ -239,7 +239,13 @@ class Simulator:
         return sysm.generalized_force(tau_j), effort
 
     def acceleration(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """``(..., nv)`` acceleration under control ``u (..., nu)``."""
+        """``(..., nv)`` acceleration under control ``u (..., nu)``.
+
+        The continuous-time model: joint damping and ``tanh``-smoothed friction
+        evaluated at ``v``. A step with ``joint_forces="implicit"`` evaluates
+        them at the new velocity instead, so its ``(v1 - v) / dt`` differs by
+        ``O(dt)`` (and stays bounded where this is stiff).
+        """
         tau, _ = self.efforts(q, v, u)
         return self.system.forward_dynamics(q, v, tau)
 
