@@ -403,3 +403,21 @@ def test_friction_step_under_torch_func():
     torch.testing.assert_close(torch.func.jacfwd(f)(u), J, rtol=1e-12, atol=1e-14)
     U = 0.1 * torch.randn(3, robot.nv, generator=torch.Generator().manual_seed(0), dtype=F64)
     torch.testing.assert_close(torch.func.vmap(f)(U), torch.stack([f(x) for x in U]), rtol=1e-12, atol=1e-14)
+
+
+def test_gradcheck_through_the_armature_path():
+    # Damping without friction: one forward_dynamics call of the model with
+    # dt D added to its armature; gradients reach the damping through it.
+    robot = load("double_pendulum")
+    sim = unlimited(robot.replace(damping=torch.tensor([0.7, 0.4], dtype=F64)), 0.01)
+    assert not sim._implicit.has_friction and sim._implicit.has_damping
+
+    def step(q, v, u, damping):
+        s = sim.replace(robot=robot.replace(damping=damping))
+        st = s.step(State(q, v), u)
+        return st.q, st.v
+
+    gen = torch.Generator().manual_seed(3)
+    args = tuple(torch.randn(2, generator=gen, dtype=F64).requires_grad_() for _ in range(3))
+    args += (torch.tensor([0.7, 0.4], dtype=F64, requires_grad=True),)
+    assert torch.autograd.gradcheck(step, args, eps=1e-6, atol=1e-9, rtol=1e-7)
