@@ -66,7 +66,8 @@ def rel_err(fit, truth, idx):
 def double_pendulum_data():
     robot = load("double_pendulum")
     hidden, start = hidden_and_start(robot, [1, 2], [0, 1], seed=0)
-    sim = Simulator(hidden, 0.01)
+    # explicit: the inverse-dynamics route assumes damping at the step's start velocity
+    sim = Simulator(hidden, 0.01, joint_forces="explicit")
     torques = multisine(6, 200, 0.01, torch.tensor([8.0, 4.0], dtype=F64), seed=1)
     traj = sim.rollout(State(torch.zeros(6, 2, dtype=F64), torch.zeros(6, 2, dtype=F64)), torques)
     return hidden, start, traj
@@ -118,7 +119,9 @@ def panda_data():
     a_ref = (v_ref[:, 1:] - v_ref[:, :-1]) / dt
     qs, vs, a_ = q_ref[:, :steps], v_ref[:, :steps], a_ref[:, :steps]
     torques = D.inverse_dynamics(hidden, qs, vs, a_) - D.joint_forces(hidden, vs)
-    sim = Simulator(hidden, dt)  # torque control with the URDF effort limits
+    # Torque control with the URDF effort limits; explicit joint forces, the
+    # discretisation the inverse-dynamics route assumes.
+    sim = Simulator(hidden, dt, joint_forces="explicit")
     traj = sim.rollout(State(q_ref[:, 0], v_ref[:, 0]), torques)
     # Inside the limits: no saturation, and the simulator follows the excitation.
     torch.testing.assert_close(traj.effort, torques, rtol=0, atol=0)
@@ -348,7 +351,7 @@ def test_floating_base_inverse_dynamics_route():
     g = torch.Generator().manual_seed(0)
     mass = robot.body_mass * (1 + 0.2 * (torch.rand(robot.num_bodies, generator=g, dtype=F64) - 0.5))
     hidden = robot.replace(body_mass=mass, damping=torch.full((12,), 0.3, dtype=F64))
-    sim = Simulator(hidden, 0.005, actuator=PDActuator(30.0, 1.0))
+    sim = Simulator(hidden, 0.005, actuator=PDActuator(30.0, 1.0), joint_forces="explicit")
     q0 = robot.neutral().clone()
     q0[7:] = torch.tensor([0.1, 0.8, -1.5] * 4, dtype=F64)
     targets = q0[7:] + multisine(2, 40, 0.005, torch.full((12,), 1.5, dtype=F64), seed=2)

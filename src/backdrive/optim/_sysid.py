@@ -945,7 +945,8 @@ def _sim_problem(robot, par: _Parametrisation, q, v, tau, dt, fit: SimulationFit
     simulator, controls, segment, w_v = fit.simulator, fit.controls, fit.segment, fit.velocity_weight
     steps = q.shape[-2] - 1
     if simulator is None:
-        simulator = Simulator(robot, dt, actuator=TorqueActuator(effort_limit=math.inf))
+        # Explicit joint forces: the discretisation the inverse-dynamics route assumes.
+        simulator = Simulator(robot, dt, actuator=TorqueActuator(effort_limit=math.inf), joint_forces="explicit")
         if controls is None:
             controls = (
                 torch.zeros(*q.shape[:-2], steps, robot.num_joints, dtype=q.dtype, device=q.device)
