@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from .._shapes import broadcast_shapes
+from ..runtime import threads_for_batch
 from .._errors import InputError
 from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
 from ..model import RobotModel
@@ -20,6 +22,21 @@ __all__ = ["Simulator", "JOINT_FORCE_MODES"]
 
 #: Accepted values of ``Simulator(joint_forces=...)``.
 JOINT_FORCE_MODES = ("auto", "implicit", "explicit")
+
+
+def _small_batch_threads(rollout):
+    """Run a rollout of a small batch on one torch thread (:func:`backdrive.runtime.adaptive_threads`)."""
+
+    @functools.wraps(rollout)
+    def wrapper(self, state0, controls, *args, **kwargs):
+        batch = max(
+            getattr(getattr(state0, "q", None), "shape", (0,))[:-1].numel(),
+            controls.shape[:-2].numel() if isinstance(controls, torch.Tensor) and controls.ndim >= 2 else 1,
+        )
+        with threads_for_batch(batch):
+            return rollout(self, state0, controls, *args, **kwargs)
+
+    return wrapper
 
 
 class Simulator:
@@ -327,6 +344,7 @@ class Simulator:
             )
         return State(q1, v1)
 
+    @_small_batch_threads
     def rollout(
         self,
         state0: State,

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...runtime import threads_for_batch
 from ..._errors import PolicyConfigError, TrainingDivergedError
 from ...envs._base import DiffEnv
 from .._progress import ProgressBar
@@ -480,7 +481,9 @@ class PolicyTrainer:
         shown = self._last_eval
         try:
             while self.updates_done < updates:
-                row = self.update()
+                # Small env batches on one thread (backdrive.runtime.adaptive_threads).
+                with threads_for_batch(self.env.num_envs):
+                    row = self.update()
                 k = row["update"]
                 if eval_fn is not None and (k % eval_every == 0 or k == updates):
                     t0 = time.perf_counter()
