@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from backdrive.envs import Pendulum
-from backdrive.optim._policy import PENDULUM_SHAC, PolicyTrainer
+from backdrive.optim import PENDULUM_SHAC, PolicyTrainer
 
 THRESHOLD = -200.0
 EVAL_SEEDS = (1000, 1001, 1002, 1003, 1004)
@@ -90,10 +90,11 @@ BACKDRIVE = {
     # backdrive.optim.PENDULUM_SHAC: 8 envs, 8-step windows (64 env steps per
     # update), exploring starts, the critic fitted off-policy on every past
     # window, and 32 replayed actor steps per update through the stored
-    # action Jacobians; 60 updates = 3,840 env steps.
+    # action Jacobians; 60 updates = 3,840 env steps. Plain dicts, written
+    # to the results' JSON.
     "shac": dict(
-        env=dict(PENDULUM_SHAC["env"]),
-        train=dict(PENDULUM_SHAC["train"], algo="shac", updates=60),
+        env=dict(PENDULUM_SHAC.env_kwargs),
+        train=dict(PENDULUM_SHAC.config.changed(), algo="shac", updates=60),
     ),
     # APG has no critic: it only sees its window, so it is trained on whole
     # 200-step episodes from gymnasium's own starts, 32-step windows.

@@ -118,7 +118,9 @@ def build_backdrive(urdf: str, dt: float, damping: float = DAMPING, armature: fl
         armature=torch.full((robot.num_joints,), armature, dtype=F64),
         friction=torch.zeros(robot.num_joints, dtype=F64),
     )
-    sim = Simulator(robot, dt, integrator="semi_implicit", actuator=TorqueActuator(effort_limit=math.inf))
+    # Explicit damping, to match MuJoCo with mjDSBL_EULERDAMP (the default is implicit).
+    sim = Simulator(robot, dt, integrator="semi_implicit", actuator=TorqueActuator(effort_limit=math.inf),
+                    joint_forces="explicit")
     return robot, sim
 
 

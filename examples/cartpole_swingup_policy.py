@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import CartPoleSwingUp
-from backdrive.optim._policy import CARTPOLE_SHAC, evaluate_policy, load_policy, train_policy
+from backdrive.optim import CARTPOLE_SHAC, evaluate_policy, load_policy, train_policy
 
 # backdrive.optim.CARTPOLE_SHAC (as in benchmarks/learning_cartpole.py):
 # 20-step windows, SHAC with gamma 0.95 and a light critic fit; APG ignores the
@@ -42,7 +42,7 @@ TEST_EPISODES, TEST_SEED = 16, 999
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=["shac", "apg"], default="shac")
-    parser.add_argument("--updates", type=int, default=CARTPOLE_SHAC["train"]["updates"])
+    parser.add_argument("--updates", type=int, default=CARTPOLE_SHAC.updates)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("outputs/examples"))
     args = parser.parse_args()
@@ -55,8 +55,12 @@ def main() -> None:
     ckpt = args.out / f"cartpole_{args.algo}.pt"
     cpu0 = time.process_time()
     trainer = train_policy(
-        CartPoleSwingUp(**CARTPOLE_SHAC["env"]),
+        CARTPOLE_SHAC.make_env(),
         args.algo,
+        preset=CARTPOLE_SHAC,
+        updates=args.updates,
+        gamma=GAMMA[args.algo],
+        lr_decay_updates=max(1, round(args.updates * 4 / 3)),
         seed=args.seed,
         eval_fn=lambda p: evaluate_policy(p, eval_env, seed=123),
         eval_every=10,
@@ -64,12 +68,6 @@ def main() -> None:
         checkpoint=ckpt,
         progress=True,
         num_threads=1,
-        **dict(
-            CARTPOLE_SHAC["train"],
-            updates=args.updates,
-            gamma=GAMMA[args.algo],
-            lr_decay_updates=max(1, round(args.updates * 4 / 3)),
-        ),
     )
     cpu = time.process_time() - cpu0
     policy = load_policy(ckpt)

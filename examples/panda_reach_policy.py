@@ -30,10 +30,10 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import PandaReach
-from backdrive.optim._policy import load_policy, train_policy
+from backdrive.optim import PANDA_REACH_APG, load_policy, train_policy
 
-TRAIN_ENV = dict(num_envs=32)  # 50-step episodes, implicit 0.05 s steps
-TRAIN = dict(horizon=25, lr=3e-3, gamma=0.99)
+# PANDA_REACH_APG: 32 arms (50-step episodes, implicit 0.05 s steps),
+# 25-step windows, lr 3e-3, gamma 0.99, 60 updates.
 EVAL_EPISODES, EVAL_SEED, SUCCESS_M = 64, 999, 0.05
 
 
@@ -51,7 +51,7 @@ def rollout(policy, env: PandaReach, seed: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algo", choices=["shac", "apg"], default="apg")
-    parser.add_argument("--updates", type=int, default=60)
+    parser.add_argument("--updates", type=int, default=PANDA_REACH_APG.updates)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("outputs/examples"))
     args = parser.parse_args()
@@ -77,8 +77,9 @@ def main() -> None:
     ckpt = args.out / f"panda_reach_{args.algo}.pt"
     cpu0 = time.process_time()
     trainer = train_policy(
-        PandaReach(**TRAIN_ENV),
+        PANDA_REACH_APG.make_env(),
         args.algo,
+        preset=PANDA_REACH_APG,
         updates=args.updates,
         seed=args.seed,
         eval_fn=eval_fn,
@@ -88,7 +89,6 @@ def main() -> None:
         callback=on_row,
         progress=True,
         num_threads=1,
-        **TRAIN,
     )
     cpu = time.process_time() - cpu0
     policy = load_policy(ckpt)

@@ -32,15 +32,10 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import Pendulum, angle_normalize
-from backdrive.optim import PENDULUM_SHAC, evaluate_policy, load_policy, train_policy
+from backdrive.optim import PENDULUM_APG, PENDULUM_SHAC, evaluate_policy, load_policy, train_policy
 
-SETTINGS = {
-    "shac": PENDULUM_SHAC,
-    "apg": dict(
-        env=dict(num_envs=16, y_init=8.0, max_episode_steps=64),
-        train=dict(updates=150, horizon=64, lr=5e-3, gamma=0.99, action_noise=0.3, lr_decay_updates=200),
-    ),
-}
+# Presets: the env to build (exploring starts), the settings and the run length.
+PRESETS = {"shac": PENDULUM_SHAC, "apg": PENDULUM_APG}
 
 
 def gymnasium_return(policy) -> float | None:
@@ -64,12 +59,12 @@ def gymnasium_return(policy) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algo", choices=sorted(SETTINGS), default="shac")
+    parser.add_argument("--algo", choices=sorted(PRESETS), default="shac")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("outputs/examples"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    cfg = SETTINGS[args.algo]
+    preset = PRESETS[args.algo]
 
     eval_env = Pendulum(16, autoreset=False)  # the plain Pendulum-v1 start distribution
     log = args.out / f"pendulum_{args.algo}.csv"
@@ -77,8 +72,8 @@ def main() -> None:
     ckpt = args.out / f"pendulum_{args.algo}.pt"
     cpu0 = time.process_time()
     trainer = train_policy(
-        Pendulum(**cfg["env"]),
-        args.algo,
+        preset.make_env(),
+        preset=preset,
         seed=args.seed,
         eval_fn=lambda p: evaluate_policy(p, eval_env, seed=123),
         eval_every=5,
@@ -86,7 +81,6 @@ def main() -> None:
         checkpoint=ckpt,
         progress=True,
         num_threads=1,
-        **cfg["train"],
     )
     cpu = time.process_time() - cpu0
     policy = load_policy(ckpt)

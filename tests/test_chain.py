@@ -18,56 +18,7 @@ from backdrive.kinematics import (
 )
 from backdrive.kinematics import _chain as chain_module
 
-# A chain with every joint kind: revolute, continuous (unbounded), prismatic on
-# a skew axis, a mimic joint whose leader (jside) is on a side branch and one
-# whose leader (j1) is on the chain, rpy offsets everywhere and a fixed tool frame.
-TOY_URDF = """<?xml version="1.0"?>
-<robot name="toy">
-  <link name="base"/>
-  <link name="l1"/>
-  <link name="l2"/>
-  <link name="l3"/>
-  <link name="l4"/>
-  <link name="l5"/>
-  <link name="tool"/>
-  <link name="side"/>
-  <joint name="j1" type="revolute">
-    <parent link="base"/><child link="l1"/>
-    <origin xyz="0 0 0.3" rpy="0 0 0.2"/><axis xyz="0 0 1"/>
-    <limit lower="-2" upper="2" effort="1" velocity="1"/>
-  </joint>
-  <joint name="j2" type="continuous">
-    <parent link="l1"/><child link="l2"/>
-    <origin xyz="0.1 0 0.2" rpy="0.3 -0.4 0.1"/><axis xyz="1 0 0"/>
-  </joint>
-  <joint name="j3" type="prismatic">
-    <parent link="l2"/><child link="l3"/>
-    <origin xyz="0 0.2 0" rpy="0 0.5 0"/><axis xyz="0 0.6 0.8"/>
-    <limit lower="-0.1" upper="0.4" effort="1" velocity="1"/>
-  </joint>
-  <joint name="j4" type="revolute">
-    <parent link="l3"/><child link="l4"/>
-    <origin xyz="0.05 0.1 0.15" rpy="-0.2 0.1 0.7"/><axis xyz="0 0.8 -0.6"/>
-    <limit lower="-3" upper="3" effort="1" velocity="1"/>
-    <mimic joint="jside" multiplier="-2" offset="0.1"/>
-  </joint>
-  <joint name="j5" type="revolute">
-    <parent link="l4"/><child link="l5"/>
-    <origin xyz="0 0 0.12" rpy="0 0 0"/><axis xyz="0 1 0"/>
-    <limit lower="-3" upper="3" effort="1" velocity="1"/>
-    <mimic joint="j1" multiplier="0.5" offset="-0.2"/>
-  </joint>
-  <joint name="jtool" type="fixed">
-    <parent link="l5"/><child link="tool"/>
-    <origin xyz="0 0.02 0.1" rpy="0.1 0.2 0.3"/>
-  </joint>
-  <joint name="jside" type="revolute">
-    <parent link="base"/><child link="side"/>
-    <origin xyz="0.3 0 0" rpy="0 0 0"/><axis xyz="0 0 1"/>
-    <limit lower="-1" upper="1" effort="1" velocity="1"/>
-  </joint>
-</robot>
-"""
+from _robots import TOY_URDF  # noqa: E402  (shared fixture)
 
 
 @pytest.fixture(scope="module")

@@ -99,3 +99,92 @@ def test_demo_quick_writes_every_promised_file(tmp_path):
         assert f.is_file() and f.stat().st_size > 1000, name
     kinds = {Path(p).suffix for p in promised}
     assert {".png", ".html"} <= kinds
+
+
+# --------------------------------------------------------------------------- issue 14: bad input
+
+
+def test_info_path_messages_give_the_right_reason(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["info", "missing.urdf"]) == 2
+    err = capsys.readouterr().err
+    assert "URDF file not found: 'missing.urdf'" in err and "unknown robot" not in err
+    assert main(["info", str(tmp_path)]) == 2
+    assert "is a directory, not a URDF file" in capsys.readouterr().err
+    assert main(["info", ""]) == 2
+    assert "robot argument is empty" in capsys.readouterr().err
+    # a shipped name with the suffix still resolves when no such file exists
+    assert main(["info", "pendulum.urdf"]) == 0
+    assert "robot 'pendulum'" in capsys.readouterr().out
+
+
+def test_view_trajectory_npy_npz_and_bad_files(tmp_path, capsys):
+    out = tmp_path / "p.html"
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.linspace(0.0, 1.0, 4)[:, None])
+    assert main(["view", "pendulum", "--trajectory", str(npy), "--out", str(out)]) == 0  # was AttributeError
+    assert out.is_file()
+    capsys.readouterr()
+    cases = {
+        "missing.npy": "trajectory file not found",
+        "text.npy": "cannot read trajectory",
+        "wide.npy": "must have shape (T, 1), got (4, 3)",
+        "nan.npy": "NaN or inf (first at row 2)",
+        "strings.npy": "must hold real numbers",
+    }
+    (tmp_path / "text.npy").write_text("not numpy")
+    np.save(tmp_path / "wide.npy", np.zeros((4, 3)))
+    nan = np.zeros((4, 1))
+    nan[2, 0] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    np.save(tmp_path / "strings.npy", np.array([["a"], ["b"]]))
+    for name, fragment in cases.items():
+        assert main(["view", "pendulum", "--trajectory", str(tmp_path / name), "--out", str(out)]) == 2, name
+        err = capsys.readouterr().err
+        assert fragment in err and "Traceback" not in err, (name, err)
+    npz = tmp_path / "t.npz"
+    np.savez(npz, a=np.zeros((3, 1)))
+    assert main(["view", "pendulum", "--trajectory", str(npz), "--key", "q", "--out", str(out)]) == 2
+    assert "has no array 'q'; it holds 'a'" in capsys.readouterr().err
+    assert main(["view", "pendulum", "--trajectory", str(npy), "--key", "q", "--out", str(out)]) == 2
+    assert "holds one array (.npy)" in capsys.readouterr().err
+
+
+def test_missing_optional_packages_are_one_line_rc_2(monkeypatch, capsys, tmp_path):
+    import backdrive.data._example_robot_data as erd
+
+    monkeypatch.setattr(erd, "_candidate_roots", lambda: iter(()))
+    assert main(["info", "example-robot-data:ur5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install example-robot-data" in err
+    # viser missing: the viz extra's own error
+    monkeypatch.setitem(sys.modules, "viser", None)
+    assert main(["view", "pendulum", "--out", str(tmp_path / "p.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "backdrive[viz]" in err and "Traceback" not in err
+    # any other import failure inside a command
+    monkeypatch.setitem(sys.modules, "backdrive.viz", None)
+    assert main(["view", "pendulum", "--out", str(tmp_path / "p.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is missing" in err
+
+
+def test_info_warns_about_zero_inertia_coordinates(tmp_path, capsys):
+    urdf = tmp_path / "hand.urdf"
+    urdf.write_text(
+        '<robot name="hand"><link name="palm"><inertial><mass value="1"/>'
+        '<inertia ixx="0.01" iyy="0.01" izz="0.01" ixy="0" ixz="0" iyz="0"/></inertial></link>'
+        '<link name="finger"/>'
+        '<joint name="wrist" type="revolute"><parent link="palm"/><child link="finger"/>'
+        '<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint></robot>'
+    )
+    assert main(["info", str(urdf)]) == 0
+    cap = capsys.readouterr()
+    assert "coordinate(s) move no mass or inertia: wrist" in cap.out and "replace(armature=" in cap.out
+    assert "backdrive info: warning:" in cap.err and "'wrist'" in cap.err
+
+
+def test_info_no_mimic(tmp_path, capsys):
+    assert main(["info", "panda", "--no-mimic"]) == 0
+    out = capsys.readouterr().out
+    assert "nq=9, nv=9" in out and "mimic" not in out.split("joints (")[0].split("panda_finger_joint2")[1][:40]

@@ -16,6 +16,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
+import backdrive._errors as backdrive_errors
 import backdrive.data as bd
 from backdrive.data import (
     MissingDependencyError,
@@ -539,3 +540,62 @@ def test_load_returns_robot_model():
     assert (quadruped.nq, quadruped.nv) == (19, 18)
     with pytest.raises(UnknownRobotError):
         load("not-a-robot")
+
+
+# ------------------------------------------------------- issue 14: robots as they come
+
+
+def test_name_type_error_is_typed():
+    from backdrive import InputTypeError
+
+    with pytest.raises(InputTypeError, match="from_urdf"):
+        get_data_path(3)
+
+
+def test_alex_psyonic_hands_loads_with_mimic_false():
+    # its <mimic> tags name leaders without the Left_/Right_ prefix
+    with pytest.raises(backdrive_errors.UnknownNameError, match="mimic=False"):
+        bd.load("example-robot-data:alex_psyonic_hands")
+    m = bd.load("example-robot-data:alex_psyonic_hands", mimic=False)
+    ref = pin.buildModelFromUrdf(str(get_data_path("example-robot-data:alex_psyonic_hands")))  # mimic off
+    assert m.nv == ref.nv
+
+
+def test_romeo_hands_are_flagged_and_armature_makes_dynamics_finite():
+    import torch
+
+    import backdrive.dynamics as D
+
+    with pytest.warns(UserWarning, match=r"\('LHand', 'RHand'\).*replace\(armature="):
+        m = bd.load("example-robot-data:romeo", floating_base=True)
+    q = m.neutral()
+    zero = torch.zeros(m.nv, dtype=m.dtype)
+    assert not torch.isfinite(D.forward_dynamics(m, q, zero, zero)).all()
+    arm = m.armature.clone()
+    for name in m.zero_inertia_joints():
+        arm[m.joint_index(name)] = 1e-3
+    fixed = m.replace(armature=arm)
+    assert fixed.zero_inertia_joints() == ()
+    assert torch.isfinite(D.forward_dynamics(fixed, q, zero, zero)).all()
+
+
+def test_every_example_robot_loads():
+    """TIAGo's three variants used to be refused; with mimic=False for the one broken <mimic>."""
+    import warnings
+
+    failed = {}
+    for name in bd.list_example_robots():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                bd.load(f"example-robot-data:{name}", mimic=name != "alex_psyonic_hands")
+            except backdrive_errors.BackdriveError as exc:
+                failed[name] = str(exc)[:120]
+    assert failed == {}
+
+
+def test_load_unknown_option_names_the_closest():
+    from backdrive import InputTypeError
+
+    with pytest.raises(InputTypeError, match="unknown option 'floatng_base'; did you mean 'floating_base'"):
+        bd.load("panda", floatng_base=True)

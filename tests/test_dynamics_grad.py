@@ -15,7 +15,7 @@ import backdrive.dynamics as D
 from backdrive import RobotModel
 from backdrive.data import get_data_path
 
-from test_dynamics import SMALL_URDF, SMALL_URDF_NO_MIMIC
+from _robots import SMALL_URDF, SMALL_URDF_NO_MIMIC
 
 
 def _gc(fn, *inputs):

@@ -454,7 +454,7 @@ def test_custom_so3_log_backward_matches_plain_autograd():
 
 
 def test_ik_on_a_chain_with_prismatic_mimic_and_unbounded_joints():
-    from test_chain import TOY_URDF
+    from _robots import TOY_URDF
 
     toy = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64)
     seed = default_seed(toy.lower, toy.upper)
@@ -475,3 +475,42 @@ def test_ik_on_a_chain_with_prismatic_mimic_and_unbounded_joints():
 def test_empty_batch(panda):
     res = solve_dls_ik(panda, torch.zeros(0, 4, 4, dtype=torch.float64), cfg=DifferentiableIKCfg(num_seeds=3))
     assert res.qpos.shape == (0, 7) and res.success.shape == (0,)
+
+
+# --------------------------------------------------------------------------- issue 14 part 4: targets in SE(3)
+
+
+def test_targets_outside_se3_are_refused(panda):
+    """The IK layer used to accept a target with a scaled rotation or a wrong bottom
+    row and report success; it checks the TCP is rigid, and now the targets too."""
+    from backdrive.layers import DifferentiableFKLayer, DifferentiableIKLayer
+
+    _, T = _targets(panda, 4, seed=11)
+    ik = DifferentiableIKLayer(DifferentiableFKLayer(panda))
+    cases = {
+        "scaled": lambda X: X[..., :3, :3].mul_(2.0),
+        "sheared": lambda X: X[..., 0, 1].add_(0.05),
+        "reflected": lambda X: X[..., :3, 0].neg_(),
+        "bottom row": lambda X: X[..., 3, 0].fill_(0.3),
+        "homogeneous scale": lambda X: X[..., 3, 3].fill_(2.0),
+    }
+    for name, corrupt in cases.items():
+        bad = T.clone()
+        corrupt(bad[2])
+        with pytest.raises(InputError, match=r"target_xpos\[2\] is not a rigid transform.*1 of 4 targets") as info:
+            ik(bad)
+        assert "SE(3)" in str(info.value), name
+        with pytest.raises(InputError):
+            solve_dls_ik(panda, bad[2])  # unbatched too
+    # valid targets pass in float64 and float32, including float32 rounding of a composed pose
+    ik(T)
+    p32 = panda.float()
+    T32 = p32.forward_kinematics(torch.zeros(5, p32.dof)) @ p32.forward_kinematics(torch.zeros(p32.dof))
+    solve_dls_ik(p32, T32)
+
+
+def test_target_check_allows_gradcheck_steps(panda):
+    _, T = _targets(panda, 1, seed=12)
+    cfg = DifferentiableIKCfg(max_iterations=2)
+    assert gradcheck(lambda t: solve_dls_ik(panda, t, cfg=cfg).qpos, (T.clone().requires_grad_(True),),
+                     eps=1e-6, atol=1e-5, fast_mode=True)

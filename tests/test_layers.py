@@ -22,7 +22,7 @@ from backdrive.kinematics import (
     solve_dls_ik,
 )
 from backdrive.layers import CheckpointMismatchError, DifferentiableFKLayer, DifferentiableIKLayer
-from test_chain import TOY_URDF
+from _robots import TOY_URDF
 
 
 @pytest.fixture(scope="module")
@@ -284,10 +284,14 @@ def _trained_ik(chain, dtype=None):
 def test_state_dict_contents(panda32):
     ik = _trained_ik(panda32)
     sd = ik.state_dict()
-    assert set(sd) == {"fk.tcp", "fk.lower", "fk.upper", "fk.geometry_fingerprint", "_extra_state"}
+    # the seed contract's child name: keys under "kinematics."
+    assert set(sd) == {
+        "kinematics.tcp", "kinematics.lower", "kinematics.upper", "kinematics.geometry_fingerprint", "_extra_state"
+    }
     assert sd["_extra_state"]["ik_cfg"]["max_iterations"] == 7
     assert sd["_extra_state"]["ik_cfg"]["num_seeds"] == 2
-    assert sd["fk.geometry_fingerprint"].dtype == torch.uint8
+    assert sd["kinematics.geometry_fingerprint"].dtype == torch.uint8
+    assert ik.fk is ik.kinematics
 
 
 def test_round_trip_same_dtype(panda32):
@@ -357,15 +361,78 @@ def test_mismatched_geometry_is_refused_before_copying(panda32, toy):
     # nested: the IK layer's prefix is reported
     ik_src = DifferentiableIKLayer(DifferentiableFKLayer(other))
     ik_dst = DifferentiableIKLayer(DifferentiableFKLayer(panda32))
-    with pytest.raises(CheckpointMismatchError, match="fk."):
+    with pytest.raises(CheckpointMismatchError, match="kinematics."):
         ik_dst.load_state_dict(ik_src.state_dict())
 
 
-def test_checkpoint_without_fingerprint_is_incomplete(panda32):
-    sd = DifferentiableFKLayer(panda32).state_dict()
+@pytest.mark.parametrize("strict", [True, False])
+def test_checkpoint_without_fingerprint_is_refused_strict_or_not(panda32, strict):
+    """Issue 14 part 5: the docs say a checkpoint that cannot be checked is refused;
+    strict=False used to skip the check and copy the buffers."""
+    src = DifferentiableFKLayer(panda32, tcp=_tcp(torch.float32, z=0.3))
+    sd = src.state_dict()
     del sd["geometry_fingerprint"]
-    with pytest.raises(RuntimeError, match="geometry_fingerprint"):
-        DifferentiableFKLayer(panda32).load_state_dict(sd)
+    dst = DifferentiableFKLayer(panda32)
+    before = {k: v.clone() for k, v in dst.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError, match="no 'geometry_fingerprint'"):
+        dst.load_state_dict(sd, strict=strict)
+    for k, v in dst.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    # nested, under strict=False: still refused, naming the prefix
+    ik_sd = DifferentiableIKLayer(src).state_dict()
+    del ik_sd["kinematics.geometry_fingerprint"]
+    with pytest.raises(CheckpointMismatchError, match="kinematics."):
+        DifferentiableIKLayer(DifferentiableFKLayer(panda32)).load_state_dict(ik_sd, strict=False)
+
+
+def test_strict_false_checkpoint_without_this_layer_leaves_it_unchanged(panda32):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(2, 7)
+            self.fk = DifferentiableFKLayer(panda32, tcp=_tcp(torch.float32, z=0.2))
+
+    net = Net()
+    head_only = {k: v for k, v in Net().state_dict().items() if k.startswith("head.")}
+    result = net.load_state_dict(head_only, strict=False)
+    assert set(result.missing_keys) == {"fk.tcp", "fk.lower", "fk.upper", "fk.geometry_fingerprint"}
+    assert torch.equal(net.fk.tcp, _tcp(torch.float32, z=0.2))
+    assert torch.equal(net.head.weight, head_only["head.weight"])
+
+
+def test_ik_layer_kinematics_argument_and_old_checkpoints(panda32):
+    """Issue 14 part 5: DifferentiableIKLayer(kinematics=fk), keys under kinematics.,
+    and state dicts saved with the earlier fk. keys still load."""
+    src = _trained_ik(panda32)
+    by_kw = DifferentiableIKLayer(kinematics=DifferentiableFKLayer(panda32))
+    by_old_kw = DifferentiableIKLayer(fk=DifferentiableFKLayer(panda32), cfg=src.cfg)
+    assert isinstance(by_kw.kinematics, DifferentiableFKLayer) and by_old_kw.cfg == src.cfg
+    with pytest.raises(InputError, match="not both"):
+        DifferentiableIKLayer(kinematics=DifferentiableFKLayer(panda32), fk=DifferentiableFKLayer(panda32))
+    with pytest.raises(InputError, match="kinematics must be a DifferentiableFKLayer"):
+        DifferentiableIKLayer()
+    old = {("fk." + k[len("kinematics."):] if k.startswith("kinematics.") else k): v for k, v in src.state_dict().items()}
+    assert "fk.tcp" in old and not any(k.startswith("kinematics.") for k in old)
+    for strict in (True, False):
+        dst = DifferentiableIKLayer(kinematics=DifferentiableFKLayer(panda32))
+        result = dst.load_state_dict(old, strict=strict)
+        assert not result.missing_keys and not result.unexpected_keys
+        assert torch.equal(dst.kinematics.tcp, src.kinematics.tcp) and dst.cfg == src.cfg
+        assert torch.equal(dst.kinematics.lower, src.kinematics.lower)
+    # an old checkpoint of other geometry is still refused
+    other = SerialChainKinematics.from_urdf(get_data_path("panda"), "panda_link8")
+    old_other = {"fk." + k: v for k, v in DifferentiableFKLayer(other).state_dict().items()}
+    with pytest.raises(CheckpointMismatchError):
+        DifferentiableIKLayer(DifferentiableFKLayer(panda32)).load_state_dict(old_other, strict=False)
+
+
+def test_chain_from_urdf_accepts_positional_link_names():
+    """Issue 14 part 5: from_urdf(text, end_link_name, root_link_name) positionally."""
+    a = SerialChainKinematics.from_urdf(get_data_path("panda"), "panda_hand_tcp", "panda_link0")
+    b = SerialChainKinematics.from_urdf(get_data_path("panda"), end_link_name="panda_hand_tcp")
+    assert a.fingerprint == b.fingerprint and a.root_link_name == "panda_link0"
+    c = SerialChainKinematics.from_urdf(TOY_URDF, "tool", "l1", dtype=torch.float64)
+    assert c.root_link_name == "l1" and c.joint_names[0] == "j2"
 
 
 def test_corrupt_checkpoints_are_refused(panda32):
@@ -396,3 +463,23 @@ def test_in_place_tcp_changes_are_seen(panda64):
     with torch.no_grad():
         fk.tcp.copy_(torch.eye(4, dtype=torch.float64))
     assert (fk(q) - T0).abs().max() < 1e-14
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x"])
+def test_layers_name_a_bad_device(panda32, device):
+    fk = DifferentiableFKLayer(panda32)
+    for layer in (fk, DifferentiableIKLayer(fk)):
+        with pytest.raises(InputError, match=f"device '{device}'"):
+            layer.to(device)
+        with pytest.raises(InputError, match=f"device '{device}'"):
+            layer.to(device=device, dtype=torch.float64)
+    assert fk.tcp.dtype == torch.float32  # nothing changed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_layers_cuda_on_a_cpu_machine(panda32):
+    fk = DifferentiableFKLayer(panda32)
+    with pytest.raises(InputError, match="device 'cuda' is not available here"):
+        fk.to("cuda")
+    with pytest.raises(InputError, match="not available here"):
+        fk.cuda()

@@ -179,14 +179,14 @@ def test_errors_before_training():
         train_policy(env, "shac", gamma=1.5, updates=1)
     wrong = MLPPolicy(5, 1, env.action_low, env.action_high)
     with pytest.raises(PolicyConfigError, match="size 5.*gives size 3"):
-        train_policy(env, "apg", policy=wrong, updates=1)
+        train_policy(env, "apg", policy=wrong, updates=1, horizon=8)
     bare = torch.nn.Linear(4, 1)  # no obs_dim attribute: found by a trial forward pass
     with pytest.raises(PolicyConfigError, match="observations of size 3"):
-        train_policy(env, "apg", policy=bare, updates=1)
+        train_policy(env, "apg", policy=bare, updates=1, horizon=8)
     with pytest.raises(PolicyConfigError, match="eval_env has obs size"):
         from backdrive.envs import CartPoleSwingUp
 
-        train_policy(env, "apg", eval_env=CartPoleSwingUp(1), updates=1)
+        train_policy(env, "apg", eval_env=CartPoleSwingUp(1), updates=1, horizon=8)
 
 
 def test_resume_with_other_settings_is_an_error(tmp_path):
@@ -221,7 +221,7 @@ def test_nan_gradient_stops_naming_the_update_and_keeps_last_checkpoint(tmp_path
     assert "update 3" in str(info.value)
     # the parameters were not touched by the bad gradient, the checkpoint is update 3
     assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
-    assert torch.load(path, weights_only=False)["updates_done"] == 3
+    assert torch.load(path, weights_only=True)["updates_done"] == 3
     assert _same(_params(load_policy(path)), _params(trainer.policy))
 
 
@@ -357,7 +357,7 @@ def test_checkpoint_from_before_the_new_settings_still_resumes(tmp_path):
     path = tmp_path / "old.pt"
     kw = dict(horizon=8, critic_iterations=1, critic_minibatches=1, seed=0)
     train_policy(Pendulum(4), "shac", updates=2, checkpoint=path, **kw)
-    ckpt = torch.load(path, weights_only=False)
+    ckpt = torch.load(path, weights_only=True)
     for key in ("critic_batch_size", "actor_replay_steps", "actor_batch_size"):
         del ckpt["config"][key]
     torch.save(ckpt, path)
@@ -371,8 +371,8 @@ def test_pendulum_preset_swings_up_within_1024_env_steps():
     # gymnasium's start distribution (16 episodes of 200 steps).
     from backdrive.optim import PENDULUM_SHAC
 
-    train = dict(PENDULUM_SHAC["train"], updates=16)
-    trainer = train_policy(Pendulum(**PENDULUM_SHAC["env"]), "shac", seed=0, **train)
+    trainer = train_policy(PENDULUM_SHAC.make_env(), preset=PENDULUM_SHAC, updates=16, seed=0)
+    assert trainer.config == PENDULUM_SHAC.config
     assert trainer.env_steps == 1024
     ret = evaluate_policy(trainer.policy, Pendulum(16, autoreset=False), seed=123)
     assert ret > -250, ret
@@ -385,8 +385,195 @@ def test_cartpole_preset_settings_are_accepted_and_count_steps():
     from backdrive.envs import CartPoleSwingUp
     from backdrive.optim import CARTPOLE_SHAC
 
-    train = dict(CARTPOLE_SHAC["train"], updates=2)
-    trainer = train_policy(CartPoleSwingUp(**CARTPOLE_SHAC["env"]), "shac", seed=0, num_threads=1, **train)
+    trainer = train_policy(CARTPOLE_SHAC.make_env(), preset=CARTPOLE_SHAC, updates=2, seed=0, num_threads=1)
+    assert isinstance(trainer.env, CartPoleSwingUp) and trainer.config == CARTPOLE_SHAC.config
     assert trainer.updates_done == 2
-    assert trainer.env_steps == 2 * CARTPOLE_SHAC["env"]["num_envs"] * CARTPOLE_SHAC["train"]["horizon"]
+    assert trainer.env_steps == 2 * CARTPOLE_SHAC.env_kwargs["num_envs"] * CARTPOLE_SHAC.config.horizon
     assert all(math.isfinite(p.detach().abs().sum().item()) for p in trainer.policy.parameters())
+
+
+# ------------------------------------------- old checkpoints, unsafe checkpoints
+DATA = __import__("pathlib").Path(__file__).parent / "data" / "policy"
+
+
+def test_checkpoint_of_the_single_module_trainer_loads_and_resumes_bit_for_bit():
+    # shac_v1.pt was written by optim/_policy.py before it became a package
+    # (tests/data/policy/README.md); the expected values come from that code.
+    expected = torch.load(DATA / "shac_v1_expected.pt", weights_only=True)
+    policy = load_policy(DATA / "shac_v1.pt")
+    with torch.no_grad():
+        assert torch.equal(policy(expected["obs"]), expected["actions"])
+    # resume without repeating the settings: the checkpoint's are used
+    trainer = train_policy(Pendulum(2, max_episode_steps=16), updates=4, resume=DATA / "shac_v1.pt")
+    assert trainer.config.hidden == (8,) and trainer.config.seed == 5 and trainer.updates_done == 4
+    assert _same(_params(trainer.policy), expected["policy_after_4"])
+    # given settings must still match the checkpoint's
+    with pytest.raises(PolicyConfigError, match="horizon: checkpoint 4 vs now 8"):
+        train_policy(Pendulum(2, max_episode_steps=16), updates=4, resume=DATA / "shac_v1.pt", horizon=8,
+                     hidden=(8,), critic_iterations=1, critic_minibatches=1, action_noise=0.1, seed=5)
+
+
+class _Payload:
+    """Unpickling this creates ``path`` (``open(path, "w")``): stands for any code in a pickle."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_checkpoint_with_a_pickled_payload_is_refused_without_running_it(tmp_path):
+    # A real checkpoint with one object added that would run code when unpickled.
+    good = tmp_path / "good.pt"
+    train_policy(Pendulum(2), "apg", updates=1, horizon=4, hidden=(4,), checkpoint=good)
+    ckpt = torch.load(good, weights_only=True)
+    marker = tmp_path / "payload_ran"
+    ckpt["history"].append({"note": _Payload(marker)})
+    bad = tmp_path / "bad.pt"
+    torch.save(ckpt, bad)
+    # the payload is live: an unsafe load runs it (on a copy pointed elsewhere)
+    probe = tmp_path / "probe_ran"
+    torch.save({"x": _Payload(probe)}, tmp_path / "probe.pt")
+    torch.load(tmp_path / "probe.pt", weights_only=False)
+    assert probe.exists()
+
+    with pytest.raises(PolicyConfigError, match=r"refusing to load .*pickled Python objects \(.*open\).*weights_only"):
+        load_policy(bad)
+    assert not marker.exists()
+    with pytest.raises(PolicyConfigError, match="refusing to load"):
+        train_policy(Pendulum(2), "apg", updates=2, horizon=4, hidden=(4,), resume=bad)
+    with pytest.raises(PolicyConfigError, match="refusing to load"):
+        train_policy(Pendulum(2), updates=2, resume=bad)  # settings read from the file: refused too
+    assert not marker.exists()
+
+
+def test_files_that_are_not_checkpoints_get_a_reason(tmp_path):
+    text = tmp_path / "notes.pt"
+    text.write_text("not a checkpoint")
+    with pytest.raises(PolicyConfigError, match="not a checkpoint torch can read safely|not a torch checkpoint"):
+        load_policy(text)
+    other = tmp_path / "weights.pt"
+    torch.save({"weight": torch.ones(2)}, other)
+    with pytest.raises(PolicyConfigError, match="not a backdrive policy checkpoint"):
+        load_policy(other)
+
+
+# ----------------------------------------------------------- config and presets
+def test_config_is_validated_when_built():
+    from backdrive.optim import PolicyTrainerConfig
+
+    bad = {
+        "algo": ("ppo", "unknown algo 'ppo'; valid: 'apg', 'shac'"),
+        "horizon": (0, "horizon must be a positive int"),
+        "lr": (float("nan"), "lr must be a positive finite number"),
+        "gamma": (0.0, r"gamma must be in \(0, 1\]"),
+        "lam": (1.5, r"lam must be in \[0, 1\]"),
+        "hidden": ((64, 0), "hidden must be a sequence of positive ints"),
+        "activation": ("gelu", "unknown activation 'gelu'; valid: 'elu'"),
+        "betas": ((0.9,), "betas must be two numbers"),
+        "squash": ("sigmoid", "unknown squash"),
+        "critic_replay": (True, "critic_replay must be a positive int"),
+        "normalize_obs": (1, "normalize_obs must be a bool"),
+        "seed": (-1, "seed must be a non-negative int"),
+    }
+    for name, (value, message) in bad.items():
+        with pytest.raises(PolicyConfigError, match=message):
+            PolicyTrainerConfig(**{name: value})
+    with pytest.raises(PolicyConfigError, match="actor_replay_steps needs a critic"):
+        PolicyTrainerConfig(algo="apg", actor_replay_steps=1)
+    cfg = PolicyTrainerConfig(horizon=8, hidden=[16])
+    assert cfg.hidden == (16,) and hash(cfg) == hash(PolicyTrainerConfig(horizon=8, hidden=(16,)))
+    assert cfg.replace(lr=1e-3).lr == 1e-3 and cfg.lr == 2e-3
+    with pytest.raises(PolicyConfigError, match="lr must be"):
+        cfg.replace(lr=-1.0)
+    with pytest.raises(TypeError, match="unknown training setting.*'horizn'.*valid: algo, horizon"):
+        cfg.replace(horizn=4)
+    assert PolicyTrainerConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_default_settings_are_refused_and_name_the_preset():
+    # train_policy(Pendulum(), "shac") with the generic defaults ran 453 s and
+    # scored -1365 in Pendulum-v1; now it stops at once and names the preset.
+    from backdrive.envs import CartPoleSwingUp
+    from backdrive.optim import PolicyTrainerConfig
+
+    env = _CountingPendulum()
+    with pytest.raises(PolicyConfigError, match=r"no training settings.*PENDULUM_SHAC.*make_env\(\)") as info:
+        train_policy(env, "shac")
+    assert "preset=PENDULUM_SHAC" in str(info.value) and "config=PolicyTrainerConfig()" in str(info.value)
+    with pytest.raises(PolicyConfigError, match="PENDULUM_APG"):
+        train_policy(env, "apg", updates=5, seed=3)  # a seed alone does not choose settings
+    with pytest.raises(PolicyConfigError, match="CARTPOLE_SHAC"):
+        train_policy(CartPoleSwingUp(1), "shac")
+    assert env.transitions == 0  # refused before any step
+    # saying which settings is enough, the generic ones included
+    trainer = train_policy(Pendulum(2), config=PolicyTrainerConfig(horizon=4), updates=1)
+    assert trainer.env_steps == 8
+
+
+def test_preset_objects_run_warn_on_another_env_and_keep_the_old_dicts_for_a_while():
+    from backdrive.optim import PENDULUM_SHAC, PRESETS, Preset
+
+    assert isinstance(PENDULUM_SHAC, Preset) and PRESETS["pendulum_shac"] is PENDULUM_SHAC
+    assert PENDULUM_SHAC.env_steps == 2560 and PENDULUM_SHAC.updates == 40
+    with pytest.raises(TypeError):
+        PENDULUM_SHAC.env_kwargs["num_envs"] = 1  # read-only
+    env = PENDULUM_SHAC.make_env()
+    assert (env.num_envs, env.y_init, env.max_episode_steps) == (8, 8.0, 8) and PENDULUM_SHAC.mismatches(env) == []
+    # the preset's run length by default: stop after one update through the callback
+    rows = []
+    trainer = train_policy(env, preset="pendulum_shac", critic_iterations=2, actor_replay_steps=2,
+                           callback=lambda row: rows.append(row) or True)
+    assert trainer.config == PENDULUM_SHAC.config.replace(critic_iterations=2, actor_replay_steps=2)
+    assert trainer.updates_done == 1 and len(rows) == 1
+    # the trap in another form: the preset's settings on a default env
+    with pytest.warns(UserWarning, match=r"num_envs=1 \(preset: 8\).*make_env\(\)"):
+        train_policy(Pendulum(), preset=PENDULUM_SHAC, updates=1, critic_iterations=1, actor_replay_steps=1)
+    with pytest.raises(PolicyConfigError, match="unknown preset 'pendulum'; valid: 'pendulum_shac'"):
+        train_policy(env, preset="pendulum")
+    with pytest.raises(PolicyConfigError, match="for a Preset use preset='pendulum_shac'"):
+        train_policy(env, config=PENDULUM_SHAC)
+    with pytest.raises(PolicyConfigError, match="preset or config, not both"):
+        train_policy(env, preset=PENDULUM_SHAC, config=PENDULUM_SHAC.config)
+    # the dicts presets used to be, with a DeprecationWarning
+    with pytest.warns(DeprecationWarning, match=r"PENDULUM_SHAC\['train'\] is deprecated"):
+        train = dict(PENDULUM_SHAC["train"])
+    with pytest.warns(DeprecationWarning):
+        assert PENDULUM_SHAC["env"] == {"num_envs": 8, "y_init": 8.0, "max_episode_steps": 8}
+    assert train["updates"] == 40 and train["horizon"] == 8 and train["actor_replay_steps"] == 32
+    assert "algo" not in train
+    old_style = PolicyTrainer(PENDULUM_SHAC.make_env(), "shac", **{k: v for k, v in train.items() if k != "updates"})
+    assert old_style.config == PENDULUM_SHAC.config
+
+
+def test_every_preset_builds_its_env_and_its_settings_fit_it():
+    from backdrive.optim import PRESETS
+
+    for preset in PRESETS.values():
+        env = preset.make_env(num_envs=2)
+        preset.config.check_env(env)
+        assert preset.mismatches(env) == [f"num_envs=2 (preset: {preset.env_kwargs['num_envs']})"]
+
+
+def test_td_lambda_and_window_objective_in_closed_form():
+    from backdrive.optim._policy.returns import segment_discounts, td_lambda, window_objective
+
+    g = 0.9
+    r = torch.tensor([[1.0], [2.0], [3.0]], dtype=torch.float64)
+    v = torch.tensor([[10.0], [20.0], [30.0]], dtype=torch.float64)
+    no_end = torch.zeros(3, 1, dtype=torch.bool)
+    # lambda = 1: the discounted rewards to the window end plus its discounted value
+    full = td_lambda(r, v, no_end, g, 1.0)
+    assert torch.allclose(full[0], r[0] + g * r[1] + g**2 * r[2] + g**3 * v[2])
+    # lambda = 0: one-step targets
+    assert torch.allclose(td_lambda(r, v, no_end, g, 0.0), r + g * v)
+    # an episode end at step 0 cuts the bootstrapping there
+    ended = torch.tensor([[True], [False], [False]])
+    assert torch.allclose(td_lambda(r, v, ended, g, 1.0)[0], r[0] + g * v[0])
+    # discounts restart after the end; the value enters at segment ends only
+    disc = segment_discounts(ended, g, torch.float64)[:, 0]
+    assert torch.allclose(disc, torch.tensor([1.0, 1.0, g], dtype=torch.float64))
+    j = window_objective(r, ended, g, v).sum()
+    assert torch.allclose(j, (r[0] + g * v[0]) + (r[1] + g * r[2] + g**2 * v[2]))
+    assert torch.allclose(window_objective(r, ended, g).sum(), r[0] + r[1] + g * r[2])

@@ -48,3 +48,22 @@ def test_policy_training_names():
     assert optim.PolicyConfigError is errors.PolicyConfigError
     assert optim.TrainingDivergedError is errors.TrainingDivergedError
     assert issubclass(optim.PolicyConfigError, errors.BackdriveError)
+
+
+def test_markdown_figures_are_committed_files():
+    """Every image a README or doc shows is a file in the repository, never one under
+    the git-ignored ``outputs/`` that exists only after someone ran the example."""
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "examples").glob("*.md"))]
+    images = []
+    for page in pages:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", page.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            images.append((page.name, target, path))
+            assert "outputs" not in path.relative_to(root).parts, f"{page.name} shows {target}, under outputs/"
+            assert path.is_file(), f"{page.name} shows {target}, which does not exist"
+    assert len(images) >= 7  # the example READMEs alone show seven figures

@@ -75,3 +75,57 @@ def test_retain_freed_memory_reuses_pages_and_changes_no_result():
 def test_retain_freed_memory_returns_false_without_glibc(monkeypatch):
     monkeypatch.setattr(runtime.sys, "platform", "darwin")
     assert runtime.retain_freed_memory() is False
+
+
+# ----------------------------------------------------------------------------- thread count
+
+
+def test_threads_for_batch_uses_one_thread_for_small_batches_and_restores():
+    from backdrive.runtime import SMALL_BATCH, adaptive_threads, threads_for_batch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with threads_for_batch(SMALL_BATCH - 1):
+            assert torch.get_num_threads() == 1
+            with threads_for_batch(4):  # nested: nothing to restore twice
+                assert torch.get_num_threads() == 1
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with threads_for_batch(SMALL_BATCH):
+            assert torch.get_num_threads() == 2
+        assert adaptive_threads(False) is True
+        try:
+            with threads_for_batch(1):
+                assert torch.get_num_threads() == 2
+        finally:
+            adaptive_threads(True)
+        with pytest.raises(InputError, match="adaptive_threads"):
+            adaptive_threads("yes")
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_simulator_rollout_of_a_small_batch_runs_on_one_thread():
+    from backdrive.sim import MassSpringDamper, Simulator
+
+    seen = []
+
+    class Recording(MassSpringDamper):
+        def forward_dynamics(self, q, v, tau):
+            seen.append(torch.get_num_threads())
+            return super().forward_dynamics(q, v, tau)
+
+    sim = Simulator(Recording(), dt=0.01)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        sim.rollout(sim.initial_state(torch.zeros(8, 1, dtype=torch.float64)), sim.zero_controls(3, 8))
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+        seen.clear()
+        big = 2048
+        sim.rollout(sim.initial_state(torch.zeros(big, 1, dtype=torch.float64)), sim.zero_controls(2, big))
+        assert set(seen) == {2}
+    finally:
+        torch.set_num_threads(previous)

@@ -290,9 +290,8 @@ def stage_pendulum_policy(ctx: DemoContext) -> list[str]:
 
     eval_env = Pendulum(16, autoreset=False)  # gymnasium Pendulum-v1's start distribution
     trainer = train_policy(
-        Pendulum(**PENDULUM_SHAC["env"]),
-        "shac",
-        **PENDULUM_SHAC["train"],
+        PENDULUM_SHAC.make_env(),
+        preset=PENDULUM_SHAC,
         seed=0,
         eval_fn=lambda p: evaluate_policy(p, eval_env, seed=123),
         eval_every=5,

@@ -5,33 +5,63 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
-from .._errors import BackdriveError
+from .._errors import BackdriveError, InputError
 
 BENCHMARKS = ("kinematics", "dynamics", "learning")
+_FILE_SUFFIXES = (".urdf", ".xml", ".xacro", ".sdf")
 
 
 def _resolve_robot(name: str) -> Path | str:
-    """A path if it exists, else a shipped or example-robot-data name."""
+    """A path if it exists or looks like one, else a shipped or example-robot-data name.
+
+    ``missing.urdf`` is a file that does not exist (the loader says so), not
+    an unknown robot called ``missing``; ``panda.urdf`` still names the
+    shipped Panda when no such file exists.
+    """
+    from ..data import EXAMPLE_ROBOT_DATA_PREFIX, get_data_path, list_robots
+
+    if not name.strip():
+        raise InputError(
+            f"the robot argument is empty; give a URDF path or a robot name ({', '.join(list_robots())}, "
+            "or example-robot-data:NAME)"
+        )
+    if name.startswith(EXAMPLE_ROBOT_DATA_PREFIX):
+        return get_data_path(name)
     p = Path(name)
     if p.exists():
         return p
-    from ..data import get_data_path
-
+    if p.suffix in _FILE_SUFFIXES or "/" in name or "\\" in name:
+        if p.parent == Path(".") and p.stem in list_robots() and p.suffix == ".urdf":
+            return get_data_path(name)
+        return p
     return get_data_path(name)
+
+
+def _load(args):
+    from ..model import RobotModel
+
+    return RobotModel.from_urdf(
+        _resolve_robot(args.robot), floating_base=args.floating_base, mimic=not args.no_mimic
+    )
 
 
 def cmd_info(args) -> int:
     import torch
 
-    from ..model import RobotModel
-
-    model = RobotModel.from_urdf(_resolve_robot(args.robot), floating_base=args.floating_base)
+    model = _load(args)
     print(model.describe())
     print(f"joints ({model.num_joints}): {', '.join(model.joint_names)}")
     print(f"frames ({model.num_frames}): {', '.join(model.link_names)}")
     print(f"fingerprint: {model.fingerprint}")
+    zero = model.zero_inertia_joints() if float(model.body_mass.sum()) > 0 else ()
+    if zero:
+        print(
+            f"warning: {len(zero)} coordinate(s) move no mass or inertia: {', '.join(zero)}; forward dynamics "
+            "is undefined (NaN) until they get armature: model.replace(armature=...)"
+        )
     if args.fk:
         from ..kinematics import forward_kinematics
 
@@ -44,26 +74,47 @@ def cmd_info(args) -> int:
 
 
 def cmd_view(args) -> int:
-    import numpy as np
-    import torch
-
-    from ..model import RobotModel
     from ..viz import preview
 
-    model = RobotModel.from_urdf(_resolve_robot(args.robot), floating_base=args.floating_base)
-    traj = None
-    if args.trajectory:
-        data = np.load(args.trajectory)
-        key = args.key or ("q" if "q" in data.files else data.files[0])
-        traj = torch.as_tensor(data[key], dtype=model.dtype)
-        if traj.ndim != 2 or traj.shape[-1] != model.nq:
-            raise BackdriveError(
-                f"trajectory {key!r} in {args.trajectory} must have shape (T, {model.nq}), got {tuple(traj.shape)}"
-            )
+    model = _load(args)
+    traj = _load_trajectory(args.trajectory, args.key, model) if args.trajectory else None
     out = preview(model, traj, path=args.out, fps=args.fps)
     print(f"preview written to {out}")
     print(f"open it in a browser: file://{Path(out).resolve()}")
     return 0
+
+
+def _load_trajectory(path: str, key: str | None, model):
+    """A ``(T, nq)`` tensor from a ``.npy`` array or a ``.npz`` archive (array ``key``,
+    else ``q``, else the first)."""
+    import numpy as np
+    import torch
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"trajectory file not found: {path!r}") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read trajectory {path!r} as a .npy array or .npz archive: {exc}") from None
+    if isinstance(data, np.ndarray):
+        if key:
+            raise InputError(f"--key {key!r} selects an array in a .npz archive; {path} holds one array (.npy)")
+        what, arr = path, data
+    else:
+        files = list(data.files)
+        if not files:
+            raise InputError(f"trajectory archive {path} holds no arrays")
+        key = key or ("q" if "q" in files else files[0])
+        if key not in files:
+            raise InputError(f"trajectory archive {path} has no array {key!r}; it holds {', '.join(map(repr, files))}")
+        what, arr = f"{key!r} in {path}", data[key]
+    if arr.dtype.kind not in "fiu":
+        raise InputError(f"trajectory {what} must hold real numbers, got dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[-1] != model.nq:
+        raise InputError(f"trajectory {what} must have shape (T, {model.nq}), got {tuple(arr.shape)}")
+    if not np.isfinite(arr).all():
+        raise InputError(f"trajectory {what} holds NaN or inf (first at row {int(np.nonzero(~np.isfinite(arr))[0][0])})")
+    return torch.as_tensor(np.asarray(arr, dtype=np.float64), dtype=model.dtype)
 
 
 def cmd_bench(args) -> int:
@@ -110,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("robot", help="URDF path or robot name")
     i.add_argument("--floating-base", action="store_true", help="add a free joint at the root")
     i.add_argument("--fk", action="store_true", help="also print every frame's position at the neutral pose")
+    i.add_argument("--no-mimic", action="store_true", help="ignore <mimic> tags (mimic joints become independent)")
     i.set_defaults(func=cmd_info)
 
     v = sub.add_parser(
@@ -119,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         "from disk, with a timeline to play, pause and scrub), posed along a trajectory if given.",
     )
     v.add_argument("robot", help="URDF path or robot name")
-    v.add_argument("--trajectory", help=".npz file holding a (T, nq) array (key 'q' or the first array)")
+    v.add_argument(
+        "--trajectory", help=".npy file holding a (T, nq) array, or .npz archive (key 'q' or the first array)"
+    )
+    v.add_argument("--no-mimic", action="store_true", help="ignore <mimic> tags (mimic joints become independent)")
     v.add_argument("--key", help="array name inside the .npz file")
     v.add_argument("--floating-base", action="store_true", help="add a free joint at the root")
     v.add_argument("--fps", type=float, default=30.0, help="playback frames per second (default 30)")
@@ -148,8 +203,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            try:
+                return int(args.func(args) or 0)
+            finally:
+                # one line each, without the file:line prefix Python adds
+                for w in caught:
+                    print(f"backdrive {args.command}: warning: {w.message}", file=sys.stderr)
     except BackdriveError as exc:
+        print(f"backdrive {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        # an optional package a command needs (viser, matplotlib, ...)
+        missing = exc.name or str(exc)
+        print(
+            f"backdrive {args.command}: error: the optional package {missing!r} is missing ({exc}); "
+            "install the extra: pip install 'backdrive[viz]'",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:  # e.g. an output folder that cannot be written
         print(f"backdrive {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

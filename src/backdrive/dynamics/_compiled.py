@@ -7,17 +7,12 @@ from typing import Callable
 
 import torch
 
-from .._errors import InputError
+from .._errors import CompilerUnavailableError, InputError
 from ..model import RobotModel
 from ._forward import DEFAULT_FRICTION_WIDTH, FORWARD_METHODS, _forward_dynamics
 from ._wide import FORWARD_MIN_BATCH
 
 __all__ = ["compile_forward_dynamics", "CompilerUnavailableError"]
-
-
-class CompilerUnavailableError(RuntimeError):
-    """``torch.compile`` cannot build code here (no dynamo support, or no C++
-    compiler for inductor's CPU kernels)."""
 
 
 def _check_compiler(device: torch.device, backend: str) -> None:

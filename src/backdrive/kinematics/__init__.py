@@ -2,13 +2,8 @@
 
 from ..spatial import pose_error
 from ._chain import SerialChainKinematics
-from ._fk import (
-    body_transforms,
-    forward_kinematics,
-    frame_jacobian,
-    frame_transforms,
-    joint_values,
-)
+from ..runtime import finite_checked
+from ._fk import body_transforms, forward_kinematics, frame_jacobian, frame_transforms, joint_values
 from ._ik import (
     ConfigError,
     DifferentiableIKCfg,
@@ -17,6 +12,12 @@ from ._ik import (
     dls_step,
     solve_dls_ik,
 )
+
+# Checked for NaN/inf under backdrive.runtime.check_finite() (one thread-local read otherwise).
+forward_kinematics = finite_checked(forward_kinematics, name="forward_kinematics")
+frame_transforms = finite_checked(frame_transforms, name="frame_transforms")
+body_transforms = finite_checked(body_transforms, name="body_transforms")
+frame_jacobian = finite_checked(frame_jacobian, name="frame_jacobian")
 
 __all__ = [
     "forward_kinematics",

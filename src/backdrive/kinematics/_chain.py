@@ -28,6 +28,8 @@ import torch
 
 from .._errors import InputError
 from ..model import JointType, RobotModel
+from ..model._model import check_device, dtype_mismatch
+from ..runtime import finite_checked
 
 __all__ = ["SerialChainKinematics"]
 
@@ -102,9 +104,9 @@ class SerialChainKinematics:
     def from_urdf(
         cls,
         urdf,
-        *,
         end_link_name: str,
         root_link_name: str | None = None,
+        *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> SerialChainKinematics:
@@ -175,7 +177,7 @@ class SerialChainKinematics:
 
     def to(self, device=None, dtype=None) -> SerialChainKinematics:
         """A copy on ``device`` in ``dtype`` (constants re-cast from float64)."""
-        device = self.device if device is None else torch.device(device)
+        device = self.device if device is None else check_device(device)
         dtype = self.dtype if dtype is None else dtype
         if dtype not in (torch.float32, torch.float64):
             raise InputError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -217,10 +219,7 @@ class SerialChainKinematics:
 
     def _check_dd(self, x: torch.Tensor, name: str) -> None:
         if x.dtype != self.dtype:
-            raise InputError(
-                f"{name} has dtype {x.dtype} but the kinematics are {self.dtype}; "
-                f"cast the input or move the kinematics with .to(dtype={x.dtype})"
-            )
+            raise dtype_mismatch(name, x.dtype, self.dtype, "the kinematics", "kinematics")
         if x.device != self.device:
             raise InputError(
                 f"{name} is on {x.device} but the kinematics are on {self.device}; "
@@ -237,6 +236,7 @@ class SerialChainKinematics:
 
     # ------------------------------------------------------------------ kinematics
 
+    @finite_checked(name="SerialChainKinematics.forward_kinematics")
     def forward_kinematics(self, qpos: torch.Tensor, tcp: torch.Tensor | None = None) -> torch.Tensor:
         """Pose of the end frame (times ``tcp``) in the chain root frame.
 
@@ -261,6 +261,7 @@ class SerialChainKinematics:
             T = soa_to_homogeneous(RT, p)
         return T.reshape(*batch, 4, 4)
 
+    @finite_checked(name="SerialChainKinematics.evaluate")
     def evaluate(
         self, qpos: torch.Tensor, tcp: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,6 +291,7 @@ class SerialChainKinematics:
         T = soa_to_homogeneous(RT, p).reshape(*batch, 4, 4)
         return T, J.permute(2, 0, 1).reshape(*batch, 6, self.dof)
 
+    @finite_checked(name="SerialChainKinematics.jacobian")
     def jacobian(self, qpos: torch.Tensor, tcp: torch.Tensor | None = None) -> torch.Tensor:
         """Geometric Jacobian ``(..., 6, dof)`` of the tool point (see :meth:`evaluate`)."""
         return self.evaluate(qpos, tcp)[1]

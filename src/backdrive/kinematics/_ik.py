@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import torch
 
 from .._shapes import broadcast_shapes
-from .._errors import BackdriveError, InputError
+from .._errors import ConfigError, InputError
+from ..runtime import finite_checked
 from ..spatial._so3 import so3_log_parts
 from ._chain import SerialChainKinematics
 
@@ -53,10 +54,6 @@ _LM_DOWN = 0.5
 _LM_UP = 4.0
 _LM_MIN_RATIO = 1e-3
 _LM_MAX_RATIO = 1e3
-
-
-class ConfigError(BackdriveError):
-    """A numerical setting that is out of range or of the wrong type."""
 
 
 def _positive_int(name: str, value) -> None:
@@ -407,6 +404,50 @@ def _extra_seeds(k: int, lower: torch.Tensor, upper: torch.Tensor, random_seed: 
     return _project(lo + (hi - lo) * u, lower, upper)
 
 
+#: Loose tolerances of the target check: ``|R^T R - I|``, ``|det R - 1|`` and the
+#: bottom row's distance from ``[0, 0, 0, 1]`` (max-abs). Loose enough for
+#: targets composed in float32 and for the finite-difference steps of
+#: ``gradcheck`` (1e-6 per entry), tight enough to catch a scaled rotation.
+TARGET_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-4}
+
+
+def check_targets(target_xpos: torch.Tensor, name: str = "target_xpos") -> None:
+    """Raise :class:`InputError` unless every ``(..., 4, 4)`` target is in SE(3).
+
+    A rotation block that is not orthonormal with ``det +1`` (a scaled or
+    sheared rotation) or a bottom row other than ``[0, 0, 0, 1]`` is refused,
+    to :data:`TARGET_TOLERANCE` of the dtype. A target with a NaN or inf is
+    let through: the solver reports it as failed, per sample (and
+    :func:`backdrive.runtime.check_finite` mode raises on it). One host
+    synchronisation; skipped inside ``torch.func`` transforms and
+    ``torch.compile``.
+    """
+    compiling = getattr(torch.compiler, "is_compiling", None)
+    if (compiling is not None and compiling()) or torch._C._functorch.is_functorch_wrapped_tensor(target_xpos):
+        return
+    tol = TARGET_TOLERANCE.get(target_xpos.dtype, 1e-3)
+    with torch.no_grad():
+        T = target_xpos.detach()
+        R = T[..., :3, :3]
+        eye = torch.eye(3, dtype=T.dtype, device=T.device)
+        ortho = (R.transpose(-1, -2) @ R - eye).abs().amax(dim=(-1, -2))
+        det = (torch.linalg.cross(R[..., 0], R[..., 1], dim=-1) * R[..., 2]).sum(-1)
+        bottom = (T[..., 3, :] - eye.new_tensor([0.0, 0.0, 0.0, 1.0])).abs().amax(dim=-1)
+        finite = torch.isfinite(T).all(-1).all(-1)
+        ok = ((ortho <= tol) & ((det - 1).abs() <= tol) & (bottom <= tol)) | ~finite
+        if bool(ok.all()):
+            return
+        at = tuple(int(i) for i in torch.nonzero(~ok)[0].tolist()) if ok.ndim else ()
+        i = at if at else ...
+    raise InputError(
+        f"{name}{list(at) if at else ''} is not a rigid transform (SE(3), to {tol:g}): "
+        f"|R^T R - I| = {float(ortho[i]):.3g}, det R = {float(det[i]):.6g}, bottom row "
+        f"{T[i][3].tolist() if at else T[3].tolist()} (must be [0, 0, 0, 1]); "
+        f"{int((~ok).sum())} of {ok.numel()} targets fail"
+    )
+
+
+@finite_checked(name="solve_dls_ik")
 def solve_dls_ik(
     chain: SerialChainKinematics,
     target_xpos: torch.Tensor,
@@ -434,7 +475,8 @@ def solve_dls_ik(
         failed solve returns its last iterate and residuals.
 
     Raises:
-        InputError: wrong shapes, dtypes or devices.
+        InputError: wrong shapes, dtypes or devices, or a target that is not
+            a rigid transform (see :func:`check_targets`).
     """
     cfg = DifferentiableIKCfg() if cfg is None else cfg
     if not isinstance(cfg, DifferentiableIKCfg):
@@ -452,6 +494,7 @@ def solve_dls_ik(
         shape = tuple(target_xpos.shape) if isinstance(target_xpos, torch.Tensor) else type(target_xpos).__name__
         raise InputError(f"target_xpos must have shape (..., 4, 4), got {shape}")
     chain._check_dd(target_xpos, "target_xpos")
+    check_targets(target_xpos)
     chain._check_tcp(tcp)
     batch = target_xpos.shape[:-2]
     if qpos_seed is None:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._errors import InputError
+from .._errors import CheckpointMismatchError, InputError
 from ..kinematics._chain import SerialChainKinematics
 from ..kinematics._ik import default_seed
+from ..model._model import check_device
+from ..runtime import finite_checked
 
 __all__ = ["DifferentiableFKLayer", "CheckpointMismatchError"]
 
 _FLOATS = (torch.float32, torch.float64)
-
-
-class CheckpointMismatchError(InputError):
-    """A checkpoint that belongs to different kinematic geometry."""
 
 
 def _digest(fingerprint: str) -> torch.Tensor:
@@ -32,6 +30,16 @@ def _as_float_tensor(x, name: str, shape: tuple, dtype, device) -> torch.Tensor:
     if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
         raise InputError(f"{name} must hold real numbers, got {t.dtype}")
     return t.detach().to(dtype=dtype, device=device).clone()
+
+
+def check_to_arguments(args: tuple, kwargs: dict) -> None:
+    """Raise :class:`InputError` naming the device of ``Module.to(*args, **kwargs)`` when it is
+    not a torch device (``"gpu"``) or not available here (``"cuda"`` on a CPU build)."""
+    for a in (*args, kwargs.get("device")):
+        if isinstance(a, (str, torch.device)):
+            check_device(a)
+        elif isinstance(a, int) and not isinstance(a, bool):
+            check_device(torch.device("cuda", a) if a >= 0 else a)
 
 
 def check_rigid(T: torch.Tensor, name: str = "tcp") -> None:
@@ -81,7 +89,10 @@ class DifferentiableFKLayer(nn.Module):
       optimiser or recurrent state is kept; every call builds its own graph.
     * Checkpoints: ``state_dict`` holds ``tcp``, ``lower``, ``upper`` and
       ``geometry_fingerprint``; loading a checkpoint of other geometry raises
-      :class:`CheckpointMismatchError` before anything is copied, and
+      :class:`CheckpointMismatchError` before anything is copied, and so does
+      one that carries the buffers without the fingerprint (with
+      ``strict=False`` too: it cannot be checked); one that carries none of
+      this layer's keys leaves it unchanged under ``strict=False``.
       ``load_state_dict(..., assign=True)`` adopts the checkpoint's dtype and
       device for the buffers and the geometry (also when nested).
 
@@ -144,14 +155,17 @@ class DifferentiableFKLayer(nn.Module):
 
     # ------------------------------------------------------------------ compute
 
+    @finite_checked(name="DifferentiableFKLayer.forward")
     def forward(self, qpos: torch.Tensor) -> torch.Tensor:
         """Tool poses ``(..., 4, 4)`` for joints ``(..., dof)`` (no Jacobian is built)."""
         return self._chain.forward_kinematics(qpos, self.tcp)
 
+    @finite_checked(name="DifferentiableFKLayer.evaluate")
     def evaluate(self, qpos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Tool poses ``(..., 4, 4)`` and Jacobians ``(..., 6, dof)`` from one FK pass."""
         return self._chain.evaluate(qpos, self.tcp)
 
+    @finite_checked(name="DifferentiableFKLayer.jacobian")
     def jacobian(self, qpos: torch.Tensor) -> torch.Tensor:
         """Geometric tool Jacobians ``(..., 6, dof)``, root frame, linear rows first."""
         return self._chain.evaluate(qpos, self.tcp)[1]
@@ -168,8 +182,18 @@ class DifferentiableFKLayer(nn.Module):
 
     # ------------------------------------------------------------------ device / dtype
 
+    def to(self, *args, **kwargs):
+        """``nn.Module.to``, with an :class:`InputError` for an unknown or unavailable device."""
+        check_to_arguments(args, kwargs)
+        return super().to(*args, **kwargs)
+
     def _apply(self, fn, recurse: bool = True):
-        probe = fn(torch.zeros((), dtype=self.tcp.dtype, device=self.tcp.device))
+        try:
+            probe = fn(torch.zeros((), dtype=self.tcp.dtype, device=self.tcp.device))
+        except (RuntimeError, AssertionError) as exc:  # e.g. .cuda() on a CPU-only build
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            hint = "; device 'cuda' is not available here" if "CUDA" in reason else ""
+            raise InputError(f"{type(self).__name__} cannot be moved: {reason}{hint}") from None
         if probe.dtype not in _FLOATS:
             raise InputError(
                 f"{type(self).__name__} supports float32 and float64, not {probe.dtype}"
@@ -200,6 +224,17 @@ class DifferentiableFKLayer(nn.Module):
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ):
         key = prefix + "geometry_fingerprint"
+        carried = [prefix + k for k in ("tcp", "lower", "upper") if prefix + k in state_dict]
+        if key not in state_dict and carried:
+            # Without the fingerprint nothing says these buffers belong to this
+            # geometry: refused whether strict or not, before anything is copied.
+            raise CheckpointMismatchError(
+                f"checkpoint {prefix or '<root>'!s} carries {', '.join(repr(k) for k in carried)} but no "
+                f"{key!r}, so it cannot be checked against this layer's geometry (chain "
+                f"{self._chain.root_link_name!r} -> {self._chain.end_link_name!r} of robot "
+                f"{self._chain.model.name!r}); save it again from a DifferentiableFKLayer, or copy the "
+                "buffers by hand if you know they match"
+            )
         if key in state_dict:
             stored = state_dict[key]
             ok = (

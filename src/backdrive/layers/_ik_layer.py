@@ -6,13 +6,14 @@ import torch
 from torch import nn
 
 from .._errors import InputError
+from ..runtime import finite_checked
 from ..kinematics._ik import (
     ConfigError,
     DifferentiableIKCfg,
     DifferentiableIKResult,
     solve_dls_ik,
 )
-from ._fk_layer import DifferentiableFKLayer
+from ._fk_layer import DifferentiableFKLayer, check_to_arguments
 
 __all__ = ["DifferentiableIKLayer"]
 
@@ -35,33 +36,62 @@ class DifferentiableIKLayer(nn.Module):
     With ``cfg.num_seeds = K > 1`` each target is solved from K starts at
     once and the best is returned (see :class:`DifferentiableIKCfg`).
 
-    The layer holds ``fk`` as a submodule and its settings as checkpoint
-    extra state, so ``state_dict`` carries the TCP, the limits, the geometry
-    fingerprint and the numerical settings; loading restores the settings.
+    The layer holds the FK layer as the submodule ``kinematics`` (the
+    seed contract's name; ``ik.fk`` is the same module) and its settings as
+    checkpoint extra state, so ``state_dict`` carries the TCP, the limits,
+    the geometry fingerprint (keys ``kinematics.*``) and the numerical
+    settings; loading restores the settings. Checkpoints saved with the
+    earlier child name, keys ``fk.*``, still load.
+
+    Targets must be rigid transforms: a scaled or sheared rotation, a bottom
+    row other than ``[0, 0, 0, 1]`` or a NaN is an :class:`InputError`
+    (:func:`~backdrive.kinematics._ik.check_targets`).
 
     Args:
-        fk: the :class:`DifferentiableFKLayer` to invert (kept, not copied).
+        kinematics: the :class:`DifferentiableFKLayer` to invert (kept, not
+            copied). Also accepted as the keyword ``fk``.
         cfg: numerical settings (default ``DifferentiableIKCfg()``).
     """
 
-    def __init__(self, fk: DifferentiableFKLayer, cfg: DifferentiableIKCfg | None = None):
+    def __init__(
+        self,
+        kinematics: DifferentiableFKLayer | None = None,
+        cfg: DifferentiableIKCfg | None = None,
+        *,
+        fk: DifferentiableFKLayer | None = None,
+    ):
         super().__init__()
-        if not isinstance(fk, DifferentiableFKLayer):
-            raise InputError(f"fk must be a DifferentiableFKLayer, got {type(fk).__name__}")
+        if kinematics is not None and fk is not None and kinematics is not fk:
+            raise InputError("give the FK layer once, as kinematics (or its older name fk), not both")
+        kinematics = fk if kinematics is None else kinematics
+        if not isinstance(kinematics, DifferentiableFKLayer):
+            raise InputError(f"kinematics must be a DifferentiableFKLayer, got {type(kinematics).__name__}")
         cfg = DifferentiableIKCfg() if cfg is None else cfg
         if not isinstance(cfg, DifferentiableIKCfg):
             raise ConfigError(f"cfg must be a DifferentiableIKCfg, got {type(cfg).__name__}")
-        self.fk = fk
+        self.kinematics = kinematics
         self.cfg = cfg
+
+    def to(self, *args, **kwargs):
+        """``nn.Module.to``, with an :class:`InputError` for an unknown or unavailable device."""
+        check_to_arguments(args, kwargs)
+        return super().to(*args, **kwargs)
+
+    @property
+    def fk(self) -> DifferentiableFKLayer:
+        """The FK layer (the submodule ``kinematics``; its earlier name)."""
+        return self.kinematics
 
     @property
     def dof(self) -> int:
-        return self.fk.dof
+        return self.kinematics.dof
 
+    @finite_checked(name="DifferentiableIKLayer.forward")
     def forward(self, target_xpos: torch.Tensor, qpos_seed: torch.Tensor | None = None) -> torch.Tensor:
         """Joint positions ``(..., dof)`` for targets ``T_root_tool (..., 4, 4)``."""
         return self.solve(target_xpos, qpos_seed).qpos
 
+    @finite_checked(name="DifferentiableIKLayer.solve")
     def solve(
         self, target_xpos: torch.Tensor, qpos_seed: torch.Tensor | None = None
     ) -> DifferentiableIKResult:
@@ -75,7 +105,7 @@ class DifferentiableIKLayer(nn.Module):
             :class:`~backdrive.kinematics.DifferentiableIKResult` with the
             target's batch axes.
         """
-        fk = self.fk
+        fk = self.kinematics
         return solve_dls_ik(
             fk.chain, target_xpos, qpos_seed, self.cfg, tcp=fk.tcp, lower=fk.lower, upper=fk.upper
         )
@@ -86,6 +116,22 @@ class DifferentiableIKLayer(nn.Module):
     def get_extra_state(self) -> dict:
         """The numerical settings, saved with the checkpoint."""
         return {"ik_cfg": self.cfg.to_dict()}
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        # Checkpoints from before the child was named ``kinematics`` keep it
+        # under ``fk.``: rename in place, so that the child loads them (torch
+        # hands each child the entries of this dict under its prefix).
+        old, new = prefix + "fk.", prefix + "kinematics."
+        for key in [k for k in state_dict if k.startswith(old)]:
+            renamed = new + key[len(old):]
+            if renamed in state_dict:
+                raise InputError(f"checkpoint holds both {key!r} and {renamed!r}; keep one")
+            state_dict[renamed] = state_dict.pop(key)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def set_extra_state(self, state) -> None:
         """Restore (and validate) the numerical settings of a checkpoint."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .._errors import InputError, InvalidValueError, TopologyError, UnknownNameError
+from .._errors import InputError, InputTypeError, InvalidValueError, TopologyError, UnknownNameError
 from ._urdf import Geometry, JointSpec, URDFSpec, parse_urdf
 
 __all__ = ["RobotModel", "JointType", "FrameGeometry"]
@@ -160,28 +161,66 @@ class RobotModel:
         floating_base: bool = False,
         dtype: torch.dtype = torch.float64,
         device: torch.device | str = "cpu",
+        mimic: bool = True,
+        strict: bool = False,
     ) -> RobotModel:
         """Load a URDF (text, bytes or path) into a model.
 
         The file is parsed in float64 and then cast, so a float64 model is exact.
 
+        Two things are repaired or reported with a :class:`UserWarning` (each
+        an error with ``strict=True``):
+
+        * a rotational inertia that is not positive semi-definite by a tiny
+          amount (at most 1e-6 of the largest principal moment of any link,
+          e.g. TIAGo's 1 mg antenna links) is replaced by the nearest physical
+          inertia; the warning names the link and the change;
+        * a joint coordinate that moves no mass or inertia (its mass-matrix
+          diagonal is zero, so forward dynamics is undefined) is named, with
+          the fix ``model.replace(armature=...)`` (not for a model without
+          any mass, a kinematics-only description).
+
         Args:
-            source: URDF text (``str`` starting with ``<``), ``bytes`` or a path.
+            source: URDF text (``str`` starting with ``<``, a byte-order mark
+                allowed), ``bytes`` or a path. xacro files must be expanded first.
             floating_base: put a free joint (6 degrees of freedom) at the root.
             dtype: ``torch.float32`` or ``torch.float64``.
-            device: any torch device.
+            device: an available torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...).
+            mimic: model ``<mimic>`` joints as coupled to their leaders (the
+                default). ``False`` ignores every ``<mimic>`` tag, so mimic
+                joints become independent coordinates, as Pinocchio does
+                without ``mimic=True``; the way out for a broken ``<mimic>``.
+            strict: refuse, rather than repair or warn about, the two cases above.
 
         Raises:
             ModelError: a subclass naming the offending element.
+            InputError: an unknown or unavailable ``device``, or a ``dtype``
+                other than float32/float64.
         """
-        spec = parse_urdf(source)
+        dtype = _check_dtype(dtype)
+        device = check_device(device)
+        spec = parse_urdf(source, strict=strict)
+        if not mimic:
+            spec = dataclasses.replace(spec, joints=[dataclasses.replace(j, mimic=None) for j in spec.joints])
         master, meta = _build(spec, floating_base)
-        return cls._from_master(master, meta, dtype=dtype, device=device)
+        model = cls._from_master(master, meta, dtype=dtype, device=device)
+        notes = list(spec.notes)
+        # A model without any mass is a kinematics-only description (common
+        # for IK): only a massive model with massless coordinates is flagged.
+        zero = model.zero_inertia_joints() if float(model.body_mass.sum()) > 0 else ()
+        if zero:
+            msg = _zero_inertia_message(model, zero)
+            if strict:
+                raise InvalidValueError(msg + "; strict=True refuses such a model")
+            notes.append(msg)
+        for note in notes:
+            warnings.warn(f"robot {model.name!r}: {note}", UserWarning, stacklevel=_caller_stacklevel())
+        return model
 
     @classmethod
     def _from_master(cls, master: dict, meta: dict, *, dtype, device, replaced=None) -> RobotModel:
         dtype = _check_dtype(dtype)
-        device = torch.device(device)
+        device = check_device(device)
         values = {}
         for k in _TENSOR_FIELDS:
             if replaced and k in replaced:
@@ -301,6 +340,22 @@ class RobotModel:
         Accepts ``body_mass (nb,)``, ``body_com (nb, 3)``, ``body_inertia (nb, 3, 3)``,
         ``damping``, ``friction``, ``armature`` ``(nj,)`` and ``gravity (3,)``;
         the tensors may require grad, so gradients flow to them.
+
+        Values that do not require grad get the loader's checks: finite,
+        non-negative masses, damping, friction and armature, symmetric
+        positive semi-definite inertias (to 1e-9 of the largest principal
+        moment). Values that require grad are not checked: optimisers and
+        finite differences (``gradcheck`` at a zero mass or friction) step
+        just outside the physical set, where the dynamics stay defined. The
+        check reads the values once (one host synchronisation) and is
+        skipped inside ``torch.func`` transforms and ``torch.compile``, where
+        values cannot be read.
+
+        Raises:
+            UnknownNameError: a name that is not a physical parameter.
+            InputError: a wrong shape, dtype or device.
+            InvalidValueError: a value the loader would refuse (naming the
+                parameter and the offending body or joint).
         """
         for k, v in params.items():
             if k not in PHYSICAL_PARAMETERS:
@@ -315,7 +370,29 @@ class RobotModel:
                 raise InputError(
                     f"{k} must be {self.dtype} on {self.device}, got {v.dtype} on {v.device}"
                 )
+        _check_physical(self, params)
         return dataclasses.replace(self, **params, _replaced=self._replaced | frozenset(params))
+
+    def zero_inertia_joints(self) -> tuple[str, ...]:
+        """Joint coordinates that move no mass or inertia (plus no armature).
+
+        Their diagonal entry of the joint-space mass matrix, evaluated at the
+        neutral configuration, is zero (at most 1e-12 of the largest), so the
+        mass matrix is singular and forward dynamics is undefined (NaN): for
+        instance fingers whose links carry no ``<inertial>``. Give them
+        armature with ``model.replace(armature=...)``, or give the links
+        inertia.
+
+        Returns:
+            The names of those coordinates, in ``joint_names`` order (empty
+            for a sound model).
+        """
+        if self.num_joints == 0:
+            return ()
+        diag = _mass_matrix_diagonal(self) + self.armature.detach().cpu().double().numpy()
+        scale = max(float(diag.max()), 0.0)
+        bad = diag <= 1e-12 * scale if scale > 0 else np.ones_like(diag, dtype=bool)
+        return tuple(n for n, b in zip(self.joint_names, bad.tolist(), strict=True) if b)
 
     def _meta(self) -> dict:
         return {
@@ -339,10 +416,7 @@ class RobotModel:
         if x.ndim == 0 or x.shape[-1] != n:
             raise InputError(f"{name} must have shape (..., {n}) for robot {self.name!r}, got {tuple(x.shape)}")
         if x.dtype != self.dtype:
-            raise InputError(
-                f"{name} has dtype {x.dtype} but the model is {self.dtype}; "
-                f"cast the input or use model.to(dtype={x.dtype})"
-            )
+            raise dtype_mismatch(name, x.dtype, self.dtype, "the model", "model")
         if x.device != self.device:
             raise InputError(
                 f"{name} is on {x.device} but the model is on {self.device}; "
@@ -461,6 +535,241 @@ def _check_dtype(dtype) -> torch.dtype:
     return dtype
 
 
+_FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+def dtype_mismatch(name: str, got: torch.dtype, want: torch.dtype, owner: str, var: str) -> InputError:
+    """The error for an input of dtype ``got`` where ``owner`` (``var`` in code) computes in ``want``.
+
+    Suggests moving ``owner`` only to a dtype it can hold (float32 or float64);
+    for any other dtype (integers, float16, bfloat16, complex) it says to cast
+    the input.
+    """
+    if got in _FLOAT_DTYPES:
+        return InputTypeError(
+            f"{name} has dtype {got} but {owner} is {want}; cast the input with "
+            f"{name}.to({want}) or convert {owner} with {var}.to(dtype={got})"
+        )
+    return InputTypeError(
+        f"{name} has dtype {got}, which backdrive does not compute in (float32 or float64 only); "
+        f"cast the input with {name}.to({want}) to match {owner}"
+    )
+
+
+def check_device(device) -> torch.device:
+    """``device`` as a :class:`torch.device` that this process can use.
+
+    Raises:
+        InputError: naming ``device``: a string torch does not parse
+            (``"gpu"``), or a device this build or machine lacks (``"cuda"``
+            on a CPU-only build, ``"cuda:3"`` on a machine with one GPU).
+    """
+    if isinstance(device, torch.device):
+        dev = device
+    else:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"device {device!r} is not a torch device ({str(exc).splitlines()[0]}); "
+                f"available here: {', '.join(_available_devices())}"
+            ) from None
+    if dev.type == "cpu" or dev.type == "meta":
+        return dev
+    try:
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        raise InputError(
+            f"device {str(device)!r} is not available here ({str(exc).splitlines()[0]}); "
+            f"available: {', '.join(_available_devices())}"
+        ) from None
+    return dev
+
+
+def _available_devices() -> list[str]:
+    out = ["'cpu'"]
+    if torch.cuda.is_available():
+        out += [f"'cuda:{i}'" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        out.append("'mps'")
+    return out
+
+
+def _check_physical(model: RobotModel, params: dict) -> None:
+    """The loader's value checks for the parameters given to :meth:`RobotModel.replace`.
+
+    Values that require grad are not checked: optimisers and finite
+    differences (``gradcheck`` at a zero mass or friction) legitimately step
+    just outside the physical set, and the dynamics stay defined there.
+    """
+    params = {k: v for k, v in params.items() if not v.requires_grad}
+    if not params:
+        return
+    if any(_untraceable(v) for v in params.values()):
+        return
+    if _physical_ok(params):
+        return
+    # Something failed: find what, for the message (rare, so plain Python).
+    for k, v in params.items():
+        v = v.detach().cpu().double()
+        names = model.body_names if k.startswith("body_") else model.joint_names
+        where = (lambda i: f"{names[i]!r}") if k != "gravity" else (lambda i: "")
+        if not torch.isfinite(v).all():
+            i = int(torch.nonzero(~torch.isfinite(v.reshape(v.shape[0], -1) if v.ndim else v.reshape(1, 1)))[0, 0])
+            raise InvalidValueError(f"replace({k}=...): the value of {where(i) or k} is not finite")
+        if k in ("body_mass", "damping", "friction", "armature") and (v < 0).any():
+            i = int(torch.nonzero(v < 0)[0, 0])
+            kind = "body" if k == "body_mass" else "joint"
+            raise InvalidValueError(
+                f"replace({k}=...): {kind} {where(i)} has negative {k.replace('body_', '')} {float(v[i]):.6g}; "
+                "the loader refuses negative values too"
+            )
+        if k == "body_inertia":
+            sym = (v - v.transpose(-1, -2)).abs().amax(dim=(-1, -2))
+            eig = torch.linalg.eigvalsh(0.5 * (v + v.transpose(-1, -2)))
+            tol = 1e-9 * eig.abs().amax(dim=-1).clamp_min(1.0)
+            for i in range(v.shape[0]):
+                if sym[i] > tol[i]:
+                    raise InvalidValueError(
+                        f"replace(body_inertia=...): the inertia of body {where(i)} is not symmetric "
+                        f"(largest asymmetry {float(sym[i]):.3g})"
+                    )
+                if eig[i].min() < -tol[i]:
+                    raise InvalidValueError(
+                        f"replace(body_inertia=...): the inertia of body {where(i)} is not positive "
+                        f"semi-definite (eigenvalues {[round(float(e), 10) for e in eig[i]]}); "
+                        "the loader refuses it too"
+                    )
+
+
+_NONNEGATIVE = ("body_mass", "damping", "friction", "armature")
+
+
+def _physical_ok(params: dict, numpy_path: bool | None = None) -> bool:
+    """Whether every replaced value passes the loader's checks (fast path, no message).
+
+    replace() runs inside optimisation loops and backward passes. CPU tensors
+    are checked through numpy views (a few microseconds); other devices by a
+    few fused reductions read back once.
+    """
+    values = {k: v.detach() for k, v in params.items()}
+    if numpy_path is None:
+        numpy_path = all(v.device.type == "cpu" for v in values.values())
+    if numpy_path:
+        arrays = {k: v.numpy() for k, v in values.items()}
+        if not math.isfinite(sum(float(a.sum()) for a in arrays.values())):  # NaN/inf poison the sum
+            return False
+        if any(arrays[k].size and arrays[k].min() < 0 for k in _NONNEGATIVE if k in arrays):
+            return False
+        I = arrays.get("body_inertia")
+        if I is not None and I.size:
+            eig = np.linalg.eigvalsh(I)  # reads one triangle; the other is compared below
+            tol = 1e-9 * np.maximum(np.abs(eig).max(axis=-1), 1.0)
+            if (eig[..., 0] < -tol).any() or np.abs(I - np.swapaxes(I, -1, -2)).max() > tol.min():
+                return False
+        return True
+    with torch.no_grad():
+        stats = [torch.cat([v.reshape(-1) for v in values.values()]).sum()]  # NaN/inf poison the sum
+        nonneg = [values[k].reshape(-1) for k in _NONNEGATIVE if k in values and values[k].numel()]
+        if nonneg:
+            stats.append(torch.cat(nonneg).amin())
+        if "body_inertia" in values and values["body_inertia"].numel():
+            inertia = values["body_inertia"]
+            eig = torch.linalg.eigvalsh(0.5 * (inertia + inertia.transpose(-1, -2)).nan_to_num())
+            tol = 1e-9 * eig.abs().amax(dim=-1).clamp_min(1.0)
+            asym = (inertia - inertia.transpose(-1, -2)).abs().amax(dim=(-1, -2))
+            stats += [(eig.amin(dim=-1) + tol).amin(), (tol - asym).amin()]
+        got = torch.stack([x.to(stats[0].dtype) for x in stats]).tolist()  # one synchronisation
+    return math.isfinite(got[0]) and all(x >= 0 for x in got[1:])
+
+
+def _untraceable(v: torch.Tensor) -> bool:
+    """Whether ``v``'s values cannot be read here (torch.func transforms, torch.compile)."""
+    compiling = getattr(torch.compiler, "is_compiling", None)
+    if compiling is not None and compiling():
+        return True
+    try:
+        return bool(torch._C._functorch.is_functorch_wrapped_tensor(v))
+    except AttributeError:  # pragma: no cover - older torch
+        return False
+
+
+def _mass_matrix_diagonal(model: RobotModel) -> np.ndarray:
+    """``(nj,)`` diagonal of the joint-space mass matrix at the neutral configuration,
+    without armature, in float64 (numpy; a load-time check, not a hot path).
+
+    Entry ``c`` is twice the kinetic energy at unit velocity of coordinate
+    ``c`` alone: the bodies it drives (mimic followers with their multiplier)
+    move with the sum of their joints' world twists, and each body adds
+    ``m |v_com|^2 + w^T I_c w``.
+    """
+    def np64(t):
+        return t.detach().cpu().double().numpy()
+
+    parent = model.parent.tolist()
+    coord = model.joint_coordinate.tolist()
+    mult = np64(model.joint_multiplier)
+    offset = np64(model.joint_offset)
+    axis = np64(model.joint_axis)
+    place = np64(model.joint_placement)
+    prism = np64(model.joint_is_prismatic)
+    mass, com, inertia = np64(model.body_mass), np64(model.body_com), np64(model.body_inertia)
+    q0 = np.clip(np.zeros(model.num_joints), np64(model.lower), np64(model.upper))
+    nb, nj = model.num_bodies, model.num_joints
+    T = np.zeros((nb, 4, 4))
+    twist = np.zeros((nb, 6))  # world twist of each body's joint axis, [v at origin; w]
+    for b in range(nb):
+        if parent[b] < 0:
+            T[b] = np.eye(4)
+            continue
+        theta = mult[b] * q0[coord[b]] + offset[b]
+        J = np.eye(4)
+        a = axis[b]
+        if prism[b]:
+            J[:3, 3] = a * theta
+        else:
+            K = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+            J[:3, :3] = np.eye(3) + math.sin(theta) * K + (1 - math.cos(theta)) * K @ K
+        T[b] = T[parent[b]] @ place[b] @ J
+        R, p = T[b][:3, :3], T[b][:3, 3]
+        w = R @ a
+        twist[b] = np.concatenate([R @ a, np.zeros(3)]) if prism[b] else np.concatenate([np.cross(p, w), w])
+    diag = np.zeros(nj)
+    V = np.zeros((nb, nj, 6))  # world twist of each body per unit rate of each coordinate
+    for b in range(nb):
+        if parent[b] >= 0:
+            V[b] = V[parent[b]]
+            V[b, coord[b]] += mult[b] * twist[b]
+        R, p = T[b][:3, :3], T[b][:3, 3]
+        cw = p + R @ com[b]
+        v, w = V[b, :, :3], V[b, :, 3:]
+        vc = v + np.cross(w, cw)
+        diag += mass[b] * np.einsum("ci,ci->c", vc, vc) + np.einsum("ci,ij,cj->c", w, R @ inertia[b] @ R.T, w)
+    return diag
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the first frame outside backdrive."""
+    import sys
+
+    package = str(Path(__file__).resolve().parents[1])
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _zero_inertia_message(model: RobotModel, names: tuple[str, ...]) -> str:
+    shown = ", ".join(repr(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return (
+        f"{len(names)} joint coordinate{'s' * (len(names) > 1)} move{'s' * (len(names) == 1)} no mass or "
+        f"inertia ({shown}): the mass matrix is singular and forward dynamics will be NaN; give them "
+        "armature, e.g. model.replace(armature=torch.where(zero, 1e-3, model.armature)) with zero marking "
+        "model.zero_inertia_joints(), or give their links <inertial>"
+    )
+
+
 # ---------------------------------------------------------------------- tree building
 
 
@@ -572,13 +881,19 @@ def _build(spec: URDFSpec, floating_base: bool):
             if leader not in by_name:
                 if leader in fixed_names:
                     raise InvalidValueError(
-                        f"joint {cur.name!r} <mimic>: leader {leader!r} is a fixed joint"
+                        f"joint {cur.name!r} <mimic>: leader {leader!r} is a fixed joint; "
+                        "mimic=False ignores every <mimic> tag"
                     )
                 raise UnknownNameError(
-                    "joint", leader, all_joint_names, context=f"(mimic leader of joint {cur.name!r})"
+                    "joint",
+                    leader,
+                    all_joint_names,
+                    context=f"(mimic leader of joint {cur.name!r}; mimic=False ignores every <mimic> tag)",
                 )
             if leader in seen:
-                raise TopologyError(f"mimic joints form a cycle: {' -> '.join(seen + [leader])}")
+                raise TopologyError(
+                    f"mimic joints form a cycle: {' -> '.join(seen + [leader])}; mimic=False ignores every <mimic> tag"
+                )
             seen.append(leader)
             mult, off = mult * m, off * m + o
             cur = body_joint[by_name[leader]]
@@ -588,7 +903,7 @@ def _build(spec: URDFSpec, floating_base: bool):
         if (j.type == "prismatic") != (cur.type == "prismatic"):
             raise InvalidValueError(
                 f"joint {j.name!r} ({j.type}) mimics {cur.name!r} ({cur.type}): "
-                "a mimic must have the same kind of motion as its leader"
+                "a mimic must have the same kind of motion as its leader; mimic=False ignores every <mimic> tag"
             )
 
     # Inertias: fold every link into its body.

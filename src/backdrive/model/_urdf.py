@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from .._errors import (
     URDFParseError,
 )
 
-__all__ = ["Geometry", "LinkSpec", "JointSpec", "URDFSpec", "parse_urdf", "read_source"]
+__all__ = ["Geometry", "LinkSpec", "JointSpec", "URDFSpec", "parse_urdf", "read_source", "nearest_physical_inertia"]
 
 SUPPORTED_JOINTS = ("revolute", "continuous", "prismatic", "fixed")
 REJECTED_JOINTS = ("planar", "floating")
@@ -85,33 +86,89 @@ class URDFSpec:
     links: dict[str, LinkSpec]
     joints: list[JointSpec]
     source_path: Path | None
+    notes: tuple[str, ...] = ()  # repairs made while parsing, one message each
 
 
 # --------------------------------------------------------------------------- reading
 
 
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>", re.S)
+_BOM = "\ufeff"
+_XACRO_NAMESPACES = ("{http://www.ros.org/wiki/xacro}", "{http://ros.org/wiki/xacro}")
+_XACRO_HINT = (
+    "xacro must be expanded to plain URDF first: run `xacro {name} > robot.urdf` "
+    "(ROS's xacro package, also on PyPI as `xacro`) and load the result"
+)
 
 
 def read_source(source) -> tuple[str | bytes, Path | None]:
-    """Return ``(xml, path)`` for URDF text, bytes or a file path."""
+    """Return ``(xml, path)`` for URDF text, bytes or a file path.
+
+    A ``str`` is URDF text when it starts with ``<`` (after a byte-order mark
+    and white space) or contains ``<robot``; any other ``str`` is a path.
+
+    Raises:
+        URDFParseError: an empty source, a directory, a path that does not
+            exist (naming the robot to ``load`` when the text is a robot
+            name), or a source of another type.
+    """
     if isinstance(source, bytes | bytearray):
+        if not bytes(source).strip():
+            raise URDFParseError("URDF source is empty bytes (no XML)")
         return bytes(source), None
     if isinstance(source, os.PathLike):
         path = Path(source)
     elif isinstance(source, str):
-        if source.lstrip().startswith("<"):
+        text = source.lstrip(_BOM + " \t\r\n")
+        if text.startswith("<") or "<robot" in text:
             # A str is already decoded: drop the declaration so that its
             # encoding="..." cannot disagree with the text we hold.
-            return _XML_DECL.sub("", source, count=1), None
-        path = Path(source)
+            return _XML_DECL.sub("", text, count=1), None
+        if not text:
+            raise URDFParseError(
+                "URDF source is an empty string; pass URDF text, bytes or the path of a .urdf file"
+            )
+        path = Path(source).expanduser()  # "~/robot.urdf" as a shell would
     else:
         raise URDFParseError(
             f"URDF source must be text, bytes or a path, got {type(source).__name__}"
         )
-    if not path.is_file():
-        raise URDFParseError(f"URDF file not found: {str(path)!r}")
-    return path.read_bytes(), path
+    try:
+        if path.is_dir():
+            found = sorted(p.name for p in path.glob("*.urdf"))[:8]
+            inside = f"; URDF files in it: {', '.join(found)}" if found else ""
+            raise URDFParseError(f"{str(path)!r} is a directory, not a URDF file{inside}")
+        if not path.is_file():
+            raise URDFParseError(_not_found(path))
+        return path.read_bytes(), path
+    except OSError as exc:
+        # e.g. a name too long for the file system, or no permission to read
+        raise URDFParseError(f"cannot read URDF file {str(path)[:200]!r}: {exc.strerror or exc}") from None
+
+
+def _not_found(path: Path) -> str:
+    """The message for a path that does not exist, with the likely intent."""
+    name = str(path)
+    msg = f"URDF file not found: {name!r}"
+    if not path.is_absolute():
+        msg += f" (relative to the working directory {os.getcwd()!r})"
+    if path.suffix == ".xacro" or name.endswith(".urdf.xacro"):
+        return msg
+    if len(path.parts) == 1:
+        # A bare robot name: say how to load it by name (imported here because
+        # backdrive.data sits above the model in the layer list).
+        from ..data._example_robot_data import EXAMPLE_ROBOTS
+        from ..data._shipped import SHIPPED_ROBOTS
+
+        short = path.name.removesuffix(".urdf")
+        if short in SHIPPED_ROBOTS:
+            return msg + f"; {short!r} is a robot shipped with backdrive: backdrive.data.load({short!r})"
+        if short in EXAMPLE_ROBOTS:
+            return (
+                msg + f"; {short!r} is a model of the example-robot-data package: "
+                f"backdrive.data.load('example-robot-data:{short}')"
+            )
+    return msg
 
 
 def _parse_xml(xml: str | bytes):
@@ -128,7 +185,10 @@ def _parse_xml(xml: str | bytes):
             "entity declarations and external references are not accepted"
         ) from None
     except ET.ParseError as exc:
-        raise URDFParseError(f"malformed URDF XML: {exc}") from None
+        hint = ""
+        if "unbound prefix" in str(exc) and ("xacro" in xml if isinstance(xml, str) else b"xacro" in xml):
+            hint = "; the file uses xacro: " + _XACRO_HINT.format(name="robot.urdf.xacro")
+        raise URDFParseError(f"malformed URDF XML: {exc}{hint}") from None
     except (ValueError, UnicodeError) as exc:
         raise URDFParseError(f"malformed URDF XML: {exc}") from None
 
@@ -264,13 +324,8 @@ def _link(elem, materials: dict) -> LinkSpec:
         I_local = np.array([[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]])
         R = T[:3, :3]
         inertia = R @ I_local @ R.T
-        eig = np.linalg.eigvalsh(I_local)
-        tol = 1e-9 * max(1.0, float(np.abs(eig).max()))
-        if eig.min() < -tol:
-            raise InvalidValueError(
-                f"{wi}: rotational inertia is not positive semi-definite "
-                f"(eigenvalues {np.array2string(eig, precision=4)})"
-            )
+        # Positive semi-definiteness is checked in parse_urdf, which knows the
+        # robot's scale: a tiny violation is repaired with a warning.
     visuals = tuple(_geometry(v, f"{where} <visual>", materials) for v in elem.findall("visual"))
     collisions = tuple(
         _geometry(c, f"{where} <collision>", materials) for c in elem.findall("collision")
@@ -358,8 +413,55 @@ def _joint(elem, links: dict[str, LinkSpec]) -> JointSpec:
 # --------------------------------------------------------------------------- robot
 
 
-def parse_urdf(source) -> URDFSpec:
+def _psd_violation(I: np.ndarray) -> float:
+    """How far the smallest principal moment is below zero, beyond rounding (0 if none)."""
+    eig = np.linalg.eigvalsh(I)
+    tol = 1e-9 * max(1.0, float(np.abs(eig).max()))
+    return float(-eig.min()) if eig.min() < -tol else 0.0
+
+
+#: A violation is "tiny", and repaired, when the most negative principal moment
+#: is at most this fraction of the largest principal moment of any link.
+INERTIA_REPAIR_RATIO = 1e-6
+
+
+def nearest_physical_inertia(I: np.ndarray) -> np.ndarray:
+    """The physical rotational inertia closest to ``I (3, 3)`` in the Frobenius norm
+    among those with the same principal axes.
+
+    A rigid body's principal moments are ``lambda_i = d_j + d_k`` with
+    ``d_i = integral of x_i^2 dm >= 0`` (so they are non-negative and obey the
+    triangle inequality). The moments are projected onto that cone: a
+    non-negative least-squares problem in the three ``d``, solved exactly by
+    trying every set of active constraints.
+    """
+    lam, V = np.linalg.eigh(I)
+    A = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    best, best_err = np.zeros(3), float(np.sum(lam**2))
+    for mask in range(1, 8):
+        free = [i for i in range(3) if mask >> i & 1]
+        d = np.zeros(3)
+        d[free] = np.linalg.lstsq(A[:, free], lam, rcond=None)[0]
+        if d.min() < 0:
+            continue
+        err = float(np.sum((A @ d - lam) ** 2))
+        if err < best_err:
+            best, best_err = d, err
+    moments = A @ best
+    return (V * moments) @ V.T
+
+
+def parse_urdf(source, *, strict: bool = False) -> URDFSpec:
     """Parse URDF text, bytes or a path into a validated :class:`URDFSpec`.
+
+    Args:
+        source: URDF text, bytes or a path (see :func:`read_source`).
+        strict: refuse a rotational inertia that is not positive
+            semi-definite even when the violation is tiny.
+
+    Returns:
+        The spec. ``spec.notes`` lists the repairs made (one message each),
+        for the caller to warn about.
 
     Raises:
         URDFParseError, TopologyError, UnsupportedJointError, InvalidValueError,
@@ -367,8 +469,13 @@ def parse_urdf(source) -> URDFSpec:
     """
     xml, path = read_source(source)
     root = _parse_xml(xml)
+    _refuse_xacro(root, path)
     if root.tag != "robot":
-        raise URDFParseError(f"URDF root element must be <robot>, got <{root.tag}>")
+        hint = {
+            "mujoco": " (an MJCF file: backdrive reads URDF only)",
+            "sdf": " (an SDF file: backdrive reads URDF only)",
+        }.get(root.tag, "")
+        raise URDFParseError(f"URDF root element must be <robot>, got <{root.tag}>{hint}")
     materials = {}
     for m in root.findall("material"):
         c = m.find("color")
@@ -386,6 +493,7 @@ def parse_urdf(source) -> URDFSpec:
         links[name] = _link(e, materials)
     if not links:
         raise TopologyError("URDF has no <link>")
+    notes = _repair_inertias(links, strict)
     joints: list[JointSpec] = []
     seen: set[str] = set()
     for e in root.findall("joint"):
@@ -396,4 +504,57 @@ def parse_urdf(source) -> URDFSpec:
             raise TopologyError(f"joint {name!r} is defined twice")
         seen.add(name)
         joints.append(_joint(e, links))
-    return URDFSpec(root.get("name") or "robot", links, joints, path)
+    return URDFSpec(root.get("name") or "robot", links, joints, path, tuple(notes))
+
+
+def _refuse_xacro(root, path: Path | None) -> None:
+    """Raise :class:`URDFParseError` if the document still holds xacro markup."""
+    name = path.name if path is not None else "robot.urdf.xacro"
+    for e in root.iter():
+        tag = e.tag if isinstance(e.tag, str) else ""
+        if tag.startswith(_XACRO_NAMESPACES):
+            raise URDFParseError(
+                f"the URDF holds xacro markup (<xacro:{tag.split('}', 1)[1]}>): " + _XACRO_HINT.format(name=name)
+            )
+        for k, v in e.attrib.items():
+            if "${" in v or "$(" in v:
+                raise URDFParseError(
+                    f"<{tag} {k}={v!r}> is an unexpanded xacro expression: " + _XACRO_HINT.format(name=name)
+                )
+
+
+def _repair_inertias(links: dict[str, LinkSpec], strict: bool) -> list[str]:
+    """Replace tiny violations of positive semi-definiteness by the nearest physical
+    inertia (returning one note per link), refuse the others."""
+    bad = [n for n, L in links.items() if _psd_violation(L.inertia) > 0]
+    if not bad:
+        return []
+    scale = max(float(np.abs(np.linalg.eigvalsh(L.inertia)).max()) for L in links.values())
+    notes = []
+    for name in bad:
+        L = links[name]
+        # Eigenvalues and the projection commute with the rotation into the
+        # link frame, so the link-frame inertia is checked and repaired as is.
+        eig = np.linalg.eigvalsh(L.inertia)
+        violation = _psd_violation(L.inertia)
+        what = (
+            f"link {name!r} <inertia>: rotational inertia is not positive semi-definite "
+            f"(eigenvalues {np.array2string(eig, precision=4)})"
+        )
+        if strict or violation > INERTIA_REPAIR_RATIO * scale:
+            reason = (
+                "strict=True refuses any repair"
+                if strict
+                else f"more than {INERTIA_REPAIR_RATIO:g} of the robot's largest principal moment "
+                f"{scale:.3g} kg m^2, too large to repair"
+            )
+            raise InvalidValueError(f"{what}; {reason}")
+        fixed = nearest_physical_inertia(L.inertia)
+        change = float(np.abs(fixed - L.inertia).max())
+        notes.append(
+            f"{what}; repaired to the nearest physical inertia, eigenvalues "
+            f"{np.array2string(np.linalg.eigvalsh(fixed), precision=4)} (largest entry change "
+            f"{change:.3g} kg m^2); load with strict=True to refuse instead"
+        )
+        links[name] = dataclasses.replace(L, inertia=fixed)
+    return notes

@@ -2,11 +2,15 @@
 
 * :func:`optimize_trajectory`: open-loop controls through the simulator, with
   Adam, L-BFGS (strong-Wolfe line search) or Gauss-Newton (Levenberg-Marquardt).
+* :func:`minimize` with one :class:`SolverOptions`: the solvers themselves,
+  shared by trajectory optimisation and system identification.
 * :func:`train_policy`: neural-network policies by back-propagation through a
   differentiable environment (APG, SHAC).
 * :func:`identify`: masses, centres of mass, inertias, damping, friction and
-  armature from recorded motion, through inverse dynamics or the simulator,
-  in a parametrisation that keeps them physically valid.
+  armature from recorded motion, through inverse dynamics
+  (:class:`InverseDynamicsFit`) or the simulator (:class:`SimulationFit`), in
+  a parametrisation that keeps them physically valid, with confidence
+  intervals and the parameters the data do not determine.
 """
 
 from ._costs import frame_position_error, joint_limit_violation, residual_vector
@@ -22,12 +26,16 @@ from ._demos import (
 from ._policy import (
     ALGOS,
     CARTPOLE_SHAC,
+    PANDA_REACH_APG,
+    PENDULUM_APG,
     PENDULUM_SHAC,
+    PRESETS,
     MLPPolicy,
     ObsNormalizer,
     PolicyConfigError,
     PolicyTrainer,
     PolicyTrainerConfig,
+    Preset,
     TrainingDivergedError,
     ValueCritic,
     evaluate_policy,
@@ -35,16 +43,28 @@ from ._policy import (
     train_policy,
 )
 from ._progress import ProgressBar
-from ._solvers import SolverResult, adam, jacobian, lbfgs, levenberg_marquardt
+from ._solvers import (
+    DEFAULT_ITERATIONS,
+    OPTIMIZERS,
+    SolverOptions,
+    SolverResult,
+    adam,
+    jacobian,
+    lbfgs,
+    levenberg_marquardt,
+    minimize,
+)
 from ._sysid import (
     IDENTIFIABLE_PARAMETERS,
     IdentificationResult,
+    InverseDynamicsFit,
+    SimulationFit,
     cholesky_from_inertia,
     identify,
     inertia_from_cholesky,
     physically_consistent,
 )
-from ._trajopt import OPTIMIZERS, TrajectoryOptimizationResult, optimize_trajectory
+from ._trajopt import TrajectoryOptimizationResult, optimize_trajectory
 
 __all__ = [
     "train_policy",
@@ -56,8 +76,12 @@ __all__ = [
     "ValueCritic",
     "ObsNormalizer",
     "ALGOS",
+    "Preset",
+    "PRESETS",
     "PENDULUM_SHAC",
+    "PENDULUM_APG",
     "CARTPOLE_SHAC",
+    "PANDA_REACH_APG",
     "PolicyConfigError",
     "TrainingDivergedError",
     "optimize_trajectory",
@@ -65,10 +89,15 @@ __all__ = [
     "OPTIMIZERS",
     "identify",
     "IdentificationResult",
+    "InverseDynamicsFit",
+    "SimulationFit",
     "IDENTIFIABLE_PARAMETERS",
     "inertia_from_cholesky",
     "cholesky_from_inertia",
     "physically_consistent",
+    "minimize",
+    "SolverOptions",
+    "DEFAULT_ITERATIONS",
     "adam",
     "lbfgs",
     "levenberg_marquardt",

@@ -10,6 +10,7 @@ import torch
 
 from ..sim import MassSpringDamper, Simulator, SoftJointLimits, State, TorqueActuator
 from ._costs import frame_position_error, joint_limit_violation, residual_vector
+from ._solvers import SolverOptions
 from ._trajopt import TrajectoryOptimizationResult, optimize_trajectory
 
 __all__ = [
@@ -71,7 +72,7 @@ class MassSpringDamperDemo:
         )
 
 
-def demo_mass_spring_damper(*, epochs: int = 100, iterations: int = 100, progress: bool | None = False,
+def demo_mass_spring_damper(*, epochs: int = 100, iterations: int = 100, progress: bool | None = None,
                             dtype: torch.dtype = torch.float64) -> MassSpringDamperDemo:
     """Solve the mass-spring-damper demo with Adam, L-BFGS and Gauss-Newton.
 
@@ -81,12 +82,12 @@ def demo_mass_spring_damper(*, epochs: int = 100, iterations: int = 100, progres
     """
     sim, state0, cost, horizon = mass_spring_damper_problem(dtype)
     runs = {}
-    for name, kw in (
-        ("adam", dict(optimizer="adam", iterations=epochs, lr=0.1)),
-        ("lbfgs", dict(optimizer="lbfgs", iterations=iterations)),
-        ("gauss_newton", dict(optimizer="gauss_newton", iterations=30)),
+    for options in (
+        SolverOptions("adam", iterations=epochs, lr=0.1, progress=progress),
+        SolverOptions("lbfgs", iterations=iterations, progress=progress),
+        SolverOptions("gauss_newton", iterations=30, progress=progress),
     ):
-        runs[name] = optimize_trajectory(sim, state0, cost, horizon, progress=progress, **kw)
+        runs[options.method] = optimize_trajectory(sim, state0, cost, horizon, options=options)
     return MassSpringDamperDemo(**runs)
 
 
@@ -129,7 +130,7 @@ class CartpoleSwingup:
 
 
 def cartpole_swingup(*, quick: bool = False, optimizer: str = "gauss_newton", iterations: int | None = None,
-                     progress: bool | None = False, robot=None) -> CartpoleSwingup:
+                     progress: bool | None = None, robot=None) -> CartpoleSwingup:
     """Swing the shipped cart-pole from hanging to upright by trajectory optimisation.
 
     Only the cart is pushed (``|F| < 10 N`` by smooth saturation); the track
@@ -169,8 +170,8 @@ def cartpole_swingup(*, quick: bool = False, optimizer: str = "gauss_newton", it
 
     if iterations is None:
         iterations = (12 if quick else 25) if optimizer == "gauss_newton" else (40 if quick else 200)
-    res = optimize_trajectory(sim, state0, cost, horizon, optimizer=optimizer, iterations=iterations,
-                              progress=progress)
+    res = optimize_trajectory(sim, state0, cost, horizon,
+                              options=SolverOptions(optimizer, iterations=iterations, progress=progress))
     traj = res.trajectory
     angle = math.remainder(float(traj.q[..., -1, 1]), 2 * math.pi)
     return CartpoleSwingup(
@@ -225,7 +226,7 @@ PANDA_READY = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02)
 
 def panda_min_torque_reach(*, quick: bool = False, offset=(0.15, 0.25, -0.15), duration: float = 1.0,
                            steps: int = 25, optimizer: str = "gauss_newton", iterations: int | None = None,
-                           progress: bool | None = False, robot=None) -> PandaReach:
+                           progress: bool | None = None, robot=None) -> PandaReach:
     """Move the Panda's tool frame to a target and stop there, with small torques, under gravity.
 
     Torque control of every joint (semi-implicit Euler, ``steps`` steps over
@@ -265,7 +266,7 @@ def panda_min_torque_reach(*, quick: bool = False, offset=(0.15, 0.25, -0.15), d
     if iterations is None:
         iterations = (8 if quick else 20) if optimizer == "gauss_newton" else (40 if quick else 200)
     res = optimize_trajectory(sim, state0, cost, steps, controls=hold.expand(steps, -1).clone(),
-                              optimizer=optimizer, iterations=iterations, progress=progress)
+                              options=SolverOptions(optimizer, iterations=iterations, progress=progress))
     traj = res.trajectory
     joints = traj.q
     excess = torch.relu(robot.lower - joints) + torch.relu(joints - robot.upper)

@@ -1,41 +1,206 @@
 """Minimisers over one flat parameter vector: Adam, L-BFGS, Levenberg-Marquardt.
 
 They are kept apart from the problems (trajectory optimisation, system
-identification): a problem hands over ``x0`` and a function of ``x`` and gets
-back the minimiser and the loss history. The loss of a residual vector ``r``
-is ``sum(r ** 2)``.
+identification): a problem hands over ``x0``, a function of ``x`` and one
+:class:`SolverOptions`, and :func:`minimize` returns the minimiser and the
+loss history. The loss of a residual vector ``r`` is ``sum(r ** 2)``.
+
+:class:`SolverOptions` is the only place where the solver settings
+(iteration limit, tolerances, learning rate, progress bar, callback, time
+limit) are declared, validated and given their defaults; :func:`minimize` is
+the only name-to-solver dispatch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from .._errors import ConfigError, closest_names
 from ..sim import NonFiniteError
 from ._progress import ProgressBar
 
-__all__ = ["SolverResult", "adam", "lbfgs", "levenberg_marquardt", "jacobian", "loss_of"]
+__all__ = [
+    "SolverOptions",
+    "SolverResult",
+    "OPTIMIZERS",
+    "DEFAULT_ITERATIONS",
+    "minimize",
+    "adam",
+    "lbfgs",
+    "levenberg_marquardt",
+    "jacobian",
+    "loss_of",
+    "options_from_keywords",
+]
 
 Objective = Callable[[torch.Tensor], torch.Tensor]
+
+#: The solver names :func:`minimize` dispatches on.
+OPTIMIZERS = ("lbfgs", "adam", "gauss_newton")
+
+#: Iteration limit of each solver when :attr:`SolverOptions.iterations` is ``None``.
+DEFAULT_ITERATIONS = {"lbfgs": 100, "adam": 100, "gauss_newton": 50}
+
+# Settings that only some solvers read, with their defaults there. A setting
+# given for a solver that does not read it is reported, never dropped quietly.
+_METHOD_DEFAULTS = {
+    "lr": {"adam": 0.1},
+    "betas": {"adam": (0.9, 0.999)},
+    "history": {"lbfgs": 50},
+    "damping": {"gauss_newton": 1e-3},
+    "tolerance": {"lbfgs": 1e-12, "gauss_newton": 1e-12},
+    "gradient_tolerance": {"adam": 0.0, "lbfgs": 1e-10, "gauss_newton": 1e-12},
+}
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """Settings of :func:`minimize`, validated at construction.
+
+    Every field but ``method`` may be left ``None``: the solver's default (or
+    the problem's, e.g. :func:`~backdrive.optim.identify` starts Adam at a
+    learning rate of 0.01 in log-parameter units) is used. A setting that the
+    chosen solver does not read (``damping`` with ``method="adam"``) raises a
+    ``UserWarning`` naming it.
+
+    Attributes:
+        method: ``"lbfgs"`` (L-BFGS with a strong-Wolfe line search),
+            ``"adam"`` (``torch.optim.Adam``) or ``"gauss_newton"``
+            (Levenberg-Marquardt on a residual vector).
+        iterations: iteration limit (default :data:`DEFAULT_ITERATIONS`:
+            100 for L-BFGS and Adam, 50 for Gauss-Newton).
+        tolerance: L-BFGS and Gauss-Newton stop when the loss changes by less
+            than this, relative (default 1e-12).
+        gradient_tolerance: stop when the largest gradient entry is at most
+            this (default 0 for Adam, 1e-10 for L-BFGS, 1e-12 for
+            Gauss-Newton; for Gauss-Newton the gradient is ``J^T r``).
+        lr: Adam's learning rate (default 0.1), in the units of ``x``.
+        betas: Adam's moment decay rates (default ``(0.9, 0.999)``).
+        history: step pairs L-BFGS keeps (default 50).
+        damping: Levenberg-Marquardt's initial ``lambda`` (default 1e-3).
+        progress: show a one-line progress bar; ``None`` (default) shows it
+            when standard error is a terminal.
+        callback: ``callback(iteration, x, loss)`` after each iteration
+            (``x`` is the flat parameter vector, detached).
+        max_time: stop after about this many seconds (``None``: no limit).
+
+    Raises:
+        ConfigError: a setting of the wrong type or out of range, or an
+            unknown ``method`` (the message names the valid ones).
+    """
+
+    method: str = "lbfgs"
+    iterations: int | None = None
+    tolerance: float | None = None
+    gradient_tolerance: float | None = None
+    lr: float | None = None
+    betas: tuple[float, float] | None = None
+    history: int | None = None
+    damping: float | None = None
+    progress: bool | None = None
+    callback: Callable[[int, torch.Tensor, float], None] | None = None
+    max_time: float | None = None
+
+    def __post_init__(self):
+        m = self.method
+        if not isinstance(m, str) or m not in OPTIMIZERS:
+            close = closest_names(m, OPTIMIZERS) if isinstance(m, str) else []
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"SolverOptions.method must be one of {', '.join(map(repr, OPTIMIZERS))}; "
+                              f"got {m!r}{hint}")
+        it = self.iterations
+        if it is not None and not (isinstance(it, numbers.Integral) and not isinstance(it, bool) and it >= 0):
+            raise ConfigError(f"SolverOptions.iterations must be a non-negative int or None, got {it!r}")
+        for name in ("tolerance", "gradient_tolerance"):
+            x = getattr(self, name)
+            if x is not None and not (_is_real(x) and x >= 0):
+                raise ConfigError(f"SolverOptions.{name} must be a finite number >= 0 or None, got {x!r}")
+        for name in ("lr", "damping"):
+            x = getattr(self, name)
+            if x is not None and not (_is_real(x) and x > 0):
+                raise ConfigError(f"SolverOptions.{name} must be a finite number > 0 or None, got {x!r}")
+        b = self.betas
+        if b is not None and not (
+            isinstance(b, (tuple, list)) and len(b) == 2 and all(_is_real(x) and 0 <= x < 1 for x in b)
+        ):
+            raise ConfigError(f"SolverOptions.betas must be two numbers in [0, 1) or None, got {b!r}")
+        if b is not None:
+            object.__setattr__(self, "betas", (float(b[0]), float(b[1])))
+        h = self.history
+        if h is not None and not (isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1):
+            raise ConfigError(f"SolverOptions.history must be a positive int or None, got {h!r}")
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise ConfigError(f"SolverOptions.progress must be True, False or None, got {self.progress!r}")
+        if self.callback is not None and not callable(self.callback):
+            raise ConfigError(f"SolverOptions.callback must be callable or None, got {self.callback!r}")
+        t = self.max_time
+        if t is not None and not (isinstance(t, numbers.Real) and not isinstance(t, bool) and t > 0):
+            raise ConfigError(f"SolverOptions.max_time must be a number of seconds > 0 or None, got {t!r}")
+        ignored = [n for n in self.ignored()]
+        if ignored:
+            warnings.warn(
+                f"SolverOptions: {', '.join(ignored)} "
+                f"{'does' if len(ignored) == 1 else 'do'} not apply to method={m!r} and "
+                f"{'is' if len(ignored) == 1 else 'are'} ignored ("
+                + "; ".join(f"{n} is read by {', '.join(_METHOD_DEFAULTS[n])}" for n in ignored) + ")",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    def ignored(self) -> list[str]:
+        """Names of the settings that are set but not read by :attr:`method`."""
+        return [n for n, by in _METHOD_DEFAULTS.items() if getattr(self, n) is not None and self.method not in by]
+
+    def get(self, name: str):
+        """The value of setting ``name`` for :attr:`method`: the given one or the solver's default."""
+        value = getattr(self, name)
+        if value is not None:
+            return value
+        if name == "iterations":
+            return DEFAULT_ITERATIONS[self.method]
+        return _METHOD_DEFAULTS.get(name, {}).get(self.method)
+
+    def replace(self, **changes) -> SolverOptions:
+        """A copy with some settings changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def with_defaults(self, **defaults) -> SolverOptions:
+        """A copy in which the settings still ``None`` take ``defaults``, for
+        the ones :attr:`method` reads (a problem's own defaults)."""
+        fill = {k: v for k, v in defaults.items()
+                if getattr(self, k) is None and (k not in _METHOD_DEFAULTS or self.method in _METHOD_DEFAULTS[k])}
+        return dataclasses.replace(self, **fill) if fill else self
 
 
 @dataclass
 class SolverResult:
-    """What a solver returns.
+    """What :func:`minimize` returns.
 
     Attributes:
         x: the best parameter vector found (detached).
         losses: ``losses[k]`` is the loss after ``k`` iterations (``losses[0]``
-            at ``x0``; the last entry is the loss at ``x``).
+            at ``x0``; the last entry is the loss at ``x``; Adam: the loss at
+            the start of epoch ``k``).
         evaluations: objective evaluations (each with its gradient or Jacobian).
         iterations: iterations done.
         converged: whether a tolerance (not the iteration limit) stopped it.
         message: why it stopped.
         wall_time: seconds.
+        method: the solver that ran.
+        jacobian: ``(m, n)`` residual Jacobian at ``x`` where the solver
+            computed it (Gauss-Newton), else ``None``.
     """
 
     x: torch.Tensor
@@ -45,6 +210,8 @@ class SolverResult:
     converged: bool = False
     message: str = ""
     wall_time: float = 0.0
+    method: str = ""
+    jacobian: torch.Tensor | None = None
 
 
 def loss_of(out: torch.Tensor) -> torch.Tensor:
@@ -73,28 +240,154 @@ def _check(loss: torch.Tensor, g: torch.Tensor, it: int) -> float:
     return f
 
 
+class _Report:
+    """Progress bar and callback of one solve."""
+
+    def __init__(self, opts: SolverOptions, bar: ProgressBar | None):
+        self.bar = bar
+        self.callback = opts.callback
+
+    def __call__(self, k: int, x: torch.Tensor, f: float) -> None:
+        if self.bar is not None:
+            self.bar.update(k, f)
+        if self.callback is not None:
+            self.callback(k, x, f)
+
+
+# ---------------------------------------------------------------------- dispatch
+
+
+def minimize(fun: Objective, x0: torch.Tensor, options: SolverOptions | None = None, *,
+             jacobian_fun: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
+             label: str = "minimize") -> SolverResult:
+    """Minimise ``fun`` over the flat vector ``x`` with the solver ``options.method``.
+
+    Args:
+        fun: ``x (n,) ->`` a 0-d loss or a residual vector ``r (m,)`` whose
+            sum of squares is the loss (``"gauss_newton"`` needs the vector).
+        x0: ``(n,)`` start.
+        options: :class:`SolverOptions` (default: L-BFGS with its defaults).
+        jacobian_fun: ``x -> (r (m,), J (m, n))`` for Gauss-Newton, to replace
+            :func:`jacobian` (e.g. an exact or cheaper Jacobian).
+        label: text before the progress bar.
+
+    Returns:
+        :class:`SolverResult`.
+    """
+    opts = SolverOptions() if options is None else options
+    if not isinstance(opts, SolverOptions):
+        raise ConfigError(f"options must be a SolverOptions, got {type(opts).__name__}")
+    bar = ProgressBar(opts.get("iterations"), f"{label}[{opts.method}]", enabled=opts.progress)
+    res = _run(fun, x0, opts, jacobian_fun, bar)
+    bar.close(res.iterations, res.losses[-1])
+    return res
+
+
+def _run(fun, x0, opts: SolverOptions, jacobian_fun, bar) -> SolverResult:
+    report = _Report(opts, bar)
+    if opts.method == "adam":
+        res = _adam(fun, x0, opts, report)
+    elif opts.method == "lbfgs":
+        res = _lbfgs(fun, x0, opts, report)
+    else:
+        res = _levenberg_marquardt(fun, x0, opts, report, jacobian_fun)
+    res.method = opts.method
+    return res
+
+
+# Renamed keywords of the per-solver functions, kept working for a release.
+_LEGACY = {
+    "adam": {"tolerance": "gradient_tolerance"},
+    "lbfgs": {"tolerance_grad": "gradient_tolerance", "tolerance_change": "tolerance"},
+    "gauss_newton": {"tolerance_grad": "gradient_tolerance"},
+}
+
+
+def _solve_with(method: str, fun, x0, kwargs: dict, jacobian_fun=None) -> SolverResult:
+    """The per-solver functions: keywords become :class:`SolverOptions`; a
+    :class:`ProgressBar` object (the old ``progress``) is drawn but not closed."""
+    for old, new in _LEGACY[method].items():
+        if old in kwargs:
+            kwargs[new] = kwargs.pop(old)
+    bar = kwargs.get("progress")
+    if isinstance(bar, ProgressBar):
+        del kwargs["progress"]
+    else:
+        bar = None
+    valid = {f.name for f in dataclasses.fields(SolverOptions)} - {"method"}
+    unknown = sorted(set(kwargs) - valid)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(map(repr, unknown))} for {method}; "
+                          f"valid: {', '.join(sorted(valid))}")
+    return _run(fun, x0, SolverOptions(method=method, **kwargs), jacobian_fun, bar)
+
+
+def adam(fun: Objective, x0: torch.Tensor, **options) -> SolverResult:
+    """:func:`minimize` with ``method="adam"``; keywords are :class:`SolverOptions` fields."""
+    return _solve_with("adam", fun, x0, options)
+
+
+def lbfgs(fun: Objective, x0: torch.Tensor, **options) -> SolverResult:
+    """:func:`minimize` with ``method="lbfgs"``; keywords are :class:`SolverOptions` fields."""
+    return _solve_with("lbfgs", fun, x0, options)
+
+
+def levenberg_marquardt(fun: Objective, x0: torch.Tensor, *, jacobian_fun=None, **options) -> SolverResult:
+    """:func:`minimize` with ``method="gauss_newton"``; keywords are
+    :class:`SolverOptions` fields, ``jacobian_fun`` as in :func:`minimize`."""
+    return _solve_with("gauss_newton", fun, x0, options, jacobian_fun)
+
+
+# Keywords that optimize_trajectory and identify took before SolverOptions,
+# kept working for a release: old name -> SolverOptions field.
+_OLD_KEYWORDS = {"optimizer": "method", "iterations": "iterations", "lr": "lr", "tolerance": "tolerance",
+                 "progress": "progress", "callback": "callback", "max_time": "max_time"}
+
+
+def options_from_keywords(where: str, options: SolverOptions | None, legacy: dict, *,
+                          default_method: str) -> SolverOptions:
+    """The :class:`SolverOptions` of a problem function: ``options``, or one
+    built from the old keywords in ``legacy`` (removed from it) with a
+    ``DeprecationWarning``; both at once is a :class:`ConfigError`."""
+    old = {k: legacy.pop(k) for k in list(legacy) if k in _OLD_KEYWORDS}
+    old = {k: v for k, v in old.items() if not (k == "optimizer" and v is None)}
+    if options is not None and not isinstance(options, SolverOptions):
+        raise ConfigError(f"{where}: options must be a SolverOptions, got {type(options).__name__}")
+    if not old:
+        return SolverOptions(method=default_method) if options is None else options
+    if options is not None:
+        raise ConfigError(f"{where}: give the solver settings either in options= or as the old keywords "
+                          f"({', '.join(old)}), not both")
+    new = {_OLD_KEYWORDS[k]: v for k, v in old.items()}
+    new.setdefault("method", default_method)
+    warnings.warn(
+        f"{where}({', '.join(f'{k}=...' for k in old)}) is deprecated and will be removed in the next "
+        f"release; pass options=SolverOptions({', '.join(f'{k}=...' for k in new)})",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return SolverOptions(**new)
+
+
 # ---------------------------------------------------------------------- Adam
 
 
-def adam(fun: Objective, x0: torch.Tensor, *, iterations: int = 100, lr: float = 0.1,
-         betas=(0.9, 0.999), tolerance: float = 0.0, progress: ProgressBar | None = None,
-         callback=None, max_time: float | None = None) -> SolverResult:
+def _adam(fun: Objective, x0: torch.Tensor, opts: SolverOptions, report: _Report) -> SolverResult:
     """Plain Adam (``torch.optim.Adam``) on ``x``; ``losses[k]`` is the loss at
     the start of epoch ``k``, the last entry the loss of the returned ``x``.
-    Stops early when the gradient's largest entry is below ``tolerance``."""
+    Stops early when the gradient's largest entry is at most
+    ``gradient_tolerance``."""
+    iterations, tolerance, max_time = opts.get("iterations"), opts.get("gradient_tolerance"), opts.max_time
     start = time.perf_counter()
     x = x0.detach().clone().requires_grad_(True)
-    opt = torch.optim.Adam([x], lr=lr, betas=betas)
+    opt = torch.optim.Adam([x], lr=opts.get("lr"), betas=opts.get("betas"))
     res = SolverResult(x=x0)
     for k in range(iterations + 1):
         loss, g = _value_and_grad(fun, x)
         res.evaluations += 1
         f = _check(loss, g, k)
         res.losses.append(f)
-        if progress is not None:
-            progress.update(k, f)
-        if callback is not None:
-            callback(k, x.detach(), f)
+        report(k, x.detach(), f)
         if k == iterations:
             res.message = "iteration limit"
             break
@@ -196,19 +489,18 @@ def _strong_wolfe(phi, f0: float, d0: float, t: float, *, c1=1e-4, c2=0.9, max_e
     return (*best, evals)
 
 
-def lbfgs(fun: Objective, x0: torch.Tensor, *, iterations: int = 100, history: int = 50,
-          tolerance_grad: float = 1e-10, tolerance_change: float = 1e-12,
-          progress: ProgressBar | None = None, callback=None,
-          max_time: float | None = None) -> SolverResult:
+def _lbfgs(fun: Objective, x0: torch.Tensor, opts: SolverOptions, report: _Report) -> SolverResult:
     """Limited-memory BFGS with a strong-Wolfe line search.
 
     The search direction is the two-loop recursion over the last ``history``
     step pairs with the initial Hessian ``(s.y / y.y) I``; the first step is
     scaled to unit length at most. Stops when the largest gradient entry is
-    below ``tolerance_grad``, when the loss changes by less than
-    ``tolerance_change`` (relative), when the line search finds no decrease,
-    or after ``iterations``.
+    at most ``gradient_tolerance``, when the loss changes by less than
+    ``tolerance`` (relative), when the line search finds no decrease, or
+    after ``iterations``.
     """
+    iterations, history, max_time = opts.get("iterations"), opts.get("history"), opts.max_time
+    tolerance_grad, tolerance_change = opts.get("gradient_tolerance"), opts.get("tolerance")
     start = time.perf_counter()
     x = x0.detach().clone()
     res = SolverResult(x=x)
@@ -216,10 +508,7 @@ def lbfgs(fun: Objective, x0: torch.Tensor, *, iterations: int = 100, history: i
     res.evaluations = 1
     f = _check(f_t, g, 0)
     res.losses.append(f)
-    if progress is not None:
-        progress.update(0, f)
-    if callback is not None:
-        callback(0, x, f)
+    report(0, x, f)
     S: list[torch.Tensor] = []
     Y: list[torch.Tensor] = []
     rho: list[float] = []
@@ -278,10 +567,7 @@ def lbfgs(fun: Objective, x0: torch.Tensor, *, iterations: int = 100, history: i
         x, g, f = x_new, g_new, f_new
         res.losses.append(f)
         res.iterations = k + 1
-        if progress is not None:
-            progress.update(k + 1, f)
-        if callback is not None:
-            callback(k + 1, x, f)
+        report(k + 1, x, f)
         if change <= tolerance_change * max(abs(f), 1e-300):
             res.converged, res.message = True, "loss change below tolerance"
             break
@@ -306,6 +592,8 @@ def jacobian(fun: Objective, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     x = x.detach()
     with torch.enable_grad():
         r0 = fun(x.clone().requires_grad_(True))
+    if r0.ndim == 0:
+        raise ConfigError("gauss_newton needs the objective to return a vector of residuals, not a scalar loss")
     m, n = r0.numel(), x.numel()
     try:
         J = torch.func.jacrev(fun)(x).reshape(m, n)
@@ -322,11 +610,8 @@ def jacobian(fun: Objective, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return r.detach(), torch.stack(rows)
 
 
-def levenberg_marquardt(fun: Objective, x0: torch.Tensor, *, iterations: int = 50,
-                        damping: float = 1e-3, tolerance: float = 1e-12,
-                        tolerance_grad: float = 1e-12, jacobian_fun=None,
-                        progress: ProgressBar | None = None, callback=None,
-                        max_time: float | None = None) -> SolverResult:
+def _levenberg_marquardt(fun: Objective, x0: torch.Tensor, opts: SolverOptions, report: _Report,
+                         jacobian_fun=None) -> SolverResult:
     """Levenberg-Marquardt on a residual function ``fun(x) -> r (m,)``.
 
     Each iteration solves ``(J^T J + lam * diag(J^T J)) dx = -J^T r`` (the
@@ -334,11 +619,11 @@ def levenberg_marquardt(fun: Objective, x0: torch.Tensor, *, iterations: int = 5
     step if the loss ``sum(r ** 2)`` decreases, shrinking ``lam`` by 10;
     otherwise ``lam`` grows by 4 and the step is retried.
 
-    Args:
-        fun: residuals of ``x``; ``fun(x)`` must be a vector (not a scalar).
-        damping: initial ``lam``.
-        jacobian_fun: ``x -> (r, J)`` to replace :func:`jacobian`.
+    ``fun(x)`` must be a vector (not a scalar); ``damping`` is the initial
+    ``lam``; ``jacobian_fun`` (``x -> (r, J)``) replaces :func:`jacobian`.
     """
+    iterations, damping, max_time = opts.get("iterations"), opts.get("damping"), opts.max_time
+    tolerance, tolerance_grad = opts.get("tolerance"), opts.get("gradient_tolerance")
     start = time.perf_counter()
     jac = jacobian if jacobian_fun is None else jacobian_fun
     x = x0.detach().clone()
@@ -349,10 +634,7 @@ def levenberg_marquardt(fun: Objective, x0: torch.Tensor, *, iterations: int = 5
     if not math.isfinite(f):
         raise NonFiniteError(f"the loss is {f} at iteration 0", step=0, what="loss")
     res.losses.append(f)
-    if progress is not None:
-        progress.update(0, f)
-    if callback is not None:
-        callback(0, x, f)
+    report(0, x, f)
     lam = damping
     eye = torch.eye(x.numel(), dtype=x.dtype, device=x.device)
     for k in range(iterations):
@@ -392,15 +674,13 @@ def levenberg_marquardt(fun: Objective, x0: torch.Tensor, *, iterations: int = 5
         f = float(r @ r)
         res.losses.append(f)
         res.iterations = k + 1
-        if progress is not None:
-            progress.update(k + 1, f)
-        if callback is not None:
-            callback(k + 1, x, f)
+        report(k + 1, x, f)
         if change <= tolerance * max(f, 1e-300):
             res.converged, res.message = True, "loss change below tolerance"
             break
     else:
         res.message = "iteration limit"
     res.x = x
+    res.jacobian = J
     res.wall_time = time.perf_counter() - start
     return res

@@ -1,6 +1,10 @@
 """System identification: fit a robot's physical parameters to recorded motion.
 
-Two routes, one parametrisation:
+Two routes, each with its settings object (:class:`InverseDynamicsFit`,
+:class:`SimulationFit`), one parametrisation, one solver call
+(:func:`~backdrive.optim.minimize` with :class:`~backdrive.optim.SolverOptions`),
+and one report of what the data determine (confidence intervals from the
+Cramer-Rao bound, the parameters they do not determine, implausible fits):
 
 * ``method="inverse_dynamics"``: the joint forces are affine in the inertial
   parameters ``phi = (m, h = m c, I_origin)`` of each body and in the joint
@@ -25,21 +29,23 @@ the triangle inequalities); damping, friction and armature ``= exp(xi)``.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .._errors import InputError
+from .._errors import ConfigError, InputError
 from ..dynamics import DEFAULT_FRICTION_WIDTH, difference, inverse_dynamics, joint_forces
 from ..model import RobotModel
 from ..sim import Simulator, State, TorqueActuator
-from ._progress import ProgressBar
-from ._solvers import adam, lbfgs, levenberg_marquardt
+from ._solvers import SolverOptions, minimize, options_from_keywords
 
 __all__ = [
     "identify",
     "IdentificationResult",
+    "InverseDynamicsFit",
+    "SimulationFit",
     "IDENTIFIABLE_PARAMETERS",
     "inertia_from_cholesky",
     "cholesky_from_inertia",
@@ -197,6 +203,42 @@ class _Parametrisation:
                 new[name] = getattr(r, name).detach().index_put((self.j_idx,), joint_vals[name])
         return r.replace(**new)
 
+    def physical(self, xi: torch.Tensor) -> torch.Tensor:
+        """The fitted physical numbers as one vector, in the order of
+        :meth:`labels`: masses, centres of mass (3 each), the 6 upper-triangle
+        entries of each rotational inertia, then each fitted joint parameter."""
+        v = self.values(xi)
+        nbs = len(self.bodies)
+        iu = torch.triu_indices(3, 3, device=xi.device)
+        parts = []
+        if "body_mass" in self.params:
+            parts.append(v["m"])
+        if "body_com" in self.params:
+            parts.append(v["c"].reshape(nbs * 3))
+        if "body_inertia" in self.params:
+            parts.append(v["I"][:, iu[0], iu[1]].reshape(nbs * 6))
+        parts += [v[name] for name in _JOINT if name in self.params]
+        return torch.cat(parts)
+
+    def labels(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """``(parameter, index into the full model tensor, readable name)`` of
+        each entry of :meth:`physical`."""
+        r = self.robot
+        out = []
+        if "body_mass" in self.params:
+            out += [("body_mass", (b,), f"body_mass[{r.body_names[b]}]") for b in self.bodies]
+        if "body_com" in self.params:
+            out += [("body_com", (b, k), f"body_com[{r.body_names[b]}].{'xyz'[k]}")
+                    for b in self.bodies for k in range(3)]
+        if "body_inertia" in self.params:
+            pairs = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+            out += [("body_inertia", (b, i, k), f"body_inertia[{r.body_names[b]}].{'xyz'[i]}{'xyz'[k]}")
+                    for b in self.bodies for i, k in pairs]
+        for name in _JOINT:
+            if name in self.params:
+                out += [(name, (j,), f"{name}[{r.joint_names[j]}]") for j in self.joints]
+        return out
+
     # Affine coordinates of the inverse dynamics.
 
     def phi(self, xi: torch.Tensor) -> torch.Tensor:
@@ -264,6 +306,114 @@ def _sym_from_upper(u: torch.Tensor) -> torch.Tensor:
     )
 
 
+# ---------------------------------------------------------------------- how to fit
+
+
+@dataclass(frozen=True)
+class InverseDynamicsFit:
+    """Settings of the inverse-dynamics route of :func:`identify` (least
+    squares on the joint forces, through the exact linear regressor).
+
+    Attributes:
+        differentiation: how accelerations are estimated from ``v``:
+            ``"forward"``: ``a[t] = (v[t+1] - v[t]) / dt``, paired with the
+            state at ``t`` and the torque of interval ``t`` (exact for data
+            from the semi-implicit simulator); ``"central"``:
+            ``a[t] = (v[t+1] - v[t-1]) / (2 dt)``, which spans intervals
+            ``t - 1`` and ``t``, so it is paired with the state at ``t`` and
+            the mean of those two intervals' torques (second order for smooth
+            measured motion).
+        smoothing: average the joint-force equations (regressor rows and
+            measured forces) of this many consecutive samples. Exact (the
+            forces are affine in the fitted coordinates), and the acceleration
+            noise of a mean of ``w`` differences drops about ``w``-fold.
+        a: ``(..., T, nv)`` measured accelerations, rad/s^2 or m/s^2, paired
+            with the state at the start of each interval; ``None`` estimates
+            them from ``v`` by ``differentiation``.
+        friction_width: smoothing of the Coulomb friction, as in the
+            dynamics, rad/s or m/s.
+
+    Raises:
+        ConfigError: a setting out of range or of the wrong type.
+    """
+
+    differentiation: str = "forward"
+    smoothing: int = 1
+    # Tensors: compared by identity and left out of the repr.
+    a: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    friction_width: float = DEFAULT_FRICTION_WIDTH
+
+    def __post_init__(self):
+        if self.differentiation not in _DIFFERENTIATION:
+            raise ConfigError(f"InverseDynamicsFit.differentiation must be one of "
+                              f"{', '.join(map(repr, _DIFFERENTIATION))}; got {self.differentiation!r}")
+        if not (isinstance(self.smoothing, int) and not isinstance(self.smoothing, bool) and self.smoothing >= 1):
+            raise ConfigError(f"InverseDynamicsFit.smoothing must be a positive int, got {self.smoothing!r}")
+        if self.a is not None and not isinstance(self.a, torch.Tensor):
+            raise ConfigError(f"InverseDynamicsFit.a must be a tensor of accelerations or None, got "
+                              f"{type(self.a).__name__}")
+        if self.a is not None and self.differentiation != "forward":
+            warnings.warn(f"InverseDynamicsFit: differentiation={self.differentiation!r} is ignored when the "
+                          "accelerations a are given", UserWarning, stacklevel=3)
+        w = self.friction_width
+        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w > 0):
+            raise ConfigError(f"InverseDynamicsFit.friction_width must be a finite number > 0, got {w!r}")
+
+    @property
+    def name(self) -> str:
+        return "inverse_dynamics"
+
+
+@dataclass(frozen=True)
+class SimulationFit:
+    """Settings of the simulation route of :func:`identify` (multiple
+    shooting: fit simulated motion over short segments; needs no
+    accelerations).
+
+    Attributes:
+        simulator: the :class:`~backdrive.sim.Simulator` to fit through
+            (default: semi-implicit Euler at the data's ``dt`` with
+            unsaturated torque control of every joint).
+        controls: ``(..., T, nu)`` controls for ``simulator`` (default: the
+            joint part of ``tau``); required with a ``simulator``.
+        segment: steps per shooting segment.
+        velocity_weight: weight of velocity errors relative to configuration
+            errors (rad/s against rad).
+
+    Raises:
+        ConfigError: a setting out of range or of the wrong type.
+    """
+
+    simulator: Simulator | None = field(default=None, compare=False)
+    controls: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    segment: int = 10
+    velocity_weight: float = 0.1
+
+    def __post_init__(self):
+        if self.simulator is not None and not isinstance(self.simulator, Simulator):
+            raise ConfigError(f"SimulationFit.simulator must be a Simulator or None, got "
+                              f"{type(self.simulator).__name__}")
+        if self.controls is not None and not isinstance(self.controls, torch.Tensor):
+            raise ConfigError(f"SimulationFit.controls must be a tensor or None, got {type(self.controls).__name__}")
+        if not (isinstance(self.segment, int) and not isinstance(self.segment, bool) and self.segment >= 1):
+            raise ConfigError(f"SimulationFit.segment must be a positive int, got {self.segment!r}")
+        w = self.velocity_weight
+        if not (isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0):
+            raise ConfigError(f"SimulationFit.velocity_weight must be a finite number >= 0, got {w!r}")
+
+    @property
+    def name(self) -> str:
+        return "simulation"
+
+
+_DIFFERENTIATION = ("forward", "central")
+METHODS = {"inverse_dynamics": InverseDynamicsFit, "simulation": SimulationFit}
+_METHOD_KEYWORDS = {
+    "inverse_dynamics": ("differentiation", "smoothing", "a", "friction_width"),
+    "simulation": ("simulator", "controls", "segment", "velocity_weight"),
+}
+
+
 # ---------------------------------------------------------------------- result
 
 
@@ -280,6 +430,34 @@ class IdentificationResult:
             inverse-dynamics route; a mix of rad and rad/s for the simulation route).
         iterations, evaluations, wall_time, message: solver statistics.
         method: ``"inverse_dynamics"`` or ``"simulation"``.
+        std: standard error of each fitted entry (same shapes as ``params``;
+            ``inf`` where the data do not determine it, ``nan`` where it was
+            not fitted), from the Cramer-Rao bound of least squares at the fit:
+            ``sigma^2 (J^T J)^+`` with the residual variance ``sigma^2`` (sum
+            of squares over equations minus rank) and the Jacobian ``J`` of
+            the residuals. It assumes independent, equal-variance residuals
+            and noise in the forces only, so with noisy ``q``/``v``,
+            ``smoothing`` or the simulation route it is a lower bound
+            (docs/simulation.md gives measured ratios).
+        lower, upper: ends of the ``confidence`` interval of each entry
+            (``-inf``/``inf`` where not determined; the guess where not
+            fitted). Masses, damping, friction and armature are fitted in
+            log coordinates, so their intervals are ``value * exp(+-z s)``
+            and stay positive.
+        identified: bool per entry: fitted and determined by the data. A
+            parameter whose change has a component the residuals cannot see
+            (a zero or linearly dependent regressor column, e.g. the mass of
+            a link whose centre of mass lies on its vertical joint axis) is
+            not: its fitted value is one of many that fit equally well (the
+            guess, where no residual depends on it).
+        not_identified: readable names of the fitted entries that are not
+            identified, e.g. ``"body_mass[shoulder_link]"``.
+        implausible: readable descriptions of fitted values that moved from
+            the guess by more than a factor of ``1e3``, the sign of a fit
+            that shrank everything to explain data it cannot (e.g.
+            ``tau=None`` on driven motion).
+        confidence: the level of ``lower``/``upper`` (0.95).
+        options: the :class:`~backdrive.optim.SolverOptions` used.
     """
 
     robot: RobotModel
@@ -292,6 +470,57 @@ class IdentificationResult:
     wall_time: float
     message: str
     method: str
+    std: dict = field(default_factory=dict)
+    lower: dict = field(default_factory=dict)
+    upper: dict = field(default_factory=dict)
+    identified: dict = field(default_factory=dict)
+    not_identified: list[str] = field(default_factory=list)
+    implausible: list[str] = field(default_factory=list)
+    confidence: float = 0.95
+    options: SolverOptions | None = None
+
+    @property
+    def reliable(self) -> bool:
+        """Every fitted entry identified and none implausible."""
+        return not self.not_identified and not self.implausible
+
+    def summary(self) -> str:
+        """One line per fitted entry: value, guess, interval, and a flag."""
+        lines = [
+            f"identify[{self.method}]: rms residual {self.rms_residual:.4g} after {self.iterations} iterations "
+            f"({self.message}); {int(100 * self.confidence)} % intervals"
+        ]
+        names = {n for n in self.not_identified}
+        for p, value in self.params.items():
+            mask = ~torch.isnan(self.std[p])
+            for idx in mask.nonzero().tolist():
+                idx = tuple(idx)
+                if p == "body_inertia" and idx[1] > idx[2]:  # symmetric: the upper triangle says it all
+                    continue
+                label = self._label(p, idx)
+                lo, hi = float(self.lower[p][idx]), float(self.upper[p][idx])
+                flag = " NOT IDENTIFIED (the data do not determine it)" if label in names else ""
+                lines.append(f"  {label:<34} {float(value[idx]):>12.6g}  (guess {float(self.initial[p][idx]):.6g}, "
+                             f"[{lo:.4g}, {hi:.4g}]){flag}")
+        for text in self.implausible:
+            lines.append(f"  IMPLAUSIBLE: {text}")
+        return "\n".join(lines)
+
+    def _label(self, p: str, idx: tuple) -> str:
+        r = self.robot
+        if p in _BODY:
+            base = f"{p}[{r.body_names[idx[0]]}]"
+            return base + ("." + "".join("xyz"[i] for i in idx[1:]) if len(idx) > 1 else "")
+        return f"{p}[{r.joint_names[idx[0]]}]"
+
+    def __repr__(self) -> str:
+        flags = ""
+        if self.not_identified:
+            flags += f", not_identified={self.not_identified}"
+        if self.implausible:
+            flags += f", implausible={self.implausible}"
+        return (f"IdentificationResult(method={self.method!r}, params={list(self.params)}, "
+                f"rms_residual={self.rms_residual:.4g}, iterations={self.iterations}{flags})")
 
 
 # ---------------------------------------------------------------------- identify
@@ -316,6 +545,82 @@ def _resolve(robot: RobotModel, names, kind: str, default: list[int]) -> list[in
     return out
 
 
+def _method_from_keywords(method, deprecated: dict):
+    """The fit object: ``method`` itself, or built from its name and the old
+    per-method keywords (with a ``DeprecationWarning``; keywords of the other
+    method are reported as ignored)."""
+    if isinstance(method, (InverseDynamicsFit, SimulationFit)):
+        name = method.name
+    elif isinstance(method, str) and method in METHODS:
+        name = method
+    else:
+        raise ConfigError(
+            f"method must be 'inverse_dynamics', 'simulation', an InverseDynamicsFit or a SimulationFit; "
+            f"got {method!r}"
+        )
+    old = {k: deprecated.pop(k) for k in list(deprecated) if any(k in v for v in _METHOD_KEYWORDS.values())}
+    if not old:
+        return method if not isinstance(method, str) else METHODS[name]()
+    if not isinstance(method, str):
+        raise ConfigError(f"identify: give {', '.join(old)} in the {type(method).__name__}, not as keywords")
+    mine = {k: v for k, v in old.items() if k in _METHOD_KEYWORDS[name]}
+    other = [k for k in old if k not in mine]
+    cls = METHODS[name]
+    if mine:
+        warnings.warn(
+            f"identify({', '.join(f'{k}=...' for k in mine)}) is deprecated and will be removed in the next "
+            f"release; pass method={cls.__name__}({', '.join(f'{k}=...' for k in mine)})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if other:
+        o = "simulation" if name == "inverse_dynamics" else "inverse_dynamics"
+        warnings.warn(
+            f"identify: {', '.join(other)} {'applies' if len(other) == 1 else 'apply'} only to method={o!r} "
+            f"({METHODS[o].__name__}) and {'is' if len(other) == 1 else 'are'} ignored with method={name!r}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return cls(**mine)
+
+
+def _actuated_map(robot: RobotModel, tau: torch.Tensor, actuated, fit) -> torch.Tensor:
+    """``tau`` as ``(..., nv)`` generalised forces: as given if it has ``nv``
+    columns, else its columns scattered to the actuated joint coordinates
+    (zero on the free base and on passive joints)."""
+    nv, nj = robot.nv, robot.num_joints
+    if not isinstance(tau, torch.Tensor) or tau.ndim < 2:
+        raise InputError(f"tau must be a (..., T, nv) or (..., T, nu) tensor, got "
+                         f"{tuple(tau.shape) if isinstance(tau, torch.Tensor) else type(tau).__name__}")
+    n = tau.shape[-1]
+    source = None
+    if isinstance(actuated, Simulator):
+        idx, source = list(actuated.actuated), "the simulator's actuated joints"
+    elif actuated is not None:
+        if isinstance(actuated, (str, int)) or not isinstance(actuated, Sequence):
+            raise InputError(f"actuated must be a Simulator or a sequence of joint names or indices, got "
+                             f"{actuated!r}")
+        idx, source = _resolve(robot, actuated, "joint", []), f"actuated={list(actuated)}"
+    elif n == nv:
+        return tau
+    elif isinstance(fit, SimulationFit) and fit.simulator is not None:
+        idx, source = list(fit.simulator.actuated), "the simulator's actuated joints"
+    elif n == nj:
+        idx, source = list(range(nj)), "every joint"
+    else:
+        raise InputError(
+            f"tau has {n} columns but robot {robot.name!r} has nv = {nv} generalised forces"
+            + (f" ({nv - nj} of the free base, {nj} joints)" if robot.floating_base else "")
+            + "; for actuator efforts (..., T, nu), e.g. a Trajectory's effort, say which joints they drive: "
+            "actuated=simulator or actuated=[joint names or indices]"
+        )
+    if len(idx) != n:
+        raise InputError(f"tau has {n} columns but {source} name {len(idx)} joints")
+    full = tau.new_zeros(*tau.shape[:-1], nv)
+    cols = torch.tensor(idx, dtype=torch.long, device=tau.device) + (nv - nj)
+    return full.index_copy(-1, cols, tau)
+
+
 def identify(
     robot: RobotModel,
     q: torch.Tensor,
@@ -326,19 +631,10 @@ def identify(
     params: Sequence[str] = ("body_mass", "damping"),
     bodies: Sequence | None = None,
     joints: Sequence | None = None,
-    method: str = "inverse_dynamics",
-    a: torch.Tensor | None = None,
-    differentiation: str = "forward",
-    smoothing: int = 1,
-    simulator: Simulator | None = None,
-    controls: torch.Tensor | None = None,
-    segment: int = 10,
-    velocity_weight: float = 0.1,
-    optimizer: str | None = None,
-    iterations: int | None = None,
-    lr: float = 0.01,
-    friction_width: float = DEFAULT_FRICTION_WIDTH,
-    progress: bool | None = False,
+    method: str | InverseDynamicsFit | SimulationFit = "inverse_dynamics",
+    options: SolverOptions | None = None,
+    actuated: Simulator | Sequence | None = None,
+    **deprecated,
 ) -> IdentificationResult:
     """Fit physical parameters of ``robot`` to recorded motion.
 
@@ -348,9 +644,14 @@ def identify(
             time, leading axes for several recordings.
         v: ``(..., T + 1, nv)`` recorded velocities.
         dt: sample period, s.
-        tau: ``(..., T, nv)`` (or ``T + 1``) generalised forces applied by the
-            actuators during each sample interval; ``None`` means no actuation
-            (passive motion). Not needed with ``simulator`` and ``controls``.
+        tau: forces applied by the actuators, held over each sample interval
+            (row ``t`` acts from sample ``t`` to ``t + 1``; ``T + 1`` rows are
+            accepted and the last one dropped): ``(..., T, nv)`` generalised
+            forces, or ``(..., T, nu)`` actuator efforts (a
+            :class:`~backdrive.sim.Trajectory`'s ``effort``) placed on the
+            joints that ``actuated`` names. ``None`` means no actuation
+            (passive motion). Not needed with a :class:`SimulationFit` that
+            has ``simulator`` and ``controls``.
         params: which parameters to fit, from ``"body_mass"``, ``"body_com"``,
             ``"body_inertia"`` (rotational inertia about the centre of mass),
             ``"damping"``, ``"friction"``, ``"armature"``.
@@ -359,52 +660,46 @@ def identify(
             is welded to the world and has no effect).
         joints: joint coordinates whose damping, friction, armature are fitted
             (default: all).
-        method: ``"inverse_dynamics"`` (fast least squares on joint forces;
-            needs accelerations) or ``"simulation"`` (fit simulated motion
-            over segments; needs no accelerations).
-        a: ``(..., T, nv)`` accelerations for the inverse-dynamics route;
-            estimated from ``v`` if ``None``.
-        differentiation: how to estimate ``a``: ``"forward"``
-            (``(v[t+1] - v[t]) / dt``, exact for data from the semi-implicit
-            simulator) or ``"central"`` (``(v[t+1] - v[t-1]) / (2 dt)``,
-            second order for smooth measured motion).
-        smoothing: inverse-dynamics route: average the joint-force equations
-            (regressor rows and measured forces) of this many consecutive
-            samples. Differentiating ``v`` amplifies its noise by ``1 / dt``
-            and noise in the regressor biases least squares; the mean of
-            ``w`` forward differences is, up to the slow change of the mass
-            matrix, the velocity change over the window divided by
-            ``w dt``, so the acceleration noise drops about ``w``-fold.
-            Exact for any robot (floating base included): the forces are
-            affine in the fitted coordinates, so no nonlinear bias enters.
-            A window much shorter than the motion's period (e.g. 10 samples
-            for motion below ~2 Hz at 200 Hz) loses no signal.
-        simulator: for the simulation route (default: semi-implicit Euler at
-            ``dt`` with unsaturated torque control of every joint).
-        controls: ``(..., T, nu)`` controls for ``simulator`` (default: the
-            joint part of ``tau``).
-        segment: steps per shooting segment of the simulation route.
-        velocity_weight: weight of velocity errors relative to configuration
-            errors (rad/s against rad) in the simulation route.
-        optimizer: ``"gauss_newton"`` (default), ``"lbfgs"`` or ``"adam"``
-            (plain gradient descent on the back-propagated loss; ``lr`` is in
-            log-parameter units, so 0.01 moves a mass by about 1 %).
-        iterations: solver iterations (default 50 for Gauss-Newton, 200 otherwise).
-        friction_width: smoothing of the Coulomb friction, as in the dynamics.
-        progress: show a progress bar.
+        method: ``"inverse_dynamics"`` or an :class:`InverseDynamicsFit`
+            (fast least squares on joint forces; needs accelerations), or
+            ``"simulation"`` or a :class:`SimulationFit` (fit simulated motion
+            over segments; needs no accelerations). The object carries that
+            route's own settings.
+        options: :class:`~backdrive.optim.SolverOptions` (default
+            ``"gauss_newton"``, 50 iterations; Adam's ``lr`` defaults to 0.01
+            here, in log-parameter units, so a step moves a mass by about 1 %).
+        actuated: which joints the columns of a ``(..., T, nu)`` ``tau``
+            drive: a :class:`~backdrive.sim.Simulator` (its actuated joints)
+            or joint names or indices. Not needed when ``tau`` has ``nv``
+            columns, when it has one per joint, or with a
+            :class:`SimulationFit` that has a ``simulator``.
+        **deprecated: the keywords of the previous release
+            (``optimizer``, ``iterations``, ``lr``, ``progress``;
+            ``differentiation``, ``smoothing``, ``a``, ``friction_width``;
+            ``simulator``, ``controls``, ``segment``, ``velocity_weight``)
+            still work, with a ``DeprecationWarning``; one that the chosen
+            method does not read gives a ``UserWarning``.
 
     Returns:
-        :class:`IdentificationResult` with the fitted model.
+        :class:`IdentificationResult` with the fitted model, a confidence
+        interval for each fitted entry and the entries the data do not
+        determine (also given as a ``UserWarning``).
     """
     if not isinstance(robot, RobotModel):
         raise InputError(f"robot must be a RobotModel, got {type(robot).__name__}")
+    fit = _method_from_keywords(method, deprecated)
+    opts = options_from_keywords("identify", options, deprecated, default_method="gauss_newton")
+    if deprecated:
+        raise ConfigError(f"identify() got unexpected keyword(s) {', '.join(map(repr, deprecated))}")
+    opts = opts.with_defaults(lr=0.01)
+    method = fit.name
+    if isinstance(params, str):
+        params = (params,)
     unknown = [p for p in params if p not in IDENTIFIABLE_PARAMETERS]
     if unknown or not params:
         raise InputError(
             f"params must name some of {', '.join(IDENTIFIABLE_PARAMETERS)}; got {list(params)}"
         )
-    if method not in ("inverse_dynamics", "simulation"):
-        raise InputError(f"method must be 'inverse_dynamics' or 'simulation', got {method!r}")
     if not (isinstance(dt, (int, float)) and dt > 0):
         raise InputError(f"dt must be a positive number of seconds, got {dt!r}")
     robot.check_vector(q, robot.nq, "q")
@@ -416,6 +711,7 @@ def identify(
         )
     steps = q.shape[-2] - 1
     if tau is not None:
+        tau = _actuated_map(robot, tau, actuated, fit)
         robot.check_vector(tau, robot.nv, "tau")
         if tau.shape[:-2] != q.shape[:-2] or tau.shape[-2] not in (steps, steps + 1):
             raise InputError(
@@ -428,33 +724,24 @@ def identify(
     if any(p in _BODY for p in params) and not body_idx:
         raise InputError("no bodies selected for the inertial parameters")
     par = _Parametrisation(robot, params, body_idx, joint_idx)
-    if optimizer is None:
-        optimizer = "gauss_newton"
-    if optimizer not in ("gauss_newton", "lbfgs", "adam"):
-        raise InputError(f"optimizer must be 'gauss_newton', 'lbfgs' or 'adam', got {optimizer!r}")
-    if iterations is None:
-        iterations = 50 if optimizer == "gauss_newton" else 200
-    bar = ProgressBar(iterations, f"identify[{method}]", enabled=progress)
     q, v = q.detach(), v.detach()
     if method == "inverse_dynamics":
-        fun, count, jac = _id_problem(robot, par, q, v, tau, a, dt, differentiation, friction_width, smoothing)
+        fun, count, jac = _id_problem(robot, par, q, v, tau, fit, dt)
     else:
-        fun, count, jac = _sim_problem(robot, par, q, v, tau, dt, simulator, controls, segment, velocity_weight)
-    xi0 = par.xi0.clone()
-    if optimizer == "gauss_newton":
-        res = levenberg_marquardt(fun, xi0, iterations=iterations, jacobian_fun=jac, progress=bar)
-    elif optimizer == "lbfgs":
-        res = lbfgs(fun, xi0, iterations=iterations, progress=bar)
-    else:
-        res = adam(fun, xi0, iterations=iterations, lr=lr, progress=bar)
-    bar.close(res.iterations, res.losses[-1])
+        fun, count, jac = _sim_problem(robot, par, q, v, tau, dt, fit)
+    res = minimize(fun, par.xi0.clone(), opts, jacobian_fun=jac, label=f"identify[{method}]")
     fitted = par.model(res.x)
     names = [p for p in IDENTIFIABLE_PARAMETERS if p in params]
     out = {p: getattr(fitted, p).detach() for p in names}
     initial = {p: getattr(robot, p).detach() for p in names}
     fitted = robot.replace(**out)
     losses = [f / count for f in res.losses]
-    return IdentificationResult(
+    J = res.jacobian if res.jacobian is not None else jac(res.x)[1]
+    # Scalar equations behind the loss: the inverse-dynamics route hands the
+    # solver a p x p reduction of its n_samples * nv rows.
+    equations = count if method == "inverse_dynamics" else J.shape[0]
+    stats = _uncertainty(par, res.x, J, res.losses[-1], equations, out, initial)
+    result = IdentificationResult(
         robot=fitted,
         params=out,
         initial=initial,
@@ -465,7 +752,108 @@ def identify(
         wall_time=res.wall_time,
         message=res.message,
         method=method,
+        options=opts,
+        **stats,
     )
+    if result.not_identified:
+        warnings.warn(
+            f"identify: the data do not determine {', '.join(result.not_identified[:8])}"
+            + (f" and {len(result.not_identified) - 8} more" if len(result.not_identified) > 8 else "")
+            + ": other values fit the data equally well, so the fitted value is one of many (the guess, "
+            "where no residual depends on it); see IdentificationResult.identified and .summary()",
+            UserWarning,
+            stacklevel=2,
+        )
+    if result.implausible:
+        hint = (" With tau=None the motion is taken as passive; if the robot was driven, pass its tau."
+                if tau is None and (method == "inverse_dynamics" or fit.controls is None) else "")
+        warnings.warn(f"identify: implausible result: {'; '.join(result.implausible[:4])}.{hint}",
+                      UserWarning, stacklevel=2)
+    return result
+
+
+# Relative singular value below which a direction of the (column-scaled)
+# residual Jacobian counts as unseen by the data, and the share of a
+# parameter's sensitivity in those directions above which it is not identified.
+_RANK_RTOL = {torch.float64: 1e-7, torch.float32: 3e-3}
+_NULL_SHARE = {torch.float64: 1e-6, torch.float32: 1e-2}
+# A fitted positive parameter that moved by more than this factor.
+_IMPLAUSIBLE_FACTOR = 1e3
+_Z95 = 1.959963984540054
+
+
+def _uncertainty(par: _Parametrisation, xi: torch.Tensor, J: torch.Tensor, sse: float, count: int,
+                 out: dict, initial: dict) -> dict:
+    """Standard errors, confidence intervals and identifiability of the fitted
+    physical entries from the residual Jacobian ``J (m, p)`` at ``xi``.
+
+    The covariance of ``xi`` is ``sigma^2 (J^T J)^+`` (the Cramer-Rao bound of
+    least squares for Gaussian residuals, with ``sigma^2 = sse / (count -
+    rank)``); physical entries ``theta(xi)`` get ``g Cov g^T`` with ``g = d
+    theta / d xi`` (delta method). An entry whose ``g`` has a component in
+    the null space of ``J`` is not identified: some change of it leaves every
+    residual unchanged.
+    """
+    J = J.detach()
+    dtype = J.dtype
+    theta = par.physical(xi)
+    G = torch.func.jacfwd(par.physical)(xi.detach())  # (P, p)
+    # Scale the columns to unit norm (the coordinates mix log-masses, metres
+    # and Cholesky factors). A column at rounding level is a zero column, not
+    # a direction: normalised, its noise would mix with the real ones.
+    scale = J.norm(dim=0)
+    zero = scale <= 1e3 * torch.finfo(dtype).eps * scale.max().clamp_min(torch.finfo(dtype).tiny)
+    scale = torch.where(zero, torch.ones_like(scale), scale)
+    Js = torch.where(zero, torch.zeros_like(J), J) / scale
+    _, S, Vh = torch.linalg.svd(Js, full_matrices=False)  # never the (m, m) factor
+    p = xi.numel()
+    tol = _RANK_RTOL.get(dtype, 1e-7) * float(S.max()) if S.numel() else 0.0
+    s_full = torch.zeros(p, dtype=dtype, device=J.device)
+    s_full[: S.numel()] = S
+    keep = s_full > tol
+    rank = int(keep.sum())
+    V = Vh.T
+    if V.shape[1] < p:  # fewer residuals than parameters: complete the basis of the null space
+        V = torch.linalg.qr(V, mode="complete").Q if V.shape[1] else torch.eye(p, dtype=dtype, device=J.device)
+    Gs = G / scale  # sensitivities in the scaled coordinates
+    null_share = (Gs @ V[:, ~keep]).norm(dim=1) / Gs.norm(dim=1).clamp_min(torch.finfo(dtype).tiny)
+    ok = null_share <= _NULL_SHARE.get(dtype, 1e-6)
+    dof = count - rank
+    sigma2 = sse / dof if dof > 0 else math.nan
+    inv = torch.where(keep, 1.0 / s_full.clamp_min(torch.finfo(dtype).tiny) ** 2, torch.zeros_like(s_full))
+    cov_s = (V * inv) @ V.T  # covariance of the scaled coordinates / sigma^2
+    var = sigma2 * ((Gs @ cov_s) * Gs).sum(1)
+    std_theta = torch.where(ok, var.clamp_min(0.0).sqrt(), torch.full_like(var, math.inf))
+    labels = par.labels()
+    std, lower, upper, ident = {}, {}, {}, {}
+    for name in out:
+        std[name] = torch.full_like(out[name], math.nan)
+        lower[name] = out[name].clone()
+        upper[name] = out[name].clone()
+        ident[name] = torch.zeros_like(out[name], dtype=torch.bool)
+    not_identified, implausible = [], []
+    positive = ("body_mass",) + _JOINT
+    for k, (name, idx, label) in enumerate(labels):
+        val, s = float(theta[k]), float(std_theta[k])
+        idxs = [idx] + ([(idx[0], idx[2], idx[1])] if name == "body_inertia" and idx[1] != idx[2] else [])
+        for ix in idxs:
+            std[name][ix] = s
+            ident[name][ix] = bool(ok[k])
+            if not bool(ok[k]):
+                lower[name][ix], upper[name][ix] = (0.0 if name in positive else -math.inf), math.inf
+            elif name in positive and val > 0:
+                w = min(_Z95 * s / val, 700.0)  # s / val: the log-coordinate's standard error
+                lower[name][ix], upper[name][ix] = val * math.exp(-w), val * math.exp(w)
+            else:
+                lower[name][ix], upper[name][ix] = val - _Z95 * s, val + _Z95 * s
+        if not bool(ok[k]):
+            not_identified.append(label)
+        if name == "body_mass":  # a joint's damping or friction may well be ~0
+            guess = float(initial[name][idx])
+            if guess > 0 and val > 0 and abs(math.log(val / guess)) > math.log(_IMPLAUSIBLE_FACTOR):
+                implausible.append(f"{label} = {val:.3g}, {val / guess:.3g} times the guess {guess:.3g}")
+    return dict(std=std, lower=lower, upper=upper, identified=ident, not_identified=not_identified,
+                implausible=implausible)
 
 
 def _moving_average(x: torch.Tensor, window: int, dim: int) -> torch.Tensor:
@@ -475,21 +863,22 @@ def _moving_average(x: torch.Tensor, window: int, dim: int) -> torch.Tensor:
     return x.movedim(dim, -1).unfold(-1, window, 1).mean(-1).movedim(-1, dim)
 
 
-def _id_problem(robot, par: _Parametrisation, q, v, tau, a, dt, differentiation, width, smoothing=1):
+def _id_problem(robot, par: _Parametrisation, q, v, tau, fit: InverseDynamicsFit, dt):
     """Residual function ``xi -> r`` through the exact linear regressor."""
-    if not isinstance(smoothing, int) or smoothing < 1:
-        raise InputError(f"smoothing must be a positive int, got {smoothing!r}")
+    a, differentiation, width, smoothing = fit.a, fit.differentiation, fit.friction_width, fit.smoothing
     if a is None:
         if differentiation == "forward":
             a = (v[..., 1:, :] - v[..., :-1, :]) / dt
             qs, vs = q[..., :-1, :], v[..., :-1, :]
             ts = tau
         elif differentiation == "central":
+            # The central difference at sample t spans intervals t - 1 and t,
+            # so it pairs with the mean of their torques (paired with interval
+            # t alone it is biased wherever the torque changes: measured 60 %
+            # on masses with noise-free MuJoCo data in issue 14).
             a = (v[..., 2:, :] - v[..., :-2, :]) / (2.0 * dt)
             qs, vs = q[..., 1:-1, :], v[..., 1:-1, :]
-            ts = None if tau is None else tau[..., 1:, :]
-        else:
-            raise InputError(f"differentiation must be 'forward' or 'central', got {differentiation!r}")
+            ts = None if tau is None else 0.5 * (tau[..., :-1, :] + tau[..., 1:, :])
     else:
         robot.check_vector(a, robot.nv, "a")
         steps = q.shape[-2] - 1
@@ -499,7 +888,7 @@ def _id_problem(robot, par: _Parametrisation, q, v, tau, a, dt, differentiation,
         qs, vs, ts = q[..., :-1, :], v[..., :-1, :], tau
     lead = qs.shape[:-1]  # (..., T') sample times per recording
     if lead[-1] < smoothing:
-        raise InputError(f"smoothing={smoothing} needs at least {smoothing} samples with accelerations per recording")
+        raise ConfigError(f"smoothing={smoothing} needs at least {smoothing} samples with accelerations per recording")
     qs, vs, a_ = qs.reshape(-1, robot.nq), vs.reshape(-1, robot.nv), a.reshape(-1, robot.nv)
     ts = torch.zeros_like(vs) if ts is None else ts.reshape(-1, robot.nv)
 
@@ -552,10 +941,12 @@ def _id_problem(robot, par: _Parametrisation, q, v, tau, a, dt, differentiation,
     return fun, n_samples * robot.nv, jac
 
 
-def _sim_problem(robot, par: _Parametrisation, q, v, tau, dt, simulator, controls, segment, w_v):
+def _sim_problem(robot, par: _Parametrisation, q, v, tau, dt, fit: SimulationFit):
+    simulator, controls, segment, w_v = fit.simulator, fit.controls, fit.segment, fit.velocity_weight
     steps = q.shape[-2] - 1
     if simulator is None:
-        simulator = Simulator(robot, dt, actuator=TorqueActuator(effort_limit=math.inf))
+        # Explicit joint forces: the discretisation the inverse-dynamics route assumes.
+        simulator = Simulator(robot, dt, actuator=TorqueActuator(effort_limit=math.inf), joint_forces="explicit")
         if controls is None:
             controls = (
                 torch.zeros(*q.shape[:-2], steps, robot.num_joints, dtype=q.dtype, device=q.device)
@@ -563,15 +954,13 @@ def _sim_problem(robot, par: _Parametrisation, q, v, tau, dt, simulator, control
                 else tau[..., robot.nv - robot.num_joints :]
             )
     elif controls is None:
-        raise InputError("with a simulator, give its controls (..., T, nu)")
+        raise InputError("with SimulationFit(simulator=...), give its controls: SimulationFit(simulator, controls)")
     if simulator.dt != dt:
         raise InputError(f"the simulator's dt {simulator.dt} differs from the data's dt {dt}")
     if controls.shape[:-2] != q.shape[:-2] or controls.shape[-2] < steps or controls.shape[-1] != simulator.nu:
         raise InputError(
             f"controls must be (..., {steps}, {simulator.nu}) matching the recordings, got {tuple(controls.shape)}"
         )
-    if not isinstance(segment, int) or segment < 1:
-        raise InputError(f"segment must be a positive int, got {segment!r}")
     K = min(segment, steps)
     S = steps // K
     starts = torch.arange(S, device=q.device) * K

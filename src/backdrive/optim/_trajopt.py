@@ -7,14 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .._errors import InputError
+from .._errors import ConfigError, InputError
 from ..sim import Simulator, State, Trajectory
-from ._progress import ProgressBar
-from ._solvers import adam, lbfgs, levenberg_marquardt, loss_of
+from ._solvers import OPTIMIZERS, SolverOptions, loss_of, minimize, options_from_keywords
 
 __all__ = ["optimize_trajectory", "TrajectoryOptimizationResult", "OPTIMIZERS"]
-
-OPTIMIZERS = ("lbfgs", "adam", "gauss_newton")
 
 Cost = Callable[[Trajectory, torch.Tensor], torch.Tensor]
 
@@ -34,7 +31,8 @@ class TrajectoryOptimizationResult:
         wall_time: seconds spent in the solver.
         converged: whether a tolerance stopped the solver.
         message: why it stopped.
-        optimizer: the optimiser used.
+        optimizer: the optimiser used (``options.method``).
+        options: the :class:`~backdrive.optim.SolverOptions` it ran with.
     """
 
     controls: torch.Tensor
@@ -47,6 +45,7 @@ class TrajectoryOptimizationResult:
     converged: bool
     message: str
     optimizer: str
+    options: SolverOptions | None = None
 
 
 def optimize_trajectory(
@@ -56,14 +55,9 @@ def optimize_trajectory(
     horizon: int,
     *,
     controls: torch.Tensor | None = None,
-    optimizer: str = "lbfgs",
-    iterations: int | None = None,
-    lr: float = 0.1,
-    tolerance: float = 1e-12,
+    options: SolverOptions | None = None,
     truncate_every: int | None = None,
-    progress: bool | None = None,
-    callback: Callable[[int, torch.Tensor, float], None] | None = None,
-    max_time: float | None = None,
+    **deprecated,
 ) -> TrajectoryOptimizationResult:
     """Optimise open-loop controls by back-propagation through time.
 
@@ -80,24 +74,26 @@ def optimize_trajectory(
             helpers in :mod:`backdrive.optim` and ``torch.cat``.
         horizon: number of steps ``T``.
         controls: initial guess ``(..., T, nu)``; zeros by default.
-        optimizer: ``"lbfgs"`` (L-BFGS with a strong-Wolfe line search, the
-            default), ``"adam"`` (learning rate ``lr``) or ``"gauss_newton"``
-            (Levenberg-Marquardt on the residuals, with the Jacobian from
-            ``torch.func``; best for small least-squares problems).
-        iterations: iteration limit (default 100 for Adam and L-BFGS, 30 for
-            Gauss-Newton).
-        lr: Adam's learning rate.
-        tolerance: relative loss change that stops L-BFGS and Gauss-Newton.
+        options: :class:`~backdrive.optim.SolverOptions`: ``method``
+            ``"lbfgs"`` (L-BFGS with a strong-Wolfe line search, the default),
+            ``"adam"`` or ``"gauss_newton"`` (Levenberg-Marquardt on the
+            residuals, with the Jacobian from ``torch.func``; best for small
+            least-squares problems), the iteration limit, tolerances, Adam's
+            ``lr`` (default 0.1 N or N m per step), ``progress``,
+            ``callback(iteration, flat_controls, loss)`` and ``max_time``.
         truncate_every: detach the state every ``k`` steps in each rollout.
-        progress: show a progress bar (``None``: when standard error is a terminal).
-        callback: ``callback(iteration, flat_controls, loss)`` after each iteration.
-        max_time: stop after about this many seconds.
+        **deprecated: the keywords ``optimizer``, ``iterations``, ``lr``,
+            ``tolerance``, ``progress``, ``callback``, ``max_time`` of the
+            previous release still work, with a ``DeprecationWarning``.
 
     Returns:
         :class:`TrajectoryOptimizationResult`.
     """
-    if optimizer not in OPTIMIZERS:
-        raise InputError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    opts = options_from_keywords("optimize_trajectory", options, deprecated, default_method="lbfgs")
+    if deprecated:
+        raise ConfigError(f"optimize_trajectory() got unexpected keyword(s) {', '.join(map(repr, deprecated))}; "
+                          "the solver settings go in options=SolverOptions(...)")
+    optimizer = opts.method
     if not isinstance(horizon, int) or horizon < 1:
         raise InputError(f"horizon must be a positive int, got {horizon!r}")
     if controls is None:
@@ -124,18 +120,8 @@ def optimize_trajectory(
             return out.reshape(-1)
         return loss_of(out)
 
-    if iterations is None:
-        iterations = 30 if functional else 100
-    bar = ProgressBar(iterations, f"optimize_trajectory[{optimizer}]", enabled=progress)
     x0 = controls.detach().reshape(-1).clone()
-    common = dict(iterations=iterations, progress=bar, callback=callback, max_time=max_time)
-    if optimizer == "adam":
-        res = adam(objective, x0, lr=lr, **common)
-    elif optimizer == "lbfgs":
-        res = lbfgs(objective, x0, tolerance_change=tolerance, **common)
-    else:
-        res = levenberg_marquardt(objective, x0, tolerance=tolerance, **common)
-    bar.close(res.iterations, res.losses[-1])
+    res = minimize(objective, x0, opts, label="optimize_trajectory")
     u = res.x.reshape(shape)
     with torch.no_grad():
         traj = simulator.rollout(state0, u)
@@ -150,4 +136,5 @@ def optimize_trajectory(
         converged=res.converged,
         message=res.message,
         optimizer=optimizer,
+        options=opts,
     )

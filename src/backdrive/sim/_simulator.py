@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from .._shapes import broadcast_shapes
+from ..runtime import threads_for_batch
 from .._errors import InputError
 from ..contact import ContactModel, integrate_world, stack_results
+from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
+from ..model import RobotModel
 from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
+from ._implicit import ImplicitJointForces
 from ._integrators import INTEGRATORS
 from ._state import NonFiniteError, State, Trajectory
 from ._systems import RobotSystem, System, as_system
 
-__all__ = ["Simulator"]
+__all__ = ["Simulator", "JOINT_FORCE_MODES"]
+
+#: Accepted values of ``Simulator(joint_forces=...)``.
+JOINT_FORCE_MODES = ("auto", "implicit", "explicit")
+
+
+def _small_batch_threads(rollout):
+    """Run a rollout of a small batch on one torch thread (:func:`backdrive.runtime.adaptive_threads`)."""
+
+    @functools.wraps(rollout)
+    def wrapper(self, state0, controls, *args, **kwargs):
+        batch = max(
+            getattr(getattr(state0, "q", None), "shape", (0,))[:-1].numel(),
+            controls.shape[:-2].numel() if isinstance(controls, torch.Tensor) and controls.ndim >= 2 else 1,
+        )
+        with threads_for_batch(batch):
+            return rollout(self, state0, controls, *args, **kwargs)
+
+    return wrapper
 
 
 class Simulator:
@@ -35,6 +58,22 @@ class Simulator:
             :class:`PDActuator`; its ``joints`` are the controlled coordinates.
         limits: :class:`SoftJointLimits` to apply the model's position limits
             as spring-dampers, or ``None`` for no limit forces.
+        joint_forces: how a robot's joint damping and Coulomb friction are
+            integrated. ``"implicit"``: damping as MuJoCo's Euler does,
+            ``(M + dt D) dv = dt f``, and friction as a force bounded by the
+            URDF friction, solved together with the new velocity, so a joint
+            at rest stays at rest (stable at any ``dt``; see
+            ``docs/simulation.md``). ``"explicit"``: both evaluated at the
+            step's start velocity, friction as ``F tanh(v / friction_width)``
+            (the scheme before; unstable once ``dt D / m > 2``).
+            ``"auto"`` (default): ``"implicit"`` for a robot with the Euler
+            integrators, ``"explicit"`` for ``"rk4"`` (whose stages are
+            explicit) and for other systems.
+        friction_width: velocity scale ``w`` of the friction regularisation,
+            rad/s (m/s), ``> 0``: the friction force grows with slope ``F / w``
+            from rest and saturates at ``F`` (implicit), or is
+            ``F tanh(v / w)`` (explicit). A joint under a load below ``F``
+            creeps at about ``w load / F``.
         contact: a :class:`~backdrive.contact.ContactModel` of the robot
             (geometry, terrain, force law), or ``None``. With contact the
             step is semi-implicit Euler with the contact damping and
@@ -57,9 +96,20 @@ class Simulator:
         integrator: str = "semi_implicit",
         actuator: TorqueActuator | PDActuator | None = None,
         limits: SoftJointLimits | None = None,
+        joint_forces: str = "auto",
+        friction_width: float = DEFAULT_FRICTION_WIDTH,
         contact: ContactModel | None = None,
     ):
-        self.system: System = as_system(system)
+        if not (isinstance(friction_width, (int, float)) and math.isfinite(friction_width) and friction_width > 0):
+            raise InputError(f"friction_width must be a positive finite number (rad/s), got {friction_width!r}")
+        self.friction_width = float(friction_width)
+        if isinstance(system, RobotSystem):
+            system = system.robot
+        self.system: System = (
+            RobotSystem(system, friction_width=self.friction_width)
+            if isinstance(system, RobotModel)
+            else as_system(system)
+        )
         if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
             raise InputError(f"dt must be a positive finite number of seconds, got {dt!r}")
         self.dt = float(dt)
@@ -67,6 +117,15 @@ class Simulator:
             raise InputError(f"unknown integrator {integrator!r}; choose one of {', '.join(INTEGRATORS)}")
         self.integrator = integrator
         self._integrate_step = INTEGRATORS[integrator]
+        self._joint_forces_setting = joint_forces
+        self.joint_forces = _joint_force_mode(joint_forces, integrator, isinstance(self.system, RobotSystem))
+        # The implicit velocity update of the Euler integrators (None: every
+        # force goes through the system's forward dynamics, explicitly).
+        self._implicit = (
+            ImplicitJointForces(self.system.robot, self.dt, self.friction_width)
+            if self.joint_forces == "implicit"
+            else None
+        )
         self.actuator = TorqueActuator() if actuator is None else actuator
         if not isinstance(self.actuator, (TorqueActuator, PDActuator)):
             raise InputError(f"actuator must be a TorqueActuator or PDActuator, got {type(actuator).__name__}")
@@ -145,7 +204,7 @@ class Simulator:
         """A simulator with some settings changed, e.g. ``replace(robot=robot.replace(body_mass=m))``.
 
         Keyword arguments: ``robot`` or ``system``, ``dt``, ``integrator``,
-        ``actuator``, ``limits``, ``contact``.
+        ``actuator``, ``limits``, ``joint_forces``, ``friction_width``, ``contact``.
         """
         if robot is not None and system is not None:
             raise InputError("give robot or system, not both")
@@ -155,6 +214,8 @@ class Simulator:
             "integrator": self.integrator,
             "actuator": self.actuator,
             "limits": self.limits,
+            "joint_forces": self._joint_forces_setting,
+            "friction_width": self.friction_width,
             "contact": self.contact,
         }
         unknown = set(kwargs) - set(settings)
@@ -207,12 +268,28 @@ class Simulator:
         return sysm.generalized_force(tau_j), effort
 
     def acceleration(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """``(..., nv)`` acceleration under control ``u (..., nu)``."""
+        """``(..., nv)`` acceleration under control ``u (..., nu)``.
+
+        The continuous-time model: joint damping and ``tanh``-smoothed friction
+        evaluated at ``v``. A step with ``joint_forces="implicit"`` evaluates
+        them at the new velocity instead, so its ``(v1 - v) / dt`` differs by
+        ``O(dt)`` (and stays bounded where this is stiff).
+        """
         tau, _ = self.efforts(q, v, u)
         return self.system.forward_dynamics(q, v, tau)
 
     def _advance(self, q, v, u):
         tau0, effort = self.efforts(q, v, u)
+        if self._implicit is not None:
+            # Euler integrators with implicit joint damping and friction: the
+            # new velocity comes from one solve (backdrive.sim._implicit).
+            # Further forces belong here: a generalised force (contact J^T f,
+            # evaluated at (q, v)) as extra_force=, an implicit damping
+            # (J^T K J) as extra_implicit=.
+            v1 = self._implicit.velocity(q, v, tau0)
+            # "semi_implicit" moves q with the new velocity, "euler" with the old.
+            q1 = self.system.integrate(q, v1 if self.integrator == "semi_implicit" else v, self.dt)
+            return q1, v1, effort
         first = [True]
 
         def accel(qs, vs):
@@ -230,7 +307,16 @@ class Simulator:
         robot, dt = self.robot, self.dt
         tau, effort = self.efforts(q, v, u)
         damping = self._pd_damping(q)
-        a, res = self.contact.acceleration(robot, q, v, tau, dt=dt, extra_damping=damping)
+        if self._implicit is not None:
+            # Joint damping and friction implicit (backdrive.sim._implicit),
+            # the contact's terms and the PD kd solved with them.
+            terms = self.contact.implicit_terms(robot, q, v, dt)
+            extra = terms.matrix if damping is None else terms.matrix + torch.diag_embed(damping)
+            v_new = self._implicit.velocity(q, v, tau, extra_force=terms.force, extra_implicit=extra)
+            a = (v_new - v) / dt
+            res = self.contact.applied(robot, terms, a, dt)
+        else:
+            a, res = self.contact.acceleration(robot, q, v, tau, dt=dt, extra_damping=damping)
         q1, v1 = integrate_world(robot, q, v, a, dt)
         return q1, v1, effort, res
 
@@ -258,7 +344,15 @@ class Simulator:
             raise InputError(
                 f"{name} must be {sysm.dtype} on {sysm.device}, got {controls.dtype} on {controls.device}"
             )
-        batch = broadcast_shapes(q.shape[:-1], v.shape[:-1], controls.shape[: controls.ndim - ndim_u])
+        u_batch = controls.shape[: controls.ndim - ndim_u]
+        try:
+            batch = broadcast_shapes(q.shape[:-1], v.shape[:-1], u_batch)
+        except RuntimeError:
+            raise InputError(
+                f"batch axes do not broadcast: q {tuple(q.shape)} (batch {tuple(q.shape[:-1])}), "
+                f"v {tuple(v.shape)} (batch {tuple(v.shape[:-1])}), {name} {tuple(controls.shape)} "
+                f"(batch {tuple(u_batch)}, the axes before {'(T, nu)' if time_axis else '(nu,)'})"
+            ) from None
         q = q.expand(*batch, sysm.nq)
         v = v.expand(*batch, sysm.nv)
         controls = controls.expand(*batch, *controls.shape[controls.ndim - ndim_u :])
@@ -282,13 +376,18 @@ class Simulator:
         else:
             q1, v1, _ = self._advance(q, v, u)
         if check_finite and not bool(torch.isfinite(q1).all() & torch.isfinite(v1).all()):
+            culprits = _culprits(q, v, u)
+            if culprits.endswith("diverged)"):
+                bad = ~(torch.isfinite(q1).all(-1) & torch.isfinite(v1).all(-1))
+                culprits += "." + self._diagnose(q[bad], v[bad], u[bad])
             raise NonFiniteError(
-                "the simulation step produced a non-finite state" + _culprits(q, v, u),
+                "the simulation step produced a non-finite state" + culprits,
                 step=1,
                 what="q" if not bool(torch.isfinite(q1).all()) else "v",
             )
         return State(q1, v1)
 
+    @_small_batch_threads
     def rollout(
         self,
         state0: State,
@@ -345,19 +444,166 @@ class Simulator:
         V = torch.stack(vs, dim=-2)
         E = torch.stack(efforts, dim=-2) if efforts else controls[..., :0, :]
         if check_finite:
-            _check_trajectory(Q, V, controls, self.dt)
+            _check_trajectory(Q, V, controls, self.dt, self._diagnose)
         return Trajectory(
             q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms,
             contact=stack_results(contacts) if contacts else None,
         )
 
+    def _diagnose(
+        self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor, step: int | None = None, q_start=None
+    ) -> str:
+        """Name the force term that drove a divergence.
+
+        Evaluates each term of the step at ``(q, v, u)`` (``(N, .)``, the last
+        finite state of the samples that went bad): actuator effort, joint-limit
+        force, joint damping, joint friction and the Coriolis/gravity forces,
+        per joint; reports the non-finite or largest one, and every explicit
+        stiffness that exceeds the stability bound of an Euler step against the
+        joint's inertia ``m_j = 1 / (M^-1)_jj`` (``dt c / m > 2`` for a damping
+        ``c``, ``dt^2 k / m > 4`` for a stiffness ``k``), and coordinates
+        without inertia. ``q_start`` (same samples, the rollout's first
+        configuration) stands in for ``q`` where ``M(q)`` is no longer finite.
+        """
+        try:
+            with torch.no_grad():
+                return self._diagnosis(q, v, u, step, q_start)
+        except Exception as exc:  # a diagnosis must never hide the real error
+            return f" (the force terms could not be evaluated: {type(exc).__name__}: {exc})"
+
+    def _diagnosis(self, q, v, u, step, q_start) -> str:
+        sysm, robot, dt = self.system, self.robot, self.dt
+        names = sysm.joint_names
+        if q.shape[0] == 0:
+            return ""
+        qj, vj = sysm.joint_positions(q), sysm.joint_velocities(v)
+        qa, va = (qj, vj) if self._all_joints else (qj[..., self._idx], vj[..., self._idx])
+        effort = self.actuator.effort(qa, va, u)
+        if self._saturate:
+            effort = smooth_saturation(effort, self.effort_limit)
+        terms = {"actuator effort": effort if self._all_joints else effort @ self._select}
+        if self._has_limits:
+            terms["joint limits"] = self.limits.effort(qj, vj, sysm.lower, sysm.upper)
+        m_j = None
+        if robot is not None:
+            terms["joint damping"] = -robot.damping * vj
+            terms["joint friction"] = -robot.friction * torch.tanh(vj / self.friction_width)
+            off = robot.nv - robot.num_joints
+            terms["Coriolis/gravity"] = -bias_forces(robot, q, v)[..., off:]
+            # The joints' inertia at the last finite state, or, where that
+            # state has grown too large for finite kinematics, at the start.
+            M = mass_matrix(robot, q)
+            if not bool(torch.isfinite(M).all()) and q_start is not None:
+                M = mass_matrix(robot, q_start)
+            L, info = torch.linalg.cholesky_ex(M)
+            if not bool(torch.isfinite(M).all()):
+                L = None
+            elif bool((info != 0).any()) or not bool(torch.isfinite(L).all()):
+                d = M.diagonal(dim1=-2, dim2=-1)[..., off:]
+                empty = sorted({names[j] for j in torch.nonzero(d.abs().amax(0) <= 1e-12).flatten().tolist()})
+                return (
+                    f" The mass matrix is not positive definite at step {step}"
+                    + (f": joints {empty} have no inertia; give them armature with robot.replace(armature=...)"
+                       if empty else "")
+                    + "."
+                )
+            if L is not None:
+                m_j = 1.0 / torch.cholesky_inverse(L).diagonal(dim1=-2, dim2=-1)[..., off:]  # (N, nj)
+        at = f"At step {step}" if step is not None else "At the step's start"
+        worst = None
+        for label, x in terms.items():
+            x = x.expand(q.shape[0], len(names))
+            bad = ~torch.isfinite(x)
+            if bool(bad.any()):
+                j = int(torch.nonzero(bad.any(0))[0, 0])
+                worst = (label, math.inf, j)
+                break
+            mag = x.abs().amax(0)
+            j = int(mag.argmax())
+            if worst is None or float(mag[j]) > worst[1]:
+                worst = (label, float(mag[j]), j)
+        label, mag, j = worst
+        largest = (
+            f" {at} the largest force term is the {label} ({'non-finite' if math.isinf(mag) else f'{mag:.3g}'}"
+            f" on joint {names[j]!r})"
+        )
+        # Unstable explicit terms first: once a divergence has grown, the
+        # quadratic Coriolis forces dominate whatever started it.
+        parts = []
+        if m_j is not None:
+            stiff = self._explicit_stiffness()
+            for what, kind, coeff in stiff:
+                ratio = (dt * coeff if kind == "damping" else dt * dt * coeff) / m_j
+                bound = 2.0 if kind == "damping" else 4.0
+                ratio = torch.where(torch.isfinite(ratio), ratio, torch.zeros_like(ratio)).amax(0)
+                if bool((ratio > bound).any()):
+                    jj = int(ratio.argmax())
+                    parts.append(
+                        f"the explicit {what} is unstable at dt = {dt:g} s on joint {names[jj]!r} "
+                        f"({'dt c / m' if kind == 'damping' else 'dt^2 k / m'} = {float(ratio[jj]):.3g} > {bound:g})"
+                        + _REMEDY[what]
+                    )
+        if not parts:
+            return largest + "; a smaller dt, softer limits or smaller gains may help."
+        first = "; ".join(parts)
+        return " Cause: " + first + "." + largest + "."
+
+    def _explicit_stiffness(self):
+        """``(what, kind, (nj,) coefficient)`` of every term the step treats explicitly."""
+        sysm, robot = self.system, self.robot
+        nj = sysm.num_joints
+        out = []
+
+        def joints(x):
+            x = torch.as_tensor(x, dtype=sysm.dtype, device=sysm.device).expand(self.nu)
+            return x if self._all_joints else x @ self._select
+
+        if robot is not None and self._implicit is None:
+            out.append(("joint damping", "damping", robot.damping))
+            out.append(("joint friction", "damping", robot.friction / self.friction_width))
+        if isinstance(self.actuator, PDActuator):
+            out.append(("PD gain kd", "damping", joints(self.actuator.kd)))
+            out.append(("PD gain kp", "stiffness", joints(self.actuator.kp)))
+        if self._has_limits:
+            k = torch.as_tensor(self.limits.stiffness, dtype=sysm.dtype, device=sysm.device).expand(nj)
+            c = torch.as_tensor(self.limits.damping, dtype=sysm.dtype, device=sysm.device).expand(nj)
+            out.append(("joint-limit stiffness", "stiffness", k))
+            out.append(("joint-limit damping", "damping", c))
+        return out
+
     def __repr__(self) -> str:
         return (
             f"Simulator({self.system!r}, dt={self.dt:g}, integrator={self.integrator!r}, "
             f"actuator={type(self.actuator).__name__}, nu={self.nu}, "
-            f"limits={'on' if self.limits is not None else 'off'}"
+            f"limits={'on' if self.limits is not None else 'off'}, joint_forces={self.joint_forces!r}"
             + (f", contact={self.contact!r})" if self.contact is not None else ")")
         )
+
+
+_REMEDY = {
+    "joint damping": ": use joint_forces='implicit' with an Euler integrator, or a smaller dt",
+    "joint friction": ": use joint_forces='implicit' with an Euler integrator, a wider friction_width or a smaller dt",
+    "PD gain kd": ": use a smaller kd or dt",
+    "PD gain kp": ": use a smaller kp or dt",
+    "joint-limit stiffness": ": use softer SoftJointLimits or a smaller dt",
+    "joint-limit damping": ": use a smaller SoftJointLimits damping or a smaller dt",
+}
+
+
+def _joint_force_mode(mode, integrator: str, is_robot: bool) -> str:
+    """Resolve ``Simulator(joint_forces=...)`` to ``"implicit"`` or ``"explicit"``."""
+    if mode not in JOINT_FORCE_MODES:
+        raise InputError(f"unknown joint_forces {mode!r}; choose one of {', '.join(JOINT_FORCE_MODES)}")
+    if mode == "auto":
+        return "implicit" if is_robot and integrator != "rk4" else "explicit"
+    if mode == "implicit" and integrator == "rk4":
+        raise InputError(
+            "joint_forces='implicit' is for the Euler integrators ('semi_implicit', 'euler'); "
+            "rk4's stages are explicit: use joint_forces='explicit' (or 'auto') with rk4"
+        )
+    if mode == "implicit" and not is_robot:
+        raise InputError("joint_forces='implicit' needs a RobotModel (joint damping and friction come from it)")
+    return mode
 
 
 def _check_contact(contact, system, integrator: str):
@@ -405,7 +651,7 @@ def _first_bad(x: torch.Tensor) -> torch.Tensor:
     return bad.reshape(-1, bad.shape[-1]).any(dim=0)
 
 
-def _check_trajectory(Q, V, controls, dt) -> None:
+def _check_trajectory(Q, V, controls, dt, diagnose) -> None:
     ok = torch.isfinite(Q).all() & torch.isfinite(V).all()
     if bool(ok):
         return
@@ -419,9 +665,12 @@ def _check_trajectory(Q, V, controls, dt) -> None:
     elif prev_u is not None and not bool(torch.isfinite(prev_u).all()):
         cause = f"; the control of step {step - 1} is not finite"
     else:
-        cause = (
-            "; the controls were finite, so the dynamics diverged (a smaller dt, "
-            "rk4, softer limits or smaller gains may help)"
+        # Evaluate the force terms at the last finite state of the samples
+        # that went bad, to name the one that drove the divergence.
+        bad_now = ~(torch.isfinite(Q[..., step, :]).all(-1) & torch.isfinite(V[..., step, :]).all(-1))
+        cause = "; the controls were finite, so the dynamics diverged." + diagnose(
+            Q[..., step - 1, :][bad_now], V[..., step - 1, :][bad_now], controls[..., step - 1, :][bad_now],
+            step - 1, Q[..., 0, :][bad_now],
         )
     raise NonFiniteError(
         f"the simulation produced a non-finite {what} at step {step} (t = {step * dt:.6g} s){cause}",

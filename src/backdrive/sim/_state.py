@@ -7,28 +7,9 @@ from dataclasses import dataclass, field
 import torch
 
 from .._shapes import broadcast_shapes
-from .._errors import BackdriveError
+from .._errors import NonFiniteError, SimulationError
 
 __all__ = ["State", "Trajectory", "SimulationError", "NonFiniteError"]
-
-
-class SimulationError(BackdriveError):
-    """A simulation that cannot go on (bad state, bad control, bad setting)."""
-
-
-class NonFiniteError(SimulationError, FloatingPointError):
-    """A state, a control or a gradient became NaN or infinite.
-
-    Attributes:
-        step: the first step index at which a non-finite value was found
-            (state index ``t`` is the state after ``t`` steps).
-        what: ``"q"``, ``"v"``, ``"control"`` or ``"gradient"``.
-    """
-
-    def __init__(self, message: str, *, step: int, what: str):
-        super().__init__(message)
-        self.step = step
-        self.what = what
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import math
 import torch
 
 from .._errors import InputError, UnknownNameError
-from ..dynamics import forward_dynamics, integrate
+from ..dynamics import DEFAULT_FRICTION_WIDTH, forward_dynamics, integrate
 from ..model import RobotModel
 
 __all__ = ["System", "RobotSystem", "MassSpringDamper", "as_system"]
@@ -123,12 +123,15 @@ class RobotSystem(System):
 
     Args:
         robot: the model (fixed or floating base).
+        friction_width: velocity scale of the ``tanh`` friction smoothing in
+            :meth:`forward_dynamics`, rad/s (m/s).
     """
 
-    def __init__(self, robot: RobotModel):
+    def __init__(self, robot: RobotModel, *, friction_width: float = DEFAULT_FRICTION_WIDTH):
         if not isinstance(robot, RobotModel):
             raise InputError(f"robot must be a RobotModel, got {type(robot).__name__}")
         self.robot = robot
+        self.friction_width = float(friction_width)
         self.nq = robot.nq
         self.nv = robot.nv
         self.joint_names = robot.joint_names
@@ -138,7 +141,10 @@ class RobotSystem(System):
         self.floating_base = robot.floating_base
 
     def forward_dynamics(self, q, v, tau):
-        return forward_dynamics(self.robot, q, v, tau)
+        """Acceleration with the joints' damping and ``tanh``-smoothed friction
+        evaluated at ``v`` (explicitly; see :mod:`backdrive.sim._implicit` for
+        the simulator's implicit treatment)."""
+        return forward_dynamics(self.robot, q, v, tau, friction_width=self.friction_width)
 
     def integrate(self, q, v, dt):
         return integrate(self.robot, q, v, dt)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .._errors import InputError, InputTypeError
+
 BatchShape = int | Sequence[int] | torch.Size
 
 
@@ -38,11 +40,11 @@ def default_tolerance(dtype: torch.dtype) -> float:
 
 
 def check_floating(x: torch.Tensor, name: str) -> None:
-    """Raise ``TypeError`` unless ``x`` is a floating-point tensor."""
+    """Raise :class:`~backdrive.InputTypeError` (a ``TypeError``) unless ``x`` is a floating-point tensor."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise InputTypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(
+        raise InputTypeError(
             f"{name} must be a floating-point tensor (float32 or float64), got {x.dtype}"
         )
 
@@ -51,28 +53,28 @@ def check_vector(x: torch.Tensor, size: int, name: str) -> None:
     """Raise unless ``x`` is a floating tensor of shape ``(..., size)``."""
     check_floating(x, name)
     if x.ndim < 1 or x.shape[-1] != size:
-        raise ValueError(f"{name} must have shape (..., {size}), got {tuple(x.shape)}")
+        raise InputError(f"{name} must have shape (..., {size}), got {tuple(x.shape)}")
 
 
 def check_matrix(x: torch.Tensor, rows: int, cols: int, name: str) -> None:
     """Raise unless ``x`` is a floating tensor of shape ``(..., rows, cols)``."""
     check_floating(x, name)
     if x.ndim < 2 or x.shape[-2:] != (rows, cols):
-        raise ValueError(
+        raise InputError(
             f"{name} must have shape (..., {rows}, {cols}), got {tuple(x.shape)}"
         )
 
 
 def check_same_dtype_device(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str) -> None:
-    """Raise ``TypeError`` when two inputs disagree in dtype or device.
+    """Raise :class:`~backdrive.InputTypeError` when two inputs disagree in dtype or device.
 
     Arithmetic would silently promote or fail with an opaque message; the
     project's convention is a clear error, never a silent copy.
     """
     if a.dtype != b.dtype:
-        raise TypeError(f"{name_a} and {name_b} must share a dtype, got {a.dtype} and {b.dtype}")
+        raise InputTypeError(f"{name_a} and {name_b} must share a dtype, got {a.dtype} and {b.dtype}")
     if a.device != b.device:
-        raise TypeError(
+        raise InputTypeError(
             f"{name_a} and {name_b} must be on the same device, got {a.device} and {b.device}"
         )
 
@@ -91,7 +93,7 @@ def as_batch_shape(batch_shape: BatchShape) -> tuple[int, ...]:
     shape = tuple(batch_shape)
     for n in shape:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"batch_shape must be non-negative ints, got {shape}")
+            raise InputError(f"batch_shape must be non-negative ints, got {shape}")
     return shape
 
 
@@ -99,5 +101,5 @@ def resolve_dtype(dtype: torch.dtype | None) -> torch.dtype:
     """``dtype`` or torch's default floating dtype."""
     dtype = torch.get_default_dtype() if dtype is None else dtype
     if not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        raise InputTypeError(f"dtype must be a floating dtype, got {dtype}")
     return dtype

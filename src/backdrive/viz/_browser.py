@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._errors import BrowserNotFoundError
 from ._deps import require
 
 __all__ = ["find_chromium", "screenshot", "screenshots", "BrowserNotFoundError"]
@@ -33,10 +34,6 @@ _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-s
 
 # Resolves after `n` animation frames: the frame after a scene change is drawn.
 _FRAMES = "new Promise(r => { let n = 0; const f = () => (++n >= %d ? r(n) : requestAnimationFrame(f)); requestAnimationFrame(f); })"
-
-
-class BrowserNotFoundError(FileNotFoundError):
-    """No Chromium-family browser was found to take a screenshot with."""
 
 
 def find_chromium() -> str:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from .._errors import MissingExtraError
+
 __all__ = ["MissingExtraError", "require"]
-
-
-class MissingExtraError(ImportError):
-    """A plotting or preview function needs a package from the ``[viz]`` extra."""
 
 
 def require(module: str, feature: str) -> ModuleType:

@@ -1,0 +1,225 @@
+"""Presets: tested settings for the shipped envs, as objects.
+
+A :class:`Preset` keeps apart what configures the environment
+(``env_kwargs``, for ``preset.make_env()``), the training settings (a
+validated :class:`PolicyTrainerConfig`) and the run length (``updates``).
+``train_policy(preset.make_env(), preset=preset)`` runs it; keywords
+override single settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..._errors import PolicyConfigError
+from ...envs import CartPoleSwingUp, PandaReach, Pendulum
+from ...envs._base import DiffEnv
+from .config import PolicyTrainerConfig
+
+__all__ = [
+    "Preset",
+    "PENDULUM_SHAC",
+    "PENDULUM_APG",
+    "CARTPOLE_SHAC",
+    "PANDA_REACH_APG",
+    "PRESETS",
+    "get_preset",
+    "recommended_preset",
+]
+
+
+# eq=False: presets compare and hash by identity (their env_kwargs mapping is not hashable).
+@dataclasses.dataclass(frozen=True, eq=False)
+class Preset:
+    """Settings that solve one task: the env to build, the training config and the run length.
+
+    Attributes:
+        name: short identifier, e.g. ``"pendulum_shac"`` (``train_policy``
+            accepts it in place of the object).
+        env_type: the environment class the settings were tuned on.
+        env_kwargs: keyword arguments of ``env_type`` (exploring starts,
+            number of copies, episode length); read-only.
+        config: the training settings.
+        updates: number of updates of the documented run.
+        summary: what the preset reaches, and where that was measured.
+    """
+
+    name: str
+    env_type: type[DiffEnv]
+    env_kwargs: Mapping[str, Any]
+    config: PolicyTrainerConfig
+    updates: int
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env_kwargs", types.MappingProxyType(dict(self.env_kwargs)))
+        if not isinstance(self.config, PolicyTrainerConfig):
+            raise PolicyConfigError(f"Preset.config must be a PolicyTrainerConfig, got {type(self.config).__name__}")
+        if isinstance(self.updates, bool) or not isinstance(self.updates, int) or self.updates < 1:
+            raise PolicyConfigError(f"Preset.updates must be a positive int, got {self.updates!r}")
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps of the documented run (``updates * num_envs * horizon``)."""
+        return self.updates * int(self.env_kwargs.get("num_envs", 1)) * self.config.horizon
+
+    def make_env(self, **overrides: Any) -> DiffEnv:
+        """A new training env built with ``env_kwargs`` (keywords override them)."""
+        return self.env_type(**{**self.env_kwargs, **overrides})
+
+    def mismatches(self, env: DiffEnv) -> list[str]:
+        """How ``env`` differs from the env this preset was tuned on (empty when it does not)."""
+        if not isinstance(env, self.env_type):
+            return [f"env is a {type(env).__name__}, not a {self.env_type.__name__}"]
+        out = []
+        for key, want in self.env_kwargs.items():
+            have = getattr(env, key, want)
+            if isinstance(have, torch.Tensor) or isinstance(want, (tuple, list)):
+                # Stored as a tensor by the env (the cart-pole's init_noise).
+                h = torch.as_tensor(have, dtype=torch.float64).flatten()
+                w = torch.as_tensor(want, dtype=torch.float64).flatten()
+                same = h.shape == w.shape and torch.allclose(h, w, rtol=1e-6, atol=0.0)
+                have = h.tolist() if not same else have
+            else:
+                same = have == want
+            if not same:
+                out.append(f"{key}={have!r} (preset: {want!r})")
+        return out
+
+    def __repr__(self) -> str:
+        env = ", ".join(f"{k}={v!r}" for k, v in self.env_kwargs.items())
+        return f"Preset({self.name!r}: {self.env_type.__name__}({env}), {self.updates} updates, {self.config!r})"
+
+    # ------------------------------------------------ the old dict interface
+    def _legacy(self) -> dict[str, dict[str, Any]]:
+        train = {"updates": self.updates, **self.config.changed()}
+        train.pop("algo", None)  # the old dicts left the algorithm to the call
+        return {"env": dict(self.env_kwargs), "train": train}
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        """Deprecated: ``preset["env"]`` and ``preset["train"]``, the dicts presets used to be."""
+        warnings.warn(
+            f"{self.name.upper()}[{key!r}] is deprecated: presets are objects now; use "
+            f"{self.name.upper()}.make_env() and train_policy(env, preset={self.name.upper()}) "
+            "(or .env_kwargs, .config and .updates)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        legacy = self._legacy()
+        if key not in legacy:
+            raise KeyError(key)
+        return legacy[key]
+
+    def keys(self):
+        """Deprecated, with :meth:`__getitem__`: ``"env"`` and ``"train"``."""
+        return self._legacy().keys()
+
+
+#: SHAC that solves gymnasium's Pendulum-v1 (return >= -200) in about 1,000
+#: environment steps and reaches about -140 by 2,000: 8 pendulums with
+#: exploring starts (speeds up to 8 rad/s, 8-step episodes), 8-step windows
+#: (64 env steps per update), the critic refitted on every past window (32
+#: random minibatches of 256 per update), and 32 replayed actor steps per
+#: update through the transitions' stored action Jacobians. 40 updates, 2,560
+#: env steps. Used by the demo, ``examples/pendulum_policy.py`` and
+#: ``benchmarks/learning.py``.
+PENDULUM_SHAC = Preset(
+    name="pendulum_shac",
+    env_type=Pendulum,
+    env_kwargs={"num_envs": 8, "y_init": 8.0, "max_episode_steps": 8},
+    config=PolicyTrainerConfig(
+        algo="shac",
+        horizon=8,
+        lr=5e-3,
+        critic_lr=3e-3,
+        gamma=0.99,
+        reward_scale=0.02,
+        action_noise=0.3,
+        critic_iterations=32,
+        critic_batch_size=256,
+        critic_replay=1000,
+        actor_replay_steps=32,
+        actor_batch_size=256,
+    ),
+    updates=40,
+    summary="Pendulum-v1 solved (>= -200) after about 1,000 env steps; -175 after 2,560 (examples/README_policy.md)",
+)
+
+#: APG on the pendulum, as ``examples/pendulum_policy.py --algo apg`` runs it:
+#: 16 pendulums with exploring starts and 64-step episodes, whole-episode
+#: windows, lr 5e-3 decaying linearly, 150 updates (153,600 env steps).
+PENDULUM_APG = Preset(
+    name="pendulum_apg",
+    env_type=Pendulum,
+    env_kwargs={"num_envs": 16, "y_init": 8.0, "max_episode_steps": 64},
+    config=PolicyTrainerConfig(algo="apg", horizon=64, lr=5e-3, gamma=0.99, action_noise=0.3, lr_decay_updates=200),
+    updates=150,
+    summary="the APG run of examples/pendulum_policy.py",
+)
+
+#: SHAC that swings the cart-pole up from hanging and balances it
+#: (``CartPoleSwingUp``: return about 140, the pole upright in the last 50
+#: steps of every test episode, after about 180,000 env steps): 64 cart-poles
+#: with exploring starts (every pole angle, cart within 0.5 m, 100-step
+#: episodes), 20-step (1 s) windows, gamma 0.95, lr 1e-2 decaying linearly, a
+#: light critic fit. 250 updates, 320,000 env steps. APG with the same windows
+#: uses ``gamma=0.99``. Used by ``examples/cartpole_swingup_policy.py`` and
+#: ``benchmarks/learning_cartpole.py``.
+CARTPOLE_SHAC = Preset(
+    name="cartpole_shac",
+    env_type=CartPoleSwingUp,
+    env_kwargs={"num_envs": 64, "init_noise": (0.5, math.pi, 1.0, 2.0), "max_episode_steps": 100},
+    config=PolicyTrainerConfig(
+        algo="shac",
+        horizon=20,
+        lr=1e-2,
+        lr_decay_updates=333,
+        critic_lr=2e-3,
+        gamma=0.95,
+        reward_scale=0.1,
+        action_noise=0.1,
+        critic_iterations=4,
+        critic_minibatches=4,
+        critic_replay=2,
+    ),
+    updates=250,
+    summary="swing-up and balance, return about 140 after about 180,000 env steps (examples/README_policy.md)",
+)
+
+#: APG that reaches random targets with the Panda to under 1 cm: 32 arms,
+#: 25-step windows (half an episode), lr 3e-3, 60 updates (48,000 env
+#: steps). Used by ``examples/panda_reach_policy.py``.
+PANDA_REACH_APG = Preset(
+    name="panda_reach_apg",
+    env_type=PandaReach,
+    env_kwargs={"num_envs": 32},
+    config=PolicyTrainerConfig(algo="apg", horizon=25, lr=3e-3, gamma=0.99),
+    updates=60,
+    summary="mean final distance 0.7 cm over 64 unseen targets (examples/README_policy.md)",
+)
+
+#: Every preset by name.
+PRESETS: dict[str, Preset] = {p.name: p for p in (PENDULUM_SHAC, PENDULUM_APG, CARTPOLE_SHAC, PANDA_REACH_APG)}
+
+
+def get_preset(preset: Preset | str) -> Preset:
+    """``preset`` itself, or the preset of that name."""
+    if isinstance(preset, Preset):
+        return preset
+    if isinstance(preset, str) and preset.lower() in PRESETS:
+        return PRESETS[preset.lower()]
+    raise PolicyConfigError(f"unknown preset {preset!r}; valid: {', '.join(map(repr, PRESETS))}")
+
+
+def recommended_preset(env: DiffEnv, algo: str | None = None) -> Preset | None:
+    """The preset tuned for ``type(env)`` (for ``algo`` when one is, else the first), or ``None``."""
+    fits = [p for p in PRESETS.values() if isinstance(env, p.env_type)]
+    same_algo = [p for p in fits if p.config.algo == algo]
+    return (same_algo or fits or [None])[0]

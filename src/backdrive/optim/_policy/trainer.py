@@ -1,0 +1,770 @@
+"""The training loop: :class:`PolicyTrainer` and :func:`train_policy`."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...runtime import threads_for_batch
+from ..._errors import PolicyConfigError, TrainingDivergedError
+from ...envs._base import DiffEnv
+from .._progress import ProgressBar
+from .checkpoints import FORMAT, checkpoint_config, read_checkpoint, write_checkpoint
+from .config import PolicyTrainerConfig
+from .networks import MLPPolicy, ObsNormalizer, ValueCritic
+from .presets import Preset, get_preset, recommended_preset
+from .returns import evaluate_policy, td_lambda, window_objective
+
+__all__ = ["PolicyTrainer", "train_policy", "LOG_FIELDS"]
+
+#: The columns of the training log, one row per update.
+LOG_FIELDS = (
+    "update",
+    "env_steps",
+    "wall_s",
+    "train_return",
+    "window_reward",
+    "actor_loss",
+    "critic_loss",
+    "grad_norm",
+    "eval_return",
+    "eval_s",
+)
+
+
+def _fmt(x: float) -> str:
+    return "nan" if x != x else f"{x:.1f}"
+
+
+def _make_config(
+    config: PolicyTrainerConfig | None, algo: str | None, settings: dict[str, Any]
+) -> PolicyTrainerConfig:
+    """``config`` (or the defaults) with ``algo`` and keyword ``settings`` on top, validated."""
+    if isinstance(config, Preset):
+        raise PolicyConfigError(f"config must be a PolicyTrainerConfig; for a Preset use preset={config.name!r}")
+    if config is not None and not isinstance(config, PolicyTrainerConfig):
+        raise PolicyConfigError(f"config must be a PolicyTrainerConfig, got {type(config).__name__}")
+    base = config if config is not None else PolicyTrainerConfig()
+    if algo is not None:
+        settings = {**settings, "algo": algo}
+    return base.replace(**settings)
+
+
+def _check_policy(policy: nn.Module, env: DiffEnv) -> None:
+    n = getattr(policy, "obs_dim", None)
+    if n is not None and n != env.obs_dim:
+        raise PolicyConfigError(
+            f"policy expects observations of size {n}, but {type(env).__name__} gives size {env.obs_dim}"
+        )
+    obs = env.reset() if env._state is None else env.observation()
+    try:
+        with torch.no_grad():
+            out = policy(obs.detach().to(next(policy.parameters()).dtype))
+    except RuntimeError as exc:
+        raise PolicyConfigError(
+            f"policy cannot take observations of size {env.obs_dim} from {type(env).__name__}: {exc}"
+        ) from exc
+    if tuple(out.shape) != (env.num_envs, env.action_dim):
+        raise PolicyConfigError(
+            f"policy returns actions of shape {tuple(out.shape)}, "
+            f"{type(env).__name__} needs ({env.num_envs}, {env.action_dim})"
+        )
+
+
+class PolicyTrainer:
+    """Trains a policy on a differentiable env with APG or SHAC; see :func:`train_policy`.
+
+    The trainer owns the policy, the critic (SHAC), both optimisers, the
+    observation normaliser, the environment's state and every random
+    generator, so :meth:`save` followed by :meth:`load` continues bit for bit.
+
+    Args:
+        env: the training environment (stepped in place, reset with ``config.seed``).
+        algo: ``"apg"`` or ``"shac"``; overrides ``config.algo``.
+        config: the settings (default: ``PolicyTrainerConfig()``, generic
+            sizes; see the presets for tuned ones).
+        policy: a custom ``nn.Module`` policy (default: :class:`MLPPolicy`).
+        **settings: fields of :class:`PolicyTrainerConfig`, overriding ``config``'s.
+
+    Attributes:
+        config: the settings, a frozen :class:`PolicyTrainerConfig`
+            (``settings`` is the same object).
+    """
+
+    def __init__(
+        self,
+        env: DiffEnv,
+        algo: str | None = None,
+        *,
+        config: PolicyTrainerConfig | None = None,
+        policy: nn.Module | None = None,
+        **settings: Any,
+    ) -> None:
+        c = _make_config(config, algo, settings)
+        c.check_env(env)
+        if policy is not None:
+            _check_policy(policy, env)
+        self.config = c
+        self.env = env
+        dtype, device = env.dtype, env.device
+
+        # Parameter initialisation draws from the global generator: fork it so
+        # the caller's random stream is untouched and the run is seeded.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(c.seed)
+            if policy is None:
+                policy = MLPPolicy(
+                    env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation, c.squash
+                )
+            self.policy = policy.to(device=device, dtype=dtype)
+            self.critic = ValueCritic(env.obs_dim, c.hidden, c.activation).to(device=device, dtype=dtype)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_opt = torch.optim.Adam(self.policy.parameters(), lr=c.lr, betas=c.betas)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr, betas=c.betas)
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(c.seed + 1)
+
+        obs = env.reset(seed=c.seed)
+        if c.normalize_obs:
+            self._normalizer().update(obs)
+        self.updates_done = 0
+        self.env_steps = 0
+        self.wall_s = 0.0
+        self.history: list[dict[str, float]] = []
+        self._episode_return = torch.zeros(env.num_envs, dtype=torch.float64, device=device)
+        self._last_train_return = math.nan
+        self._last_eval = math.nan
+        self._replay: list[dict[str, torch.Tensor]] = []
+
+    @property
+    def settings(self) -> PolicyTrainerConfig:
+        """The settings (the same object as :attr:`config`)."""
+        return self.config
+
+    # -------------------------------------------------------------- training
+    def _normalizer(self) -> ObsNormalizer:
+        norm = getattr(self.policy, "normalizer", None)
+        if norm is None:
+            # A user policy without a normaliser: the critic gets its own.
+            if not hasattr(self, "_own_normalizer"):
+                self._own_normalizer = ObsNormalizer(self.env.obs_dim).to(self.env.device)
+            return self._own_normalizer
+        return norm
+
+    def _rollout(self) -> dict[str, Any]:
+        """One window: differentiable rewards and everything the losses need."""
+        env, c = self.env, self.config
+        env.detach()
+        obs = env.observation()
+        obs_list, rew_list, final_list, term_list, done_list = [], [], [], [], []
+        act_list, probe_list = [], []
+        jac = c.actor_replay_steps > 0
+        excess = torch.zeros((), dtype=env.dtype, device=env.device)
+        structured = isinstance(self.policy, MLPPolicy)
+        for _ in range(c.horizon):
+            if structured:
+                z = self.policy.preact(obs)
+                # Penalise pre-activations beyond the box, where tanh's gradient
+                # vanishes (or the straight-through clip has no effect).
+                excess = excess + torch.relu(z.abs() - 1.0).pow(2).mean()
+                action = self.policy.squash_preact(z)
+                if c.action_noise > 0:
+                    # Exploration in action space (the env clips): a saturated
+                    # policy still explores, and the reparameterised noise
+                    # keeps the window differentiable.
+                    noise = torch.randn(z.shape, generator=self.generator, dtype=z.dtype, device=z.device)
+                    action = action + c.action_noise * self.policy.action_half_range * noise
+            else:
+                action = self.policy(obs)
+                if c.action_noise > 0:
+                    noise = torch.randn(action.shape, generator=self.generator, dtype=action.dtype, device=action.device)
+                    action = action + c.action_noise * (env.action_high - env.action_low) / 2 * noise
+            if jac:
+                # Clip to the box here (the env does the same: values and
+                # gradients are unchanged) and add a zero probe: the derivative
+                # of this step's reward and observation with respect to the
+                # probe is the transition's action Jacobian (_action_jacobians).
+                action = torch.maximum(torch.minimum(action, env.action_high), env.action_low)
+                probe = torch.zeros_like(action, requires_grad=True)
+                act_list.append(action.detach())
+                probe_list.append(probe)
+                action = action + probe
+            obs_list.append(obs.detach())
+            obs, reward, terminated, truncated, info = env.step(action)
+            rew_list.append(reward)
+            final_list.append(info["final_obs"])
+            term_list.append(terminated)
+            done_list.append(terminated | truncated)
+        return {
+            "obs": torch.stack(obs_list),  # (H, N, obs_dim), detached
+            "reward": torch.stack(rew_list),  # (H, N), differentiable
+            "final_obs": torch.stack(final_list),  # (H, N, obs_dim), differentiable
+            "terminated": torch.stack(term_list),  # (H, N)
+            "done": torch.stack(done_list),  # (H, N)
+            "excess": excess / c.horizon,  # mean squared pre-activation excess
+            "action": torch.stack(act_list) if jac else None,  # (H, N, action_dim), in the box
+            "probes": probe_list,  # per step, (N, action_dim) zeros added to the actions
+            "reward_steps": rew_list,  # the per-step tensors stacked above
+            "final_steps": final_list,
+        }
+
+    def _clip_actor_grad(self) -> torch.Tensor:
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        if self.config.max_grad_norm is not None:
+            return torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        return torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
+
+    def update(self) -> dict[str, float]:
+        """One window and one actor step (plus the critic fit for SHAC).
+
+        Returns:
+            The log row of this update (see :data:`LOG_FIELDS`).
+
+        Raises:
+            TrainingDivergedError: a loss or the policy gradient is not finite;
+                the parameters are not changed.
+        """
+        c, env = self.config, self.env
+        H, N = c.horizon, env.num_envs
+        t0 = time.perf_counter()
+        k = self.updates_done + 1
+        if c.lr_decay_updates is not None:
+            # Linear decay to zero at update lr_decay_updates (as in SHAC);
+            # a function of the update index alone, so resuming is exact.
+            frac = max(0.0, 1.0 - (k - 1) / c.lr_decay_updates)
+            for group in self.actor_opt.param_groups:
+                group["lr"] = c.lr * frac
+            for group in self.critic_opt.param_groups:
+                group["lr"] = c.critic_lr * frac
+
+        roll = self._rollout()
+        reward, done, term = roll["reward"] * c.reward_scale, roll["done"], roll["terminated"]
+        shac = c.algo == "shac"
+        value = None
+        if shac:
+            # One batched call for every step; gradients reach the final
+            # observations (the actor), never the target critic's weights.
+            value = self.target_critic(self._normalizer()(roll["final_obs"])) * (~term)
+        objective = window_objective(reward, done, c.gamma, value)
+        actor_loss = -objective.sum() / (N * H) + c.preact_penalty * roll["excess"]
+        jacobians = self._action_jacobians(roll) if c.actor_replay_steps > 0 else None
+
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        grad_norm = self._clip_actor_grad()
+        if not (torch.isfinite(grad_norm) and torch.isfinite(actor_loss)):
+            self.actor_opt.zero_grad(set_to_none=True)
+            raise self._diverged(k, f"policy gradient norm {float(grad_norm)}, actor loss {float(actor_loss.detach())}")
+        self.actor_opt.step()
+
+        critic_loss = math.nan
+        if shac:
+            window = {
+                "obs": roll["obs"],
+                "reward": reward.detach(),
+                "final_obs": roll["final_obs"].detach(),
+                "terminated": term,
+                "done": done,
+            }
+            if jacobians is not None:
+                window.update(action=roll["action"], jac_obs=jacobians[0], jac_reward=jacobians[1])
+            critic_loss = self._fit_critic(window, value.detach(), k)
+            if c.actor_replay_steps > 0:
+                self._replay_actor_steps(k)
+
+        # Bookkeeping (detached): episode returns and normaliser statistics.
+        with torch.no_grad():
+            r64 = roll["reward"].detach().to(torch.float64)
+            finished = []
+            for t in range(H):
+                self._episode_return += r64[t]
+                finished.append(self._episode_return[done[t]])
+                self._episode_return = torch.where(done[t], torch.zeros_like(self._episode_return), self._episode_return)
+            finished_t = torch.cat(finished)
+            if finished_t.numel():
+                self._last_train_return = float(finished_t.mean())
+            if c.normalize_obs:
+                self._normalizer().update(roll["obs"])
+
+        self.updates_done = k
+        self.env_steps += N * H
+        self.wall_s += time.perf_counter() - t0
+        return {
+            "update": k,
+            "env_steps": self.env_steps,
+            "wall_s": self.wall_s,
+            "train_return": self._last_train_return,
+            "window_reward": float(roll["reward"].detach().mean()),
+            "actor_loss": float(actor_loss.detach()),
+            "critic_loss": critic_loss,
+            "grad_norm": float(grad_norm),
+            "eval_return": math.nan,
+            "eval_s": 0.0,
+        }
+
+    def _action_jacobians(self, roll: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Derivatives of each transition's (scaled) reward and final observation w.r.t. its action.
+
+        ``jac_obs`` ``(H, N, obs_dim, action_dim)`` and ``jac_reward`` ``(H, N,
+        action_dim)``, read off the window's own graph (no simulator call):
+        the derivative of step ``t``'s outputs with respect to the zero probe
+        added to step ``t``'s action. Each backward pass starts from one
+        step's own outputs, so it only runs through that step.
+        """
+        scale = self.config.reward_scale
+        jo, jr = [], []
+        for probe, final, reward in zip(roll["probes"], roll["final_steps"], roll["reward_steps"]):
+            outs = [final[:, j].sum() for j in range(final.shape[-1])] + [reward.sum() * scale]
+            rows = []
+            for out in outs:
+                (g,) = torch.autograd.grad(out, probe, retain_graph=True, allow_unused=True)
+                rows.append(torch.zeros_like(probe) if g is None else g)
+            jo.append(torch.stack(rows[:-1], dim=-2))
+            jr.append(rows[-1])
+        return torch.stack(jo).detach(), torch.stack(jr).detach()
+
+    def _replay_actor_steps(self, k: int) -> None:
+        """Actor steps on replayed transitions through their stored action Jacobians.
+
+        For a replayed ``(o, a, r, o')`` the policy's action ``a* = pi(o)`` is
+        scored with the first-order model of that transition,
+        ``r + dr/da (a* - a) + gamma V(o' + do'/da (a* - a))`` (SVG(1)-style,
+        the value from the target critic, zero after a termination). No
+        simulator call: the Jacobians were read off the window that produced
+        the transition.
+        """
+        c = self.config
+        norm = self._normalizer()
+        keys = ("obs", "action", "reward", "final_obs", "terminated", "jac_obs", "jac_reward")
+        data = {key: torch.cat([w[key].reshape(-1, *w[key].shape[2:]) for w in self._replay]) for key in keys}
+        n = data["obs"].shape[0]
+        batch = (min(c.actor_batch_size, n),)
+        for _ in range(c.actor_replay_steps):
+            idx = torch.randint(n, batch, generator=self.generator, device=data["obs"].device)
+            obs, a = data["obs"][idx], data["action"][idx]
+            delta = self.policy(obs) - a
+            reward = data["reward"][idx] + (data["jac_reward"][idx] * delta).sum(-1)
+            nxt = data["final_obs"][idx] + (data["jac_obs"][idx] @ delta.unsqueeze(-1)).squeeze(-1)
+            value = self.target_critic(norm(nxt)) * (~data["terminated"][idx])
+            loss = -(reward + c.gamma * value).mean()
+            self.actor_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = self._clip_actor_grad()
+            if not (torch.isfinite(grad_norm) and torch.isfinite(loss)):
+                self.actor_opt.zero_grad(set_to_none=True)
+                raise self._diverged(k, f"replayed actor gradient norm {float(grad_norm)}")
+            self.actor_opt.step()
+
+    def _td_lambda(self, reward: torch.Tensor, value: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """TD(lambda) targets ``(H, N)`` with this trainer's gamma and lambda (see :func:`td_lambda`)."""
+        return td_lambda(reward, value, done, self.config.gamma, self.config.lam)
+
+    def _fit_critic(self, window: dict[str, torch.Tensor], value: torch.Tensor, k: int) -> float:
+        """TD(lambda) targets from the recent windows, then minibatch regression.
+
+        With ``critic_replay = m`` the critic also refits the ``m - 1``
+        previous windows, their targets recomputed with the current target
+        critic (slightly off-policy, many more samples per update).
+        """
+        c = self.config
+        self._replay.append(window)
+        del self._replay[: -c.critic_replay]
+        norm = self._normalizer()
+        with torch.no_grad():
+            # All windows side by side along the env axis: one target-critic
+            # call and one TD(lambda) pass (the windows have the same shape).
+            old = self._replay[:-1]
+            v = [value]
+            if old:
+                final = torch.cat([w["final_obs"] for w in old], dim=1)
+                term = torch.cat([w["terminated"] for w in old], dim=1)
+                v.insert(0, self.target_critic(norm(final)) * (~term))
+            reward = torch.cat([w["reward"] for w in self._replay], dim=1)
+            done = torch.cat([w["done"] for w in self._replay], dim=1)
+            targets = self._td_lambda(reward, torch.cat(v, dim=1), done)  # (H, M * N)
+            H, M = targets.shape[0], len(self._replay)
+            # Samples ordered window by window, step by step within a window.
+            y = targets.reshape(H, M, -1).transpose(0, 1).reshape(-1)
+            obs = torch.stack([w["obs"] for w in self._replay])  # (M, H, N, obs_dim)
+            x = norm(obs).reshape(y.shape[0], -1)
+        n = y.shape[0]
+        total = torch.zeros((), dtype=y.dtype, device=y.device)
+        count = 0
+        if c.critic_batch_size is not None:
+            # SAC-style: critic_iterations gradient steps, each on a random
+            # minibatch of the replayed samples.
+            steps = [
+                torch.randint(n, (min(c.critic_batch_size, n),), generator=self.generator, device=y.device)
+                for _ in range(c.critic_iterations)
+            ]
+        else:
+            batch = n // c.critic_minibatches
+            steps = []
+            for _ in range(c.critic_iterations):
+                perm = torch.randperm(n, generator=self.generator, device=y.device)
+                steps += [perm[b * batch : (b + 1) * batch] for b in range(c.critic_minibatches)]
+        for idx in steps:
+            loss = (self.critic(x[idx]) - y[idx]).pow(2).mean()
+            self.critic_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if c.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c.max_grad_norm * 10)
+            self.critic_opt.step()
+            total += loss.detach()
+            count += 1
+        mean_loss = float(total / count)
+        if not math.isfinite(mean_loss):
+            raise self._diverged(k, f"critic loss {mean_loss}")
+        with torch.no_grad():
+            a = c.target_alpha
+            for pt, p in zip(self.target_critic.parameters(), self.critic.parameters()):
+                pt.mul_(a).add_(p, alpha=1 - a)
+        return mean_loss
+
+    def _diverged(self, k: int, what: str) -> TrainingDivergedError:
+        ckpt = getattr(self, "_last_checkpoint", None)
+        where = f"; last good checkpoint: {ckpt} (update {self._last_checkpoint_update})" if ckpt else ""
+        return TrainingDivergedError(
+            f"training diverged at update {k}: non-finite {what}; "
+            f"policy left as after update {k - 1}{where}",
+            update=k,
+            checkpoint=ckpt,
+        )
+
+    def train(
+        self,
+        updates: int,
+        *,
+        eval_fn: Callable[[nn.Module], float] | None = None,
+        eval_every: int = 10,
+        log_csv: str | os.PathLike | None = None,
+        checkpoint: str | os.PathLike | None = None,
+        checkpoint_every: int = 10,
+        progress: bool = False,
+        callback: Callable[[dict[str, float]], bool | None] | None = None,
+    ) -> PolicyTrainer:
+        """Run updates until ``updates`` have been done in total (resumed ones count).
+
+        Args:
+            updates: total number of updates to reach.
+            eval_fn: ``policy -> mean return``, called every ``eval_every``
+                updates and after the last; its time is not counted in
+                ``wall_s``.
+            eval_every: evaluation period in updates.
+            log_csv: append one row per update (header written once).
+            checkpoint: path written every ``checkpoint_every`` updates and at
+                the end (atomically: a crash never leaves a half file).
+            checkpoint_every: checkpoint period in updates.
+            progress: draw a progress bar with the latest return on stderr.
+            callback: called with each log row; returning ``True`` stops.
+
+        Returns:
+            ``self``.
+        """
+        if isinstance(updates, bool) or not isinstance(updates, int) or updates < 0:
+            raise PolicyConfigError(f"updates must be a non-negative int, got {updates!r}")
+        for name, val in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise PolicyConfigError(f"{name} must be a positive int, got {val!r}")
+        writer = _CsvLog(log_csv) if log_csv is not None else None
+        bar = ProgressBar(updates, "train_policy", enabled=bool(progress), interval=0.2)
+        shown = self._last_eval
+        try:
+            while self.updates_done < updates:
+                # Small env batches on one thread (backdrive.runtime.adaptive_threads).
+                with threads_for_batch(self.env.num_envs):
+                    row = self.update()
+                k = row["update"]
+                if eval_fn is not None and (k % eval_every == 0 or k == updates):
+                    t0 = time.perf_counter()
+                    was_training = self.policy.training
+                    self.policy.eval()
+                    with torch.no_grad():
+                        self._last_eval = float(eval_fn(self.policy))
+                    self.policy.train(was_training)
+                    row["eval_return"] = self._last_eval
+                    row["eval_s"] = time.perf_counter() - t0
+                self.history.append(row)
+                if writer is not None:
+                    writer.write(row)
+                if checkpoint is not None and (k % checkpoint_every == 0 or k == updates):
+                    self.save(checkpoint)
+                shown = self._last_eval if self._last_eval == self._last_eval else row["train_return"]
+                bar.update(k, text=f"return {_fmt(shown)}  steps {self.env_steps}")
+                if callback is not None and callback(row):
+                    break
+        finally:
+            bar.close(self.updates_done, text=f"return {_fmt(shown)}  steps {self.env_steps}")
+            if writer is not None:
+                writer.close()
+        return self
+
+    # ----------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that defines the run, for an exact resume: tensors and plain containers only."""
+        state = {
+            "format": FORMAT,
+            "config": {**self.config.to_dict(), "obs_dim": self.env.obs_dim, "action_dim": self.env.action_dim},
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "env": self.env.state_dict(),
+            "generator": self.generator.get_state(),
+            "updates_done": self.updates_done,
+            "env_steps": self.env_steps,
+            "wall_s": self.wall_s,
+            "episode_return": self._episode_return.clone(),
+            "last_train_return": self._last_train_return,
+            "last_eval": self._last_eval,
+            "history": [dict(row) for row in self.history],
+            "replay": [dict(w) for w in self._replay],
+        }
+        if hasattr(self, "_own_normalizer"):
+            state["normalizer"] = self._own_normalizer.state_dict()
+        return state
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a checkpoint atomically (temporary file, then rename)."""
+        write_checkpoint(self.state_dict(), path)
+        self._last_checkpoint = str(path)
+        self._last_checkpoint_update = self.updates_done
+
+    def load(self, path: str | os.PathLike) -> PolicyTrainer:
+        """Continue from a checkpoint written by :meth:`save` with the same settings.
+
+        The file is read with ``torch.load(weights_only=True)``, so nothing in
+        it runs; checkpoints of every earlier backdrive version load.
+
+        Raises:
+            PolicyConfigError: the checkpoint was made with other settings or
+                for an env with other observation or action sizes, or the
+                file is not a safe backdrive checkpoint.
+        """
+        ckpt = read_checkpoint(path, self.env.device)
+        saved, obs_dim, action_dim = checkpoint_config(ckpt, path)
+        if obs_dim != self.env.obs_dim or action_dim != self.env.action_dim:
+            raise PolicyConfigError(
+                f"checkpoint {path} has obs size {obs_dim} and action size "
+                f"{action_dim}, but {type(self.env).__name__} has obs size "
+                f"{self.env.obs_dim} and action size {self.env.action_dim}"
+            )
+        now = self.config
+        diff = [name for name in now.field_names() if getattr(saved, name) != getattr(now, name)]
+        if diff:
+            pairs = ", ".join(f"{n}: checkpoint {getattr(saved, n)!r} vs now {getattr(now, n)!r}" for n in diff)
+            raise PolicyConfigError(f"checkpoint {path} was trained with other settings ({pairs})")
+        self.policy.load_state_dict(ckpt["policy"])
+        self.critic.load_state_dict(ckpt["critic"])
+        self.target_critic.load_state_dict(ckpt["target_critic"])
+        self.actor_opt.load_state_dict(ckpt["actor_opt"])
+        self.critic_opt.load_state_dict(ckpt["critic_opt"])
+        self.env.load_state_dict(ckpt["env"])
+        self.generator.set_state(ckpt["generator"].cpu())
+        if "normalizer" in ckpt:
+            self._normalizer().load_state_dict(ckpt["normalizer"])
+        self.updates_done = ckpt["updates_done"]
+        self.env_steps = ckpt["env_steps"]
+        self.wall_s = ckpt["wall_s"]
+        self._episode_return = ckpt["episode_return"].to(self.env.device)
+        self._last_train_return = ckpt["last_train_return"]
+        self._last_eval = ckpt["last_eval"]
+        self.history = [dict(row) for row in ckpt["history"]]
+        self._replay = [dict(w) for w in ckpt["replay"]]
+        self._last_checkpoint = str(path)
+        self._last_checkpoint_update = self.updates_done
+        return self
+
+
+class _CsvLog:
+    def __init__(self, path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists() or path.stat().st_size == 0
+        self._file = open(path, "a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=LOG_FIELDS)
+        if new:
+            self._writer.writeheader()
+
+    def write(self, row: dict[str, float]) -> None:
+        self._writer.writerow(row)
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _no_settings_message(env: DiffEnv, algo: str | None) -> str:
+    name = type(env).__name__
+    default = PolicyTrainerConfig()
+    generic = (
+        f"config=PolicyTrainerConfig() takes the generic defaults on purpose ({default.horizon}-step "
+        f"windows, lr {default.lr:g}, no replay, 200 updates), which are not tuned for any env"
+    )
+    preset = recommended_preset(env, algo)
+    if preset is None:
+        return (
+            f"train_policy({name}, ...) was given no training settings; say which: pass config= "
+            f"(a PolicyTrainerConfig), preset=, or the settings as keywords (horizon=..., lr=...). {generic}."
+        )
+    upper = preset.name.upper()
+    env_args = ", ".join(f"{k}={v!r}" for k, v in preset.env_kwargs.items())
+    return (
+        f"train_policy({name}, ...) was given no training settings. The generic defaults are not tuned for "
+        f"{name} (on Pendulum they ran for minutes and did not swing it up). Use the preset tuned for it, "
+        f"backdrive.optim.{upper} ({preset.summary}): env = {upper}.make_env() (= {preset.env_type.__name__}"
+        f"({env_args})); train_policy(env, preset={upper}). Or pass config=, or settings as keywords; "
+        f"{generic}."
+    )
+
+
+def train_policy(
+    env: DiffEnv,
+    algo: str | None = None,
+    *,
+    preset: Preset | str | None = None,
+    config: PolicyTrainerConfig | None = None,
+    updates: int | None = None,
+    policy: nn.Module | None = None,
+    eval_fn: Callable[[nn.Module], float] | None = None,
+    eval_env: DiffEnv | None = None,
+    eval_every: int = 10,
+    log_csv: str | os.PathLike | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 10,
+    resume: str | os.PathLike | None = None,
+    progress: bool = False,
+    callback: Callable[[dict[str, float]], bool | None] | None = None,
+    num_threads: int | None = None,
+    **settings: Any,
+) -> PolicyTrainer:
+    """Train a policy by backpropagating through a differentiable environment.
+
+    Each update rolls all ``env.num_envs`` copies forward ``horizon`` steps,
+    differentiates the window's return (plus, for SHAC, the critic's value of
+    where it ends) with respect to the policy parameters, clips the gradient
+    norm and takes one Adam step; the graph is cut between windows. Every
+    env transition counts: an update costs ``num_envs * horizon`` env steps
+    (replayed critic and actor steps reuse stored transitions and take none).
+
+    The call must say which settings to train with: a ``preset`` (tuned
+    settings for a shipped env, e.g. ``PENDULUM_SHAC``), a ``config``, or
+    settings as keywords. With none of them (and no ``resume``) it raises
+    and names the preset for ``env``: the generic defaults of
+    :class:`PolicyTrainerConfig` are not tuned for any env.
+
+    Args:
+        env: the training environment (stepped in place; reset with ``seed``).
+            With a preset, build it with ``preset.make_env()``; an env that
+            differs from the preset's gets a warning.
+        algo: ``"apg"`` or ``"shac"``; overrides the config's or preset's.
+        preset: a :class:`Preset` (or its name): its ``config`` and ``updates``.
+        config: a :class:`PolicyTrainerConfig` (not with ``preset``).
+        updates: total number of updates, resumed ones included (default:
+            the preset's, else 200).
+        policy: a custom ``nn.Module`` policy (default: :class:`MLPPolicy`).
+        eval_fn: ``policy -> mean return`` for periodic evaluation.
+        eval_env: alternatively, a backdrive env evaluated with
+            :func:`evaluate_policy` (seed 0).
+        eval_every: evaluation period in updates.
+        log_csv: CSV file, one row per update.
+        checkpoint: checkpoint path (policy, critic, optimisers, normaliser,
+            env, generators and replayed windows).
+        checkpoint_every: checkpoint period in updates.
+        resume: continue from this checkpoint. Its settings are used when the
+            call gives none; given ones must match them.
+        progress: progress bar with the latest return on stderr.
+        callback: called with each log row; returning ``True`` stops early.
+        num_threads: torch intra-op threads while training (restored after).
+            Small networks on small batches run fastest on one thread; on a
+            busy machine several threads can be ten times slower.
+        **settings: fields of :class:`PolicyTrainerConfig` (see there for
+            what each does), overriding those of ``config`` or ``preset``.
+
+    Returns:
+        The :class:`PolicyTrainer`; ``.policy`` is the trained policy (maps raw
+        observations to actions), ``.history`` the log rows.
+
+    Raises:
+        PolicyConfigError: a bad setting, or no settings at all, found before
+            any update.
+        TrainingDivergedError: a non-finite gradient or loss; names the update.
+        TypeError: a keyword that is neither an argument nor a setting.
+    """
+    if preset is not None and config is not None:
+        raise PolicyConfigError("give preset or config, not both (keywords override either)")
+    chosen = preset is not None or config is not None or any(name != "seed" for name in settings)
+    if preset is not None:
+        preset = get_preset(preset)
+        config = preset.config
+        if updates is None:
+            updates = preset.updates
+    elif resume is not None and config is None and not chosen:
+        # The checkpoint says how it was trained.
+        config = checkpoint_config(read_checkpoint(resume, env.device), resume)[0]
+        chosen = True
+    if updates is None:
+        updates = 200
+    cfg = _make_config(config, algo, settings)
+    if not isinstance(env, DiffEnv):
+        raise PolicyConfigError(f"env must be a backdrive DiffEnv, got {type(env).__name__}")
+    if not chosen:
+        raise PolicyConfigError(_no_settings_message(env, cfg.algo))
+    if preset is not None:
+        differences = preset.mismatches(env)
+        if differences:
+            upper = preset.name.upper()
+            tuned = ", ".join(f"{k}={v!r}" for k, v in preset.env_kwargs.items())
+            warnings.warn(
+                f"{upper} was tuned on {preset.env_type.__name__}({tuned}); this env differs: "
+                f"{'; '.join(differences)}. Build it with {upper}.make_env() for the documented result.",
+                UserWarning,
+                stacklevel=2,
+            )
+    if eval_fn is not None and eval_env is not None:
+        raise PolicyConfigError("give eval_fn or eval_env, not both")
+    if eval_env is not None:
+        if not isinstance(eval_env, DiffEnv):
+            raise PolicyConfigError(f"eval_env must be a backdrive DiffEnv, got {type(eval_env).__name__}")
+        if eval_env.obs_dim != env.obs_dim or eval_env.action_dim != env.action_dim:
+            raise PolicyConfigError(
+                f"eval_env has obs size {eval_env.obs_dim} and action size {eval_env.action_dim}, "
+                f"the training env {env.obs_dim} and {env.action_dim}"
+            )
+
+        def eval_fn(p: nn.Module) -> float:
+            return evaluate_policy(p, eval_env, seed=0)
+
+    bad_threads = isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1
+    if num_threads is not None and bad_threads:
+        raise PolicyConfigError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    trainer = PolicyTrainer(env, config=cfg, policy=policy)
+    if resume is not None:
+        trainer.load(resume)
+    previous_threads = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        return trainer.train(
+            updates,
+            eval_fn=eval_fn,
+            eval_every=eval_every,
+            log_csv=log_csv,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+            progress=progress,
+            callback=callback,
+        )
+    finally:
+        torch.set_num_threads(previous_threads)

@@ -1,0 +1,122 @@
+"""URDF fixtures shared by several test modules (test modules never import each other)."""
+
+from __future__ import annotations
+
+# A small tree exercising every feature at once: a tilted revolute joint, a
+# prismatic joint, a branch, a revolute mimic with multiplier and offset,
+# fixed joints whose inertias fold into their parents, rotated inertial
+# frames with products of inertia, and a continuous joint.
+SMALL_URDF = """<?xml version="1.0"?>
+<robot name="small_tree">
+  <link name="base">
+    <inertial><origin xyz="0.02 -0.01 0.05" rpy="0.1 0.2 0.3"/><mass value="3.0"/>
+      <inertia ixx="0.05" ixy="0.002" ixz="-0.001" iyy="0.04" iyz="0.003" izz="0.03"/></inertial>
+  </link>
+  <link name="arm">
+    <inertial><origin xyz="0.1 0.02 0.15" rpy="0.4 -0.2 0.1"/><mass value="1.2"/>
+      <inertia ixx="0.02" ixy="0.001" ixz="0.0" iyy="0.015" iyz="-0.002" izz="0.01"/></inertial>
+  </link>
+  <link name="bracket">
+    <inertial><origin xyz="0.0 0.03 0.0"/><mass value="0.4"/>
+      <inertia ixx="0.001" ixy="0" ixz="0" iyy="0.002" iyz="0" izz="0.001"/></inertial>
+  </link>
+  <link name="slider">
+    <inertial><origin xyz="0.01 0.0 -0.02" rpy="0 0.3 0"/><mass value="0.6"/>
+      <inertia ixx="0.003" ixy="0" ixz="0.0005" iyy="0.002" iyz="0" izz="0.001"/></inertial>
+  </link>
+  <link name="wheel">
+    <inertial><origin xyz="0 0 0.01"/><mass value="0.3"/>
+      <inertia ixx="0.0008" ixy="0" ixz="0" iyy="0.0008" iyz="0" izz="0.0012"/></inertial>
+  </link>
+  <link name="leg">
+    <inertial><origin xyz="0.0 0.05 -0.1" rpy="0.2 0 0"/><mass value="0.9"/>
+      <inertia ixx="0.01" ixy="0.0" ixz="0.0" iyy="0.008" iyz="0.001" izz="0.004"/></inertial>
+  </link>
+  <link name="foot">
+    <inertial><origin xyz="0.02 0.0 -0.05"/><mass value="0.5"/>
+      <inertia ixx="0.002" ixy="0.0001" ixz="0" iyy="0.003" iyz="0" izz="0.002"/></inertial>
+  </link>
+  <joint name="shoulder" type="revolute">
+    <parent link="base"/><child link="arm"/><origin xyz="0.05 0 0.2" rpy="0.3 -0.1 0.2"/>
+    <axis xyz="0 0.6 0.8"/><limit lower="-2.5" upper="2.5" effort="50" velocity="3"/>
+    <dynamics damping="0.3" friction="0.2"/>
+  </joint>
+  <joint name="bolt" type="fixed">
+    <parent link="arm"/><child link="bracket"/><origin xyz="0.0 0.05 0.3" rpy="0 0.5 0"/>
+  </joint>
+  <joint name="slide" type="prismatic">
+    <parent link="bracket"/><child link="slider"/><origin xyz="0 0 0.05" rpy="0.2 0 0"/>
+    <axis xyz="1 0 0"/><limit lower="-0.2" upper="0.3" effort="20" velocity="1"/>
+    <dynamics damping="1.5" friction="0.5"/>
+  </joint>
+  <joint name="spin" type="continuous">
+    <parent link="slider"/><child link="wheel"/><origin xyz="0.05 0 0" rpy="0 0 0.4"/>
+    <axis xyz="0 0 1"/>
+  </joint>
+  <joint name="hip" type="revolute">
+    <parent link="base"/><child link="leg"/><origin xyz="-0.1 0.05 0.0" rpy="0 0 -0.3"/>
+    <axis xyz="1 0 0"/><limit lower="-1.5" upper="1.5" effort="40" velocity="4"/>
+  </joint>
+  <joint name="knee" type="revolute">
+    <parent link="leg"/><child link="foot"/><origin xyz="0 0.1 -0.2"/>
+    <axis xyz="0 1 0"/><limit lower="-2" upper="2" effort="40" velocity="4"/>
+    <mimic joint="hip" multiplier="-0.7" offset="0.25"/>
+  </joint>
+</robot>
+"""
+
+# The same tree with the knee an independent joint (articulated-body algorithm).
+SMALL_URDF_NO_MIMIC = SMALL_URDF.replace('    <mimic joint="hip" multiplier="-0.7" offset="0.25"/>\n', "")
+assert SMALL_URDF_NO_MIMIC != SMALL_URDF
+
+
+# A chain with every joint kind: revolute, continuous (unbounded), prismatic on
+# a skew axis, a mimic joint whose leader (jside) is on a side branch and one
+# whose leader (j1) is on the chain, rpy offsets everywhere and a fixed tool frame.
+TOY_URDF = """<?xml version="1.0"?>
+<robot name="toy">
+  <link name="base"/>
+  <link name="l1"/>
+  <link name="l2"/>
+  <link name="l3"/>
+  <link name="l4"/>
+  <link name="l5"/>
+  <link name="tool"/>
+  <link name="side"/>
+  <joint name="j1" type="revolute">
+    <parent link="base"/><child link="l1"/>
+    <origin xyz="0 0 0.3" rpy="0 0 0.2"/><axis xyz="0 0 1"/>
+    <limit lower="-2" upper="2" effort="1" velocity="1"/>
+  </joint>
+  <joint name="j2" type="continuous">
+    <parent link="l1"/><child link="l2"/>
+    <origin xyz="0.1 0 0.2" rpy="0.3 -0.4 0.1"/><axis xyz="1 0 0"/>
+  </joint>
+  <joint name="j3" type="prismatic">
+    <parent link="l2"/><child link="l3"/>
+    <origin xyz="0 0.2 0" rpy="0 0.5 0"/><axis xyz="0 0.6 0.8"/>
+    <limit lower="-0.1" upper="0.4" effort="1" velocity="1"/>
+  </joint>
+  <joint name="j4" type="revolute">
+    <parent link="l3"/><child link="l4"/>
+    <origin xyz="0.05 0.1 0.15" rpy="-0.2 0.1 0.7"/><axis xyz="0 0.8 -0.6"/>
+    <limit lower="-3" upper="3" effort="1" velocity="1"/>
+    <mimic joint="jside" multiplier="-2" offset="0.1"/>
+  </joint>
+  <joint name="j5" type="revolute">
+    <parent link="l4"/><child link="l5"/>
+    <origin xyz="0 0 0.12" rpy="0 0 0"/><axis xyz="0 1 0"/>
+    <limit lower="-3" upper="3" effort="1" velocity="1"/>
+    <mimic joint="j1" multiplier="0.5" offset="-0.2"/>
+  </joint>
+  <joint name="jtool" type="fixed">
+    <parent link="l5"/><child link="tool"/>
+    <origin xyz="0 0.02 0.1" rpy="0.1 0.2 0.3"/>
+  </joint>
+  <joint name="jside" type="revolute">
+    <parent link="base"/><child link="side"/>
+    <origin xyz="0.3 0 0" rpy="0 0 0"/><axis xyz="0 0 1"/>
+    <limit lower="-1" upper="1" effort="1" velocity="1"/>
+  </joint>
+</robot>
+"""
