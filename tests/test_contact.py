@@ -132,6 +132,7 @@ def excess_distance(v0: float, mu: float, w: float) -> float:
     return (0.5 * v0 * s + 0.5 * w * w * math.asinh(v0 / w) - 0.5 * v0 * v0) / (mu * G)
 
 
+@pytest.mark.slow
 def test_box_sliding_speed_and_stopping_distance_shrinks_with_width():
     mu, v0 = 0.5, 3.0
     exact = v0 * v0 / (2 * mu * G)
@@ -152,6 +153,7 @@ def test_box_sliding_speed_and_stopping_distance_shrinks_with_width():
         assert errors[i] - errors[3] == pytest.approx(expected, rel=0.05)
 
 
+@pytest.mark.slow
 def test_box_sliding_friction_sweep():
     mus = torch.tensor([[0.3], [0.8], [0.1]], dtype=torch.float64)
     q, speeds = _slide(mus, 0.001, 1200, batch=(3,))
@@ -178,12 +180,14 @@ def _box_on_incline(angle_deg, mu, width, steps):
     return torch.stack(xs), (math.cos(a), 0.0, -math.sin(a))
 
 
+@pytest.mark.slow
 def test_incline_25_degrees_sticks():
     xs, down = _box_on_incline(25.0, 0.7, 1e-4, 1000)
     drift = float((xs[-1] - xs[0]).norm())
     assert drift < 1e-3
 
 
+@pytest.mark.slow
 def test_incline_35_degrees_slides_with_closed_form_acceleration():
     xs, down = _box_on_incline(35.0, 0.3, 1e-3, 800)
     d = xs @ torch.tensor(down, dtype=torch.float64)

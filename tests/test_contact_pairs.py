@@ -88,7 +88,7 @@ def test_pushed_spheres_rest_at_force_over_stiffness():
     q = torch.zeros(3, dtype=torch.float64)
     v = torch.zeros(3, dtype=torch.float64)
     tau = torch.tensor([F, -F, 0.0], dtype=torch.float64)
-    for _ in range(800):
+    for _ in range(400):
         q, v, res = contact_step(robot, cm, q, v, tau, 1e-3)
     pair = res.penetration[-1]
     assert float(pair) == pytest.approx(F / k, rel=1e-3)

@@ -34,6 +34,7 @@ def stand(robot, feet, qj, *, dt=2e-3, seconds=1.5, kp=200.0, kd=6.0, radius=Non
     return q, v, res, heights
 
 
+@pytest.mark.slow
 def test_shipped_quadruped_stands_and_ground_reaction_equals_weight():
     robot = load("quadruped", floating_base=True)
     feet = [n for n in robot.link_names if n.endswith("_foot")]
@@ -50,6 +51,7 @@ def test_shipped_quadruped_stands_and_ground_reaction_equals_weight():
     assert bool((res.normal_force > 0.1 * weight / 4).all())
 
 
+@pytest.mark.slow
 def test_go1_from_example_robot_data_stands_on_its_foot_spheres():
     import pytest
 
@@ -109,6 +111,7 @@ def test_quadruped_rollout_gradient_matches_central_differences():
         assert float(g @ d) == pytest.approx(float(fd), rel=1e-6, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_simulator_with_contact_keeps_per_step_contact_in_the_trajectory():
     from backdrive._errors import InputError
     from backdrive.sim import PDActuator, Simulator
@@ -145,6 +148,7 @@ def test_simulator_with_contact_keeps_per_step_contact_in_the_trajectory():
         Simulator(load("pendulum"), 2e-3, contact=cm)
 
 
+@pytest.mark.slow
 def test_unactuated_quadruped_tumbling_onto_the_ground_never_gains_energy():
     """Passivity: dropped from 0.25 m, tilted and spinning, with every body's
     shape in contact (boxes, cylinders, feet) and no actuation, the mechanical
