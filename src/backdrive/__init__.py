@@ -34,6 +34,7 @@ from . import spatial  # noqa: I001
 from . import model
 from . import kinematics
 from . import dynamics
+from . import contact
 from . import sim
 from . import layers
 from . import optim
@@ -50,6 +51,7 @@ __all__ = [
     "model",
     "kinematics",
     "dynamics",
+    "contact",
     "sim",
     "layers",
     "optim",

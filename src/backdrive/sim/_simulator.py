@@ -10,6 +10,7 @@ import torch
 from .._shapes import broadcast_shapes
 from ..runtime import threads_for_batch
 from .._errors import InputError
+from ..contact import ContactModel, integrate_world, stack_results
 from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
 from ..model import RobotModel
 from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
@@ -73,6 +74,14 @@ class Simulator:
             from rest and saturates at ``F`` (implicit), or is
             ``F tanh(v / w)`` (explicit). A joint under a load below ``F``
             creeps at about ``w load / F``.
+        contact: a :class:`~backdrive.contact.ContactModel` of the robot
+            (geometry, terrain, force law), or ``None``. With contact the
+            step is semi-implicit Euler with the contact damping and
+            stiffness (and a PD actuator's ``kd``) implicit and the floating
+            base moved by :func:`~backdrive.contact.integrate_world`; stable
+            at 1-10 ms (``docs/contact.md``). Needs a robot and the
+            ``"semi_implicit"`` integrator. Each rollout keeps the contact
+            result of every step in ``Trajectory.contact``.
 
     Attributes:
         actuated: indices of the driven joint coordinates (``nu`` of them).
@@ -89,6 +98,7 @@ class Simulator:
         limits: SoftJointLimits | None = None,
         joint_forces: str = "auto",
         friction_width: float = DEFAULT_FRICTION_WIDTH,
+        contact: ContactModel | None = None,
     ):
         if not (isinstance(friction_width, (int, float)) and math.isfinite(friction_width) and friction_width > 0):
             raise InputError(f"friction_width must be a positive finite number (rad/s), got {friction_width!r}")
@@ -122,6 +132,7 @@ class Simulator:
         if limits is not None and not isinstance(limits, SoftJointLimits):
             raise InputError(f"limits must be SoftJointLimits or None, got {type(limits).__name__}")
         self.limits = limits
+        self.contact = _check_contact(contact, self.system, integrator)
 
         sysm = self.system
         nj = sysm.num_joints
@@ -193,7 +204,7 @@ class Simulator:
         """A simulator with some settings changed, e.g. ``replace(robot=robot.replace(body_mass=m))``.
 
         Keyword arguments: ``robot`` or ``system``, ``dt``, ``integrator``,
-        ``actuator``, ``limits``, ``joint_forces``, ``friction_width``.
+        ``actuator``, ``limits``, ``joint_forces``, ``friction_width``, ``contact``.
         """
         if robot is not None and system is not None:
             raise InputError("give robot or system, not both")
@@ -205,6 +216,7 @@ class Simulator:
             "limits": self.limits,
             "joint_forces": self._joint_forces_setting,
             "friction_width": self.friction_width,
+            "contact": self.contact,
         }
         unknown = set(kwargs) - set(settings)
         if unknown:
@@ -290,6 +302,34 @@ class Simulator:
         q1, v1 = self._integrate_step(accel, self.system.integrate, q, v, self.dt, self.system.dexp_inv)
         return q1, v1, effort
 
+    def _advance_contact(self, q, v, u):
+        """One step with contact: ``(q1, v1, effort, contact result)``."""
+        robot, dt = self.robot, self.dt
+        tau, effort = self.efforts(q, v, u)
+        damping = self._pd_damping(q)
+        if self._implicit is not None:
+            # Joint damping and friction implicit (backdrive.sim._implicit),
+            # the contact's terms and the PD kd solved with them.
+            terms = self.contact.implicit_terms(robot, q, v, dt)
+            extra = terms.matrix if damping is None else terms.matrix + torch.diag_embed(damping)
+            v_new = self._implicit.velocity(q, v, tau, extra_force=terms.force, extra_implicit=extra)
+            a = (v_new - v) / dt
+            res = self.contact.applied(robot, terms, a, dt)
+        else:
+            a, res = self.contact.acceleration(robot, q, v, tau, dt=dt, extra_damping=damping)
+        q1, v1 = integrate_world(robot, q, v, a, dt)
+        return q1, v1, effort, res
+
+    def _pd_damping(self, q):
+        """``(nv,)`` the PD actuator's ``kd`` on its joints (treated implicitly), or ``None``."""
+        if not isinstance(self.actuator, PDActuator):
+            return None
+        kd = torch.as_tensor(self.actuator.kd, dtype=self.dtype, device=self.device).expand(self.nu)
+        kd = kd @ self._select
+        if self.robot.floating_base:
+            kd = torch.cat([kd.new_zeros(6), kd])
+        return kd
+
     def _prepare(self, q, v, controls, time_axis: bool):
         sysm = self.system
         sysm.check_state(q, v)
@@ -331,7 +371,10 @@ class Simulator:
             The next :class:`State` (batch shapes broadcast).
         """
         q, v, u = self._prepare(state.q, state.v, control, time_axis=False)
-        q1, v1, _ = self._advance(q, v, u)
+        if self.contact is not None:
+            q1, v1, _, _ = self._advance_contact(q, v, u)
+        else:
+            q1, v1, _ = self._advance(q, v, u)
         if check_finite and not bool(torch.isfinite(q1).all() & torch.isfinite(v1).all()):
             culprits = _culprits(q, v, u)
             if culprits.endswith("diverged)"):
@@ -384,11 +427,15 @@ class Simulator:
         if monitor_gradients:
             norms = [[q.new_zeros(()), q.new_zeros(())] for _ in range(T + 1)]
         q, v = _watch(norms, 0, q, v)
-        qs, vs, efforts = [q], [v], []
+        qs, vs, efforts, contacts = [q], [v], [], []
         for t, u in enumerate(controls.unbind(-2)):
             if truncate_every is not None and t > 0 and t % truncate_every == 0:
                 q, v = q.detach(), v.detach()
-            q, v, effort = self._advance(q, v, u)
+            if self.contact is not None:
+                q, v, effort, res = self._advance_contact(q, v, u)
+                contacts.append(res)
+            else:
+                q, v, effort = self._advance(q, v, u)
             q, v = _watch(norms, t + 1, q, v)
             qs.append(q)
             vs.append(v)
@@ -398,7 +445,10 @@ class Simulator:
         E = torch.stack(efforts, dim=-2) if efforts else controls[..., :0, :]
         if check_finite:
             _check_trajectory(Q, V, controls, self.dt, self._diagnose)
-        return Trajectory(q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms)
+        return Trajectory(
+            q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms,
+            contact=stack_results(contacts) if contacts else None,
+        )
 
     def _diagnose(
         self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor, step: int | None = None, q_start=None
@@ -533,7 +583,8 @@ class Simulator:
         return (
             f"Simulator({self.system!r}, dt={self.dt:g}, integrator={self.integrator!r}, "
             f"actuator={type(self.actuator).__name__}, nu={self.nu}, "
-            f"limits={'on' if self.limits is not None else 'off'}, joint_forces={self.joint_forces!r})"
+            f"limits={'on' if self.limits is not None else 'off'}, joint_forces={self.joint_forces!r}"
+            + (f", contact={self.contact!r})" if self.contact is not None else ")")
         )
 
 
@@ -561,6 +612,22 @@ def _joint_force_mode(mode, integrator: str, is_robot: bool) -> str:
     if mode == "implicit" and not is_robot:
         raise InputError("joint_forces='implicit' needs a RobotModel (joint damping and friction come from it)")
     return mode
+
+
+def _check_contact(contact, system, integrator: str):
+    """``Simulator(contact=...)``: a ContactModel of the simulated robot, with semi-implicit Euler."""
+    if contact is None:
+        return None
+    if not isinstance(contact, ContactModel):
+        raise InputError(f"contact must be a backdrive.contact.ContactModel or None, got {type(contact).__name__}")
+    if not isinstance(system, RobotSystem):
+        raise InputError("contact needs a RobotModel to simulate, not a built-in system")
+    if integrator != "semi_implicit":
+        raise InputError(
+            f"contact works with the 'semi_implicit' integrator (its implicit contact step), not {integrator!r}"
+        )
+    contact._check(system.robot)
+    return contact
 
 
 def _watch(norms, t: int, q: torch.Tensor, v: torch.Tensor):

@@ -57,6 +57,12 @@ class Trajectory:
             saturation; evaluated at the state at the start of the step), N or N m.
         controls: ``(..., T, nu)`` the controls that were given.
         dt: step length, s.
+        contact: with ``Simulator(contact=...)``, the
+            :class:`~backdrive.contact.ContactResult` of every step stacked
+            after the batch axes (``normal_force (..., T, np)``,
+            ``force (..., T, np, 3)``, ``slip_velocity``, ``penetration``, ...;
+            step ``t``'s forces are those applied from state ``t`` to ``t + 1``),
+            else ``None``.
     """
 
     q: torch.Tensor
@@ -65,6 +71,7 @@ class Trajectory:
     controls: torch.Tensor
     dt: float
     _grad_norms: list | None = field(default=None, repr=False)
+    contact: object | None = field(default=None, repr=False)
 
     @property
     def horizon(self) -> int:

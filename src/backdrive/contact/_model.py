@@ -1,0 +1,502 @@
+"""Detection, forces and contact dynamics for one robot on a terrain."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from .._errors import InputError
+from .._shapes import broadcast_shapes
+from ..dynamics import bias_forces, forward_dynamics, joint_forces, mass_matrix
+from ..kinematics import body_transforms
+from ..model import RobotModel
+from ._geometry import ContactGeometry
+from ._law import ContactParameters, contact_law, per_point, resolve_parameters
+from ._pairs import SelfCollision
+from ._terrain import GroundPlane, Terrain
+
+__all__ = ["ContactModel", "ContactResult", "ImplicitContact", "CONTACT_SCHEMES", "stack_results"]
+
+#: ``ContactModel.acceleration(..., scheme=)`` values.
+CONTACT_SCHEMES = ("explicit", "implicit")
+
+
+@dataclass(frozen=True, eq=False)
+class ContactResult:
+    """Every contact point's state and force (``np`` points, world frame).
+
+    Attributes:
+        point: ``(..., np, 3)`` where the force acts: the deepest point of
+            the shape, ``centre - radius * normal``, m.
+        normal: ``(..., np, 3)`` terrain's outward unit normal.
+        penetration: ``(..., np)`` m, positive inside the terrain (points far
+            from the ground have large negative values and zero force).
+        normal_velocity: ``(..., np)`` m/s, positive separating.
+        slip_velocity: ``(..., np, 3)`` tangential velocity of the point, m/s.
+        normal_force: ``(..., np)`` N, magnitude along ``normal``.
+        friction_force: ``(..., np, 3)`` N, tangential.
+        force: ``(..., np, 3)`` N, total force on the robot at ``point``.
+        f_ext: ``(..., nb, 6)`` the same forces as body wrenches, body frame at
+            the body origin, ``[force; torque]`` (the ``f_ext`` of
+            :func:`backdrive.dynamics.forward_dynamics`).
+        jacobian: ``(..., np, 3, nv)`` linear velocity Jacobian of each point
+            (``v_point = J v``, world frame; floating base: base twist in the
+            base frame).
+    """
+
+    point: torch.Tensor
+    normal: torch.Tensor
+    penetration: torch.Tensor
+    normal_velocity: torch.Tensor
+    slip_velocity: torch.Tensor
+    normal_force: torch.Tensor
+    friction_force: torch.Tensor
+    force: torch.Tensor
+    f_ext: torch.Tensor
+    jacobian: torch.Tensor
+    _c_n: torch.Tensor
+    _k_n: torch.Tensor
+    _mu_fn_over_s: torch.Tensor
+    _s: torch.Tensor
+    _mu: torch.Tensor
+    _bodies: tuple = ()
+
+    @property
+    def total_force(self) -> torch.Tensor:
+        """``(..., 3)`` sum of all contact forces on the robot, N (the ground reaction)."""
+        return self.force.sum(-2)
+
+    def generalized_force(self) -> torch.Tensor:
+        """``(..., nv)`` the contact forces as generalised forces ``sum_c J_c^T f_c``."""
+        return torch.einsum("...pin,...pi->...n", self.jacobian, self.force)
+
+
+@dataclass(frozen=True, eq=False)
+class ImplicitContact:
+    """The contact terms of one implicit step (:meth:`ContactModel.implicit_terms`).
+
+    Attributes:
+        result: :class:`ContactResult` at the start of the step.
+        force: ``(..., nv)`` generalised force to add to the right-hand side.
+        matrix: ``(..., nv, nv)`` symmetric positive semi-definite
+            ``J^T (C + dt K) J``; the step's matrix is ``M + dt matrix``.
+    """
+
+    result: ContactResult
+    force: torch.Tensor
+    matrix: torch.Tensor
+    _CK: torch.Tensor
+    _pred: torch.Tensor
+    _M: torch.Tensor
+
+
+class ContactModel:
+    """Contact between a robot's geometry and a terrain under one force law.
+
+    Args:
+        robot: the robot the geometry was built for.
+        geometry: :class:`ContactGeometry`; by default the URDF's collision
+            shapes (:meth:`ContactGeometry.from_model`).
+        terrain: :class:`GroundPlane` (default: ``z = 0``) or :class:`Heightfield`.
+        params: :class:`ContactParameters` (checked here, once).
+        self_collision: optional :class:`SelfCollision` pairs; their contacts
+            follow the ground contacts in every result (``geometry.num_points``
+            ground rows, then one row per pair; a pair row's normal points
+            from its second shape to its first, its force acts on the first
+            body and the opposite force on the second).
+
+    Raises:
+        InvalidValueError: a NaN, infinite or negative parameter (naming it
+            and the shape's link).
+        InputError: a geometry of another robot, wrong shapes or dtypes.
+    """
+
+    def __init__(
+        self,
+        robot: RobotModel,
+        geometry: ContactGeometry | None = None,
+        terrain: Terrain | None = None,
+        params: ContactParameters | None = None,
+        self_collision: SelfCollision | None = None,
+    ):
+        if not isinstance(robot, RobotModel):
+            raise InputError(f"robot must be a RobotModel, got {type(robot).__name__}")
+        geometry = ContactGeometry.from_model(robot) if geometry is None else geometry
+        if not isinstance(geometry, ContactGeometry):
+            raise InputError(f"geometry must be a ContactGeometry, got {type(geometry).__name__}")
+        geometry.check_robot(robot)
+        if geometry.point_local.dtype != robot.dtype or geometry.point_local.device != robot.device:
+            geometry = geometry.to(device=robot.device, dtype=robot.dtype)
+        terrain = GroundPlane() if terrain is None else terrain
+        if not isinstance(terrain, Terrain):
+            raise InputError(f"terrain must be a GroundPlane or Heightfield, got {type(terrain).__name__}")
+        params = ContactParameters() if params is None else params
+        self.geometry = geometry
+        self.terrain = terrain
+        self.params = params
+        self._p = resolve_parameters(params, geometry.shape_links, robot.dtype, robot.device)
+        if terrain.friction is not None:
+            mu = terrain.friction
+            if isinstance(mu, torch.Tensor):
+                if mu.dtype != robot.dtype or mu.device != robot.device or mu.ndim > 0 and mu.shape[-1] != 1:
+                    raise InputError(
+                        f"terrain friction must be a {robot.dtype} tensor on {robot.device} of shape () or (..., 1), "
+                        f"got {mu.dtype} on {mu.device} with shape {tuple(mu.shape)}"
+                    )
+            else:
+                mu = torch.as_tensor(float(mu), dtype=robot.dtype, device=robot.device)
+            self._p["friction"] = mu
+        self._fingerprint = robot.fingerprint
+        self._dtype, self._device = robot.dtype, robot.device
+        self._support, self._coupling = _jacobian_constants(robot, geometry.point_body)
+        if self_collision is not None:
+            if not isinstance(self_collision, SelfCollision):
+                raise InputError(f"self_collision must be a SelfCollision, got {type(self_collision).__name__}")
+            if self_collision.fingerprint != robot.fingerprint:
+                raise InputError(f"self_collision was built for robot {self_collision.robot_name!r}, not {robot.name!r}")
+            self._pair_p = self_collision.resolved(robot)
+            self._support_a, _ = _jacobian_constants(robot, self_collision.body_a)
+            self._support_b, _ = _jacobian_constants(robot, self_collision.body_b)
+        self.self_collision = self_collision
+
+
+    def replace(self, *, geometry=None, terrain=None, params=None, robot: RobotModel) -> ContactModel:
+        """A model with some parts changed (``robot`` is needed to check them)."""
+        return ContactModel(
+            robot,
+            self.geometry if geometry is None else geometry,
+            self.terrain if terrain is None else terrain,
+            self.params if params is None else params,
+        )
+
+    @property
+    def num_points(self) -> int:
+        return self.geometry.num_points
+
+    def _check(self, robot: RobotModel) -> None:
+        if robot.fingerprint != self._fingerprint or robot.dtype != self._dtype or robot.device != self._device:
+            raise InputError(
+                f"this ContactModel was built for robot {self.geometry.robot_name!r} in {self._dtype} on "
+                f"{self._device}; got {robot.name!r} in {robot.dtype} on {robot.device}"
+            )
+
+    # ------------------------------------------------------------ forces
+
+    def forces(self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor, *, _dt: float | None = None) -> ContactResult:
+        """Detect contacts at ``(q, v)`` and evaluate the force law.
+
+        Args:
+            robot: the model (physical parameters may be replaced).
+            q: ``(..., nq)``. v: ``(..., nv)``.
+
+        Returns:
+            :class:`ContactResult` with batch shape ``broadcast(q, v)``.
+        """
+        self._check(robot)
+        robot.check_q(q)
+        robot.check_vector(v, robot.nv, "v")
+        g = self.geometry
+        Rb, pb = body_transforms(robot, q)
+        Rp = Rb.index_select(-3, g.point_body)  # (..., np, 3, 3)
+        centre = (Rp @ g.point_local[:, :, None])[..., 0] + pb.index_select(-2, g.point_body)
+        dist, n = self.terrain.query(centre)
+        radius = g.point_radius
+        phi = radius - dist
+        point = centre - radius[:, None] * n
+        J = _point_jacobians(robot, Rb, pb, point, self._support, self._coupling)
+        p, ps = self._p, g.point_shape
+        law = {k: per_point(p[k], ps) for k in ("stiffness", "damping", "friction", "normal_width", "stiction_width")}
+        sc = self.self_collision
+        if sc is not None and sc.num_pairs:
+            pp, n_, phi_ = sc.detect(Rb, pb)
+            J_ = _point_jacobians(robot, Rb, pb, pp, self._support_a, self._coupling) - _point_jacobians(
+                robot, Rb, pb, pp, self._support_b, self._coupling
+            )
+            batch = broadcast_shapes(point.shape[:-2], pp.shape[:-2])
+            point = torch.cat([point.expand(*batch, *point.shape[-2:]), pp.expand(*batch, *pp.shape[-2:])], -2)
+            n = torch.cat([n.expand(*batch, *n.shape[-2:]), n_.expand(*batch, *n_.shape[-2:])], -2)
+            phi = torch.cat([phi.expand(*batch, phi.shape[-1]), phi_.expand(*batch, phi_.shape[-1])], -1)
+            J = torch.cat([J.expand(*batch, *J.shape[-3:]), J_.expand(*batch, *J_.shape[-3:])], -3)
+            idx = torch.arange(sc.num_pairs, device=point.device)
+            for k in law:
+                A, B = _rows(law[k], g.num_points), _rows(per_point(self._pair_p[k], idx), sc.num_pairs)
+                lb = broadcast_shapes(A.shape[:-1], B.shape[:-1])
+                law[k] = torch.cat([A.expand(*lb, g.num_points), B.expand(*lb, sc.num_pairs)], -1)
+        v_c = (J @ v[..., None, :, None])[..., 0]
+        v_n = (v_c * n).sum(-1)
+        v_t = v_c - v_n[..., None] * n
+        f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], dt=_dt, **law)
+        force = f_n[..., None] * n + f_t
+        f_ext = self._wrenches(robot, Rb, pb, point, force)
+        return ContactResult(
+            point=point,
+            normal=n,
+            penetration=phi,
+            normal_velocity=v_n,
+            slip_velocity=v_t,
+            normal_force=f_n,
+            friction_force=f_t,
+            force=force,
+            f_ext=f_ext,
+            jacobian=J,
+            _c_n=c_n,
+            _k_n=k_n,
+            _mu_fn_over_s=law["friction"] * torch.clamp_min(f_n, 0.0) / s,
+            _s=s,
+            _mu=torch.broadcast_to(law["friction"], phi.shape),
+            _bodies=(Rb, pb),
+        )
+
+    def _wrenches(self, robot, Rb, pb, point, force) -> torch.Tensor:
+        """Body wrenches ``(..., nb, 6)`` of the ground rows and the pair rows."""
+        npg = self.geometry.num_points
+        f_ext = _body_wrenches(robot, Rb, pb, point[..., :npg, :], force[..., :npg, :], self.geometry.point_body)
+        sc = self.self_collision
+        if sc is not None and sc.num_pairs:
+            pp, fp = point[..., npg:, :], force[..., npg:, :]
+            f_ext = f_ext + _body_wrenches(robot, Rb, pb, pp, fp, sc.body_a) - _body_wrenches(robot, Rb, pb, pp, fp, sc.body_b)
+        return f_ext
+
+    # ------------------------------------------------------------ dynamics
+
+    def acceleration(
+        self,
+        robot: RobotModel,
+        q: torch.Tensor,
+        v: torch.Tensor,
+        tau: torch.Tensor,
+        *,
+        dt: float | None = None,
+        scheme: str = "implicit",
+        gravity: torch.Tensor | None = None,
+        extra_damping: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ContactResult]:
+        """Accelerations ``(..., nv)`` under ``tau`` and the contact forces.
+
+        ``"explicit"``: ``M a = tau + tau_joint - h + J^T f(q, v)`` (needs
+        small steps: stable for ``dt < 2 m / d`` and ``dt < 2 sqrt(m / k)``).
+
+        ``"implicit"`` (needs ``dt``; for a semi-implicit Euler step
+        ``v' = v + dt a``, ``q' = q (+) dt v'``): the contact force is
+        linearised in the new velocity and position,
+        ``f' = f - C J dt a - K J dt (v + dt a)`` with ``C = -df/dv_c`` (normal
+        damping and the exact Jacobian of the regularised friction) and
+        ``K = k n n^T`` (normal stiffness), so that
+
+            (M + dt J^T C J + dt^2 J^T K J) a = tau + tau_joint - h + J^T (f - dt K J v - (C + dt K) b)
+
+        where ``b = dt J_base (omega x v_base)`` is the change of the point
+        velocities that the turning base frame adds in :func:`integrate_world`
+        (zero without a floating base).
+
+        ``C`` and ``K`` are positive semi-definite, so the matrix is
+        symmetric positive definite and the step stays stable for stiff
+        contact and small stiction widths (see ``docs/contact.md``).
+
+        Args:
+            robot, q, v: as :meth:`forces`. tau: ``(..., nv)`` applied forces.
+            dt: the step the acceleration will be used for (s).
+            scheme: ``"implicit"`` (default) or ``"explicit"``.
+            gravity: optional ``(..., 3)``.
+            extra_damping: optional ``(..., nv)`` non-negative diagonal damping
+                ``D`` of other forces already in ``tau`` (``tau`` holds
+                ``-D v``) to treat implicitly too (adds ``dt diag(D)`` to the
+                matrix), e.g. PD velocity gains.
+
+        Returns:
+            ``a (..., nv)`` and the :class:`ContactResult` at ``(q, v)``; with
+            the implicit scheme its forces (``force``, ``normal_force``,
+            ``friction_force``, ``f_ext``) are the ones the step applies, the
+            linearised end-of-step forces, and the kinematic fields
+            (penetration, velocities) are those at the start of the step.
+        """
+        if scheme not in CONTACT_SCHEMES:
+            raise InputError(f"unknown contact scheme {scheme!r}; valid: {', '.join(CONTACT_SCHEMES)}")
+        if scheme == "explicit":
+            res = self.forces(robot, q, v)
+            return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
+        terms = self.implicit_terms(robot, q, v, dt, gravity=gravity)
+        A = terms._M + dt * terms.matrix
+        if extra_damping is not None:
+            A = A + dt * torch.diag_embed(extra_damping)
+        rhs = tau + joint_forces(robot, v) - bias_forces(robot, q, v, gravity=gravity) + terms.force
+        L = torch.linalg.cholesky(A)
+        a = torch.cholesky_solve(rhs[..., None], L)[..., 0]
+        return a, self.applied(robot, terms, a, dt)
+
+    def implicit_terms(
+        self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor, dt: float, *, gravity: torch.Tensor | None = None
+    ) -> ImplicitContact:
+        """The contact's part of the implicit step: ``force`` and ``matrix`` such that
+
+            (M + dt D + dt matrix) a = tau - h + ... + force
+
+        is the step of :meth:`acceleration` (``matrix = J^T (C + dt K) J``,
+        ``force = J^T (f - dt K J v - (C + dt K) b)``). For a caller that builds
+        its own solve (the simulator's implicit joint friction); then
+        :meth:`applied` gives the forces the step applied.
+
+        Raises:
+            InputError: ``dt`` not positive.
+        """
+        if dt is None or not dt > 0:
+            raise InputError(f"the implicit contact scheme needs the step dt > 0, got {dt!r}")
+        res = self.forces(robot, q, v, _dt=dt)
+        J = res.jacobian
+        n = res.normal
+        # Per-point 3x3 damping C and stiffness K (world frame).
+        nnT = n[..., :, None] * n[..., None, :]
+        eye = torch.eye(3, dtype=n.dtype, device=n.device)
+        vt = res.slip_velocity
+        s = res._s
+        # Friction damping: the exact Jacobian mu f_n (P_t / s - v_t v_t^T / s^3)
+        # along the slip only where one step cannot reverse the slip. Below
+        # the one-step stopping speed v* = dt mu f_n / m_eff (m_eff: the
+        # contact's effective mass, 1 / (J M^-1 J^T) averaged over its three
+        # directions) the linearised step would overshoot (period-2 chatter
+        # of the slip sign: measured on a rolling sphere and on a standing
+        # quadruped's foot), so there the slip direction gets the lagged
+        # coefficient mu f_n / s, which never overshoots.
+        # gamma = |v_t|^2 / (|v_t|^2 + v*^2) blends the two.
+        M = mass_matrix(robot, q)
+        batch = J.shape[:-3]
+        M = M.expand(*batch, *M.shape[-2:])
+        Jf = J.reshape(*batch, -1, J.shape[-1])  # (..., 3 np, nv)
+        X = torch.cholesky_solve(Jf.transpose(-1, -2), torch.linalg.cholesky(M))
+        inv_mass = (Jf * X.transpose(-1, -2)).sum(-1).reshape(*J.shape[:-2], 3).mean(-1)
+        vstar = dt * res._mu * torch.clamp_min(res.normal_force, 0.0) * inv_mass
+        vt2 = (vt * vt).sum(-1)
+        gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(vt.dtype).tiny)
+        fric = res._mu_fn_over_s[..., None, None] * (
+            eye - nnT - (gamma / (s * s))[..., None, None] * vt[..., :, None] * vt[..., None, :]
+        )
+        C = res._c_n[..., None, None] * nnT + fric
+        K = res._k_n[..., None, None] * nnT
+        CK = C + dt * K
+        matrix = torch.einsum("...pim,...pij,...pjn->...mn", J, CK, J)
+        # Predicted change of each contact point's velocity over the step,
+        # beyond J dt a: the turning of the base frame (see integrate_world,
+        # which moves the base with its classical acceleration a_lin + w x v).
+        Jv = (J @ v[..., None, :, None])[..., 0]  # (..., np, 3)
+        if robot.floating_base:
+            extra = dt * (J[..., :3] @ torch.linalg.cross(v[..., 3:6], v[..., :3])[..., None, :, None])[..., 0]
+            pred = (C @ extra[..., None])[..., 0] + (K @ (dt * (Jv + extra))[..., None])[..., 0]
+        else:
+            pred = (K @ (dt * Jv)[..., None])[..., 0]
+        force = torch.einsum("...pin,...pi->...n", J, res.force - pred)
+        return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred, _M=M)
+
+    def applied(self, robot: RobotModel, terms: ImplicitContact, a: torch.Tensor, dt: float) -> ContactResult:
+        """The :class:`ContactResult` with the forces an implicit step with acceleration ``a`` applied."""
+        res = terms.result
+        J, n = res.jacobian, res.normal
+        Ja = (J @ (dt * a)[..., None, :, None])[..., 0]
+        force = res.force - terms._pred - (terms._CK @ Ja[..., None])[..., 0]
+        f_n = (force * n).sum(-1)
+        return dataclasses.replace(
+            res,
+            force=force,
+            normal_force=f_n,
+            friction_force=force - f_n[..., None] * n,
+            f_ext=self._wrenches(robot, *res._bodies, res.point, force),
+        )
+
+    def __repr__(self) -> str:
+        return f"ContactModel({self.geometry!r}, terrain={self.terrain!r})"
+
+
+# ---------------------------------------------------------------- kinematics
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """A per-row parameter ``()``, ``(..., 1)`` or ``(..., n)`` as ``(..., n)``."""
+    return t.expand(n) if t.ndim == 0 else t.expand(*t.shape[:-1], n)
+
+
+def _jacobian_constants(robot: RobotModel, point_body: torch.Tensor):
+    """``support (np, nb - 1)``: 1 where moving body ``j`` carries point ``p``;
+    ``coupling (nb - 1, nj)``: body joint rates from joint coordinates."""
+    nb, nj = robot.num_bodies, robot.num_joints
+    parent = robot.parent.tolist()
+    anc = torch.zeros(nb, nb, dtype=robot.dtype)
+    for b in range(nb):
+        a = b
+        while a >= 0:
+            anc[b, a] = 1.0
+            a = parent[a]
+    support = anc[point_body.cpu()][:, 1:].to(robot.device)
+    coupling = torch.zeros(max(nb - 1, 0), nj, dtype=robot.dtype)
+    jc = robot.joint_coordinate.tolist()
+    mult = robot.joint_multiplier.tolist()
+    for b in range(1, nb):
+        coupling[b - 1, jc[b]] = mult[b]
+    return support, coupling.to(robot.device)
+
+
+def _skew(x: torch.Tensor) -> torch.Tensor:
+    z = torch.zeros_like(x[..., 0])
+    return torch.stack(
+        [
+            torch.stack([z, -x[..., 2], x[..., 1]], -1),
+            torch.stack([x[..., 2], z, -x[..., 0]], -1),
+            torch.stack([-x[..., 1], x[..., 0], z], -1),
+        ],
+        -2,
+    )
+
+
+def _point_jacobians(robot: RobotModel, Rb, pb, point, support, coupling) -> torch.Tensor:
+    """``(..., np, 3, nv)`` world linear-velocity Jacobians of world points fixed to bodies.
+
+    Column of moving body ``j`` for a point ``c`` it carries: ``a_j x (c - p_j)``
+    (revolute) or ``a_j`` (prismatic), with ``a_j`` the world joint axis;
+    mimic multipliers through ``coupling``. Floating base: ``[R0, -[c - p0]x R0]``
+    for the base-frame twist.
+    """
+    cols = []
+    batch = point.shape[:-2]
+    npnt = point.shape[-2]
+    if robot.floating_base:
+        R0 = Rb[..., 0:1, :, :].expand(*batch, npnt, 3, 3)
+        r = point - pb[..., 0:1, :]
+        cols.append(torch.cat([R0, -_skew(r) @ R0], -1))
+    if robot.num_joints:
+        axes = (Rb[..., 1:, :, :] @ robot.joint_axis[1:, :, None])[..., 0]  # (..., nb-1, 3)
+        r = point[..., :, None, :] - pb[..., None, 1:, :]  # (..., np, nb-1, 3)
+        ax = axes[..., None, :, :].expand_as(r)
+        lin = torch.where(robot.joint_is_prismatic[1:, None] > 0, ax, torch.cross(ax, r, dim=-1))
+        lin = lin * support[..., None]
+        cols.append(lin.transpose(-1, -2) @ coupling)  # (..., np, 3, nj)
+    if not cols:
+        return point.new_zeros(*batch, npnt, 3, 0)
+    return torch.cat(cols, -1)
+
+
+def _body_wrenches(robot: RobotModel, Rb, pb, point, force, point_body) -> torch.Tensor:
+    """Sum point forces into ``(..., nb, 6)`` body-frame wrenches at the body origins."""
+    Rp = Rb.index_select(-3, point_body)
+    r = point - pb.index_select(-2, point_body)
+    torque = torch.cross(r, force, dim=-1)
+    RT = Rp.transpose(-1, -2)
+    w = torch.cat([(RT @ force[..., None])[..., 0], (RT @ torque[..., None])[..., 0]], -1)
+    out = w.new_zeros(*w.shape[:-2], robot.num_bodies, 6)
+    return out.index_add(-2, point_body, w)
+
+
+def stack_results(results: list[ContactResult]) -> ContactResult:
+    """Stack per-step results along a time axis placed after the batch axes.
+
+    Each field goes from ``(..., np, ...)`` to ``(..., T, np, ...)`` (``f_ext``
+    to ``(..., T, nb, 6)``, ``jacobian`` to ``(..., T, np, 3, nv)``).
+    """
+    first = results[0]
+    axis = first.penetration.ndim - 1  # the number of batch axes
+    fields = {}
+    for f in dataclasses.fields(ContactResult):
+        if f.name == "_bodies":
+            fields[f.name] = ()
+            continue
+        fields[f.name] = torch.stack([getattr(r, f.name) for r in results], dim=axis)
+    return ContactResult(**fields)
