@@ -56,12 +56,12 @@ def joint_speed(robot: RobotModel, traj) -> float:
 # ----------------------------------------------------------------------------- closed forms
 
 
-@pytest.mark.parametrize("dt", [1e-3, 2e-3, 1e-2])
+@pytest.mark.parametrize("dt", [2e-3, 1e-2])
 def test_block_sticks_below_friction_and_slides_above(dt):
     robot = RobotModel.from_urdf(BLOCK_URDF, dtype=F64)
     sim = Simulator(robot, dt)
     assert sim.joint_forces == "implicit" and sim.friction_width == 0.01
-    T = round(0.2 / dt)
+    T = max(round(0.15 / dt), 30)
     # 2.4 N < 3 N of friction: the block creeps at w u / F (the regularisation's
     # bias, 8 mm/s at w = 0.01 m/s) and no faster, whatever dt.
     u = torch.full((T, 1), 2.4, dtype=F64)
@@ -110,7 +110,7 @@ def test_pendulum_held_by_friction_and_released_above_it():
     q0 = torch.tensor([0.3], dtype=F64)  # gravity torque m g L sin q0 = 2.90 N m
     held = robot.replace(friction=torch.tensor([4.0], dtype=F64))
     sim = Simulator(held, 2e-3)
-    traj = sim.rollout(sim.initial_state(q0), sim.zero_controls(500))
+    traj = sim.rollout(sim.initial_state(q0), sim.zero_controls(200))
     tau_g = G * math.sin(0.3)
     # Creep at w tau / F at most (the regularisation), not a swing.
     assert joint_speed(held, traj) <= 0.01 * tau_g / 4.0 * 1.01
@@ -200,8 +200,9 @@ def test_robots_that_went_nan_at_1ms_are_finite(name):
 
 @pytest.mark.parametrize("name", ["go1", "tiago_pro"])
 def test_pushed_joints_come_to_rest_without_gravity(name):
-    # The sweep condition (2 s at 2 ms, zero torque, gravity off; from
-    # rest it is trivially still), here from a random pose with a push of
+    # The sweep condition (zero torque, gravity off, dt 2 ms; from
+    # rest it is trivially still; the 2 s version of every model is in
+    # benchmarks/sim_stability.py), here 0.6 s from a random pose with a push of
     # ~0.05 rad/s on every joint: the damped and frictional joints (all of
     # them in these models) must stop and stay stopped.
     robot = erd(name)
@@ -212,7 +213,7 @@ def test_pushed_joints_come_to_rest_without_gravity(name):
     lo, hi = robot.lower.clamp(-1, 1), robot.upper.clamp(-1, 1)
     q0 = lo + (hi - lo) * torch.rand(robot.nq, generator=gen, dtype=F64)
     v0 = 0.05 * torch.randn(robot.nv, generator=gen, dtype=F64)
-    traj = sim.rollout(State(q0, v0), sim.zero_controls(500))
+    traj = sim.rollout(State(q0, v0), sim.zero_controls(300))
     assert float(traj.v[250:].abs().max()) < 1e-6
 
 # ----------------------------------------------------------------------------- gradients
@@ -421,3 +422,37 @@ def test_gradcheck_through_the_armature_path():
     args = tuple(torch.randn(2, generator=gen, dtype=F64).requires_grad_() for _ in range(3))
     args += (torch.tensor([0.7, 0.4], dtype=F64, requires_grad=True),)
     assert torch.autograd.gradcheck(step, args, eps=1e-6, atol=1e-9, rtol=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_extreme_friction_and_damping_dissipate(seed):
+    # Messier URDFs than the examples: per joint friction from 1e-3 to 1e3 N m
+    # and damping from 0 to 1e4 N m s/rad, dt 1 or 10 ms, gravity off, zero
+    # torque, a batch of random states: finite, and the kinetic energy does
+    # not grow at 1 ms.
+    from backdrive.dynamics import kinetic_energy
+
+    gen = torch.Generator().manual_seed(seed)
+    robot = load("panda")
+    nj = robot.num_joints
+    friction = 10.0 ** (6 * torch.rand(nj, generator=gen, dtype=F64) - 3)
+    damping = torch.where(torch.rand(nj, generator=gen) < 0.3, 0.0, 10.0 ** (8 * torch.rand(nj, generator=gen, dtype=F64) - 4))
+    robot = robot.replace(friction=friction, damping=damping, gravity=torch.zeros(3, dtype=F64))
+    dt = (1e-3, 1e-2)[seed % 2]
+    sim = unlimited(robot, dt)
+    q0 = robot.neutral() + 0.5 * torch.randn(16, nj, generator=gen, dtype=F64)
+    v0 = 2.0 * torch.randn(16, nj, generator=gen, dtype=F64)
+    traj = sim.rollout(State(q0, v0), sim.zero_controls(100, 16))
+    ke = kinetic_energy(robot, traj.q, traj.v) / kinetic_energy(robot, q0, v0)[:, None]  # (16, T + 1)
+    if dt == 1e-3:
+        assert float(ke.max()) <= 1 + 1e-9
+    else:
+        # Semi-implicit Euler itself gains energy on this arm at 10 ms and
+        # 2 rad/s (its fingers weigh 15 g): without any friction or damping
+        # the same states reach 47x and 2e6x their energy within 1 s. The
+        # friction and damping keep it within a few per cent.
+        assert float(ke.max()) < 1.25
+        undamped = unlimited(robot.replace(friction=0 * friction, damping=0 * damping), dt)
+        free = undamped.rollout(State(q0, v0), sim.zero_controls(100, 16), check_finite=False)
+        ke_free = kinetic_energy(robot, free.q, free.v) / kinetic_energy(robot, q0, v0)[:, None]
+        assert float(ke_free.max()) > float(ke.max())

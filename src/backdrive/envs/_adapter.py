@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import InputError
+from .._errors import InputError, MissingDependencyError
 from ._base import DiffEnv
 
 __all__ = ["to_gymnasium"]
@@ -27,7 +27,7 @@ def to_gymnasium(env: DiffEnv, *, vector: bool | None = None) -> Any:
         action ``Box`` spaces from the env's bounds, numpy in and out.
 
     Raises:
-        ImportError: gymnasium is not installed.
+        MissingDependencyError: gymnasium is not installed (an ImportError).
         InputError: ``vector=False`` with several copies.
     """
     if not isinstance(env, DiffEnv):
@@ -35,7 +35,7 @@ def to_gymnasium(env: DiffEnv, *, vector: bool | None = None) -> Any:
     try:
         from ._gymnasium import GymnasiumEnv, GymnasiumVectorEnv
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError(
+        raise MissingDependencyError(
             "to_gymnasium needs gymnasium: pip install 'backdrive[rl]' "
             "(or 'gymnasium>=1.0')"
         ) from exc

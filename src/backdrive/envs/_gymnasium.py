@@ -10,6 +10,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from .._errors import InputError
 from ._base import DiffEnv
 
 __all__ = ["GymnasiumEnv", "GymnasiumVectorEnv"]
@@ -40,7 +41,7 @@ class GymnasiumEnv(gymnasium.Env):
 
     def __init__(self, env: DiffEnv) -> None:
         if env.num_envs != 1:
-            raise ValueError(f"GymnasiumEnv wraps one environment, got num_envs={env.num_envs}")
+            raise InputError(f"GymnasiumEnv wraps one environment, got num_envs={env.num_envs}")
         self.env = env
         self.observation_space = _box(env.obs_low, env.obs_high)
         self.action_space = _box(env.action_low, env.action_high)
@@ -84,7 +85,7 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def __init__(self, env: DiffEnv) -> None:
         if not env.autoreset:
-            raise ValueError("GymnasiumVectorEnv needs an env built with autoreset=True")
+            raise InputError("GymnasiumVectorEnv needs an env built with autoreset=True")
         self.env = env
         self.num_envs = env.num_envs
         self.single_observation_space = _box(env.obs_low, env.obs_high)

@@ -544,7 +544,15 @@ class Simulator:
                         + _REMEDY[what]
                     )
         if not parts:
-            return largest + "; a smaller dt, softer limits or smaller gains may help."
+            light = ""
+            if m_j is not None:
+                m_min = m_j.amin(0)
+                jl = int(m_min.argmin())
+                light = (
+                    f"; the lightest joint is {names[jl]!r} (inertia 1 / (M^-1)_jj = {float(m_min[jl]):.3g}; "
+                    "armature, robot.replace(armature=...), makes light joints easier to integrate)"
+                )
+            return largest + light + "; a smaller dt, softer limits or smaller gains may help."
         first = "; ".join(parts)
         return " Cause: " + first + "." + largest + "."
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..._errors import PolicyConfigError
+from ..._errors import InputTypeError, PolicyConfigError
 from ...envs._base import DiffEnv
 from .networks import ACTIVATIONS, SQUASHES
 
@@ -197,12 +197,12 @@ class PolicyTrainerConfig:
         """A copy with some fields changed, validated like a new config.
 
         Raises:
-            TypeError: a name that is not a setting (the message lists the valid ones).
+            InputTypeError: a name that is not a setting (a TypeError; the message lists the valid ones).
             PolicyConfigError: a bad value.
         """
         unknown = sorted(set(changes) - set(self.field_names()))
         if unknown:
-            raise TypeError(
+            raise InputTypeError(
                 f"unknown training setting(s) {', '.join(map(repr, unknown))}; "
                 f"valid: {', '.join(self.field_names())}"
             )
