@@ -178,3 +178,19 @@ def test_unactuated_quadruped_tumbling_onto_the_ground_never_gains_energy():
     assert bool(touched.all()) and bool(torch.isfinite(E).all())
     assert float((E - E[0]).max()) < 1e-6 * float(E[0].abs().max())
     assert bool((E[-1] < E[0] - 1.0).all())
+
+
+def test_divergence_report_names_the_contact():
+    from backdrive.sim import Simulator
+
+    robot = load("quadruped", floating_base=True)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet + ["trunk"]))
+    # from_model keeps the URDF's order: the trunk's 8 corners, then the feet
+    assert cm.num_rows == 12 and cm.row_label(0) == "trunk (box) on the ground"
+    assert cm.row_label(8) == "FL_foot (sphere) on the ground"
+    sim = Simulator(robot, 2e-3, contact=cm)
+    q = robot.neutral()
+    q[2] = 0.395  # every foot 2.5 cm deep
+    text = sim._diagnose(q[None], torch.zeros(1, robot.nv, dtype=robot.dtype), torch.zeros(1, 12, dtype=robot.dtype))
+    assert "largest contact force" in text and "_foot (sphere) on the ground" in text

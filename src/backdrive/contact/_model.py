@@ -175,6 +175,45 @@ class ContactModel:
     def num_points(self) -> int:
         return self.geometry.num_points
 
+    @property
+    def num_rows(self) -> int:
+        """Rows of every result: the ground contact points, then the self-collision pairs."""
+        sc = self.self_collision
+        return self.geometry.num_points + (sc.num_pairs if sc is not None else 0)
+
+    def row_label(self, row: int) -> str:
+        """What a result row is, e.g. ``"FL_foot (sphere) on the ground"`` or ``"FL_calf/FR_calf (self-collision)"``."""
+        npg = self.geometry.num_points
+        if 0 <= row < npg:
+            shape = self.geometry.shapes[int(self.geometry.point_shape[row])]
+            return f"{shape.link} ({shape.kind}) on the ground"
+        sc = self.self_collision
+        if sc is not None and 0 <= row - npg < sc.num_pairs:
+            a, b = sc.pairs[row - npg]
+            return f"{a}/{b} (self-collision)"
+        raise InputError(f"contact row {row} out of range: this model has {self.num_rows} rows")
+
+    def describe_largest(self, res: ContactResult) -> str:
+        """A sentence naming the contact with the largest (or a non-finite) force in ``res``.
+
+        Looks at every batch sample; one host synchronisation. For error
+        messages (the simulator's divergence report).
+        """
+        mag = res.force.detach().norm(dim=-1).reshape(-1, res.force.shape[-2])  # (N, rows)
+        if mag.numel() == 0:
+            return ""
+        bad = ~torch.isfinite(mag)
+        if bool(bad.any()):
+            sample, row = (int(i) for i in torch.nonzero(bad)[0])
+            return f"The contact force at {self.row_label(row)} (row {row}, sample {sample}) is not finite."
+        flat = int(mag.argmax())
+        sample, row = divmod(flat, mag.shape[-1])
+        pen = float(res.penetration.detach().reshape(-1, mag.shape[-1])[sample, row])
+        return (
+            f"The largest contact force, {float(mag[sample, row]):.4g} N, acts at {self.row_label(row)} "
+            f"(row {row}, sample {sample}, penetration {pen * 1e3:.3g} mm)."
+        )
+
     def _check(self, robot: RobotModel) -> None:
         if robot.fingerprint != self._fingerprint or robot.dtype != self._dtype or robot.device != self._device:
             raise InputError(

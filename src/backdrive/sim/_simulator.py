@@ -467,9 +467,16 @@ class Simulator:
         """
         try:
             with torch.no_grad():
-                return self._diagnosis(q, v, u, step, q_start)
+                text = self._diagnosis(q, v, u, step, q_start)
         except Exception as exc:  # a diagnosis must never hide the real error
-            return f" (the force terms could not be evaluated: {type(exc).__name__}: {exc})"
+            text = f" (the force terms could not be evaluated: {type(exc).__name__}: {exc})"
+        if self.contact is not None and q.shape[0]:
+            try:
+                with torch.no_grad():
+                    text += " " + self.contact.describe_largest(self.contact.forces(self.robot, q, v))
+            except Exception as exc:  # noqa: BLE001 - same rule as above
+                text += f" (the contact forces could not be evaluated: {type(exc).__name__}: {exc})"
+        return text
 
     def _diagnosis(self, q, v, u, step, q_start) -> str:
         sysm, robot, dt = self.system, self.robot, self.dt
