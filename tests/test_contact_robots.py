@@ -194,3 +194,44 @@ def test_divergence_report_names_the_contact():
     q[2] = 0.395  # every foot 2.5 cm deep
     text = sim._diagnose(q[None], torch.zeros(1, robot.nv, dtype=robot.dtype), torch.zeros(1, 12, dtype=robot.dtype))
     assert "largest contact force" in text and "_foot (sphere) on the ground" in text
+
+
+@pytest.mark.slow
+def test_quadruped_stands_on_rough_heightfield():
+    """Random bumps of +-1 cm every 5 cm and a 2 cm step under the rear feet."""
+    from backdrive.contact import Heightfield
+
+    robot = load("quadruped", floating_base=True)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    gen = torch.Generator().manual_seed(2)
+    H = 0.01 * (2 * torch.rand(41, 41, generator=gen, dtype=robot.dtype) - 1)
+    H[:18] += 0.02  # x < -0.1 m: the rear feet stand 2 cm higher
+    hf = Heightfield(H, spacing=0.025)
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet), hf)
+    qj = torch.tensor([0.0, 0.7, -1.4] * 4, dtype=robot.dtype)
+    q = robot.neutral()
+    q[7:] = qj
+    q[2] = 0.36
+    v = torch.zeros(robot.nv, dtype=robot.dtype)
+    zeros6 = torch.zeros(6, dtype=robot.dtype)
+    damping = torch.cat([zeros6, torch.full((12,), 6.0, dtype=robot.dtype)])
+    lift = []
+    for _ in range(800):
+        tau = torch.cat([zeros6, 200.0 * (qj - q[7:]) - 6.0 * v[6:]])
+        a, res = cm.acceleration(robot, q, v, tau, dt=2e-3, extra_damping=damping)
+        q, v = integrate_world(robot, q, v, a, 2e-3)
+        lift.append(float(res.total_force[2]))
+    weight = float(robot.total_mass) * G
+    # A foot on a cell edge sees the slope jump from one cell to the next, so
+    # the force jitters by a few percent step to step (docs/contact.md); its
+    # average over the last 0.2 s carries the weight.
+    last = torch.tensor(lift[-100:])
+    assert abs(float(last.mean()) / weight - 1.0) < 0.01
+    assert float((last / weight - 1.0).abs().max()) < 0.2
+    assert bool((res.normal_force > 0.05 * weight).all())
+    assert float(v.abs().max()) < 0.5
+    # rear feet higher: the base pitches nose down (positive pitch about y)
+    from backdrive.spatial import quat_to_matrix
+
+    R = quat_to_matrix(q[3:7])
+    assert float(R[2, 0]) < -0.01  # the body x axis points downwards
