@@ -6,6 +6,8 @@ exact gradients. See ``README.md`` and ``docs/conventions.md``.
 
 from ._errors import (
     BackdriveError,
+    BackdriveWarning,
+    ContactApproximationWarning,
     BrowserNotFoundError,
     CheckpointMismatchError,
     CompilerUnavailableError,
@@ -78,4 +80,6 @@ __all__ = [
     "MissingDependencyError",
     "MissingExtraError",
     "BrowserNotFoundError",
+    "BackdriveWarning",
+    "ContactApproximationWarning",
 ]
