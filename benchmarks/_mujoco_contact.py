@@ -38,68 +38,84 @@ Model
 
 Matching a penalty spring-damper
 --------------------------------
-MuJoCo's contact is a soft constraint. For one constraint row with
+MuJoCo's contact is a soft constraint
+(https://mujoco.readthedocs.io/en/stable/computation/index.html#soft-constraints
+and .../modeling.html#solver-parameters). For a constraint row with
 impedance ``d`` (``solimp``), reference stiffness ``k_r`` and damping ``b_r``
-(``solref``), MuJoCo finds the force ``f`` that minimises its convex cost;
-inside the friction cone that force is ``f = (A + R)^-1 (a_ref - a_0)`` with
-``A = J M^-1 J^T``, the regulariser ``R = (1 - d) / d * A~`` (``A~`` is
-MuJoCo's diagonal estimate ``efc_diagApprox`` of ``A``, fixed per body
-pair), ``a_0`` the unconstrained acceleration and ``a_ref = -b_r v - k_r d
-r`` (``r`` the signed distance, negative in penetration, ``v`` its rate).
-With ``solref = (-K, -B)`` (negative values: "direct" stiffness and damping)
-MuJoCo uses ``k_r = K / d_max^2`` and ``b_r = B / d_max``; see
-https://mujoco.readthedocs.io/en/stable/modeling.html#solver-parameters.
+(``solref``), the force inside the friction cone is ``f = D (a_ref - a)``,
+where ``a`` is the row's acceleration *after* the constraint forces (MuJoCo
+solves for ``f`` and ``a`` together over all contacts),
+``D = 1 / R = d / ((1 - d) A~)`` (``A~`` is MuJoCo's diagonal estimate
+``efc_diagA`` of ``J M^-1 J^T``: a constant per body pair, the foot body's
+translational ``body_invweight0``), and ``a_ref = -b_r v - k_r d r`` with
+``r`` the signed distance (negative in penetration, ``p = -r``) and ``v``
+its rate. With ``solref = (-K, -B)`` (negative: "direct" stiffness and
+damping) MuJoCo takes ``k_r = K / d_max^2``, ``b_r = B / d_max``.
 
-Two regimes of a constant impedance ``d`` (``solimp = (d, d, ...)``):
+Over a step of semi-implicit Euler, ``a = (v' - v) / dt`` with ``v'`` the
+end-of-step normal velocity, so
 
-* ``d -> 1`` (the brief's first guess, ``solimp="0.9999 0.9999"``): ``R``
-  vanishes, the constraint tracks ``a_ref`` as a hard constraint and the
-  normal direction obeys ``r'' = -B r' - K r - (1 - d) g``: a *mass-
-  normalised* spring whose static penetration ``(1 - d) g / K`` is nearly
-  zero, whatever the robot's weight. That is not a penalty force.
-* ``d -> 0`` (used here, ``d = 1e-4``, MuJoCo's lower clamp ``mjMINIMP``):
-  ``R = A~ (1 - d) / d`` dominates ``A``, so
-  ``f = R^-1 (a_ref - a_0) (1 + O(d A / A~))
-      = -(K r + B v + d a_0) / ((1 - d) A~)``,
-  i.e. a penalty force ``f = k p + b p'`` (``p = -r`` the penetration) with
-  ``k = K / A~`` and ``b = B / A~``. Hence ``K = k A~``, ``B = b A~`` per
-  foot, with ``A~`` read from MuJoCo (``efc_diagApprox`` of a probe contact;
-  for a foot on the floor it is the foot body's translational
-  ``body_invweight0``). The relative error of the force is of order ``d``:
-  1e-4. For a pyramidal cone each of the ``2 (condim - 1)`` edge rows
-  carries this law, so ``K`` and ``B`` are divided by their number.
+    f = -D k_r d r - (D b_r - D / dt) v - (D / dt) v'
 
-The feet get ``priority`` 1 over the floor, so their ``solref``, ``solimp``
-and friction are the contact's, unmixed.
+a spring, a damper on the start-of-step velocity and a damper on the
+end-of-step velocity, all exact (no approximation of ``A``). With a constant
+impedance (``solimp = (d, d, ...)``) any law ``f = k p - b_exp v - b_imp v'``
+follows from ``D = b_imp dt``, ``b_r = b_exp / D + 1 / dt``, ``k_r d = k / D``
+(:func:`matched_solref`):
 
-Residual differences from a penalty force (what the comparison cannot
-remove):
+* ``scheme="implicit"`` (default; backdrive's implicit contact step, which
+  linearises the force at the end of the step,
+  ``f' = k (p - dt v') - b v'``): ``b_imp = b + k dt``, ``b_exp = 0``. For
+  Go1 at 2 ms with k = 4e4 N/m, b = 1e4 N s/m this is ``d = 0.98``. It is
+  stable at 4 ms.
+* ``scheme="explicit"`` (``f = k p - b v``): ``d`` at MuJoCo's lower clamp
+  1e-4 leaves ``b_imp = D / dt`` ~ 0.04 N s/m. Stable only while
+  ``b dt < 2 m_eff`` and ``dt < 2 sqrt(m_eff / k)`` with ``m_eff`` the
+  lightest effective mass at a foot (0.15 kg for Go1 standing): at 1 ms for
+  k 2e4, b <= 100; not at 2 ms.
 
-* Activation: MuJoCo's force is one-sided (``f >= 0`` in the normal
-  direction, the cone's apex) and switches on at ``r = 0``; a smooth
-  activation (softplus of the penetration) gives a small force above the
-  ground and a slightly different force at small penetration.
-* The damping term is one-sided too: ``f = max(0, k p + b p')``, so the
-  contact never pulls (same as a clamped penalty law).
-* Friction: inside the elliptic cone the tangential force is
-  ``-D_t (a_t + b_r v_t)`` with ``D_t = impratio / R`` (impratio 1 here),
-  i.e. at rest a *viscous* force ``~ -b v_t`` that saturates at the cone
-  ``mu f_n`` (MuJoCo's soft friction lets a loaded foot creep at ``v_t = f_t
-  / b``). A smoothed Coulomb law ``mu f_n tanh(v_t / v_s)`` has the slope
-  ``mu f_n / v_s`` instead: with b = 1000 N s/m and 30 N on a foot, MuJoCo's
-  effective stiction width ``mu f_n / b`` is ~2 cm/s, of the order of the
-  1 cm/s used for a Coulomb law. The standing pose has near-zero tangential
-  loads, so this shows in transients and in slow creep, not at rest.
-* Time stepping: the constraint force is computed from the state at the
-  start of the step (explicit in ``r`` and ``v``), then semi-implicit Euler,
-  as for an explicit penalty law. The stable step therefore shrinks as
-  ``sqrt(m_eff / k)`` with the lightest effective mass at a foot
-  (``1 / A~``, 0.37 kg on Go1's calves).
+(A constant impedance near 1 with direct solref, ``solimp = "0.9999
+0.9999"``, is *not* a penalty law: ``D`` becomes huge, the constraint tracks
+``a_ref`` as a hard constraint and the penetration obeys the mass-normalised
+``r'' = -B r' - K r - (1 - d) g``, whose rest penetration ``(1 - d) g / K``
+does not depend on the load.)
 
-MuJoCo's own contact (positive ``solref = (timeconst, dampratio)`` and its
-default ``solimp = (0.9, 0.95, 0.001, 0.5, 2)``) is available with
-``native=True``: that is what ``mujoco`` users run, and its standing height
-moves with those settings (see :func:`height_sensitivity`).
+``tests/test_mujoco_contact_ref.py`` checks the law per foot to 1e-3 of the
+force from ``mj_contactForce`` in a state with moving, penetrating feet. The
+feet get ``priority`` 1 over the floor, so their ``solref``, ``solimp`` and
+friction are the contact's, unmixed. Only the elliptic cone is matched:
+MuJoCo rescales the pyramidal rows' regulariser to mimic the elliptic cone.
+
+Residual differences from backdrive's law (what the comparison cannot remove)
+----------------------------------------------------------------------------
+* Activation: MuJoCo's force switches on at ``r = 0``; backdrive's
+  ``k w_n softplus(p / w_n)`` gives ``k w_n ln 2`` (2.8 N at 4e4 N/m and
+  w_n = 0.1 mm) at zero penetration and the damping fades in with
+  ``sigmoid(p / w_n)``. At rest with ~32 N per foot (p ~ 0.8 mm = 8 w_n)
+  the two differ by ``k w_n softplus(-8) ~ 1e-3 N``.
+* Both clamp the normal force at 0 (MuJoCo's cone apex).
+* Friction: inside the elliptic cone the friction rows have
+  ``D_t = impratio D`` and ``a_ref = -b_r v_t``; in the implicit mapping
+  that is the viscous ``f_t = -impratio b_imp v_t'``, saturating on the
+  cone ``mu f_n``. A regularised Coulomb law ``mu f_n v_t / sqrt(|v_t|^2 +
+  w_t^2)`` has the slope ``mu f_n / w_t`` at rest: ``stiction_width=w_t``
+  sets ``impratio`` so the slopes agree at the standing load ``W / 4``
+  (0.24 for Go1 with w_t = 1 cm/s). Away from rest the two differ: MuJoCo's
+  friction is linear up to the cone, Coulomb's is smooth. Both let a loaded
+  foot creep (Go1 standing: the feet splay at ~0.3 mm/s, the base sinks
+  ~0.1 mm/s at impratio 1).
+* MuJoCo's free joint uses the world-frame linear velocity; Euler
+  integrates the free joint's position with it, backdrive on SE(3) with the
+  base-frame twist. Equal to first order in ``dt``.
+
+MuJoCo's own contact (positive ``solref = (timeconst, dampratio)``, default
+``(0.02, 1)``, and ``solimp = (0.9, 0.95, 0.001, 0.5, 2)``) is available
+with ``native=True``: what MuJoCo users run. Measured by
+:func:`height_sensitivity` (Go1, 2 ms, 2 s): default 0.2526 m; timeconst
+0.005 / 0.01 s: +1.7 / +1.3 mm; dampratio 0.5: +1.3 mm; solimp (0.8, 0.9):
+-1.9 mm, (0.95, 0.99): +1.3 mm, (0.99, 0.999): +1.8 mm, width 10 mm: -1.6 mm;
+timeconst 0.04 s or dampratio 2: -5.9 mm. The matched law (k 4e4, b 1e4)
+stands at 0.2543 m, 1.7 mm above MuJoCo's default.
 """
 
 from __future__ import annotations
