@@ -138,3 +138,25 @@ def test_bad_settings_are_refused():
         mc.build_model("quadruped", stiffness=-1.0)
     # The native model accepts the pyramidal cone.
     assert mc.build_model("quadruped", native=True, cone="pyramidal").opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL
+
+
+@pytest.mark.parametrize("robot", ROBOTS)
+def test_joint_permutation_and_drop_state(robot):
+    """The helpers a backdrive comparison uses: joint order by name, and the
+    drop state (lowest foot 5 cm up, standing pose)."""
+    from backdrive.data import load
+
+    model = mc.build_model(robot, dt=2e-3)
+    bd = load(mc.ROBOTS[robot].name, floating_base=True)
+    perm = mc.joint_permutation(model, bd.joint_names)
+    names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, model.actuator_trnid[a, 0]) for a in range(model.nu)]
+    assert [names[i] for i in perm] == list(bd.joint_names)
+    with pytest.raises(ValueError, match="nope"):
+        mc.joint_permutation(model, ["nope"] + list(bd.joint_names[1:]))
+    qpos, ctrl = mc.drop_state(model, robot)
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    mujoco.mj_forward(model, data)
+    feet = mc._foot_geoms(model, mc.ROBOTS[robot])
+    assert (data.geom_xpos[feet, 2] - model.geom_size[feet, 0]).min() == pytest.approx(0.05, abs=1e-12)
+    np.testing.assert_array_equal(qpos[model.jnt_qposadr[model.actuator_trnid[:, 0]]], ctrl)
