@@ -9,10 +9,11 @@ PD servo on every leg joint holding the standing pose (kp 80 N m/rad, kd 2
 N m s/rad). MuJoCo's models come from ``benchmarks/_mujoco_contact.py`` (its
 docstring derives how MuJoCo's soft contact is set to the penalty law
 ``f = k p - (b + k dt) v_n'`` of backdrive's implicit contact step, with k
-4e4 N/m, b 1e4 N s/m, mu 0.75).
+4e4 N/m, b 1e4 N s/m, mu 0.75; MuJoCo's ``impratio`` set so that its
+friction at rest has the slope of backdrive's 1 cm/s stiction width).
 
 Every rollout starts from the robot settled on the ground (a 3 s drop and
-settle), with the joint velocities perturbed per batch element (0.1 rad/s,
+settle), with the joint velocities perturbed per batch element (0.01 rad/s,
 so that the elements differ), under constant standing targets, for
 ``--steps`` steps.
 
@@ -76,6 +77,9 @@ WIGGLE = 0.01
 # semi-implicit Euler with explicit servo damping is unstable at 4 ms for the
 # shipped quadruped (and for Go1 with MuJoCo's default contact).
 INTEGRATOR = "implicitfast"
+# Joint-velocity noise of the batch's start states, rad/s. With b = 1e4 N s/m
+# a foot moving at 2 cm/s (0.1 rad/s at the joints) already feels 200 N.
+JOINT_NOISE = 0.01
 ROBOTS = ("go1", "quadruped")
 
 
@@ -101,7 +105,7 @@ def settled_state(model, robot: str, seconds: float = 3.0):
 
 def initial_states(model, qpos, qvel, batch: int, seed: int = 0) -> np.ndarray:
     """``(batch, nstate)`` MuJoCo full-physics states: the settled state with
-    joint velocities perturbed by 0.1 rad/s (std) per element."""
+    joint velocities perturbed by ``JOINT_NOISE`` (std) per element."""
     import mujoco
 
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -111,7 +115,7 @@ def initial_states(model, qpos, qvel, batch: int, seed: int = 0) -> np.ndarray:
     for i in range(batch):
         data.qpos[:] = qpos
         data.qvel[:] = qvel
-        data.qvel[6:] += 0.1 * rng.standard_normal(model.nv - 6)
+        data.qvel[6:] += JOINT_NOISE * rng.standard_normal(model.nv - 6)
         data.time = 0.0
         mujoco.mj_getState(model, data, out[i], spec)
     return out
@@ -183,39 +187,130 @@ def _inner(batch: int, nstep: int) -> int:
 
 
 # ----------------------------------------------------------- backdrive slots
+#
+# The backdrive rows. Each returns None where backdrive has no contact
+# simulation (``import backdrive.contact`` fails); the MuJoCo rows run alone.
+# They are written against ``backdrive.contact`` as of the contact branch
+# (``ContactModel``, ``ContactGeometry.spheres``, ``ContactParameters``,
+# ``contact_step``); if that API changes, only ``_backdrive_setup`` needs to.
+
+CONTACT = {"stiffness": 4e4, "damping": 1e4, "friction": 0.75, "normal_width": 1e-4, "stiction_width": 1e-2}
+KP, KD = 80.0, 2.0
 
 
-def backdrive_rollout_runner(robot: str, dt: float, batch: int, nstep: int, dtype: str = "float64"):
-    """SLOT for backdrive's rows (to be filled by the contact work, issue 11).
-
-    Must return a callable ``run()`` that simulates ``batch`` copies of
-    ``robot`` standing on the floor under the same PD servos and contact
-    parameters (k 4e4, b 1e4, mu 0.75, feet spheres of the URDF radius) for
-    ``nstep`` steps of ``dt`` (no gradient), or ``None`` where backdrive has
-    no contact simulation yet. The table then shows backdrive's rows next to
-    MuJoCo's, with the ratio of robot-seconds per wall-second.
-    """
+def _backdrive_setup(robot: str, dtype: str = "float64"):
+    """``(bd_robot, contact_model, step)`` or ``None``; ``step(q, v, target, dt)``
+    is one step of backdrive's implicit contact scheme under the PD servos."""
     try:
-        import backdrive.contact  # noqa: F401
+        import torch
+
+        from backdrive.contact import ContactGeometry, ContactModel, ContactParameters, integrate_world
+        from backdrive.data import load
     except ImportError:
         return None
-    return None  # SLOT: wire Simulator(..., contact=...) here.
+    rs = mc.ROBOTS[robot]
+    bd = load(rs.name, floating_base=True, dtype=getattr(torch, dtype))
+    # As in the MuJoCo model: no joint Coulomb friction (module docstring of _mujoco_contact).
+    bd = bd.replace(friction=torch.zeros_like(bd.friction))
+    geometry = ContactGeometry.spheres(bd, {f: rs.foot_radius for f in rs.feet})
+    contact = ContactModel(bd, geometry, params=ContactParameters(**CONTACT))
+
+    # The servo damping is treated implicitly, like MuJoCo's implicitfast.
+    extra = torch.cat([torch.zeros(6, dtype=bd.dtype), torch.full((bd.nv - 6,), KD, dtype=bd.dtype)])
+
+    def step(q, v, target, dt):
+        zeros = torch.zeros(q.shape[:-1] + (6,), dtype=q.dtype)
+        tau = torch.cat([zeros, KP * (target - q[..., 7:]) - KD * v[..., 6:]], -1)
+        a, _ = contact.acceleration(bd, q, v, tau, dt=dt, scheme="implicit", extra_damping=extra)
+        return integrate_world(bd, q, v, a, dt)
+
+    return bd, contact, step
 
 
-def backdrive_gradient_runner(robot: str, dt: float, nstep: int, dtype: str = "float64"):
-    """SLOT for backdrive's rollout gradient (contact work, issue 11).
+def to_backdrive_state(model, bd, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray):
+    """MuJoCo ``(qpos, qvel, ctrl)`` (leading batch axes allowed) as backdrive
+    ``(q, v, target)`` tensors: joints reordered by name, and the base linear
+    velocity turned from MuJoCo's world frame into the base frame."""
+    import torch
 
-    Must return ``(forward, gradient)`` callables: ``forward()`` runs one
-    ``nstep``-step rollout from the settled state; ``gradient()`` runs it and
-    returns the ``(nstep, 12)`` gradient of the same scalar as
-    :func:`mujoco_chained_gradient` (final base height + 0.1 * final base x)
-    with respect to the servo targets. ``None`` where not available.
+    perm = mc.joint_permutation(model, bd.joint_names)
+    quat = qpos[..., 3:7]
+    w, x, y, z = (quat[..., i] for i in range(4))
+    R = np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+    ], -2)
+    lin_base = np.einsum("...ji,...j->...i", R, qvel[..., :3])
+    q = np.concatenate([qpos[..., :7], qpos[..., 7:][..., perm]], -1)
+    v = np.concatenate([lin_base, qvel[..., 3:6], qvel[..., 6:][..., perm]], -1)
+    t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=bd.dtype)  # noqa: E731
+    return t(q), t(v), t(ctrl[..., perm])
+
+
+def backdrive_rollout_runner(robot: str, dt: float, batch: int, nstep: int, dtype: str = "float64",
+                             mj_model=None, x0: np.ndarray | None = None, ctrl: np.ndarray | None = None):
+    """Backdrive's throughput row: ``run()`` simulates ``batch`` copies of
+    ``robot`` standing on the floor (same servos, contact parameters
+    ``CONTACT`` and start states ``x0`` as MuJoCo's rows) for ``nstep`` steps
+    of ``dt`` without gradient; ``None`` where ``backdrive.contact`` is missing.
     """
-    try:
-        import backdrive.contact  # noqa: F401
-    except ImportError:
+    setup = _backdrive_setup(robot, dtype)
+    if setup is None or mj_model is None:
         return None
-    return None  # SLOT
+    import torch
+
+    bd, _, step = setup
+    nq, nv = mj_model.nq, mj_model.nv
+    q0, v0, target = to_backdrive_state(mj_model, bd, x0[:, 1:1 + nq], x0[:, 1 + nq:1 + nq + nv],
+                                        np.broadcast_to(ctrl, (len(x0), len(ctrl))))
+
+    def run():
+        with torch.no_grad():
+            q, v = q0, v0
+            for _ in range(nstep):
+                q, v = step(q, v, target, dt)
+        if not bool(torch.isfinite(q).all()):
+            raise FloatingPointError(f"backdrive rollout of {robot} became non-finite")
+
+    return run
+
+
+def backdrive_gradient_runner(robot: str, dt: float, nstep: int, dtype: str = "float64",
+                              mj_model=None, qpos=None, qvel=None, U: np.ndarray | None = None):
+    """Backdrive's gradient row: ``(forward, gradient)``; ``forward()`` runs
+    the ``nstep``-step rollout from the settled state under targets ``U``;
+    ``gradient()`` also back-propagates and returns the ``(nstep, 12)``
+    gradient (MuJoCo's actuator order) of the scalar of
+    :func:`mujoco_chained_gradient` (final base height + 0.1 * final base x).
+    ``None`` where ``backdrive.contact`` is missing."""
+    setup = _backdrive_setup(robot, dtype)
+    if setup is None or mj_model is None:
+        return None
+    import torch
+
+    bd, _, step = setup
+    q0, v0, Ub = to_backdrive_state(mj_model, bd, qpos, qvel, U)
+    perm = mc.joint_permutation(mj_model, bd.joint_names)
+
+    def rollout(targets):
+        q, v = q0, v0
+        for t in range(nstep):
+            q, v = step(q, v, targets[t], dt)
+        return q[2] + 0.1 * q[0]
+
+    def forward():
+        with torch.no_grad():
+            rollout(Ub)
+
+    def gradient():
+        targets = Ub.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(rollout(targets), targets)
+        out = np.empty_like(U)
+        out[:, perm] = g.numpy()
+        return out
+
+    return forward, gradient
 
 
 # ------------------------------------------------------------ the gradient
@@ -328,7 +423,8 @@ def contact_regime(model, qpos, qvel, U: np.ndarray) -> tuple[float, float]:
 
 
 def throughput_rows(robot: str, dt: float, nstep: int, repeats: int, batches, native: bool = False):
-    model = mc.build_model(robot, dt=dt, native=native, integrator=INTEGRATOR)
+    model = mc.build_model(robot, dt=dt, native=native, integrator=INTEGRATOR,
+                           stiction_width=None if native else CONTACT["stiction_width"])
     qpos, qvel, ctrl = settled_state(model, robot)
     label = "MuJoCo default contact" if native else "MuJoCo matched penalty"
     rows = []
@@ -346,15 +442,21 @@ def throughput_rows(robot: str, dt: float, nstep: int, repeats: int, batches, na
             rows.append((label, "rollout", batch, nthread, batch * nstep / t))
     if not native:
         for batch in batches:
-            bd = backdrive_rollout_runner(robot, dt, batch, nstep)
+            x0 = initial_states(model, qpos, qvel, batch)
+            bd = backdrive_rollout_runner(robot, dt, batch, nstep, mj_model=model, x0=x0, ctrl=ctrl)
             if bd is not None:
-                rows.append(("backdrive", "Simulator.rollout", batch, 1,
-                             batch * nstep / timed(bd, repeats, _inner(batch, nstep))))
+                # One rollout per timing: backdrive's batch-1 steps are slow
+                # enough that 100 of them are well above the timer's resolution.
+                try:
+                    sps = batch * nstep / timed(bd, repeats)
+                except Exception as e:  # a blow-up is a result to report, not a crash
+                    sps = f"fails: {type(e).__name__}"
+                rows.append(("backdrive", "contact step, implicit", batch, 1, sps))
     return rows
 
 
 def gradient_report(robot: str, dt: float, T: int, repeats: int, amplitude: float = WIGGLE) -> dict:
-    model = mc.build_model(robot, dt=dt, integrator=INTEGRATOR)
+    model = mc.build_model(robot, dt=dt, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
     qpos, qvel, ctrl = settled_state(model, robot)
     U = gradient_targets(model, ctrl, T, amplitude)
     fmin, use = contact_regime(model, qpos, qvel, U)
@@ -371,14 +473,17 @@ def gradient_report(robot: str, dt: float, T: int, repeats: int, amplitude: floa
         "cosine": cos, "normwise": float(np.linalg.norm(G - G_fd) / np.linalg.norm(G_fd)),
         "grad_norm": float(np.linalg.norm(G_fd)), "min_normal_force": fmin, "friction_use": use,
     }
-    bd = backdrive_gradient_runner(robot, dt, T)
+    bd = backdrive_gradient_runner(robot, dt, T, mj_model=model, qpos=qpos, qvel=qvel, U=U)
     if bd is not None:
         fwd, grad = bd
-        out["backdrive_forward_s"] = timed(fwd, repeats)
-        out["backdrive_gradient_s"] = timed(lambda: grad(), repeats)
-        Gb = np.asarray(grad())
-        out["backdrive_cosine_vs_mujoco_fd"] = float(
-            Gb.ravel() @ G_fd.ravel() / (np.linalg.norm(Gb) * np.linalg.norm(G_fd)))
+        try:
+            out["backdrive_forward_s"] = timed(fwd, repeats)
+            out["backdrive_gradient_s"] = timed(lambda: grad(), repeats)
+            Gb = np.asarray(grad())
+            out["backdrive_cosine_vs_mujoco_fd"] = float(
+                Gb.ravel() @ G_fd.ravel() / (np.linalg.norm(Gb) * np.linalg.norm(G_fd)))
+        except Exception as e:  # reported, not a crash
+            out["backdrive_error"] = f"fails: {type(e).__name__}: {e}"[:120]
     return out
 
 
@@ -394,6 +499,13 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     import mujoco
 
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
     repeats = 1 if args.quick else args.repeats
     batches = (1, 64) if args.quick else BATCHES
     print(f"# Contact benchmark: {platform.processor() or platform.machine()}, MuJoCo {mujoco.__version__}, "
@@ -404,7 +516,10 @@ def main(argv=None) -> None:
         for native in (False, True):
             for label, runner, batch, nthread, sps in throughput_rows(
                     robot, args.dt, args.steps, repeats, batches, native=native):
-                print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {sps:,.0f} | {sps * args.dt:,.1f} |")
+                if isinstance(sps, str):
+                    print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {sps} | |")
+                else:
+                    print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {sps:,.0f} | {sps * args.dt:,.1f} |")
     if args.no_gradient:
         return
     print("\n## Gradient of a 100-step rollout (final base height + 0.1 x) w.r.t. 100 x 12 targets\n")
@@ -418,6 +533,8 @@ def main(argv=None) -> None:
         print(f"| {robot} | {g['min_normal_force']:.1f} | {g['friction_use']:.2f} | {g['forward_s'] * 1e3:.2f} | "
               f"{g['chained_fd_s'] * 1e3:.1f} | {g['chained_fd_s'] / g['forward_s']:.0f}x | {g['cosine']:.6f} | "
               f"{g['normwise']:.1e} | {g['rollout_fd_s'] * 1e3:.0f} |")
+        if "backdrive_error" in g:
+            print(f"| {robot} (backdrive autograd) | {g['backdrive_error']} | | | | | | | |")
         if "backdrive_gradient_s" in g:
             print(f"| {robot} (backdrive autograd) | | | {g['backdrive_forward_s'] * 1e3:.2f} | "
                   f"{g['backdrive_gradient_s'] * 1e3:.1f} | "
