@@ -34,7 +34,11 @@ Model
   qdot``, unclamped (standing torques are far inside the effort limits).
   ``opt.integrator`` is semi-implicit Euler (MuJoCo's ``Euler``) with its
   implicit joint damping switched off (``eulerdamp``), like backdrive's
-  ``semi_implicit`` integrator.
+  ``semi_implicit`` integrator; ``integrator="implicitfast"`` treats servo
+  and joint damping implicitly (as backdrive's ``extra_damping``), which
+  ``benchmarks/contact.py`` needs at 4 ms: with explicit servo damping
+  (kd 2) the shipped quadruped is unstable at 4 ms, and Go1 with MuJoCo's
+  default contact too; both are stable at 2 ms.
 
 Matching a penalty spring-damper
 --------------------------------

@@ -23,7 +23,13 @@ so that the elements differ), under constant standing targets, for
   - MuJoCo ``mj_step`` called from a Python loop (batch 1: what a Python
     user pays per step),
   - ``mujoco.rollout`` (MuJoCo's C rollout loop) with 1 and 2 threads,
-  - backdrive (slot: :func:`backdrive_rollout_runner`).
+  - backdrive (slot: :func:`backdrive_rollout_runner`),
+  - MJX on the CPU in float64 (``--mjx-robots``, Go1 by default, batch 64
+    by default: compiling takes about a minute per shape here, and batch
+    1,024 did not finish compiling and running within 15 minutes on the
+    shared 2-core machine), when ``mujoco-mjx`` and ``jax[cpu]`` are
+    installed (the ``bench`` extra). MJX's rollout gradient needs its solver
+    at one iteration (NOTES.md), which changes the physics: not timed here.
   Each engine runs at its own stable step size: MuJoCo with the matched
   penalty law at 4 ms (``--dt``) and, for reference, MuJoCo's own default
   soft contact (``solref (0.02, 1)``) at the same step, both with MuJoCo's
@@ -145,9 +151,8 @@ def mujoco_rollout_runner(model, x0: np.ndarray, ctrl: np.ndarray, nstep: int, n
 
     Returns ``(run, close)``; ``run()`` does the rollout into a preallocated
     state array (so allocation is not timed)."""
-    from mujoco import rollout
-
     import mujoco
+    from mujoco import rollout
 
     datas = [mujoco.MjData(model) for _ in range(nthread)]
     control = np.broadcast_to(ctrl, (len(x0), nstep, model.nu)).copy()
@@ -419,6 +424,55 @@ def contact_regime(model, qpos, qvel, U: np.ndarray) -> tuple[float, float]:
     return float(fmin), use
 
 
+# --------------------------------------------------------------------- MJX
+
+
+def mjx_throughput(robot: str, dt: float, nstep: int, batch: int, repeats: int):
+    """MJX (JAX, CPU) rollout of ``batch`` copies, ``jit(vmap(scan(mjx.step)))``
+    in float64, from the settled state with the same joint-velocity noise.
+
+    Returns ``(steps_per_s, compile_s, base_height_spread)`` or ``None`` where
+    ``mujoco.mjx`` / ``jax`` are missing. Compiling takes 40-200 s per shape
+    on a 2-core CPU.
+    """
+    try:
+        import jax
+        import jax.numpy as jp
+
+        jax.config.update("jax_enable_x64", True)
+        import mujoco
+        from mujoco import mjx
+    except ImportError:
+        return None
+    model = mc.build_model(robot, dt=dt, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
+    qpos, qvel, ctrl = settled_state(model, robot)
+    data = mujoco.MjData(model)
+    data.qpos[:], data.qvel[:], data.ctrl[:] = qpos, qvel, ctrl
+    mm = mjx.put_model(model)
+    md = mjx.put_data(model, data)
+    # In x64 mode the step makes int64 contact indices; start from a step's types.
+    md = jax.jit(mjx.forward)(mm, md)
+    rng = np.random.default_rng(0)
+    noise = np.zeros((batch, model.nv))
+    noise[:, 6:] = JOINT_NOISE * rng.standard_normal((batch, model.nv - 6))
+    qv = jp.asarray(qvel[None] + noise)
+
+    def roll(v0):
+        def body(d, _):
+            return mjx.step(mm, d), None
+
+        d, _ = jax.lax.scan(body, md.replace(qvel=v0), None, length=nstep)
+        return d.qpos
+
+    f = jax.jit(jax.vmap(roll))
+    t = time.perf_counter()
+    out = f(qv).block_until_ready()
+    compile_s = time.perf_counter() - t
+    best = timed(lambda: f(qv).block_until_ready(), repeats)
+    z = np.asarray(out[:, 2])
+    return batch * nstep / best, compile_s - best, float(z.max() - z.min())
+
+
 # ------------------------------------------------------------------ report
 
 
@@ -496,6 +550,9 @@ def main(argv=None) -> None:
     ap.add_argument("--robots", nargs="+", default=list(ROBOTS), choices=ROBOTS)
     ap.add_argument("--no-gradient", action="store_true")
     ap.add_argument("--wiggle", type=float, default=WIGGLE, help="servo-target wiggle of the gradient scenario, rad")
+    ap.add_argument("--mjx-robots", nargs="*", default=["go1"], choices=ROBOTS,
+                    help="robots for the MJX rows (none: skip MJX; each shape compiles for 40-200 s)")
+    ap.add_argument("--mjx-batches", nargs="+", type=int, default=[64])
     args = ap.parse_args(argv)
     import mujoco
 
@@ -520,6 +577,15 @@ def main(argv=None) -> None:
                     print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {sps} | |")
                 else:
                     print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {sps:,.0f} | {sps * args.dt:,.1f} |")
+    for robot in args.mjx_robots:
+        for batch in args.mjx_batches:
+            r = mjx_throughput(robot, args.dt, args.steps, batch, repeats)
+            if r is None:
+                print(f"| {robot} | MJX | not installed (pip install mujoco-mjx 'jax[cpu]') | {batch} | | | |")
+                break
+            sps, comp, spread = r
+            print(f"| {robot} | MJX float64 (compile {comp:.0f} s) | jit(vmap(scan(step))) | {batch} | jax "
+                  f"| {sps:,.0f} | {sps * args.dt:,.1f} |")
     if args.no_gradient:
         return
     print("\n## Gradient of a 100-step rollout (final base height + 0.1 x) w.r.t. 100 x 12 targets\n")
