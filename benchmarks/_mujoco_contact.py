@@ -3,8 +3,8 @@ standing on a floor, with MuJoCo's contact set up to behave as a linear
 spring-damper (a penalty force) on spheres at the feet.
 
 Used by ``tests/test_mujoco_contact_ref.py`` and ``benchmarks/contact.py``;
-independent of backdrive (it reads only URDF text), so that it is a reference
-and not a copy.
+independent of backdrive's physics (backdrive only locates the URDF files),
+so that it is a reference and not a copy.
 
 Model
 -----
@@ -29,7 +29,8 @@ Model
   no force at rest. For a standing comparison that would make the rest pose
   non-unique (+-0.2 N m / kp of joint error), so ``joint_friction`` defaults
   to 0 (pass ``None`` for the URDF value). ``armature`` is added to every leg
-  joint (the URDFs have none).
+  joint (the URDFs have none). Joint-limit constraints are off (the
+  standing pose is far inside the limits).
 * Actuators: one position servo per leg joint, ``tau = kp (q_ref - q) - kd
   qdot``, unclamped (standing torques are far inside the effort limits).
   ``opt.integrator`` is semi-implicit Euler (MuJoCo's ``Euler``) with its
