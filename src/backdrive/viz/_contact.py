@@ -23,6 +23,8 @@ __all__ = [
     "frame_steps",
     "force_arrows",
     "auto_force_scale",
+    "group_series",
+    "heightfield_mesh",
     "as_terrain",
     "add_terrain",
     "ContactLayer",
@@ -185,6 +187,33 @@ def force_arrows(c: ContactArrays, step: int, force_scale: float, min_force: flo
     normal = np.stack([p, p + c.normal_force[step][on, None] * c.normal[step][on] / force_scale], 1)
     friction = np.stack([p, p + c.friction_force[step][on] / force_scale], 1)
     return p, normal, friction
+
+
+def group_series(c: ContactArrays, index: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group normal force and slip speed over time.
+
+    Args:
+        c: the rollout's arrays. index: ``(np,)`` group of each contact.
+        k: number of groups.
+
+    Returns:
+        ``normal (S, k)``: the sum of each group's normal forces, N;
+        ``slip (S, k)``: the group's slip speed averaged with the (clamped
+        non-negative) normal forces as weights, m/s, NaN where the group
+        carries less than :data:`ACTIVE_FRACTION` of the largest group force.
+    """
+    fn = np.zeros((c.steps, k))
+    np.add.at(fn.T, index, c.normal_force.T)
+    load = np.clip(c.normal_force, 0.0, None)
+    speed = np.linalg.norm(c.slip_velocity, axis=-1)
+    wsum = np.zeros((c.steps, k))
+    np.add.at(wsum.T, index, load.T)
+    wslip = np.zeros((c.steps, k))
+    np.add.at(wslip.T, index, (load * speed).T)
+    floor = ACTIVE_FRACTION * float(fn.max(initial=0.0))
+    loaded = (wsum > floor) & (wsum > 0)
+    slip = np.where(loaded, wslip / np.where(loaded, wsum, 1.0), np.nan)
+    return fn, slip
 
 
 def auto_force_scale(c: ContactArrays, length: float, min_force: float) -> float:

@@ -333,7 +333,7 @@ def plot_contact_forces(
 
     from ..contact import ContactResult
     from ..sim import Trajectory
-    from ._contact import ACTIVE_FRACTION, contact_arrays
+    from ._contact import contact_arrays, group_series
 
     if isinstance(trajectory, Trajectory):
         if trajectory.contact is None:
@@ -353,19 +353,7 @@ def plot_contact_forces(
     names, index = contact_groups(groups, c.num_points)
     t = np.arange(c.steps) * float(dt)
     k = len(names)
-    fn = np.zeros((c.steps, k))
-    np.add.at(fn.T, index, c.normal_force.T)
-    # Slip of loaded points only, weighted by their share of the group's load.
-    load = np.clip(c.normal_force, 0.0, None)
-    speed = np.linalg.norm(c.slip_velocity, axis=-1)
-    wsum = np.zeros((c.steps, k))
-    np.add.at(wsum.T, index, load.T)
-    wslip = np.zeros((c.steps, k))
-    np.add.at(wslip.T, index, (load * speed).T)
-    floor = ACTIVE_FRACTION * max(float(fn.max(initial=0.0)), 0.0)
-    loaded = (wsum > floor) & (wsum > 0)
-    slip = np.where(loaded, wslip / np.where(loaded, wsum, 1.0), np.nan)
-
+    fn, slip = group_series(c, index, k)
     fig, axes = _figure(size, 2, 1)
     top, bottom = axes[0, 0], axes[1, 0]
     bottom.sharex(top)
