@@ -287,3 +287,45 @@ def test_force_arrows_are_on_screen_after_touch_down_only(rollout, quadruped, tm
 
     assert blue(shots[0]) < 20
     assert blue(shots[1]) > 300
+
+
+def test_a_tilted_ground_plane_is_drawn_as_a_grid_turned_to_its_normal():
+    from backdrive.viz._contact import add_terrain
+
+    calls = {}
+
+    class Scene:
+        def add_grid(self, name, **kw):
+            calls[name] = kw
+
+    plane = GroundPlane.incline(0.3, height=0.1)
+    add_terrain(Scene(), plane, 0.5)
+    kw = calls["/ground"]
+    w, x, y, z = kw["wxyz"]
+    R = np.array([  # rotation of the wxyz quaternion
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+    np.testing.assert_allclose(R[:, 2], [math.sin(0.3), 0.0, math.cos(0.3)], atol=1e-12)
+    np.testing.assert_allclose(kw["position"], (0.0, 0.0, 0.1))
+    assert kw["width"] == 2.0
+
+
+def test_a_batched_trajectory_needs_a_batch_index(rollout, quadruped, tmp_path):
+    from backdrive.contact import ContactResult
+    from backdrive.sim import Trajectory
+    from backdrive.viz._preview import _unpack_trajectory
+
+    robot, *_ = quadruped
+    two = lambda x: torch.stack([x, 2 * x])  # noqa: E731 - a second, different rollout
+    fields = {f.name: two(getattr(rollout.contact, f.name))
+              for f in dataclasses.fields(ContactResult) if f.name != "_bodies"}
+    batched = Trajectory(q=two(rollout.q), v=two(rollout.v), effort=two(rollout.effort),
+                         controls=two(rollout.controls), dt=0.01, contact=ContactResult(**fields))
+    with pytest.raises(InputError, match="batch_index"):
+        viz.preview(robot, batched, path=tmp_path / "x")
+    q, contact, fps, stride = _unpack_trajectory(batched, None, None, 1)
+    assert torch.equal(q, 2 * rollout.q) and (fps, stride) == (50.0, 2)
+    c = contact_arrays(contact, batch_index=1)
+    np.testing.assert_allclose(c.normal_force, 2 * rollout.contact.normal_force.numpy())
