@@ -251,6 +251,8 @@ def test_preview_and_plot_reject_bad_contact_input(rollout, quadruped, three_ste
         viz.plot_contact_forces(three_steps, tmp_path / "g.png")
     with pytest.raises(InputError, match="weight must be"):
         viz.plot_contact_forces(rollout, tmp_path / "g.png", weight=-5.0)
+    with pytest.raises(InputError, match="'kick' has 'soon'"):
+        viz.plot_contact_forces(rollout, tmp_path / "g.png", events={"kick": "soon"})
     with pytest.raises(InputError, match="Trajectory or a ContactResult"):
         viz.plot_contact_forces(q, tmp_path / "g.png")
 

@@ -243,6 +243,10 @@ def plot_parameters(
     return _save(fig, path)
 
 
+#: Label of a self-collision pair's row in :func:`contact_groups` (left out of the ground reaction sum).
+PAIR_LABEL = "self-collision pair"
+
+
 def contact_groups(groups, num_points: int) -> tuple[list[str], np.ndarray]:
     """Labels and ``(num_points,)`` group index of each contact row.
 
@@ -268,7 +272,7 @@ def contact_groups(groups, num_points: int) -> tuple[list[str], np.ndarray]:
         labels = [f"contact {i}" for i in range(num_points)]
     elif isinstance(groups, ContactGeometry):
         labels = [groups.shapes[int(s)].link for s in groups.point_shape.tolist()]
-        labels += [f"self-collision pair {k}" for k in range(pairs)]
+        labels += [f"{PAIR_LABEL} {k}" for k in range(pairs)]
     elif isinstance(groups, (list, tuple)) and all(isinstance(x, str) for x in groups):
         labels = list(groups)
     else:
@@ -297,7 +301,8 @@ def plot_contact_forces(
     """Normal force per foot and their sum against the weight, and slip speed, over time.
 
     Top panel: the normal force of each group of contacts (a foot, a link),
-    their sum (black) and the weight (dashed), N. Bottom panel: each group's
+    the sum of the ground contacts (black; self-collision pairs of a
+    ContactModel are drawn but not summed) and the weight (dashed), N. Bottom panel: each group's
     slip speed, the tangential speed of its contact points averaged with
     their normal forces as weights, m/s, drawn only while the group carries at
     least 1 % of the largest normal force in the plot (a foot in the air has
@@ -349,6 +354,10 @@ def plot_contact_forces(
         raise InputError(f"dt must be a positive number of seconds, got {dt!r}")
     if weight is not None and not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight > 0):
         raise InputError(f"weight must be a positive number of newtons or None, got {weight!r}")
+    events = dict(events or {})
+    for label, when in events.items():
+        if not (isinstance(when, (int, float)) and math.isfinite(when)):
+            raise InputError(f"events must map labels to times in seconds; {label!r} has {when!r}")
     c = contact_arrays(contact, batch_index=batch_index)
     names, index = contact_groups(groups, c.num_points)
     t = np.arange(c.steps) * float(dt)
@@ -360,11 +369,13 @@ def plot_contact_forces(
     for g in range(k):
         (line,) = top.plot(t, fn[:, g], label=names[g], linewidth=1.3)
         bottom.plot(t, slip[:, g], color=line.get_color(), linewidth=1.3)
-    total = fn.sum(1)
+    # Self-collision rows are forces between links, not ground reaction.
+    ground = [g for g in range(k) if not names[g].startswith(PAIR_LABEL)]
+    total = fn[:, ground].sum(1)
     top.plot(t, total, color="k", linewidth=1.8, label="sum")
     if weight is not None:
         top.axhline(weight, color="k", linestyle="--", linewidth=1.0, label=f"weight {weight:.1f} N")
-    for label, when in (events or {}).items():
+    for label, when in events.items():
         for ax in (top, bottom):
             ax.axvline(float(when), color="tab:red", linestyle=":", linewidth=1.0)
         top.annotate(str(label), (float(when), 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
