@@ -38,6 +38,7 @@ from . import contact
 from . import sim
 from . import layers
 from . import optim
+from . import analysis
 from . import data
 from . import cli
 from . import runtime
@@ -55,6 +56,7 @@ __all__ = [
     "sim",
     "layers",
     "optim",
+    "analysis",
     "data",
     "cli",
     "runtime",
