@@ -211,3 +211,36 @@ def test_trajectory_archive_round_trip(landing, tmp_path):
     np.savez(tmp_path / "nodt.npz", q=data["q"], v=data["v"], controls=data["controls"])
     with pytest.raises(InputError, match="'dt'"):
         load_trajectory(tmp_path / "nodt.npz", sim.robot)
+
+
+def test_cli_sensitivity_on_a_tiny_archive(landing, tmp_path, capsys):
+    from backdrive.cli import main
+
+    sim, s0, u, _ = landing
+    path = save_trajectory(tmp_path / "rec.npz", sim, sim.rollout(s0, u[:12]))
+    out = tmp_path / "out"
+    rc = main(["sensitivity", "quadruped", "--trajectory", str(path), "--metric", "foot_slip", "--top", "3",
+               "--window", "4", "--out", str(out), "--no-heatmap"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "foot_slip = " in text and "re-simulated" in text and "replay deviation" in text
+    md = (out / "report.md").read_text()
+    assert md.count("\n| 3 |") == 1 and "| 4 |" not in md
+    # replaying the record reproduces it: the archive holds the simulator's settings
+    dev = float(text.split("replay deviation (max |q_sim - q_recorded|): ")[1].split()[0])
+    assert dev < 1e-9
+    # bad input: one line on stderr, rc 2
+    for argv, needle in [
+        (["--metric", "slip"], "unknown metric 'slip'"),
+        (["--top", "0"], "--top"),
+    ]:
+        rc = main(["sensitivity", "quadruped", "--trajectory", str(path), "--out", str(out), *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    rc = main(["sensitivity", "quadruped", "--trajectory", str(tmp_path / "missing.npz"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not found" in err
+    np.savez(tmp_path / "bad.npz", q=np.zeros((3, 19)), v=np.zeros((3, 18)), controls=np.zeros((2, 12)))
+    rc = main(["sensitivity", "quadruped", "--trajectory", str(tmp_path / "bad.npz"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'dt'" in err
