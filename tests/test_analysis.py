@@ -129,6 +129,7 @@ def test_report_ranks_checks_and_marks_contact_switches(landing, tmp_path):
         assert e.predicted < 0 and e.predicted == pytest.approx(e.gradient * e.change)
         assert np.isfinite(e.actual)
         assert e.joint in sim.robot.joint_names
+    assert r.best.actual == min(e.actual for e in r.entries)
     # one entry re-simulated by hand gives the same actual change
     e = r.entries[0]
     d = torch.zeros(1, *u.shape, dtype=u.dtype)

@@ -71,13 +71,15 @@ def plot_sensitivity(sens, path, *, size=(1100, 640), contact_threshold: float =
     ax.set_title(f"d {sens.metric_name} / d command ({sens.control_unit}), per step")
     fig.colorbar(im, ax=ax, label=f"{sens.metric_name} per {sens.control_unit}")
     if n_c:
-        flight = ~active.any(0)
-        for t in np.nonzero(flight)[0]:
-            ax.axvspan(t * dt_ms, (t + 1) * dt_ms, color="0.5", alpha=0.15, lw=0)
+        # flight phases (no contact loaded) hatched over the heatmap, one span per run of steps
+        flight = np.concatenate([[False], ~active.any(0), [False]])
+        edges = np.nonzero(np.diff(flight.astype(int)))[0]
+        for a, b in zip(edges[0::2], edges[1::2]):
+            ax.axvspan(a * dt_ms, b * dt_ms, facecolor="none", edgecolor="0.4", hatch="//", lw=0, zorder=3)
         axc.imshow(active.astype(float), aspect="auto", cmap="Greys", vmin=0, vmax=1.5, interpolation="nearest",
                    extent=(*extent_t, n_c - 0.5, -0.5))
         axc.set_yticks(range(n_c), labels=list(sens.contact_names))
-        axc.set_xlabel("time (ms); grey: contact carries load")
+        axc.set_xlabel("time (ms); grey: contact carries load; hatched above: no contact loaded")
         axc.set_title("contact phases", fontsize="small")
     else:
         ax.set_xlabel("time (ms)")

@@ -131,6 +131,16 @@ class SensitivityReport:
     metric_unit: str = ""
     notes: list = field(default_factory=list)
 
+    @property
+    def best(self) -> ReportEntry:
+        """The entry whose re-simulated change moves the metric furthest towards ``goal``
+        (the top entry when nothing was re-simulated)."""
+        checked = [e for e in self.entries if not math.isnan(e.actual)]
+        if not checked:
+            return self.entries[0]
+        sign = 1.0 if self.goal == "increase" else -1.0
+        return max(checked, key=lambda e: sign * e.actual)
+
     def sentence(self, e: ReportEntry) -> str:
         """The entry in plain words."""
         s = self.sensitivity
@@ -181,6 +191,8 @@ class SensitivityReport:
                 f"{e.change:+.3g} {s.control_unit} | {e.gradient:+.4g} | {e.predicted:+.4g} | {act} | {err} | {e.status} |"
             )
         out += ["", "In words:", ""] + [f"{ln}" for ln in self.lines()]
+        if checked:
+            out += ["", f"Best re-simulated change: {self.sentence(self.best)}."]
         if s.parameters:
             out += [
                 "",
