@@ -17,14 +17,16 @@ __all__ = ["SensitivityReport", "ReportEntry", "LinearityCheck", "build_report",
 DEFAULT_TOLERANCE = 0.10
 
 
-def _default_size(sens) -> float:
-    # PD targets: 0.01 rad is small next to a joint's range and large next to
-    # float64 noise. Torques: 1 % of the smallest finite effort limit.
+def _default_size(sens, rad: float = 3e-3, fraction: float = 3e-3) -> float:
+    # PD targets: 3 mrad per 20 ms window, where most of the quadruped's top
+    # entries still re-simulate within 10 % (docs/analysis.md gives the
+    # measured agreement against the size). Torques: the same fraction of the
+    # smallest finite effort limit.
     if sens.control_unit == "rad":
-        return 1e-2
+        return rad
     lim = sens.sim.effort_limit
     lim = lim[torch.isfinite(lim)]
-    return 0.01 * float(lim.min()) if lim.numel() else 0.1
+    return fraction * float(lim.min()) if lim.numel() else 0.1 * fraction / 3e-3
 
 
 def resimulate(sens, deltas: torch.Tensor, contact_threshold: float = 1.0):
@@ -182,7 +184,7 @@ class SensitivityReport:
         ]
         for e in self.entries:
             err = (
-                f"{100 * abs(e.actual - e.predicted) / max(abs(e.predicted), 1e-300):.1f} %"
+                f"{100 * abs(e.actual - e.predicted) / max(abs(e.predicted), abs(e.actual), 1e-300):.1f} %"
                 if not math.isnan(e.actual) else "-"
             )
             act = f"{e.actual:+.4g}" if not math.isnan(e.actual) else "-"
@@ -302,7 +304,7 @@ def build_report(
         top: number of entries (>= 1).
         window: steps per entry; default ``round(0.02 s / dt)`` (20 ms), at least 1.
         size: command change (rad for PD targets, N m for torques); default
-            0.01 rad, or 1 % of the smallest effort limit.
+            3e-3 rad, or 0.3 % of the smallest effort limit.
         goal: ``"decrease"`` or ``"increase"``.
         verify: re-simulate the entries.
         tolerance: relative agreement threshold for ``agrees``.
@@ -408,7 +410,7 @@ def check_linearity(
         raise InputError(f"cases must be a positive integer, got {cases!r}")
     # 1e-5 rad per command: the quadruped's slip is linear to 10 % only below
     # about 3e-5 rad per command (docs/analysis.md), stiction being stiff.
-    size = _default_size(sens) * 1e-3 if size is None else size
+    size = _default_size(sens, 1e-5, 1e-5) if size is None else size
     if not (isinstance(size, (int, float)) and math.isfinite(size) and size > 0):
         raise InputError(f"size must be a positive finite command change, got {size!r}")
     gen = torch.Generator().manual_seed(seed)

@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "peak_contact_force, energy or end_effector_error")
     se.add_argument("--top", type=int, default=10, help="entries in the report (default 10)")
     se.add_argument("--window", type=int, help="steps per entry (default: 20 ms worth)")
-    se.add_argument("--size", type=float, help="command change per entry (default 0.01 rad for PD targets)")
+    se.add_argument("--size", type=float, help="command change per entry (default 0.003 rad for PD targets)")
     se.add_argument("--goal", choices=("decrease", "increase"), default="decrease", help="which way to push the metric")
     se.add_argument("--parameters", nargs="*", help="physical parameters to report too (body_mass, contact.friction, kp, ...)")
     se.add_argument("--frame", help="frame of end_effector_error")
