@@ -104,6 +104,13 @@ def test_gradients_match_central_differences_in_float64():
         with torch.no_grad():
             fdp = (m(sp.rollout(s0, u)) - m(sm.rollout(s0, u))) / (2 * h)
         assert abs(float(fdp) - g) <= 1e-5 * abs(g) + 1e-9, (float(fdp), g)
+    # the report re-simulates the parameters with the largest predicted effect (+1 %)
+    r = s.report(top=2, parameter_checks=3)
+    assert len(r.parameter_checks) == 3
+    for c in r.parameter_checks:
+        assert c.agrees, c
+        assert c.change == pytest.approx(0.01 * c.value)
+    assert "Re-simulated (the largest predicted effects)" in r.to_markdown()
 
 
 def test_small_perturbations_agree_on_18_of_20_random_cases(landing):
@@ -245,3 +252,19 @@ def test_cli_sensitivity_on_a_tiny_archive(landing, tmp_path, capsys):
     rc = main(["sensitivity", "quadruped", "--trajectory", str(tmp_path / "bad.npz"), "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "'dt'" in err
+
+
+def test_worked_example_reduces_the_slip(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "quadruped_slip_sensitivity.py"
+    spec = importlib.util.spec_from_file_location("quadruped_slip_sensitivity", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(tmp_path)  # asserts itself that the slip drops
+    text = capsys.readouterr().out
+    before = float(text.split("foot slip before: ")[1].split()[0])
+    after = float(text.split("after: ")[1].split()[0])
+    assert after < 0.95 * before
+    assert (tmp_path / "report.md").exists() and (tmp_path / "landing_step.npz").exists()

@@ -12,7 +12,7 @@ and checks each by re-simulation, marking contact switches. See
 from ._io import TRAJECTORY_KEYS, load_trajectory, save_trajectory
 from ._metrics import METRICS, make_metric
 from ._plot import plot_sensitivity
-from ._report import LinearityCheck, ReportEntry, SensitivityReport, build_report, check_linearity, resimulate
+from ._report import LinearityCheck, ParameterCheck, ReportEntry, SensitivityReport, build_report, check_linearity, resimulate
 from ._sensitivity import PARAMETER_NAMES, Sensitivity, contact_point_names, sensitivity
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "Sensitivity",
     "SensitivityReport",
     "ReportEntry",
+    "ParameterCheck",
     "LinearityCheck",
     "build_report",
     "check_linearity",

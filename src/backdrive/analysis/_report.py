@@ -11,7 +11,7 @@ import torch
 
 from .._errors import InputError
 
-__all__ = ["SensitivityReport", "ReportEntry", "LinearityCheck", "build_report", "check_linearity", "resimulate"]
+__all__ = ["SensitivityReport", "ReportEntry", "ParameterCheck", "LinearityCheck", "build_report", "check_linearity", "resimulate"]
 
 #: Relative tolerance below which a linear prediction counts as confirmed.
 DEFAULT_TOLERANCE = 0.10
@@ -112,6 +112,35 @@ class ReportEntry:
         return "contact switch" if self.contact_switch else "nonlinear"
 
 
+@dataclass(frozen=True)
+class ParameterCheck:
+    """One physical-parameter element changed by ``relative`` of its value and re-simulated.
+
+    Attributes:
+        name, element: parameter name and element label (body, joint, shape or ``all``).
+        index: flat index of the element in the parameter tensor.
+        value: nominal value; change: the applied change (same unit).
+        predicted, actual: metric change, linear and re-simulated.
+        contact_switch, agrees: as for :class:`ReportEntry`.
+    """
+
+    name: str
+    element: str
+    index: int
+    value: float
+    change: float
+    predicted: float
+    actual: float
+    contact_switch: bool
+    agrees: bool
+
+    @property
+    def status(self) -> str:
+        if self.agrees:
+            return "ok (contact switch)" if self.contact_switch else "ok"
+        return "contact switch" if self.contact_switch else "nonlinear"
+
+
 @dataclass(frozen=True, eq=False)
 class SensitivityReport:
     """A ranked list of the most effective command changes, checked by re-simulation.
@@ -132,6 +161,7 @@ class SensitivityReport:
     contact_threshold: float
     metric_unit: str = ""
     notes: list = field(default_factory=list)
+    parameter_checks: list = field(default_factory=list)
 
     @property
     def best(self) -> ReportEntry:
@@ -208,6 +238,18 @@ class SensitivityReport:
                 labels = _parameter_labels(s, name, g.numel())
                 for lab, x, gi in zip(labels, val.tolist(), g.reshape(-1).tolist()):
                     out.append(f"| {name} | {lab} | {x:.4g} | {gi:+.4g} | {0.01 * x * gi:+.4g} |")
+            if self.parameter_checks:
+                out += [
+                    "",
+                    "Re-simulated (the largest predicted effects):",
+                    "",
+                    "| parameter | element | change | predicted | re-simulated | check |",
+                    "| --- | --- | ---: | ---: | ---: | --- |",
+                ]
+                for c in self.parameter_checks:
+                    out.append(
+                        f"| {c.name} | {c.element} | {c.change:+.4g} | {c.predicted:+.4g} | {c.actual:+.4g} | {c.status} |"
+                    )
         out += [
             "",
             "## Initial state",
@@ -287,6 +329,8 @@ def build_report(
     verify: bool = True,
     tolerance: float = DEFAULT_TOLERANCE,
     contact_threshold: float = 1.0,
+    parameter_checks: int = 3,
+    parameter_change: float = 0.01,
 ) -> SensitivityReport:
     """Rank (joint, time window) command changes by their effect and check the top ones.
 
@@ -302,13 +346,17 @@ def build_report(
     Args:
         sens: :class:`~backdrive.analysis.Sensitivity`.
         top: number of entries (>= 1).
-        window: steps per entry; default ``round(0.02 s / dt)`` (20 ms), at least 1.
+        window: steps per entry; default ``round(0.02 s / dt)`` (20 ms), within ``[1, T]``.
         size: command change (rad for PD targets, N m for torques); default
             3e-3 rad, or 0.3 % of the smallest effort limit.
         goal: ``"decrease"`` or ``"increase"``.
         verify: re-simulate the entries.
         tolerance: relative agreement threshold for ``agrees``.
         contact_threshold: N.
+        parameter_checks: with ``verify``, re-simulate this many physical-parameter
+            elements (those with the largest predicted effect of a relative change
+            ``parameter_change``; one rollout each).
+        parameter_change: relative change of a checked parameter (0.01: +1 %).
 
     Raises:
         InputError: ``top``, ``window``, ``size`` or ``goal`` out of range.
@@ -317,7 +365,7 @@ def build_report(
     if not isinstance(top, int) or top < 1:
         raise InputError(f"top must be a positive integer, got {top!r}")
     if window is None:
-        window = max(1, round(0.02 / sens.dt))
+        window = min(T, max(1, round(0.02 / sens.dt)))
     if not isinstance(window, int) or not 1 <= window <= T:
         raise InputError(f"window must be an integer number of steps in [1, {T}], got {window!r}")
     size = _default_size(sens) if size is None else size
@@ -353,10 +401,48 @@ def build_report(
         )
         for i, (k, j, start, stop, g, change, pred) in enumerate(rows)
     ]
+    pchecks = (
+        _check_parameters(sens, parameter_checks, parameter_change, tolerance, contact_threshold)
+        if verify and sens.parameters and parameter_checks > 0 else []
+    )
     return SensitivityReport(
         sensitivity=sens, entries=entries, window=window, size=float(size), goal=goal, tolerance=tolerance,
         contact_threshold=contact_threshold, metric_unit=_UNITS.get(sens.metric_name, ""),
+        parameter_checks=pchecks,
     )
+
+
+def _check_parameters(sens, count: int, rel: float, tol: float, threshold: float) -> list:
+    """Re-simulate the ``count`` parameter elements with the largest predicted effect of a ``rel`` change."""
+    from ..sim import State
+    from ._sensitivity import _with_parameters
+
+    cands = []
+    for name, g in sens.parameters.items():
+        val = sens.parameter_values[name].expand_as(g).reshape(-1)
+        labels = _parameter_labels(sens, name, g.numel())
+        for i, (x, gi) in enumerate(zip(val.tolist(), g.reshape(-1).tolist())):
+            if x != 0.0:
+                cands.append((abs(rel * x * gi), name, labels[i], i, x, gi))
+    cands.sort(key=lambda c: -c[0])
+    out = []
+    sim = sens.sim
+    with torch.no_grad():
+        nominal = sim.rollout(State(sens.q0, sens.v0), sens.nominal_controls)
+        f0 = float(sens.metric(nominal))
+        act0 = nominal.contact.normal_force > threshold if nominal.contact is not None else None
+        for _, name, label, i, x, gi in cands[:count]:
+            values = {k: v.clone() for k, v in sens.parameter_values.items()}
+            flat = values[name].expand_as(sens.parameters[name]).clone()
+            flat.view(-1)[i] = x * (1.0 + rel)
+            values[name] = flat
+            psim, _ = _with_parameters(sim, list(values), values)
+            traj = psim.rollout(State(sens.q0, sens.v0), sens.nominal_controls)
+            actual = float(sens.metric(traj)) - f0
+            switched = act0 is not None and bool(((traj.contact.normal_force > threshold) != act0).any())
+            pred = gi * x * rel
+            out.append(ParameterCheck(name, label, i, x, x * rel, pred, actual, switched, _agrees(pred, actual, tol)))
+    return out
 
 
 @dataclass(frozen=True, eq=False)

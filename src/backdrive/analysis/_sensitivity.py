@@ -116,8 +116,8 @@ def _as_param(value, sim, name) -> torch.Tensor:
     return t.detach().clone().requires_grad_(True)
 
 
-def _with_parameters(sim, names: Sequence[str]):
-    """``(simulator rebuilt with leaf tensors for names, {name: leaf})``."""
+def _with_parameters(sim, names: Sequence[str], values: dict | None = None):
+    """``(simulator rebuilt with leaf tensors for names, {name: leaf})``; ``values`` replaces the current ones."""
     from ..sim import PDActuator
 
     leaves: dict[str, torch.Tensor] = {}
@@ -131,7 +131,8 @@ def _with_parameters(sim, names: Sequence[str]):
         if name in _ROBOT_PARAMETERS:
             if robot is None:
                 raise InputError(f"parameter {name!r} needs a robot simulator")
-            leaves[name] = robot_changes[name] = _as_param(getattr(robot, name), sim, name)
+            cur = getattr(robot, name) if values is None else values[name]
+            leaves[name] = robot_changes[name] = _as_param(cur, sim, name)
         elif name.startswith("contact."):
             if sim.contact is None:
                 raise InputError(f"parameter {name!r} needs a simulator with contact")
@@ -141,11 +142,13 @@ def _with_parameters(sim, names: Sequence[str]):
                     "parameter 'contact.friction' has no effect: the terrain's own friction replaces it; "
                     "build the terrain without friction= to differentiate with respect to it"
                 )
-            leaves[name] = contact_changes[key] = _as_param(getattr(sim.contact.params, key), sim, name)
+            cur = getattr(sim.contact.params, key) if values is None else values[name]
+            leaves[name] = contact_changes[key] = _as_param(cur, sim, name)
         else:
             if not isinstance(sim.actuator, PDActuator):
                 raise InputError(f"parameter {name!r} needs a PDActuator; the simulator has a {type(sim.actuator).__name__}")
-            val = torch.as_tensor(getattr(sim.actuator, name), dtype=sim.dtype, device=sim.device).expand(sim.nu)
+            cur = getattr(sim.actuator, name) if values is None else values[name]
+            val = torch.as_tensor(cur, dtype=sim.dtype, device=sim.device).expand(sim.nu)
             leaves[name] = act_changes[name] = _as_param(val, sim, name)
     changes = {}
     if robot_changes:
