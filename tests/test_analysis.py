@@ -228,12 +228,14 @@ def test_cli_sensitivity_on_a_tiny_archive(landing, tmp_path, capsys):
     path = save_trajectory(tmp_path / "rec.npz", sim, sim.rollout(s0, u[:12]))
     out = tmp_path / "out"
     rc = main(["sensitivity", "quadruped", "--trajectory", str(path), "--metric", "foot_slip", "--top", "3",
-               "--window", "4", "--out", str(out), "--no-heatmap"])
+               "--window", "4", "--out", str(out), "--no-heatmap", "--preview"])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "foot_slip = " in text and "re-simulated" in text and "replay deviation" in text
     md = (out / "report.md").read_text()
     assert md.count("\n| 3 |") == 1 and "| 4 |" not in md
+    html = (out / "preview.html").read_text()
+    assert "most sensitive joints 1. " in html
     # replaying the record reproduces it: the archive holds the simulator's settings
     dev = float(text.split("replay deviation (max |q_sim - q_recorded|): ")[1].split()[0])
     assert dev < 1e-9
@@ -268,3 +270,25 @@ def test_worked_example_reduces_the_slip(tmp_path, capsys):
     after = float(text.split("after: ")[1].split()[0])
     assert after < 0.95 * before
     assert (tmp_path / "report.md").exists() and (tmp_path / "landing_step.npz").exists()
+
+
+def test_heatmap_without_matplotlib_names_the_extra():
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["matplotlib"] = None  # makes `import matplotlib` fail
+        from backdrive.analysis import plot_sensitivity
+        from backdrive import MissingExtraError
+        try:
+            plot_sensitivity(None, "x.png")
+        except MissingExtraError as exc:
+            assert "backdrive[viz]" in str(exc) and "matplotlib" in str(exc)
+            print("named")
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "named", r.stderr

@@ -12,6 +12,7 @@ and checks each by re-simulation, marking contact switches. See
 from ._io import TRAJECTORY_KEYS, load_trajectory, save_trajectory
 from ._metrics import METRICS, make_metric
 from ._plot import plot_sensitivity
+from ._preview import most_sensitive_joints, preview_sensitivity
 from ._report import LinearityCheck, ParameterCheck, ReportEntry, SensitivityReport, build_report, check_linearity, resimulate
 from ._sensitivity import PARAMETER_NAMES, Sensitivity, contact_point_names, sensitivity
 
@@ -27,6 +28,8 @@ __all__ = [
     "resimulate",
     "make_metric",
     "plot_sensitivity",
+    "preview_sensitivity",
+    "most_sensitive_joints",
     "contact_point_names",
     "load_trajectory",
     "save_trajectory",

@@ -262,15 +262,16 @@ class SensitivityReport:
         out += self.notes
         return "\n".join(out) + "\n"
 
-    def save(self, out_dir, *, heatmap: bool = True) -> dict:
-        """Write ``report.md``, ``sensitivity.npz`` and (with matplotlib) ``heatmap.png`` into ``out_dir``.
+    def save(self, out_dir, *, heatmap: bool = True, preview: bool = False) -> dict:
+        """Write ``report.md``, ``sensitivity.npz``, ``heatmap.png`` (matplotlib) and, with
+        ``preview``, ``preview.html`` (viser: the rollout with the 3 most sensitive joints traced).
 
         Returns:
-            ``{"report": path, "gradients": path, "heatmap": path or None}``.
+            ``{"report": path, "gradients": path, "heatmap": path or None, "preview": path or None}``.
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        paths = {"report": out / "report.md", "gradients": out / "sensitivity.npz", "heatmap": None}
+        paths = {"report": out / "report.md", "gradients": out / "sensitivity.npz", "heatmap": None, "preview": None}
         paths["report"].write_text(self.to_markdown())
         s = self.sensitivity
         np.savez(
@@ -288,6 +289,10 @@ class SensitivityReport:
 
             paths["heatmap"] = plot_sensitivity(s, out / "heatmap.png", contact_threshold=self.contact_threshold,
                                                 highlight=self.entries)
+        if preview:
+            from ._preview import preview_sensitivity
+
+            paths["preview"] = preview_sensitivity(s, out / "preview.html")
         return paths
 
 

@@ -150,7 +150,7 @@ def cmd_sensitivity(args) -> int:
     # How well the re-simulation replays the record (a different simulator setting shows here).
     replay = float(np.abs(sens.trajectory.q.cpu().numpy() - data["q"]).max())
     report.notes.append(f"\n- replay: the re-simulated q differs from the recorded q by at most {replay:.3g}")
-    paths = report.save(args.out, heatmap=not args.no_heatmap)
+    paths = report.save(args.out, heatmap=not args.no_heatmap, preview=args.preview)
     print(f"{args.metric} = {sens.value:.6g}{report.metric_unit} over {sens.trajectory.horizon} steps")
     for line in report.lines():
         print(line)
@@ -248,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--frame", help="frame of end_effector_error")
     se.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"), help="target of end_effector_error, m")
     se.add_argument("--no-heatmap", action="store_true", help="skip heatmap.png (no matplotlib needed)")
+    se.add_argument("--preview", action="store_true", help="also write preview.html: the rollout with the "
+                    "most sensitive joints traced (needs viser)")
     se.add_argument("--out", default="outputs/sensitivity", help="output folder (default: outputs/sensitivity)")
     se.set_defaults(func=cmd_sensitivity)
 
