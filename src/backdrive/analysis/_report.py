@@ -17,16 +17,19 @@ __all__ = ["SensitivityReport", "ReportEntry", "ParameterCheck", "LinearityCheck
 DEFAULT_TOLERANCE = 0.10
 
 
-def _default_size(sens, rad: float = 3e-3, fraction: float = 3e-3) -> float:
-    # PD targets: 3 mrad per 20 ms window, where most of the quadruped's top
-    # entries still re-simulate within 10 % (docs/analysis.md gives the
-    # measured agreement against the size). Torques: the same fraction of the
-    # smallest finite effort limit.
+def _default_size(sens) -> float:
+    """Default command change of a report entry.
+
+    PD targets: 3 mrad per 20 ms window, where most of the quadruped's top
+    entries still re-simulate within 10 % (docs/analysis.md gives the
+    measured agreement against the size). Torques: 1 % of the largest
+    command magnitude in the rollout (effort limits are often far above the
+    torques used), else 0.1 N m.
+    """
     if sens.control_unit == "rad":
-        return rad
-    lim = sens.sim.effort_limit
-    lim = lim[torch.isfinite(lim)]
-    return fraction * float(lim.min()) if lim.numel() else 0.1 * fraction / 3e-3
+        return 3e-3
+    peak = float(sens.nominal_controls.abs().max())
+    return 0.01 * peak if peak > 0 else 0.1
 
 
 def resimulate(sens, deltas: torch.Tensor, contact_threshold: float = 1.0):
@@ -353,7 +356,7 @@ def build_report(
         top: number of entries (>= 1).
         window: steps per entry; default ``round(0.02 s / dt)`` (20 ms), within ``[1, T]``.
         size: command change (rad for PD targets, N m for torques); default
-            3e-3 rad, or 0.3 % of the smallest effort limit.
+            3e-3 rad, or 1 % of the largest torque command of the rollout.
         goal: ``"decrease"`` or ``"increase"``.
         verify: re-simulate the entries.
         tolerance: relative agreement threshold for ``agrees``.
@@ -493,15 +496,16 @@ def check_linearity(
     """Compare the linear prediction with re-simulation on random perturbations.
 
     Each case perturbs every command by independent normal noise of standard
-    deviation ``size`` (rad or N m; default 1e-5 rad, or 1e-5 of the smallest
-    effort limit); the prediction is the inner product with the gradient.
+    deviation ``size`` (rad or N m; default 1e-5 rad, or 3e-5 of the largest
+    torque command); the prediction is the inner product with the gradient.
     The ``cases`` rollouts run as one batch, together with the nominal one.
     """
     if not isinstance(cases, int) or cases < 1:
         raise InputError(f"cases must be a positive integer, got {cases!r}")
     # 1e-5 rad per command: the quadruped's slip is linear to 10 % only below
     # about 3e-5 rad per command (docs/analysis.md), stiction being stiff.
-    size = _default_size(sens, 1e-5, 1e-5) if size is None else size
+    if size is None:
+        size = 1e-5 if sens.control_unit == "rad" else _default_size(sens) * 3e-3
     if not (isinstance(size, (int, float)) and math.isfinite(size) and size > 0):
         raise InputError(f"size must be a positive finite command change, got {size!r}")
     gen = torch.Generator().manual_seed(seed)
