@@ -40,6 +40,7 @@ from . import contact
 from . import sim
 from . import layers
 from . import optim
+from . import analysis
 from . import data
 from . import cli
 from . import runtime
@@ -57,6 +58,7 @@ __all__ = [
     "sim",
     "layers",
     "optim",
+    "analysis",
     "data",
     "cli",
     "runtime",
