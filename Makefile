@@ -44,6 +44,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/rollout_gradient.py
 	$(PY) benchmarks/learning.py
 	$(PY) benchmarks/learning_cartpole.py
+	$(PY) benchmarks/contact.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info outputs

@@ -92,8 +92,15 @@ def test_demo_quick_writes_every_promised_file(tmp_path):
     assert len(promised) >= 8
     # Every stage ran and reported.
     for heading in ("## Panda model", "## Mass-spring-damper", "## Panda differentiable IK",
-                    "## A learned IK seed", "## Cart-pole swing-up", "## Pendulum policy"):
+                    "## A learned IK seed", "## Cart-pole swing-up", "## Pendulum policy",
+                    "## Quadruped on the ground"):
         assert heading in summary, heading
+    # The quadruped stage measured its outcome: the ground carries the weight
+    # once settled, and it recovers from the kick.
+    ratio = float(re.search(r"settled base height [\d.]+ m, ground reaction [\d.]+ N = ([\d.]+) x weight", summary)[1])
+    assert abs(ratio - 1.0) < 0.02
+    assert "**recovered**" in summary
+    assert {"quadruped_grf.png", "quadruped_push.html"} <= set(promised)
     for name in promised:
         f = out / name
         assert f.is_file() and f.stat().st_size > 1000, name

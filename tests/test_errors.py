@@ -15,6 +15,7 @@ import backdrive
 import backdrive._errors as errors_mod
 from backdrive import (
     BackdriveError,
+    BackdriveWarning,
     BrowserNotFoundError,
     CheckpointMismatchError,
     CompilerUnavailableError,
@@ -68,7 +69,8 @@ def test_every_exception_class_is_defined_in_errors_derives_and_is_exported():
     exported = set(backdrive.__all__)
     for (module, qualname), cls in classes.items():
         assert module == "backdrive._errors", f"{module}.{qualname} is defined outside backdrive._errors"
-        assert issubclass(cls, BackdriveError), f"{qualname} does not derive from BackdriveError"
+        base = BackdriveWarning if issubclass(cls, Warning) else BackdriveError
+        assert issubclass(cls, base), f"{qualname} does not derive from {base.__name__}"
         assert qualname in exported and getattr(backdrive, qualname) is cls, f"{qualname} not exported from backdrive"
         assert qualname in errors_mod.__all__
 
@@ -77,7 +79,7 @@ def test_every_exported_error_is_an_exception_class_of_errors():
     for name in errors_mod.__all__:
         obj = getattr(errors_mod, name)
         if inspect.isclass(obj):
-            assert issubclass(obj, BackdriveError) and name in backdrive.__all__
+            assert issubclass(obj, (BackdriveError, BackdriveWarning)) and name in backdrive.__all__
 
 
 @pytest.mark.parametrize(

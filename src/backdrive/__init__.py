@@ -6,6 +6,8 @@ exact gradients. See ``README.md`` and ``docs/conventions.md``.
 
 from ._errors import (
     BackdriveError,
+    BackdriveWarning,
+    ContactApproximationWarning,
     BrowserNotFoundError,
     CheckpointMismatchError,
     CompilerUnavailableError,
@@ -38,6 +40,7 @@ from . import contact
 from . import sim
 from . import layers
 from . import optim
+from . import analysis
 from . import data
 from . import cli
 from . import runtime
@@ -55,6 +58,7 @@ __all__ = [
     "sim",
     "layers",
     "optim",
+    "analysis",
     "data",
     "cli",
     "runtime",
@@ -78,4 +82,6 @@ __all__ = [
     "MissingDependencyError",
     "MissingExtraError",
     "BrowserNotFoundError",
+    "BackdriveWarning",
+    "ContactApproximationWarning",
 ]

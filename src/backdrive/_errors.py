@@ -59,6 +59,8 @@ __all__ = [
     "MissingDependencyError",
     "MissingExtraError",
     "BrowserNotFoundError",
+    "BackdriveWarning",
+    "ContactApproximationWarning",
     "closest_names",
 ]
 
@@ -119,6 +121,14 @@ class UnknownNameError(ModelError):
             + (" ..." if len(valid) > 12 else "")
         )
         super().__init__(f"unknown {kind} {name!r}{where}{hint}")
+
+
+class BackdriveWarning(UserWarning):
+    """Base class of the warnings backdrive issues (filter them all with ``warnings.filterwarnings``)."""
+
+
+class ContactApproximationWarning(BackdriveWarning):
+    """A collision shape was approximated (a mesh by a box or sphere) or left out."""
 
 
 def closest_names(name: str, valid: Iterable[str], n: int = 3) -> list[str]:

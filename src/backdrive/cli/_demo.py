@@ -335,6 +335,107 @@ def stage_pendulum_policy(ctx: DemoContext) -> list[str]:
     ]
 
 
+# The quadruped stage: PD gains and stance of the contact tests
+# (tests/test_contact_robots.py), a 5 cm drop and a sideways kick of the base.
+QUADRUPED_STANCE = (0.0, 0.7, -1.4)
+QUADRUPED_KP, QUADRUPED_KD = 200.0, 6.0
+QUADRUPED_DROP = 0.05
+QUADRUPED_KICK = 0.8
+
+
+def _concat_contact(a, b):
+    """Two unbatched ContactResults (time first) joined along time."""
+    import dataclasses
+
+    from ..contact import ContactResult
+
+    fields = {f.name: torch.cat([getattr(a, f.name), getattr(b, f.name)], 0)
+              for f in dataclasses.fields(ContactResult) if f.name != "_bodies"}
+    return ContactResult(**fields, _bodies=())
+
+
+def stage_quadruped_push(ctx: DemoContext) -> list[str]:
+    """The shipped quadruped dropped onto the ground stands under PD, is kicked sideways and recovers or falls."""
+    import math
+
+    from ..contact import ContactGeometry, ContactModel, ContactParameters
+    from ..data import load
+    from ..kinematics import forward_kinematics
+    from ..sim import PDActuator, Simulator, State, Trajectory
+    from ..viz import plot_contact_forces, preview
+
+    robot = load("quadruped", floating_base=True)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    contact = ContactModel(robot, ContactGeometry.from_model(robot, links=feet), params=ContactParameters())
+    # The implicit contact step is stable at 10 ms (docs/contact.md); --quick uses it.
+    dt = 1e-2 if ctx.quick else 4e-3
+    settle_s, recover_s = (0.4, 0.6) if ctx.quick else (0.8, 1.6)
+    sim = Simulator(robot, dt, actuator=PDActuator(kp=QUADRUPED_KP, kd=QUADRUPED_KD), contact=contact)
+    stance = torch.tensor(QUADRUPED_STANCE * 4, dtype=robot.dtype)
+    q0 = robot.neutral()
+    q0[7:] = stance
+    T = forward_kinematics(robot, q0)
+    foot_radius = float(contact.geometry.point_radius.max())
+    q0[2] = -min(float(T[robot.frame_index(f), 2, 3]) for f in feet) + foot_radius + QUADRUPED_DROP
+    n1, n2 = round(settle_s / dt), round(recover_s / dt)
+    weight = float(robot.total_mass) * 9.81
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        a = sim.rollout(sim.initial_state(q0), stance.expand(n1, robot.num_joints))
+        v = a.v[-1].clone()
+        v[1] += QUADRUPED_KICK  # base-frame y: sideways while upright
+        b = sim.rollout(State(a.q[-1], v), stance.expand(n2, robot.num_joints))
+    sim_s = time.perf_counter() - t0
+    traj = Trajectory(
+        q=torch.cat([a.q, b.q[1:]]), v=torch.cat([a.v[:-1], b.v]), effort=torch.cat([a.effort, b.effort]),
+        controls=torch.cat([a.controls, b.controls]), dt=dt, contact=_concat_contact(a.contact, b.contact),
+    )
+    tail = max(1, n1 // 5)
+    settled_h = float(a.q[-tail:, 2].mean())
+    settled_grf = float(a.contact.normal_force[-tail:].sum(-1).mean())
+    peak = float(b.contact.normal_force.sum(-1).max())
+    qf = b.q[-1]
+    # Tilt: angle between the base z axis and the world's, from the quaternion (wxyz).
+    w, x, y = (float(c) for c in qf[3:6])
+    tilt = math.degrees(math.acos(max(-1.0, min(1.0, 1.0 - 2.0 * (x * x + y * y)))))
+    final_h = float(qf[2])
+    final_grf = float(b.contact.normal_force[-1].sum())
+    recovered = tilt < 15.0 and abs(final_h - settled_h) < 0.03
+    outcome = "recovered" if recovered else "fell"
+    drift = float((qf[:2] - a.q[-1, :2]).norm())
+    print(
+        f"{n1 + n2} steps of {dt * 1e3:g} ms ({sim_s:.1f} s): settled base height {settled_h:.3f} m, "
+        f"ground reaction {settled_grf:.1f} N = {settled_grf / weight:.3f} x weight ({weight:.1f} N)"
+    )
+    print(
+        f"kick {QUADRUPED_KICK} m/s sideways at {n1 * dt:.2f} s: peak ground reaction {peak / weight:.2f} x weight; "
+        f"{outcome}: tilt {tilt:.1f} deg, base height {final_h:.3f} m, moved {drift * 100:.1f} cm, "
+        f"ground reaction {final_grf / weight:.3f} x weight"
+    )
+    png = ctx.wrote(
+        plot_contact_forces(
+            traj, ctx.path("quadruped_grf.png"), groups=contact, weight=weight, events={"kick": n1 * dt},
+            title=f"quadruped: drop, stand, sideways kick ({outcome})",
+        )
+    )
+    html = ctx.wrote(
+        preview(robot, traj, terrain=contact, path=ctx.path("quadruped_push.html"),
+                title=f"quadruped: drop, stand under PD, kick ({outcome})")
+    )
+    return [
+        "## Quadruped on the ground: drop, stand, push",
+        f"Shipped quadruped (floating base, {float(robot.total_mass):.2f} kg), foot spheres on a ground plane, "
+        f"PD kp {QUADRUPED_KP:g} kd {QUADRUPED_KD:g} holding its stance, {dt * 1e3:g} ms steps.",
+        f"- dropped from {QUADRUPED_DROP * 100:g} cm: settled base height {settled_h:.3f} m, ground reaction "
+        f"{settled_grf:.1f} N = {settled_grf / weight:.3f} x weight",
+        f"- kicked {QUADRUPED_KICK} m/s sideways at {n1 * dt:.2f} s: peak ground reaction {peak / weight:.2f} x weight",
+        f"- outcome after {n2 * dt:.2f} s: **{outcome}** (tilt {tilt:.1f} deg, base height {final_h:.3f} m, "
+        f"ground reaction {final_grf / weight:.3f} x weight)",
+        f"- simulation: {n1 + n2} steps in {sim_s:.1f} s",
+        f"- plot: `{png.name}`; preview: `{html.name}`",
+    ]
+
+
 STAGES: list[tuple[str, Callable[[DemoContext], list[str]]]] = [
     ("Panda model and forward kinematics", stage_panda_model),
     ("Mass-spring-damper trajectory optimisation", stage_mass_spring_damper),
@@ -342,6 +443,7 @@ STAGES: list[tuple[str, Callable[[DemoContext], list[str]]]] = [
     ("A learned IK seed, trained through the FK layer", stage_learned_ik_seed),
     ("Cart-pole swing-up by trajectory optimisation", stage_cartpole_swingup),
     ("Pendulum policy learned through the simulator", stage_pendulum_policy),
+    ("Quadruped on the ground: drop, stand, push", stage_quadruped_push),
 ]
 
 

@@ -117,6 +117,50 @@ def _load_trajectory(path: str, key: str | None, model):
     return torch.as_tensor(np.asarray(arr, dtype=np.float64), dtype=model.dtype)
 
 
+def cmd_sensitivity(args) -> int:
+    """Rank the commands of a recorded rollout by their effect on a metric; write report.md and heatmap.png."""
+    import numpy as np
+
+    from ..analysis import METRICS, load_trajectory, sensitivity
+    from ..analysis._io import read_npz
+    from ..model import RobotModel
+
+    if args.metric not in METRICS:
+        raise InputError(f"unknown metric {args.metric!r}; choose one of {', '.join(METRICS)}")
+    if args.top < 1:
+        raise InputError(f"--top must be a positive integer, got {args.top}")
+    data = read_npz(args.trajectory)
+    source = _resolve_robot(args.robot)
+    if "floating_base" in data:
+        floating = bool(data["floating_base"])
+    else:
+        fixed = RobotModel.from_urdf(source, floating_base=False)
+        floating = data["q"].ndim == 2 and data["q"].shape[-1] == fixed.nq + 7
+    robot = RobotModel.from_urdf(source, floating_base=floating)
+    sim, state0, controls, data = load_trajectory(args.trajectory, robot)
+    options = {}
+    if args.metric == "tracking_error" and "reference" in data:
+        options["reference"] = np.asarray(data["reference"], dtype=np.float64)
+    if args.metric == "end_effector_error":
+        if args.frame is None or args.target is None:
+            raise InputError("--metric end_effector_error needs --frame NAME and --target X Y Z")
+        options = {"frame": args.frame, "target": args.target}
+    sens = sensitivity(sim, state0, controls, args.metric, parameters=args.parameters or (), metric_options=options)
+    report = sens.report(top=args.top, window=args.window, size=args.size, goal=args.goal)
+    # How well the re-simulation replays the record (a different simulator setting shows here).
+    replay = float(np.abs(sens.trajectory.q.cpu().numpy() - data["q"]).max())
+    report.notes.append(f"\n- replay: the re-simulated q differs from the recorded q by at most {replay:.3g}")
+    paths = report.save(args.out, heatmap=not args.no_heatmap, preview=args.preview)
+    print(f"{args.metric} = {sens.value:.6g}{report.metric_unit} over {sens.trajectory.horizon} steps")
+    for line in report.lines():
+        print(line)
+    print(f"replay deviation (max |q_sim - q_recorded|): {replay:.3g}")
+    for k, pth in paths.items():
+        if pth is not None:
+            print(f"{k}: {pth}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     root = Path(__file__).resolve().parents[3]
     script = root / "benchmarks" / f"{args.name}.py"
@@ -184,6 +228,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="output HTML file; an existing folder gets ROBOT.html inside (default: outputs/preview.html)",
     )
     v.set_defaults(func=cmd_view)
+
+    se = sub.add_parser(
+        "sensitivity",
+        help="rank a recorded rollout's commands by their effect on a metric, checked by re-simulation",
+        description="Differentiate a metric of a recorded rollout (.npz: q, v, controls, dt, ...; see "
+        "docs/analysis.md) with respect to every command, rank (joint, time) changes, re-simulate the top "
+        "ones and write report.md, sensitivity.npz and heatmap.png into --out.",
+    )
+    se.add_argument("robot", help="URDF path or robot name")
+    se.add_argument("--trajectory", required=True, help=".npz trajectory archive (format: docs/analysis.md)")
+    se.add_argument("--metric", default="foot_slip", help="foot_slip (default), final_base_height, tracking_error, "
+                    "peak_contact_force, energy or end_effector_error")
+    se.add_argument("--top", type=int, default=10, help="entries in the report (default 10)")
+    se.add_argument("--window", type=int, help="steps per entry (default: 20 ms worth)")
+    se.add_argument("--size", type=float, help="command change per entry (default 0.003 rad for PD targets)")
+    se.add_argument("--goal", choices=("decrease", "increase"), default="decrease", help="which way to push the metric")
+    se.add_argument("--parameters", nargs="*", help="physical parameters to report too (body_mass, contact.friction, kp, ...)")
+    se.add_argument("--frame", help="frame of end_effector_error")
+    se.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"), help="target of end_effector_error, m")
+    se.add_argument("--no-heatmap", action="store_true", help="skip heatmap.png (no matplotlib needed)")
+    se.add_argument("--preview", action="store_true", help="also write preview.html: the rollout with the "
+                    "most sensitive joints traced (needs viser)")
+    se.add_argument("--out", default="outputs/sensitivity", help="output folder (default: outputs/sensitivity)")
+    se.set_defaults(func=cmd_sensitivity)
 
     b = sub.add_parser(
         "bench",

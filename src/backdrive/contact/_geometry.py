@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from .._errors import InputError, InvalidValueError, UnknownNameError
+from .._errors import ContactApproximationWarning, InputError, InvalidValueError, UnknownNameError
 from ..model import RobotModel
 
 __all__ = ["ContactShape", "ContactGeometry", "ContactApproximationWarning", "SHAPE_KINDS", "MESH_RULES"]
@@ -33,8 +33,6 @@ SHAPE_KINDS = ("sphere", "capsule", "box", "cylinder")
 MESH_RULES = ("box", "sphere", "skip", "error")
 
 
-class ContactApproximationWarning(UserWarning):
-    """A collision shape was approximated (a mesh by a box or sphere) or left out."""
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ class Simulator:
         if not (isinstance(friction_width, (int, float)) and math.isfinite(friction_width) and friction_width > 0):
             raise InputError(f"friction_width must be a positive finite number (rad/s), got {friction_width!r}")
         self.friction_width = float(friction_width)
-        if isinstance(system, RobotSystem):
+        if type(system) is RobotSystem:  # rebuilt with this friction width (a subclass is kept as given)
             system = system.robot
         self.system: System = (
             RobotSystem(system, friction_width=self.friction_width)

@@ -16,7 +16,15 @@ import torch
 from .._errors import InputError
 from ._deps import require
 
-__all__ = ["plot_losses", "plot_joint_trajectories", "plot_ik_errors", "plot_parameters", "DEFAULT_SIZE"]
+__all__ = [
+    "plot_losses",
+    "plot_joint_trajectories",
+    "plot_ik_errors",
+    "plot_parameters",
+    "plot_contact_forces",
+    "contact_groups",
+    "DEFAULT_SIZE",
+]
 
 #: Default PNG size in pixels, (width, height).
 DEFAULT_SIZE = (960, 600)
@@ -232,4 +240,153 @@ def plot_parameters(
     ax.axhline(0, color="k", linewidth=0.6)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend()
+    return _save(fig, path)
+
+
+#: Label of a self-collision pair's row in :func:`contact_groups` (left out of the ground reaction sum).
+PAIR_LABEL = "self-collision pair"
+
+
+def contact_groups(groups, num_points: int) -> tuple[list[str], np.ndarray]:
+    """Labels and ``(num_points,)`` group index of each contact row.
+
+    Args:
+        groups: ``None`` (one group per contact, ``"contact i"``), a
+            :class:`~backdrive.contact.ContactGeometry` or
+            :class:`~backdrive.contact.ContactModel` (its ground contacts
+            grouped by link, then one group per self-collision pair), or a
+            sequence of ``num_points`` labels (rows with the same label are
+            summed).
+
+    Raises:
+        InputError: a geometry or label list that does not match the rows.
+    """
+    from ..contact import ContactGeometry, ContactModel
+
+    pairs = 0
+    if isinstance(groups, ContactModel):
+        sc = groups.self_collision
+        pairs = 0 if sc is None else sc.num_pairs
+        groups = groups.geometry
+    if groups is None:
+        labels = [f"contact {i}" for i in range(num_points)]
+    elif isinstance(groups, ContactGeometry):
+        labels = [groups.shapes[int(s)].link for s in groups.point_shape.tolist()]
+        labels += [f"{PAIR_LABEL} {k}" for k in range(pairs)]
+    elif isinstance(groups, (list, tuple)) and all(isinstance(x, str) for x in groups):
+        labels = list(groups)
+    else:
+        raise InputError(
+            "groups must be None, a ContactGeometry, a ContactModel or a list of labels (one per contact), "
+            f"got {type(groups).__name__}"
+        )
+    if len(labels) != num_points:
+        raise InputError(f"groups name {len(labels)} contacts, the contact result has {num_points}")
+    names = list(dict.fromkeys(labels))
+    return names, np.array([names.index(x) for x in labels], dtype=np.int64)
+
+
+def plot_contact_forces(
+    trajectory,
+    path,
+    *,
+    groups=None,
+    weight: float | None = None,
+    dt: float | None = None,
+    batch_index=None,
+    events: Mapping[str, float] | None = None,
+    title: str = "Ground reaction forces",
+    size=DEFAULT_SIZE,
+) -> Path:
+    """Normal force per foot and their sum against the weight, and slip speed, over time.
+
+    Top panel: the normal force of each group of contacts (a foot, a link),
+    the sum of the ground contacts (black; self-collision pairs of a
+    ContactModel are drawn but not summed) and the weight (dashed), N. Bottom panel: each group's
+    slip speed, the tangential speed of its contact points averaged with
+    their normal forces as weights, m/s, drawn only while the group carries at
+    least 1 % of the largest normal force in the plot (a foot in the air has
+    no slip). Step ``t`` is drawn at time ``t * dt``, the start of the step it
+    acts over.
+
+    Args:
+        trajectory: a :class:`~backdrive.sim.Trajectory` made with contact
+            (its ``contact`` and ``dt``) or a
+            :class:`~backdrive.contact.ContactResult` with a time axis (then
+            ``dt`` is needed).
+        path: PNG file to write (``.png`` appended when missing).
+        groups: how contact rows become lines (:func:`contact_groups`):
+            ``None`` (each contact), a ``ContactGeometry`` or ``ContactModel``
+            (by link) or a list of labels.
+        weight: N, drawn as a dashed line (``float(robot.total_mass) * 9.81``),
+            or ``None``.
+        dt: step length, s (for a ContactResult; a Trajectory has its own).
+        batch_index: which rollout of a batched result (an int or one index
+            per batch axis).
+        events: label -> time (s) of moments to mark with a vertical line
+            (``{"push": 0.4}``).
+        size: ``(width, height)`` in pixels.
+
+    Returns:
+        The path written.
+
+    Raises:
+        InputError: no contact in the trajectory, a missing or bad ``dt``,
+            mismatched groups, a bad weight or batch index.
+    """
+    import math
+
+    from ..contact import ContactResult
+    from ..sim import Trajectory
+    from ._contact import contact_arrays, group_series
+
+    if isinstance(trajectory, Trajectory):
+        if trajectory.contact is None:
+            raise InputError("the trajectory holds no contact: simulate it with Simulator(..., contact=ContactModel(...))")
+        contact, dt = trajectory.contact, trajectory.dt if dt is None else dt
+    elif isinstance(trajectory, ContactResult):
+        contact = trajectory
+    else:
+        raise InputError(
+            f"trajectory must be a backdrive.sim.Trajectory or a ContactResult, got {type(trajectory).__name__}"
+        )
+    if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
+        raise InputError(f"dt must be a positive number of seconds, got {dt!r}")
+    if weight is not None and not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight > 0):
+        raise InputError(f"weight must be a positive number of newtons or None, got {weight!r}")
+    events = dict(events or {})
+    for label, when in events.items():
+        if not (isinstance(when, (int, float)) and math.isfinite(when)):
+            raise InputError(f"events must map labels to times in seconds; {label!r} has {when!r}")
+    c = contact_arrays(contact, batch_index=batch_index)
+    names, index = contact_groups(groups, c.num_points)
+    t = np.arange(c.steps) * float(dt)
+    k = len(names)
+    fn, slip = group_series(c, index, k)
+    fig, axes = _figure(size, 2, 1)
+    top, bottom = axes[0, 0], axes[1, 0]
+    bottom.sharex(top)
+    for g in range(k):
+        (line,) = top.plot(t, fn[:, g], label=names[g], linewidth=1.3)
+        bottom.plot(t, slip[:, g], color=line.get_color(), linewidth=1.3)
+    # Self-collision rows are forces between links, not ground reaction.
+    ground = [g for g in range(k) if not names[g].startswith(PAIR_LABEL)]
+    total = fn[:, ground].sum(1)
+    top.plot(t, total, color="k", linewidth=1.8, label="sum")
+    if weight is not None:
+        top.axhline(weight, color="k", linestyle="--", linewidth=1.0, label=f"weight {weight:.1f} N")
+    for label, when in events.items():
+        for ax in (top, bottom):
+            ax.axvline(float(when), color="tab:red", linestyle=":", linewidth=1.0)
+        top.annotate(str(label), (float(when), 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                     textcoords="offset points", color="tab:red", fontsize=8)
+    top.set_ylabel("normal force [N]")
+    top.set_title(title)
+    top.grid(True, alpha=0.3)
+    top.legend(ncols=max(1, (k + 2 + 5) // 6), fontsize=8, loc="best")
+    bottom.set_ylabel("slip speed [m/s]")
+    bottom.set_xlabel("time [s]")
+    bottom.grid(True, alpha=0.3)
+    if not np.isfinite(slip).any():
+        bottom.text(0.5, 0.5, "no contact carries load", ha="center", va="center", transform=bottom.transAxes)
     return _save(fig, path)

@@ -19,13 +19,25 @@ import contextlib
 import html
 import io
 import json
+import math
 import os
 import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from .._errors import InputError
 from ..model import RobotModel
+from ._contact import (
+    ACTIVE_FRACTION,
+    ContactLayer,
+    add_terrain,
+    as_terrain,
+    auto_force_scale,
+    contact_arrays,
+    frame_steps,
+)
 from ._deps import require
 from ._markers import add_markers, as_paths, as_targets
 from ._scene import (
@@ -91,8 +103,8 @@ def place_camera(server, points: np.ndarray, *, fov_deg: float = 50.0, aspect: f
     server.initial_camera.position = tuple(centre + distance * back)
 
 
-def add_lights_and_ground(server, radius: float, *, dark: bool = False) -> None:
-    """Soft lighting and a ground grid ``4 * radius`` wide at ``z = 0``."""
+def add_lights_and_ground(server, radius: float, *, dark: bool = False, ground: bool = True) -> None:
+    """Soft lighting and (unless ``ground`` is false) a ground grid ``4 * radius`` wide at ``z = 0``."""
     # No environment map: its image decodes slowly in software WebGL and the
     # client keeps the canvas faded until it has; a hemisphere light gives a
     # similar soft fill at once.
@@ -100,6 +112,8 @@ def add_lights_and_ground(server, radius: float, *, dark: bool = False) -> None:
     server.scene.add_light_hemisphere(
         "/lights/fill", sky_color=(255, 255, 255), ground_color=(120, 120, 130), intensity=1.5
     )
+    if not ground:
+        return
     server.scene.add_grid(
         "/ground", width=4 * radius, height=4 * radius, cell_size=0.1, section_size=0.5,
         cell_color=(62, 62, 70) if dark else (222, 222, 226),
@@ -114,10 +128,14 @@ def preview(
     targets=None,
     paths=None,
     path="outputs/preview",
-    fps: float = 30,
+    fps: float | None = None,
     title: str | None = None,
     package_dirs=None,
     dark_mode: bool = False,
+    contact=None,
+    terrain=None,
+    force_scale: float | None = None,
+    batch_index=None,
 ) -> Path:
     """Write an offline browser preview of a robot moving along a trajectory.
 
@@ -137,8 +155,10 @@ def preview(
     Args:
         robot: a :class:`~backdrive.RobotModel` or a URDF path.
         trajectory: ``(T, nq)`` configurations (tensor or array), one
-            ``(nq,)`` configuration, or ``None`` for the neutral pose (zeros
-            clamped into the joint limits).
+            ``(nq,)`` configuration, ``None`` for the neutral pose (zeros
+            clamped into the joint limits), or a
+            :class:`~backdrive.sim.Trajectory` (its ``q``; its ``contact``
+            unless ``contact`` is given).
         targets: ``(K, 3)`` points or ``(K, 4, 4)`` poses in the world frame,
             drawn as red spheres (with axes for poses).
         paths: polylines: ``(N, 3)`` points, ``(P, N, 3)``, a link name (its
@@ -147,24 +167,52 @@ def preview(
         path: output file; ``.html`` is appended when missing. An existing
             folder (or a path ending in ``/``) gets ``<robot name>.html``
             inside it. Parent folders are created.
-        fps: frames per second of ``trajectory`` (playback time ``T / fps``).
+        fps: frames per second of ``trajectory`` (playback time ``T / fps``);
+            by default 30, and for a :class:`~backdrive.sim.Trajectory` real
+            time (``1 / dt``), drawing every ``k``-th state so that at most
+            60 frames are recorded per second.
         title: caption shown over the viewer and as the page title.
         package_dirs: extra folders to search for ``package://`` meshes.
         dark_mode: use viser's dark theme.
+        contact: a :class:`~backdrive.contact.ContactResult` with a time
+            axis (``Trajectory.contact``: one entry per step, or one per
+            state). Each frame draws the contact points carrying at least 1 %
+            of the trajectory's largest normal force (red dots), their normal
+            forces (blue arrows) and friction forces (orange arrows), from
+            the contact point, ``force / force_scale`` metres long.
+        terrain: a :class:`~backdrive.contact.GroundPlane` (a grid on the
+            plane, tilted with it), a :class:`~backdrive.contact.Heightfield`
+            (a mesh through its samples, coloured by height) or a
+            :class:`~backdrive.contact.ContactModel` (its terrain). ``None``:
+            a grid at ``z = 0``.
+        force_scale: N per metre of force arrow; by default the median
+            of the drawn normal forces gets an arrow 0.4 times the scene's
+            radius long, rounded up to 1, 2 or 5 times a power of ten. The
+            caption states the scale.
+        batch_index: which rollout of a batched ``Trajectory`` or contact
+            result to draw (an int, or one index per batch axis).
 
     Returns:
         The path of the HTML file written.
 
     Raises:
         MissingExtraError: viser is not installed (``pip install 'backdrive[viz]'``).
-        InputError: a trajectory, target or path of the wrong shape.
+        InputError: a trajectory, target, path, contact result, terrain or
+            force scale that cannot be drawn (wrong type, shape, batch,
+            number of steps, or NaN).
     """
     require("viser", "backdrive.viz.preview")
     require("trimesh", "backdrive.viz.preview")
-    if not fps > 0:
+    if fps is not None and not fps > 0:
         raise ValueError(f"fps must be positive, got {fps}")
     model = as_model(robot)
+    trajectory, contact, fps, stride = _unpack_trajectory(trajectory, contact, fps, batch_index)
     q = as_configurations(model, trajectory)
+    drawn = np.arange(0, len(q), stride)
+    terrain = as_terrain(terrain)
+    c = None if contact is None else contact_arrays(contact, batch_index=batch_index)
+    steps = None if c is None else frame_steps(drawn, len(q), c.steps)
+    q = q[torch.as_tensor(drawn, device=q.device)]
     poses = link_poses(model, q)  # (T, nf, 4, 4)
     shapes, notes = robot_shapes(model, package_dirs=package_dirs)
     if notes:
@@ -176,8 +224,14 @@ def preview(
     polylines = as_paths(model, paths, poses)
 
     cloud = [robot_extent_points(poses, shapes), target_points] + [p for _, p in polylines]
-    cloud_points = np.concatenate([c for c in cloud if len(c)], axis=0)
+    cloud_points = np.concatenate([p for p in cloud if len(p)], axis=0)
     _, radius = scene_bounds(cloud_points)
+    if c is not None:
+        min_force = ACTIVE_FRACTION * float(c.normal_force.max(initial=0.0))
+        if force_scale is None:
+            force_scale = auto_force_scale(c, 0.4 * radius, min_force)
+        elif not (isinstance(force_scale, (int, float)) and math.isfinite(force_scale) and force_scale > 0):
+            raise InputError(f"force_scale must be a positive number of newtons per metre, got {force_scale!r}")
 
     out = Path(path)
     if out.is_dir() or str(path).endswith(("/", os.sep)):
@@ -189,9 +243,12 @@ def preview(
     with quiet_server(0) as server:
         serializer = server.get_scene_serializer()
         place_camera(server, cloud_points)
-        add_lights_and_ground(server, radius, dark=dark_mode)
+        add_lights_and_ground(server, radius, dark=dark_mode, ground=terrain is None)
+        if terrain is not None:
+            add_terrain(server.scene, terrain, radius, dark=dark_mode)
         handles = add_shapes(server.scene, model, shapes)
         add_markers(server.scene, target_points, target_poses, polylines, size=max(0.03 * radius, 0.01))
+        layer = None if c is None else ContactLayer(server.scene, c, force_scale, min_force, max(0.04 * radius, 0.01))
         frames = sorted(handles)
         shown = poses[:, frames]  # (T, k, 4, 4)
         wxyz = matrix_to_wxyz(shown[..., :3, :3])
@@ -204,6 +261,8 @@ def preview(
                     handles[f].wxyz = wxyz[t, j]
                 if t == 0 or not np.array_equal(xyz[t, j], xyz[t - 1, j]):
                     handles[f].position = xyz[t, j]
+            if layer is not None:
+                layer.show(int(steps[t]))
             if len(q) > 1:
                 serializer.insert_sleep(dt)
         page = serializer.as_html(dark_mode=dark_mode)
@@ -211,6 +270,8 @@ def preview(
     caption = title if title is not None else f"{model.name}"
     if len(q) > 1:
         caption += f" \u2014 {len(q)} frames, {len(q) / float(fps):.2f} s"
+    if c is not None:
+        caption += f" \u2014 contact forces: 1 m = {force_scale:g} N (normal blue, friction orange)"
     if notes:
         caption += f" \u2014 {len(notes)} visual mesh(es) not loaded: translucent stand-ins"
     last = (len(q) - 1) / float(fps)
@@ -218,6 +279,27 @@ def preview(
         _inject(page, caption=caption, title=title or model.name, last=last, dark=dark_mode), encoding="utf-8"
     )
     return out
+
+
+def _unpack_trajectory(trajectory, contact, fps, batch_index):
+    """``(configurations, contact, fps, stride)`` from what :func:`preview` was given."""
+    from ..sim import Trajectory
+
+    if not isinstance(trajectory, Trajectory):
+        return trajectory, contact, 30.0 if fps is None else float(fps), 1
+    q = trajectory.q.detach()
+    batch = tuple(q.shape[:-2])
+    if batch:
+        from ._contact import _as_index
+
+        q = q[_as_index(batch_index, batch)]
+    if contact is None:
+        contact = trajectory.contact
+    if fps is not None:
+        return q, contact, float(fps), 1
+    # Real time, at most 60 recorded frames per second of motion.
+    stride = max(1, math.ceil(1.0 / (60.0 * trajectory.dt) - 1e-9))
+    return q, contact, 1.0 / (stride * trajectory.dt), stride
 
 
 # A plain script appended to viser's page. The `t` parameter types the time

@@ -1,0 +1,612 @@
+"""Quadrupeds standing on flat ground: contact simulation throughput and the
+cost of a 100-step rollout gradient, backdrive against MuJoCo, side by side.
+
+What is measured
+----------------
+Robots: example-robot-data's Go1 and backdrive's shipped quadruped, from their
+URDFs, with a free-floating base, spheres at the four feet on a floor, and a
+PD servo on every leg joint holding the standing pose (kp 80 N m/rad, kd 2
+N m s/rad). MuJoCo's models come from ``benchmarks/_mujoco_contact.py`` (its
+docstring derives how MuJoCo's soft contact is set to the penalty law
+``f = k p - (b + k dt) v_n'`` of backdrive's implicit contact step, with k
+4e4 N/m, b 1e4 N s/m, mu 0.75; MuJoCo's ``impratio`` set so that its
+friction at rest has the slope of backdrive's 1 cm/s stiction width).
+
+Every rollout starts from the robot settled on the ground (a 3 s drop and
+settle), with the joint velocities perturbed per batch element (0.01 rad/s,
+so that the elements differ), under constant standing targets, for
+``--steps`` steps.
+
+* **Throughput**: steps per wall-second (one step of one robot) and
+  simulated robot-seconds per wall-second (``steps/s * dt``), at batch 1,
+  64, 1,024 and 4,096:
+  - MuJoCo ``mj_step`` called from a Python loop (batch 1: what a Python
+    user pays per step),
+  - ``mujoco.rollout`` (MuJoCo's C rollout loop) with 1 and 2 threads,
+  - backdrive (slot: :func:`backdrive_rollout_runner`),
+  - MJX on the CPU in float64 (``--mjx-robots``, Go1 by default, batch 64
+    by default: compiling takes about a minute per shape here, and batch
+    1,024 did not finish compiling and running within 15 minutes on the
+    shared 2-core machine), when ``mujoco-mjx`` and ``jax[cpu]`` are
+    installed (the ``bench`` extra). MJX's rollout gradient needs its solver
+    at one iteration (NOTES.md), which changes the physics: not timed here.
+  Each engine runs at its own stable step size: MuJoCo with the matched
+  penalty law at 4 ms (``--dt``) and, for reference, MuJoCo's own default
+  soft contact (``solref (0.02, 1)``) at the same step, both with MuJoCo's
+  ``implicitfast`` integrator (servo damping implicit; semi-implicit Euler
+  is unstable at 4 ms for the shipped quadruped). The settled state is
+  checked (max |qvel| < 0.05, ground reaction within 2 % of the weight)
+  before anything is timed.
+* **Rollout gradient**: the gradient of a scalar of the final state (the
+  base height plus 0.1 times the base x position after 100 steps) with
+  respect to all 100 x 12 servo targets (standing targets plus a 0.01 rad,
+  2 Hz wiggle: every foot stays loaded and sticking, see ``WIGGLE``):
+  - MuJoCo: ``mjd_transitionFD`` (centred, eps 1e-6) at each of the 100
+    states, chained backwards (``lambda_t = A_t^T lambda_{t+1}``,
+    ``g_t = B_t^T lambda_{t+1}``), its cost relative to one forward
+    rollout, and its agreement (cosine, normwise error) with central finite
+    differences of whole rollouts (2 x 1,200 rollouts through
+    ``mujoco.rollout``, eps 1e-6 rad),
+  - backdrive autograd (slot: :func:`backdrive_gradient_runner`).
+
+Timing: wall-clock (``time.perf_counter``), minimum over ``--repeats``;
+torch on one thread except where threads are the point. The machine is
+shared: quote ratios from one run, not absolute numbers.
+
+Run: ``python benchmarks/contact.py`` (``--quick`` for one repeat and the
+small batches only). Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _mujoco_contact as mc  # noqa: E402
+
+BATCHES = (1, 64, 1024, 4096)
+# Servo-target wiggle of the gradient scenario, rad: at 0.01 rad every foot
+# stays loaded and sticking (Go1: min normal force 17 N, friction use 0.6);
+# at 0.03 rad a Go1 foot slides on the cone edge and lifts off, where MuJoCo's
+# dynamics have kinks and finite differences depend on eps (cosine 0.24
+# between eps 1e-6 chained and whole-rollout differences at 0.1 rad).
+WIGGLE = 0.01
+# MuJoCo integrator of the benchmark: implicitfast treats the servo and joint
+# damping implicitly (as backdrive's implicit step does with extra_damping);
+# semi-implicit Euler with explicit servo damping is unstable at 4 ms for the
+# shipped quadruped (and for Go1 with MuJoCo's default contact).
+INTEGRATOR = "implicitfast"
+# Joint-velocity noise of the batch's start states, rad/s. With b = 1e4 N s/m
+# a foot moving at 2 cm/s (0.1 rad/s at the joints) already feels 200 N.
+JOINT_NOISE = 0.01
+ROBOTS = ("go1", "quadruped")
+
+
+# ----------------------------------------------------------------- scenario
+
+
+def settled_state(model, robot: str, seconds: float = 3.0):
+    """``(qpos, qvel, ctrl)`` of the robot settled on the ground under PD.
+
+    Raises:
+        RuntimeError: the configuration is not stable at this step (a
+            benchmark of a chattering or exploding simulation would be
+            meaningless).
+    """
+    r = mc.settle(model, robot, duration=seconds, every=int(round(seconds / model.opt.timestep)))
+    if not (np.abs(r.qvel).max() < 0.05 and abs(r.normal_force[-1] / r.weight - 1) < 0.02):
+        raise RuntimeError(
+            f"{robot} does not settle at dt={model.opt.timestep}: max |qvel| {np.abs(r.qvel).max():.3g}, "
+            f"ground reaction / weight {r.normal_force[-1] / r.weight:.3f}")
+    _, ctrl = mc.standing_state(model, robot)
+    return r.qpos, r.qvel, ctrl
+
+
+def initial_states(model, qpos, qvel, batch: int, seed: int = 0) -> np.ndarray:
+    """``(batch, nstate)`` MuJoCo full-physics states: the settled state with
+    joint velocities perturbed by ``JOINT_NOISE`` (std) per element."""
+    import mujoco
+
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    data = mujoco.MjData(model)
+    rng = np.random.default_rng(seed)
+    out = np.empty((batch, mujoco.mj_stateSize(model, spec)))
+    for i in range(batch):
+        data.qpos[:] = qpos
+        data.qvel[:] = qvel
+        data.qvel[6:] += JOINT_NOISE * rng.standard_normal(model.nv - 6)
+        data.time = 0.0
+        mujoco.mj_getState(model, data, out[i], spec)
+    return out
+
+
+# ------------------------------------------------------------- MuJoCo rows
+
+
+def mujoco_step_loop(model, x0: np.ndarray, ctrl: np.ndarray, nstep: int) -> Callable[[], None]:
+    """Batch 1, a Python loop of ``mj_step``."""
+    import mujoco
+
+    data = mujoco.MjData(model)
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+    def run():
+        mujoco.mj_setState(model, data, x0[0], spec)
+        data.ctrl[:] = ctrl
+        for _ in range(nstep):
+            mujoco.mj_step(model, data)
+
+    return run
+
+
+def mujoco_rollout_runner(model, x0: np.ndarray, ctrl: np.ndarray, nstep: int, nthread: int):
+    """``mujoco.rollout`` of ``len(x0)`` elements on ``nthread`` threads.
+
+    Returns ``(run, close)``; ``run()`` does the rollout into a preallocated
+    state array (so allocation is not timed)."""
+    import mujoco
+    from mujoco import rollout
+
+    datas = [mujoco.MjData(model) for _ in range(nthread)]
+    control = np.broadcast_to(ctrl, (len(x0), nstep, model.nu)).copy()
+    nstate = x0.shape[1]
+    state = np.empty((len(x0), nstep, nstate))
+    pool = rollout.Rollout(nthread=nthread) if nthread > 1 else None
+
+    def run():
+        if pool is None:
+            rollout.rollout(model, datas[0], x0, control, state=state)
+        else:
+            pool.rollout(model, datas, x0, control, state=state)
+
+    def close():
+        if pool is not None:
+            pool.close()
+
+    return run, close
+
+
+def timed(fn: Callable[[], None], repeats: int, inner: int = 1) -> float:
+    """Minimum over ``repeats`` of the wall time of ``inner`` calls of
+    ``fn()``, per call (after one warm-up call)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        best = min(best, (time.perf_counter() - t) / inner)
+    return best
+
+
+def _inner(batch: int, nstep: int) -> int:
+    """Calls per timing so that each one covers at least 20,000 robot-steps."""
+    return max(1, -(-20000 // (batch * nstep)))
+
+
+# ----------------------------------------------------------- backdrive slots
+#
+# The backdrive rows. Each returns None where backdrive has no contact
+# simulation (``import backdrive.contact`` fails); the MuJoCo rows run alone.
+# They are written against ``backdrive.contact`` as of the contact branch
+# (``ContactModel``, ``ContactGeometry.spheres``, ``ContactParameters``,
+# ``contact_step``); if that API changes, only ``_backdrive_setup`` needs to.
+
+CONTACT = {"stiffness": 4e4, "damping": 1e4, "friction": 0.75, "normal_width": 1e-4, "stiction_width": 1e-2}
+KP, KD = 80.0, 2.0
+
+
+def _backdrive_setup(robot: str, dtype: str = "float64"):
+    """``(bd_robot, contact_model, step)`` or ``None``; ``step(q, v, target, dt)``
+    is one step of backdrive's implicit contact scheme under the PD servos."""
+    try:
+        import torch
+
+        from backdrive.contact import ContactGeometry, ContactModel, ContactParameters, integrate_world
+        from backdrive.data import load
+    except ImportError:
+        return None
+    rs = mc.ROBOTS[robot]
+    bd = load(rs.name, floating_base=True, dtype=getattr(torch, dtype))
+    # As in the MuJoCo model: no joint Coulomb friction (module docstring of _mujoco_contact).
+    bd = bd.replace(friction=torch.zeros_like(bd.friction))
+    geometry = ContactGeometry.spheres(bd, {f: rs.foot_radius for f in rs.feet})
+    contact = ContactModel(bd, geometry, params=ContactParameters(**CONTACT))
+
+    # The servo damping is treated implicitly, like MuJoCo's implicitfast.
+    extra = torch.cat([torch.zeros(6, dtype=bd.dtype), torch.full((bd.nv - 6,), KD, dtype=bd.dtype)])
+
+    def step(q, v, target, dt):
+        zeros = torch.zeros(q.shape[:-1] + (6,), dtype=q.dtype)
+        tau = torch.cat([zeros, KP * (target - q[..., 7:]) - KD * v[..., 6:]], -1)
+        a, _ = contact.acceleration(bd, q, v, tau, dt=dt, scheme="implicit", extra_damping=extra)
+        return integrate_world(bd, q, v, a, dt)
+
+    return bd, contact, step
+
+
+def to_backdrive_state(model, bd, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray):
+    """MuJoCo ``(qpos, qvel, ctrl)`` (leading batch axes allowed) as backdrive
+    ``(q, v, target)`` tensors: joints reordered by name, and the base linear
+    velocity turned from MuJoCo's world frame into the base frame."""
+    import torch
+
+    perm = mc.joint_permutation(model, bd.joint_names)
+    quat = qpos[..., 3:7]
+    w, x, y, z = (quat[..., i] for i in range(4))
+    R = np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+    ], -2)
+    lin_base = np.einsum("...ji,...j->...i", R, qvel[..., :3])
+    q = np.concatenate([qpos[..., :7], qpos[..., 7:][..., perm]], -1)
+    v = np.concatenate([lin_base, qvel[..., 3:6], qvel[..., 6:][..., perm]], -1)
+    t = lambda a: torch.as_tensor(np.ascontiguousarray(a), dtype=bd.dtype)  # noqa: E731
+    return t(q), t(v), t(ctrl[..., perm])
+
+
+def backdrive_rollout_runner(robot: str, dt: float, batch: int, nstep: int, dtype: str = "float64",
+                             mj_model=None, x0: np.ndarray | None = None, ctrl: np.ndarray | None = None):
+    """Backdrive's throughput row: ``run()`` simulates ``batch`` copies of
+    ``robot`` standing on the floor (same servos, contact parameters
+    ``CONTACT`` and start states ``x0`` as MuJoCo's rows) for ``nstep`` steps
+    of ``dt`` without gradient; ``None`` where ``backdrive.contact`` is missing.
+    """
+    setup = _backdrive_setup(robot, dtype)
+    if setup is None or mj_model is None:
+        return None
+    import torch
+
+    bd, _, step = setup
+    nq, nv = mj_model.nq, mj_model.nv
+    q0, v0, target = to_backdrive_state(mj_model, bd, x0[:, 1:1 + nq], x0[:, 1 + nq:1 + nq + nv],
+                                        np.broadcast_to(ctrl, (len(x0), len(ctrl))))
+
+    def run():
+        with torch.no_grad():
+            q, v = q0, v0
+            for _ in range(nstep):
+                q, v = step(q, v, target, dt)
+        if not bool(torch.isfinite(q).all()):
+            raise FloatingPointError(f"backdrive rollout of {robot} became non-finite")
+
+    return run
+
+
+def backdrive_gradient_runner(robot: str, dt: float, nstep: int, dtype: str = "float64",
+                              mj_model=None, qpos=None, qvel=None, U: np.ndarray | None = None):
+    """Backdrive's gradient row: ``(forward, gradient)``; ``forward()`` runs
+    the ``nstep``-step rollout from the settled state under targets ``U``;
+    ``gradient()`` also back-propagates and returns the ``(nstep, 12)``
+    gradient (MuJoCo's actuator order) of the scalar of
+    :func:`mujoco_chained_gradient` (final base height + 0.1 * final base x).
+    ``None`` where ``backdrive.contact`` is missing."""
+    setup = _backdrive_setup(robot, dtype)
+    if setup is None or mj_model is None:
+        return None
+    import torch
+
+    bd, _, step = setup
+    q0, v0, Ub = to_backdrive_state(mj_model, bd, qpos, qvel, U)
+    perm = mc.joint_permutation(mj_model, bd.joint_names)
+
+    def rollout(targets):
+        q, v = q0, v0
+        for t in range(nstep):
+            q, v = step(q, v, targets[t], dt)
+        return q[2] + 0.1 * q[0]
+
+    def forward():
+        with torch.no_grad():
+            rollout(Ub)
+
+    def gradient():
+        targets = Ub.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(rollout(targets), targets)
+        out = np.empty_like(U)
+        out[:, perm] = g.numpy()
+        return out
+
+    return forward, gradient
+
+
+# ------------------------------------------------------------ the gradient
+
+
+def objective_weights(model) -> np.ndarray:
+    """``w`` with ``L = w . x_T`` in MuJoCo's tangent state ``(dq (nv), qvel (nv))``:
+    base height + 0.1 * base x."""
+    w = np.zeros(2 * model.nv)
+    w[2] = 1.0
+    w[0] = 0.1
+    return w
+
+
+def mujoco_forward(model, qpos, qvel, U: np.ndarray):
+    """One rollout under targets ``U (T, nu)``; returns the final ``(qpos, qvel)``."""
+    import mujoco
+
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    data.qvel[:] = qvel
+    for u in U:
+        data.ctrl[:] = u
+        mujoco.mj_step(model, data)
+    return data.qpos.copy(), data.qvel.copy()
+
+
+def mujoco_chained_gradient(model, qpos, qvel, U: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """``dL/dU (T, nu)`` by centred ``mjd_transitionFD`` at each step, chained."""
+    import mujoco
+
+    T, nu = U.shape
+    nx = 2 * model.nv
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    data.qvel[:] = qvel
+    A = np.zeros((T, nx, nx))
+    B = np.zeros((T, nx, nu))
+    for t in range(T):
+        data.ctrl[:] = U[t]
+        mujoco.mjd_transitionFD(model, data, eps, True, A[t], B[t], None, None)
+        mujoco.mj_step(model, data)
+    lam = objective_weights(model)
+    G = np.zeros((T, nu))
+    for t in reversed(range(T)):
+        G[t] = B[t].T @ lam
+        lam = A[t].T @ lam
+    return G
+
+
+def mujoco_fd_gradient(model, qpos, qvel, U: np.ndarray, eps: float = 1e-6, nthread: int = 2) -> np.ndarray:
+    """``dL/dU (T, nu)`` by central differences of whole rollouts (``mujoco.rollout``)."""
+    import mujoco
+    from mujoco import rollout
+
+    T, nu = U.shape
+    n = T * nu
+    Up = np.repeat(U[None], 2 * n, 0)
+    idx = np.arange(n)
+    Up[idx, idx // nu, idx % nu] += eps
+    Up[n + idx, idx // nu, idx % nu] -= eps
+    x0 = initial_states(model, qpos, qvel, 1)
+    x0[0, 1 + model.nq:1 + model.nq + model.nv] = qvel  # no perturbation
+    x0 = np.repeat(x0, 2 * n, 0)
+    datas = [mujoco.MjData(model) for _ in range(nthread)]
+    with rollout.Rollout(nthread=nthread) as pool:
+        state, _ = pool.rollout(model, datas, x0, Up)
+    qT = state[:, -1, 1:1 + model.nq]
+    vT = state[:, -1, 1 + model.nq:1 + model.nq + model.nv]
+    w = objective_weights(model)
+    # The objective reads base position and velocity only (no quaternion parts).
+    L = qT[:, :3] @ w[:3] + vT @ w[model.nv:]
+    return ((L[:n] - L[n:]) / (2 * eps)).reshape(T, nu)
+
+
+def gradient_targets(model, ctrl, T: int, amplitude: float = WIGGLE, seed: int = 1) -> np.ndarray:
+    """Standing targets plus a smooth per-joint wiggle (2 Hz, ``amplitude``
+    rad, random phases) so the robot moves with every foot loaded."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(T)[:, None] * model.opt.timestep
+    phase = rng.uniform(0, 2 * np.pi, model.nu)
+    return ctrl[None] + amplitude * np.sin(2 * np.pi * 2.0 * t + phase)
+
+
+def contact_regime(model, qpos, qvel, U: np.ndarray) -> tuple[float, float]:
+    """Along the nominal rollout: the smallest foot normal force (N; 0 if a
+    foot lifts off) and the largest friction use ``|f_t| / (mu f_n)`` (1 =
+    sliding on the cone)."""
+    import mujoco
+
+    data = mujoco.MjData(model)
+    data.qpos[:] = qpos
+    data.qvel[:] = qvel
+    f6 = np.zeros(6)
+    fmin, use = np.inf, 0.0
+    for u in U:
+        data.ctrl[:] = u
+        mujoco.mj_step(model, data)
+        mujoco.mj_forward(model, data)
+        fn = []
+        for i in range(data.ncon):
+            mujoco.mj_contactForce(model, data, i, f6)
+            fn.append(f6[0])
+            use = max(use, float(np.hypot(f6[1], f6[2]) / (data.contact[i].friction[0] * f6[0] + 1e-12)))
+        fmin = min(fmin, min(fn) if len(fn) == 4 else 0.0)
+    return float(fmin), use
+
+
+# --------------------------------------------------------------------- MJX
+
+
+def mjx_throughput(robot: str, dt: float, nstep: int, batch: int, repeats: int):
+    """MJX (JAX, CPU) rollout of ``batch`` copies, ``jit(vmap(scan(mjx.step)))``
+    in float64, from the settled state with the same joint-velocity noise.
+
+    Returns ``(steps_per_s, compile_s, base_height_spread)`` or ``None`` where
+    ``mujoco.mjx`` / ``jax`` are missing. Compiling takes 40-200 s per shape
+    on a 2-core CPU.
+    """
+    try:
+        import jax
+        import jax.numpy as jp
+
+        jax.config.update("jax_enable_x64", True)
+        import mujoco
+        from mujoco import mjx
+    except ImportError:
+        return None
+    model = mc.build_model(robot, dt=dt, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
+    qpos, qvel, ctrl = settled_state(model, robot)
+    data = mujoco.MjData(model)
+    data.qpos[:], data.qvel[:], data.ctrl[:] = qpos, qvel, ctrl
+    mm = mjx.put_model(model)
+    md = mjx.put_data(model, data)
+    # In x64 mode the step makes int64 contact indices; start from a step's types.
+    md = jax.jit(mjx.forward)(mm, md)
+    rng = np.random.default_rng(0)
+    noise = np.zeros((batch, model.nv))
+    noise[:, 6:] = JOINT_NOISE * rng.standard_normal((batch, model.nv - 6))
+    qv = jp.asarray(qvel[None] + noise)
+
+    def roll(v0):
+        def body(d, _):
+            return mjx.step(mm, d), None
+
+        d, _ = jax.lax.scan(body, md.replace(qvel=v0), None, length=nstep)
+        return d.qpos
+
+    f = jax.jit(jax.vmap(roll))
+    t = time.perf_counter()
+    out = f(qv).block_until_ready()
+    compile_s = time.perf_counter() - t
+    best = timed(lambda: f(qv).block_until_ready(), repeats)
+    z = np.asarray(out[:, 2])
+    return batch * nstep / best, compile_s - best, float(z.max() - z.min())
+
+
+# ------------------------------------------------------------------ report
+
+
+def throughput_rows(robot: str, dt: float, nstep: int, repeats: int, batches, native: bool = False):
+    model = mc.build_model(robot, dt=dt, native=native, integrator=INTEGRATOR,
+                           stiction_width=None if native else CONTACT["stiction_width"])
+    qpos, qvel, ctrl = settled_state(model, robot)
+    label = "MuJoCo default contact" if native else "MuJoCo matched penalty"
+    rows = []
+    x1 = initial_states(model, qpos, qvel, 1)
+    t = timed(mujoco_step_loop(model, x1, ctrl, nstep), repeats, _inner(1, nstep))
+    rows.append((label, "mj_step loop (Python)", 1, 1, nstep / t))
+    for batch in batches:
+        x0 = initial_states(model, qpos, qvel, batch)
+        for nthread in ((1,) if batch == 1 else (1, 2)):
+            run, close = mujoco_rollout_runner(model, x0, ctrl, nstep, nthread)
+            try:
+                t = timed(run, repeats, _inner(batch, nstep))
+            finally:
+                close()
+            rows.append((label, "rollout", batch, nthread, batch * nstep / t))
+    if not native:
+        for batch in batches:
+            x0 = initial_states(model, qpos, qvel, batch)
+            bd = backdrive_rollout_runner(robot, dt, batch, nstep, mj_model=model, x0=x0, ctrl=ctrl)
+            if bd is not None:
+                # One rollout per timing: backdrive's batch-1 steps are slow
+                # enough that 100 of them are well above the timer's resolution.
+                try:
+                    sps = batch * nstep / timed(bd, repeats)
+                except Exception as e:  # a blow-up is a result to report, not a crash
+                    sps = f"fails: {type(e).__name__}"
+                rows.append(("backdrive", "contact step, implicit", batch, 1, sps))
+    return rows
+
+
+def gradient_report(robot: str, dt: float, T: int, repeats: int, amplitude: float = WIGGLE) -> dict:
+    model = mc.build_model(robot, dt=dt, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
+    qpos, qvel, ctrl = settled_state(model, robot)
+    U = gradient_targets(model, ctrl, T, amplitude)
+    fmin, use = contact_regime(model, qpos, qvel, U)
+    t_fwd = timed(lambda: mujoco_forward(model, qpos, qvel, U), repeats)
+    t0 = time.perf_counter()
+    G = mujoco_chained_gradient(model, qpos, qvel, U)
+    t_chain = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    G_fd = mujoco_fd_gradient(model, qpos, qvel, U)
+    t_fd = time.perf_counter() - t0
+    cos = float(G.ravel() @ G_fd.ravel() / (np.linalg.norm(G) * np.linalg.norm(G_fd)))
+    out = {
+        "robot": robot, "T": T, "forward_s": t_fwd, "chained_fd_s": t_chain, "rollout_fd_s": t_fd,
+        "cosine": cos, "normwise": float(np.linalg.norm(G - G_fd) / np.linalg.norm(G_fd)),
+        "grad_norm": float(np.linalg.norm(G_fd)), "min_normal_force": fmin, "friction_use": use,
+    }
+    bd = backdrive_gradient_runner(robot, dt, T, mj_model=model, qpos=qpos, qvel=qvel, U=U)
+    if bd is not None:
+        fwd, grad = bd
+        try:
+            out["backdrive_forward_s"] = timed(fwd, repeats)
+            out["backdrive_gradient_s"] = timed(lambda: grad(), repeats)
+            Gb = np.asarray(grad())
+            out["backdrive_cosine_vs_mujoco_fd"] = float(
+                Gb.ravel() @ G_fd.ravel() / (np.linalg.norm(Gb) * np.linalg.norm(G_fd)))
+        except Exception as e:  # reported, not a crash
+            out["backdrive_error"] = f"fails: {type(e).__name__}: {e}"[:120]
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one repeat, batches 1 and 64 only")
+    ap.add_argument("--dt", type=float, default=4e-3, help="step, s (MuJoCo's matched law is stable at 4 ms)")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--robots", nargs="+", default=list(ROBOTS), choices=ROBOTS)
+    ap.add_argument("--no-gradient", action="store_true")
+    ap.add_argument("--wiggle", type=float, default=WIGGLE, help="servo-target wiggle of the gradient scenario, rad")
+    ap.add_argument("--mjx-robots", nargs="*", default=["go1"], choices=ROBOTS,
+                    help="robots for the MJX rows (none: skip MJX; each shape compiles for 40-200 s)")
+    ap.add_argument("--mjx-batches", nargs="+", type=int, default=[64])
+    args = ap.parse_args(argv)
+    import mujoco
+
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+    repeats = 1 if args.quick else args.repeats
+    batches = (1, 64) if args.quick else BATCHES
+    print(f"# Contact benchmark: {platform.processor() or platform.machine()}, MuJoCo {mujoco.__version__}, "
+          f"dt {args.dt * 1e3:g} ms, {args.steps} steps per rollout, wall time, min of {repeats}\n")
+    print("| robot | engine | runner | batch | threads | steps/s | robot-s per wall-s |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for robot in args.robots:
+        for native in (False, True):
+            for label, runner, batch, nthread, sps in throughput_rows(
+                    robot, args.dt, args.steps, repeats, batches, native=native):
+                if isinstance(sps, str):
+                    print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {sps} | |")
+                else:
+                    print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {sps:,.0f} | {sps * args.dt:,.1f} |")
+    for robot in args.mjx_robots:
+        for batch in args.mjx_batches:
+            r = mjx_throughput(robot, args.dt, args.steps, batch, repeats)
+            if r is None:
+                print(f"| {robot} | MJX | not installed (pip install mujoco-mjx 'jax[cpu]') | {batch} | | | |")
+                break
+            sps, comp, spread = r
+            print(f"| {robot} | MJX float64 (compile {comp:.0f} s) | jit(vmap(scan(step))) | {batch} | jax "
+                  f"| {sps:,.0f} | {sps * args.dt:,.1f} |")
+    if args.no_gradient:
+        return
+    print("\n## Gradient of a 100-step rollout (final base height + 0.1 x) w.r.t. 100 x 12 targets\n")
+    print(f"Servo targets wiggled by {args.wiggle} rad; min foot normal force and max friction use "
+          "|f_t| / (mu f_n) along the rollout show the contact regime.\n")
+    print("| robot | min f_n (N) | friction use | forward rollout (ms) | chained mjd_transitionFD (ms) | ratio |"
+          " cosine vs rollout FD | normwise error | rollout FD, 2,400 rollouts on 2 threads (ms) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for robot in args.robots:
+        g = gradient_report(robot, args.dt, args.steps, repeats, args.wiggle)
+        print(f"| {robot} | {g['min_normal_force']:.1f} | {g['friction_use']:.2f} | {g['forward_s'] * 1e3:.2f} | "
+              f"{g['chained_fd_s'] * 1e3:.1f} | {g['chained_fd_s'] / g['forward_s']:.0f}x | {g['cosine']:.6f} | "
+              f"{g['normwise']:.1e} | {g['rollout_fd_s'] * 1e3:.0f} |")
+        if "backdrive_error" in g:
+            print(f"| {robot} (backdrive autograd) | {g['backdrive_error']} | | | | | | | |")
+        if "backdrive_gradient_s" in g:
+            print(f"| {robot} (backdrive autograd) | | | {g['backdrive_forward_s'] * 1e3:.2f} | "
+                  f"{g['backdrive_gradient_s'] * 1e3:.1f} | "
+                  f"{g['backdrive_gradient_s'] / g['backdrive_forward_s']:.1f}x | "
+                  f"{g['backdrive_cosine_vs_mujoco_fd']:.6f} | | |")
+
+
+if __name__ == "__main__":
+    main()
