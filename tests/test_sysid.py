@@ -486,7 +486,7 @@ def test_actuator_efforts_of_floating_base_and_underactuated_robots():
     # Floating base: the quadruped's 12 joint efforts, no base wrench.
     robot = load("quadruped", floating_base=True)
     hidden = robot.replace(damping=torch.full((12,), 0.3, dtype=F64))
-    sim = Simulator(hidden, 0.005, actuator=PDActuator(30.0, 1.0))
+    sim = Simulator(hidden, 0.005, actuator=PDActuator(30.0, 1.0), joint_forces="explicit")
     q0 = robot.neutral().clone()
     q0[7:] = torch.tensor([0.1, 0.8, -1.5] * 4, dtype=F64)
     targets = q0[7:] + multisine(1, 30, 0.005, torch.full((12,), 1.5, dtype=F64), seed=2)
@@ -499,7 +499,7 @@ def test_actuator_efforts_of_floating_base_and_underactuated_robots():
     # Under-actuated: only the double pendulum's shoulder is driven.
     robot = load("double_pendulum")
     hidden = robot.replace(damping=torch.tensor([0.4, 0.2], dtype=F64))
-    sim = Simulator(hidden, 0.01, actuator=TorqueActuator(joints=[robot.joint_names[0]]))
+    sim = Simulator(hidden, 0.01, actuator=TorqueActuator(joints=[robot.joint_names[0]]), joint_forces="explicit")
     torques = multisine(4, 150, 0.01, torch.tensor([8.0], dtype=F64), seed=3)
     traj = sim.rollout(State(torch.zeros(4, 2, dtype=F64), torch.zeros(4, 2, dtype=F64)), torques)
     assert traj.effort.shape == (4, 150, 1)
@@ -545,7 +545,7 @@ def test_passive_motion_fixes_no_scale_and_says_so(method):
     leaves the motion unchanged: both routes report that direction."""
     robot = load("double_pendulum")
     hidden, start = hidden_and_start(robot, [1, 2], [0, 1], seed=0)
-    sim = Simulator(hidden, 0.01)
+    sim = Simulator(hidden, 0.01, joint_forces="explicit")
     state0 = State(torch.tensor([[1.0, -0.5]], dtype=F64), torch.zeros(1, 2, dtype=F64))
     traj = sim.rollout(state0, sim.zero_controls(20)[None])
     params = ("body_mass", "body_inertia", "damping")
