@@ -14,6 +14,7 @@ from ._crba import mass_matrix
 from ._energy import center_of_mass, kinetic_energy, potential_energy
 from ._forward import DEFAULT_FRICTION_WIDTH, FORWARD_METHODS, forward_dynamics, joint_forces
 from ._rnea import bias_forces, gravity_forces, inverse_dynamics
+from ..kinematics._paths import use_path
 
 __all__ = [
     "inverse_dynamics",
@@ -31,4 +32,5 @@ __all__ = [
     "FORWARD_METHODS",
     "compile_forward_dynamics",
     "CompilerUnavailableError",
+    "use_path",
 ]

@@ -10,7 +10,7 @@ import torch
 from .._errors import InputError
 from ..model import RobotModel
 from ._forward import DEFAULT_FRICTION_WIDTH, FORWARD_METHODS, _forward_dynamics
-from ._wide import FORWARD_MIN_BATCH
+from ..kinematics._paths import COMPILED_EAGER_MIN_BATCH
 
 __all__ = ["compile_forward_dynamics", "CompilerUnavailableError"]
 
@@ -58,7 +58,7 @@ def compile_forward_dynamics(
     friction_width: float = DEFAULT_FRICTION_WIDTH,
     backend: str = "inductor",
     mode: str | None = None,
-    eager_from: int | None = FORWARD_MIN_BATCH,
+    eager_from: int | None = COMPILED_EAGER_MIN_BATCH,
 ) -> Callable[..., torch.Tensor]:
     """:func:`forward_dynamics` for one robot, compiled by ``torch.compile``.
 

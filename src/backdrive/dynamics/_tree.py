@@ -23,7 +23,7 @@ import torch
 
 from .._shapes import broadcast_shapes
 from .._errors import InputError
-from ..kinematics._fk import body_transforms
+from ..kinematics._fk import body_transforms_reference
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "Kinematics",
     "topology",
     "kinematics",
-    "take",
     "tree_down",
     "tree_up",
     "apply_inertia",
@@ -70,11 +69,6 @@ class Topology(NamedTuple):
         level_inv: ``(nm,)`` long, position of each moving body in the
             concatenation of levels ``1..``.
         has_pri: whether any joint is prismatic (else the masks are skipped).
-        act_levels: per depth level holding active bodies, their active
-            indices (a ``slice`` when contiguous); ``act_parent`` the position
-            of each one's parent in the previous entry (``None`` for the first);
-            ``act_inv`` the active order from the level order (``None`` when
-            the two coincide).
     """
 
     o: int
@@ -91,9 +85,6 @@ class Topology(NamedTuple):
     G: torch.Tensor
     level_inv: torch.Tensor
     has_pri: bool
-    act_levels: tuple
-    act_parent: tuple
-    act_inv: torch.Tensor | None
 
 
 def topology(model: RobotModel) -> Topology:
@@ -126,21 +117,6 @@ def _build_topology(model: RobotModel) -> Topology:
     G = torch.zeros(nm, nj, dtype=dtype, device=device)
     for b, (c, m) in enumerate(zip(coord_list, mult_list)):
         G[b, c] = m
-    act_levels, act_parent, order = [], [], []
-    for d, lv in enumerate(model.levels):
-        if d < o:
-            continue
-        idx = [b - o for b in lv.tolist()]
-        order += idx
-        contiguous = idx == list(range(idx[0], idx[0] + len(idx)))
-        act_levels.append(slice(idx[0], idx[-1] + 1) if contiguous else torch.tensor(idx, device=device))
-        act_parent.append(None if d == o else model.level_parent[d])
-    act_inv = None
-    if order != list(range(na)):
-        inv = [0] * na
-        for pos, b in enumerate(order):
-            inv[b] = pos
-        act_inv = torch.tensor(inv, dtype=torch.long, device=device)
     return Topology(
         o=o,
         na=na,
@@ -157,9 +133,6 @@ def _build_topology(model: RobotModel) -> Topology:
         # Level 0 is the root alone, so levels 1.. start at position 1.
         level_inv=model.level_inverse[1:] - 1,
         has_pri=bool(model.joint_is_prismatic[1:].any()),
-        act_levels=tuple(act_levels),
-        act_parent=tuple(act_parent),
-        act_inv=act_inv,
     )
 
 
@@ -219,50 +192,18 @@ def apply_inertia_columns(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, X: 
     return torch.cat([fl, fa], -1)
 
 
-#: Below this many batch entries the tree sums are one product with the
-#: ancestor matrix (fewest operations); above it, one step per depth level
-#: (least arithmetic: the product costs ``na`` times more flops than an add).
-TREE_MATMUL_MAX_BATCH = 64
-
-
-def take(x: torch.Tensor, idx, dim: int) -> torch.Tensor:
-    """``x`` at positions ``idx`` (a slice or a long tensor) along ``dim``.
-
-    ``index_select`` rather than advanced indexing: several times faster on
-    the CPU, and its backward is an ``index_add`` instead of an ``index_put``.
-    """
-    if isinstance(idx, slice):
-        return x.narrow(dim, idx.start, idx.stop - idx.start)
-    return x.index_select(dim, idx)
-
-
-def _level_parts(topo: Topology, x: torch.Tensor) -> list:
-    return [take(x, lv, -2) for lv in topo.act_levels]
-
-
-def _from_levels(topo: Topology, parts: list) -> torch.Tensor:
-    out = torch.cat(parts, -2) if len(parts) > 1 else parts[0]
-    return out if topo.act_inv is None else out.index_select(-2, topo.act_inv)
-
-
 def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's ancestors (itself included): ``(..., na, k)``."""
-    if x.shape[:-2].numel() <= TREE_MATMUL_MAX_BATCH or x.shape[-2] == 0:
-        return torch.matmul(topo.anc, x)
-    parts = _level_parts(topo, x)
-    for i in range(1, len(parts)):
-        parts[i] = parts[i] + parts[i - 1].index_select(-2, topo.act_parent[i])
-    return _from_levels(topo, parts)
+    """Sum over each active body's ancestors (itself included): ``(..., na, k)``.
+
+    One product with the ancestor matrix: the fewest operations, for the
+    reference path's small batches.
+    """
+    return torch.matmul(topo.anc, x)
 
 
 def tree_up(topo: Topology, x: torch.Tensor) -> torch.Tensor:
     """Sum over each active body's subtree (itself included): ``(..., na, k)``."""
-    if x.shape[:-2].numel() <= TREE_MATMUL_MAX_BATCH or x.shape[-2] == 0:
-        return torch.matmul(topo.anc.T, x)
-    parts = _level_parts(topo, x)
-    for i in range(len(parts) - 1, 0, -1):
-        parts[i - 1] = parts[i - 1].index_add(-2, topo.act_parent[i], parts[i])
-    return _from_levels(topo, parts)
+    return torch.matmul(topo.anc.T, x)
 
 
 def base_motion_to_world(R0: torch.Tensor, p0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -353,7 +294,7 @@ class Kinematics(NamedTuple):
 
 def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: bool = True) -> Kinematics:
     """Body poses, joint motion subspaces and world inertias at ``q``."""
-    R, p = body_transforms(model, q)
+    R, p = body_transforms_reference(model, q)
     o = topo.o
     axis_w = (R[..., 1:, :, :] @ model.joint_axis[1:, :, None])[..., 0]
     p_m = p[..., 1:, :]
@@ -365,9 +306,6 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
         S = torch.cat([torch.linalg.cross(p_m, axis_w), axis_w], -1)
     Ra, pa = R[..., o:, :, :], p[..., o:, :]
     m = model.body_mass[o:]
-    if inertia and Ra.shape[-3] and Ra.shape[:-3].numel() > TREE_MATMUL_MAX_BATCH:
-        c, h, I = _world_inertia_wide(Ra, pa, m, model.body_com[o:], model.body_inertia[o:])
-        return Kinematics(R, p, S, m, h, I, c)
     c = (Ra @ model.body_com[o:, :, None])[..., 0] + pa
     if not inertia:
         return Kinematics(R, p, S, m, m[:, None] * c, None, c)
@@ -379,38 +317,6 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
     eye = torch.eye(3, dtype=q.dtype, device=q.device)
     I = Ic + trace * eye - cc
     return Kinematics(R, p, S, m, h, I, c)
-
-
-def _world_inertia_wide(Ra, pa, m, com, Ib):
-    """Centres of mass, first moments and rotational inertias about the world
-    origin, ``R Ib R^T + m (|c|^2 1 - c c^T)``, for large batches.
-
-    Computed component by component on ``(3, 3, k, N)`` arrays with the batch
-    innermost: each step is one elementwise operation over the whole batch,
-    where a batched 3x3 ``matmul`` spends most of its time per tiny matrix.
-    Sums accumulate in place into fresh buffers (fewer large allocations).
-    """
-    batch, k = Ra.shape[:-3], Ra.shape[-3]
-    Rt = Ra.reshape(-1, k, 3, 3).permute(2, 3, 1, 0).contiguous()  # [i, l, body, sample]
-    pt = pa.reshape(-1, k, 3).permute(2, 1, 0)  # (3, k, N)
-    comt = com.T[:, :, None]  # (3, k, 1)
-    ct = Rt[:, 0] * comt[0]
-    ct.addcmul_(Rt[:, 1], comt[1]).addcmul_(Rt[:, 2], comt[2]).add_(pt)
-    ht = m[:, None] * ct
-    Ibt = Ib.permute(1, 2, 0)[:, :, :, None]  # [l, j, body, 1]
-    # Y = R Ib, Y[i, j] = sum_l R[i, l] Ib[l, j]; then I = Y R^T.
-    Y = Rt[:, 0, None] * Ibt[0]
-    Y.addcmul_(Rt[:, 1, None], Ibt[1]).addcmul_(Rt[:, 2, None], Ibt[2])
-    I = Y[:, None, 0] * Rt[None, :, 0]
-    I.addcmul_(Y[:, None, 1], Rt[None, :, 1]).addcmul_(Y[:, None, 2], Rt[None, :, 2])
-    I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
-    d = (ct * ht).sum(0)
-    for i in range(3):
-        I[i, i] += d
-    I = I.permute(3, 2, 0, 1).reshape(*batch, k, 3, 3)
-    c = ct.permute(2, 1, 0).reshape(*batch, k, 3)
-    h = ht.permute(2, 1, 0).reshape(*batch, k, 3)
-    return c, h, I
 
 
 # ---------------------------------------------------------------------- inputs

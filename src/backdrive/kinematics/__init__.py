@@ -9,6 +9,7 @@ from ._fk import (
     frame_transforms,
     joint_values,
 )
+from ._paths import use_path
 from ._ik import (
     ConfigError,
     DifferentiableIKCfg,
@@ -32,4 +33,5 @@ __all__ = [
     "solve_dls_ik",
     "dls_step",
     "default_seed",
+    "use_path",
 ]

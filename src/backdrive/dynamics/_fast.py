@@ -19,7 +19,7 @@ coordinates), and the factorisation ``M = L^T D L`` (Featherstone's LTDL,
 no fill-in, and each depth level of coordinates is factorised in one batched
 step, deepest first.
 
-:func:`rnea_vjp_t` is the reverse pass of RNEA and forward kinematics,
+:func:`rnea_vjp_fast` is the reverse pass of RNEA and forward kinematics,
 written out: the analytic backward of forward dynamics uses it.
 
 Used for inverse dynamics above ``TREE_MATMUL_MAX_BATCH`` samples, for
@@ -35,19 +35,21 @@ from typing import NamedTuple
 import torch
 
 from .._shapes import broadcast_shapes
-from ..kinematics._fk import body_transforms_t, untracked
+from ..kinematics._fk import body_transforms_fast
+from ..kinematics import _paths
+from ..kinematics._paths import untracked
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
-    "KinT",
-    "kinematics_t",
-    "rnea_t",
-    "forward_t",
-    "inverse_dynamics_t",
-    "mass_matrix_t",
-    "rnea_vjp_t",
+    "FastKin",
+    "kinematics_fast",
+    "rnea_fast",
+    "forward_fast",
+    "inverse_dynamics_fast",
+    "mass_matrix_fast",
+    "rnea_vjp_fast",
     "LTDLFactor",
-    "f_ext_world_t",
+    "f_ext_world_fast",
 ]
 
 
@@ -101,7 +103,7 @@ def _rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
-def _rot_t(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def _rotT(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``R^T x`` for ``R (3, 3, ...)`` and ``x (3, ...)`` (into ``out``
     without autograd)."""
     r0, r1, r2 = R.unbind(0)
@@ -113,7 +115,7 @@ def _rot_t(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) ->
 # ---------------------------------------------------------------------- topology
 
 
-class WideTopo(NamedTuple):
+class FastTopo(NamedTuple):
     """The tree in the traversal's level order (``torch.cat(model.levels)``),
     the order of every body axis in this module (cached per model layout).
 
@@ -135,6 +137,10 @@ class WideTopo(NamedTuple):
             ``parents`` a (strided) slice, one per child, or one shared by
             all (``shared``); ``None`` when some level fits neither (then
             the sums are products with ``anc``).
+        G: ``(nm, nj)`` coordinate rates to body rates (level order), the
+            mimic multipliers included; upper, strict: ``(nm, nm)`` with
+            ``upper[j, i] = 1`` when moving body ``j`` is ``i`` or one of its
+            ancestors (``strict``: without ``i``).
     """
 
     o: int
@@ -154,13 +160,16 @@ class WideTopo(NamedTuple):
     has_pri: bool
     parent: tuple
     plan: tuple | None
+    G: torch.Tensor
+    upper: torch.Tensor
+    strict: torch.Tensor
 
 
-def wide_topology(model: RobotModel) -> WideTopo:
-    return geometry_constants(model, "dynamics.wide_topology", _build_wide_topology)
+def fast_topology(model: RobotModel) -> FastTopo:
+    return geometry_constants(model, "dynamics.fast_topology", _build_fast_topology)
 
 
-def _build_wide_topology(model: RobotModel) -> WideTopo:
+def _build_fast_topology(model: RobotModel) -> FastTopo:
     dtype, device = model.dtype, model.device
     order = torch.cat(list(model.levels)).tolist()
     nb = len(order)
@@ -191,7 +200,13 @@ def _build_wide_topology(model: RobotModel) -> WideTopo:
         dof_perm, dof_inv, arm_perm = t(perm), t(inv), t(moving)
     is_pri = model.joint_is_prismatic[1:][t(moving)]
     plan = _tree_plan(model, parent, o)
-    return WideTopo(
+    # Coordinates from the moving bodies (level order): G[k, coord] = multiplier.
+    G = torch.zeros(nm, model.num_joints, dtype=dtype, device=device)
+    for k, b in enumerate(moving):
+        G[k, coord[b]] += mult[b]
+    # upper[j, i] = 1 when moving body j is i or one of its ancestors (level order).
+    upper = (anc[1:, 1:] if o == 0 else anc).T.contiguous().to(device)
+    return FastTopo(
         o=o,
         na=na,
         nm=nm,
@@ -209,11 +224,14 @@ def _build_wide_topology(model: RobotModel) -> WideTopo:
         has_pri=bool(is_pri.any()),
         parent=parent,
         plan=plan,
+        G=G,
+        upper=upper,
+        strict=upper - torch.eye(nm, dtype=dtype, device=device),
     )
 
 
 def _tree_plan(model: RobotModel, parent: tuple, o: int):
-    """The per-level steps of :func:`_down` / :func:`_up` (see ``WideTopo.plan``)."""
+    """The per-level steps of :func:`_down` / :func:`_up` (see ``FastTopo.plan``)."""
     plan = []
     start = 0
     for d, lv in enumerate(model.levels):
@@ -234,7 +252,7 @@ def _tree_plan(model: RobotModel, parent: tuple, o: int):
     return tuple(plan)
 
 
-def _active(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _active(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """Per-body parameter rows of the active bodies, level order."""
     return x[topo.o :] if topo.act is None else x.index_select(0, topo.act)
 
@@ -242,7 +260,7 @@ def _active(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------- kinematics
 
 
-class KinT(NamedTuple):
+class FastKin(NamedTuple):
     """World-frame quantities at one configuration, batch last, level order.
 
     Attributes:
@@ -253,7 +271,7 @@ class KinT(NamedTuple):
         I: ``(3, 3, na, N)`` rotational inertias about the world origin
         (active bodies).
         packed: without autograd, ``(13, na, N)``: ``m``, ``h`` and ``I``
-            stacked, the storage of ``h`` and ``I``. :func:`crba_entries_t`
+            stacked, the storage of ``h`` and ``I``. :func:`crba_entries_fast`
             sums it over subtrees in place, after which ``h`` and ``I`` hold
             the composite values: call it after everything else that reads them.
     """
@@ -270,7 +288,7 @@ class KinT(NamedTuple):
     packed: torch.Tensor | None = None
 
 
-def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bool = True) -> KinT:
+def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin: bool = True) -> FastKin:
     """Poses, joint motion subspaces and world inertias for ``qf (N, nq)``, level order.
 
     With ``origin=False`` the rotational inertias about the world origin are
@@ -279,7 +297,7 @@ def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bo
     more operations per product but no ``(3, 3, na, N)`` arrays, and a much
     cheaper backward; RNEA alone applies the inertias only twice.
     """
-    R, p = body_transforms_t(model, qf, level_order=True)
+    R, p = body_transforms_fast(model, qf, level_order=True)
     o = topo.o
     Rm, pm = R[:, :, 1:], p[:, 1:]
     aw = _rot(Rm, topo.axis)  # (3, nm, N) world joint axes
@@ -292,17 +310,17 @@ def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bo
     com, Ib = _active(topo, model.body_com), _active(topo, model.body_inertia)
     if not origin:
         c = _rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
-        return KinT(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
+        return FastKin(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
     packed = None
     if untracked():
         N = qf.shape[0]
         packed = R.new_empty(13, topo.na, N)
         packed[0].copy_(m.expand(topo.na, N))
-    h, I = world_inertia_t(R[:, :, o:], p[:, o:], m, com, Ib, packed)
-    return KinT(R, p, Sl, Sa, m, h, I, packed=packed)
+    h, I = world_inertia_fast(R[:, :, o:], p[:, o:], m, com, Ib, packed)
+    return FastKin(R, p, Sl, Sa, m, h, I, packed=packed)
 
 
-def world_inertia_t(Rt, pt, m, com, Ib, packed=None):
+def world_inertia_fast(Rt, pt, m, com, Ib, packed=None):
     """First moments ``m c`` and rotational inertias ``R Ib R^T + m (|c|^2 1 - c c^T)``
     about the world origin, from ``Rt (3, 3, k, N)``, ``pt (3, k, N)``,
     ``m (k, 1)``, ``com (k, 3)`` and ``Ib (k, 3, 3)`` (at the centre of mass).
@@ -331,7 +349,7 @@ def world_inertia_t(Rt, pt, m, com, Ib, packed=None):
     return ht, I
 
 
-def f_ext_world_t(topo: WideTopo, K: KinT, f_ext: torch.Tensor):
+def f_ext_world_fast(topo: FastTopo, K: FastKin, f_ext: torch.Tensor):
     """Body-frame wrenches ``(N, nb, 6)`` at body origins -> world ``(3, na, N)``
     force and torque at the origin."""
     o = topo.o
@@ -349,7 +367,7 @@ def f_ext_world_t(topo: WideTopo, K: KinT, f_ext: torch.Tensor):
 # concatenation is ever needed.
 
 
-def _inertia(K: KinT, xl: torch.Tensor, xa: torch.Tensor):
+def _inertia(K: FastKin, xl: torch.Tensor, xa: torch.Tensor):
     """Spatial inertia of each active body (world origin) times ``(xl, xa)``:
     ``[m x_l + x_a x h; I x_a + h x x_l]``.
 
@@ -359,14 +377,14 @@ def _inertia(K: KinT, xl: torch.Tensor, xa: torch.Tensor):
     if K.I is None:
         fl = K.m * (xl + _cross(xa, K.c))
         Ra = K.R[:, :, _first_active(K) :]
-        fa = _rot(Ra, _rot(K.Ib, _rot_t(Ra, xa)))
+        fa = _rot(Ra, _rot(K.Ib, _rotT(Ra, xa)))
         return fl, fa + _cross(K.c, fl)
     fl = _cross(xa, K.h)
     fl = fl.addcmul(K.m, xl) if torch.is_grad_enabled() else fl.addcmul_(K.m, xl)
     return fl, _cross_add(_rot(K.I, xa), K.h, xl)
 
 
-def _first_active(K: KinT) -> int:
+def _first_active(K: FastKin) -> int:
     """Index of the first active body (the poses cover all bodies)."""
     return K.R.shape[2] - K.m.shape[0]
 
@@ -387,16 +405,16 @@ def _world_force_to_base(R0, p0, fl, fa, out=None):
     p0e = p0.reshape(shape)
     n = fa - _cross(p0e, fl)
     if out is not None:
-        _rot_t(R0e, fl, out[:3])
-        _rot_t(R0e, n, out[3:])
+        _rotT(R0e, fl, out[:3])
+        _rotT(R0e, n, out[3:])
         return out
-    return torch.cat([_rot_t(R0e, fl), _rot_t(R0e, n)], 0)
+    return torch.cat([_rotT(R0e, fl), _rotT(R0e, n)], 0)
 
 
-def _down(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _down(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """Sum over each active body's ancestors (itself included) along dim 1,
     in place on the fresh array ``x`` (one add per depth level)."""
-    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= LEVEL_SUM_MIN_BATCH:
+    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= _paths.LEVEL_SUM_MIN_BATCH:
         # One product: fewest operations for small batches; under autograd,
         # in-place slice updates would cost a full copy each in the backward.
         return torch.matmul(topo.anc, x)
@@ -405,33 +423,22 @@ def _down(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _up(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _up(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """Sum over each active body's subtree (itself included), in place on ``x``."""
-    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= LEVEL_SUM_MIN_BATCH:
+    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= _paths.LEVEL_SUM_MIN_BATCH:
         return torch.matmul(topo.anc.T, x)
     for child, par, shared in reversed(topo.plan):
         x[:, par].add_(x[:, child].sum(1, keepdim=True) if shared else x[:, child])
     return x
 
 
-#: From this batch size on, forward dynamics takes this module's path (the
-#: sparse CRBA and LTDL); below it the dense mass matrix and a batched
-#: Cholesky factorisation issue fewer operations (measured crossover on the
-#: CPU: 256 to 512 samples for the Panda and a quadruped).
-FORWARD_MIN_BATCH = 256
-
-#: Up to this batch size the tree sums are one product with the ancestor
-#: matrix (fewest operations), above it one add per depth level (least work).
-LEVEL_SUM_MIN_BATCH = 512
-
-
 # ---------------------------------------------------------------------- RNEA
 
 
-def rnea_t(
+def rnea_fast(
     model: RobotModel,
-    topo: WideTopo,
-    K: KinT,
+    topo: FastTopo,
+    K: FastKin,
     vt: torch.Tensor | None,
     at: torch.Tensor | None,
     gt: torch.Tensor,
@@ -441,7 +448,7 @@ def rnea_t(
     """RNEA, batch last: ``vt``, ``at`` ``(nv, N)`` (``None``: zero), gravity
     ``gt (3, 1 or N)``, world wrenches ``ft`` (force, torque) ``(3, na, N)``;
     returns ``(nv, N)``. Generalised vectors are in the internal order
-    (``WideTopo.dof_perm``)."""
+    (``FastTopo.dof_perm``)."""
     fb = model.floating_base
     nj = model.num_joints
     Sl, Sa = K.Sl, K.Sa
@@ -572,7 +579,7 @@ def _strided_runs(pairs: list) -> list:
 def _build_sparsity(model: RobotModel) -> _Sparsity:
     device = model.device
     fb = model.floating_base
-    parent = list(wide_topology(model).parent)  # level order
+    parent = list(fast_topology(model).parent)  # level order
     nb = len(parent)
     nm = nb - 1
     off = 6 if fb else 0
@@ -652,27 +659,97 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
     )
 
 
-def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) -> torch.Tensor:
-    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included."""
-    fb = model.floating_base
+def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
+    """Composite inertias ``C (13, na, N)`` (``m``, ``h``, ``I`` of every
+    active body's subtree at the world origin) and ``F_i = Ic_i S_i``, the
+    force that moving joint ``i`` alone, at unit acceleration, needs from its
+    subtree, ``(3, nm, N)`` halves. Without autograd ``K.packed`` is summed
+    in place (see :class:`FastKin`)."""
     na = topo.na
     N = K.h.shape[-1]
     if K.packed is not None:
-        packed = K.packed  # summed in place (see KinT.packed)
+        packed = K.packed
     else:
         packed = torch.cat([K.m[None].expand(1, na, N), K.h, K.I.reshape(9, na, N)], 0)  # (13, na, N)
-    C = _up(topo, packed)  # composite inertias at the world origin
-    Cm = C[:, 1:] if fb else C
-    Sl, Sa = K.Sl, K.Sa
+    C = _up(topo, packed)
+    Cm = C[:, 1:] if model.floating_base else C
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
-    Fl = _cross(Sa, hc).addcmul_(m, Sl)
-    Fa = _cross_add(_rot(Ic, Sa), hc, Sl)
+    Fl = _cross(K.Sa, hc).addcmul_(m, K.Sl)
+    Fa = _cross_add(_rot(Ic, K.Sa), hc, K.Sl)
+    return C, Fl, Fa
+
+
+def _base_inertia(C0: torch.Tensor, R0: torch.Tensor, p0: torch.Tensor):
+    """The whole tree's spatial inertia in the base frame at the base origin,
+    from its composite ``C0 (13, N)`` at the world origin: mass ``(N,)``, the
+    skew matrix of the first moment as nested tuples ``[h]x[i][j]`` and the
+    rotational inertia ``(3, 3, N)``."""
+    N = C0.shape[-1]
+    mt, ht, It = C0[0], C0[1:4], C0[4:].reshape(3, 3, N)
+    hp = ht - mt * p0  # first moment about the base origin
+    # I about p: I_O + (m |p|^2 - 2 p.h) 1 + h p^T + p h^T - m p p^T.
+    mp = mt * p0
+    s = (p0 * (mp - 2.0 * ht)).sum(0)
+    Ip = It + ht[:, None] * p0[None] + p0[:, None] * (ht - mp)[None]
+    Ip = Ip + torch.eye(3, dtype=s.dtype, device=s.device)[:, :, None] * s
+    # Y = Ip R0, then Ib = R0^T Y.
+    Y = Ip[:, 0, None] * R0[0][None]
+    Y = Y.addcmul(Ip[:, 1, None], R0[1][None]).addcmul(Ip[:, 2, None], R0[2][None])
+    Ib = R0[0][:, None] * Y[0][None]
+    Ib = Ib.addcmul(R0[1][:, None], Y[1][None]).addcmul(R0[2][:, None], Y[2][None])
+    hb = _rotT(R0, hp)
+    z = torch.zeros_like(mt)
+    hx = ((z, -hb[2], hb[1]), (hb[2], z, -hb[0]), (-hb[1], hb[0], z))
+    return mt, hx, Ib
+
+
+def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> torch.Tensor:
+    """The dense mass matrix ``(N, nv, nv)`` (coordinate order, armature
+    included) on the fast path, by every product ``S_j . F_i`` at once;
+    differentiable by autograd, and for models with mimic joints (``M =
+    G^T M_bodies G``), where the tree-sparse entries of
+    :func:`crba_entries_fast` do not apply."""
+    fb = model.floating_base
+    C, Fl, Fa = _composite_forces(model, topo, K)
+    Sl, Sa = K.Sl, K.Sa
+    track = not untracked()
+    P = Sl[0][:, None] * Fl[0][None]  # P[j, i] = S_j . F_i, (nm, nm, N)
+    for X, Y in ((Sl, Fl), (Sa, Fa)):
+        for c in range(3):
+            if X is not Sl or c:
+                P = P.addcmul(X[c][:, None], Y[c][None]) if track else P.addcmul_(X[c][:, None], Y[c][None])
+    Mm = P * topo.upper[:, :, None] + (P * topo.strict[:, :, None]).transpose(0, 1)
+    Mm = Mm.permute(2, 0, 1)  # (N, nm, nm), level order
+    Mj = topo.G.T @ Mm @ topo.G  # coordinates
+    if model.num_joints:
+        Mj = Mj + torch.diag_embed(model.armature.expand(Mj.shape[:-1]))
+    if not fb:
+        return Mj
+    R0, p0 = K.R[:, :, 0], K.p[:, 0]
+    Mbj = _world_force_to_base(R0, p0, Fl, Fa).permute(2, 0, 1) @ topo.G  # (N, 6, nj)
+    mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
+    z = torch.zeros_like(mt)
+    rows = [[mt if r == c else z for c in range(3)] + [-hx[r][c] for c in range(3)] for r in range(3)]
+    rows += [[hx[r][c] for c in range(3)] + [Ib[r, c] for c in range(3)] for r in range(3)]
+    Mbb = torch.stack([torch.stack(row, -1) for row in rows], -2)  # (N, 6, 6)
+    Mbb = 0.5 * (Mbb + Mbb.transpose(-1, -2))  # exactly symmetric, not just to rounding
+    top = torch.cat([Mbb, Mbj], -1)
+    bottom = torch.cat([Mbj.transpose(-1, -2), Mj], -1)
+    return torch.cat([top, bottom], -2)
+
+
+def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastKin) -> torch.Tensor:
+    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included."""
+    fb = model.floating_base
+    N = K.h.shape[-1]
+    C, Fl, Fa = _composite_forces(model, topo, K)
+    Sl, Sa = K.Sl, K.Sa
     npairs = sum(run[3] for run in sp.runs)
     # Every entry is written into one array: [base block; base-joint; joint pairs].
     E = Sl.new_empty(sp.nnz, N)
     P = E[sp.nnz - npairs :]
-    if len(sp.runs) > 2 and N <= LEVEL_SUM_MIN_BATCH:
+    if len(sp.runs) > 2 and N <= _paths.LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
         nm = Sl.shape[1]
         s0, s1, s2 = Sl.unbind(0)
@@ -694,25 +771,9 @@ def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) ->
     nb21, nm = len(sp.base_pairs), Sl.shape[1]
     # Rows c nm + i: the base-frame wrench of joint i's column, component c.
     _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
-    # The whole tree's inertia in the base frame at the base origin.
-    mt, ht, It = C[0, 0], C[1:4, 0], C[4:, 0].reshape(3, 3, N)
-    hp = ht - mt * p0  # first moment about the base origin
-    # I about p: I_O + (m |p|^2 - 2 p.h) 1 + h p^T + p h^T - m p p^T.
-    mp = mt * p0
-    s = (p0 * (mp - 2.0 * ht)).sum(0)
-    Ip = It + ht[:, None] * p0[None] + p0[:, None] * (ht - mp)[None]
-    Ip[0, 0] += s
-    Ip[1, 1] += s
-    Ip[2, 2] += s
-    # Y = Ip R0, then Ib = R0^T Y.
-    Y = Ip[:, 0, None] * R0[0][None]
-    Y.addcmul_(Ip[:, 1, None], R0[1][None]).addcmul_(Ip[:, 2, None], R0[2][None])
-    Ib = R0[0][:, None] * Y[0][None]
-    Ib.addcmul_(R0[1][:, None], Y[1][None]).addcmul_(R0[2][:, None], Y[2][None])
-    hb = _rot_t(R0, hp)
+    mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
     z = torch.zeros_like(mt)
     # Spatial inertia [[m 1, -[h]x], [[h]x, I]] in the base frame; lower triangle.
-    hx = ((z, -hb[2], hb[1]), (hb[2], z, -hb[0]), (-hb[1], hb[0], z))
     for k, (r, c) in enumerate(sp.base_pairs):
         if r < 3:
             E[k].copy_(mt if r == c else z)
@@ -753,7 +814,7 @@ class LTDLFactor:
     Built under ``no_grad`` from the packed entries (which it overwrites).
     """
 
-    def __init__(self, sp: _Sparsity, topo: WideTopo, E: torch.Tensor):
+    def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
         self.sp, self.topo = sp, topo
         Ls = []
         N = E.shape[-1]
@@ -776,7 +837,7 @@ class LTDLFactor:
         self.Ls = Ls
         self.D = E.index_select(0, sp.dpos)
 
-    def solve_t(self, r: torch.Tensor) -> torch.Tensor:
+    def solve_fast(self, r: torch.Tensor) -> torch.Tensor:
         """``M^-1 r`` for ``r (nv, N)`` (not modified)."""
         r = r.clone(memory_format=torch.contiguous_format)  # rows contiguous for the row updates
         N = r.shape[-1]
@@ -794,17 +855,17 @@ class LTDLFactor:
         """``M^-1 rhs`` for ``rhs (..., nv)`` in the factor's batch order."""
         with torch.no_grad():
             shape = rhs.shape
-            x = self.solve_t(_to_internal(self.topo, rhs.reshape(-1, shape[-1])))
+            x = self.solve_fast(_to_internal(self.topo, rhs.reshape(-1, shape[-1])))
             return _from_internal(self.topo, x).reshape(shape)
 
 
-def _to_internal(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _to_internal(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """``(N, nv)`` in coordinate order -> ``(nv, N)`` in the internal order."""
     x = x.T
     return x if topo.dof_perm is None else x.index_select(0, topo.dof_perm)
 
 
-def _from_internal(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _from_internal(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """``(nv, N)`` in the internal order -> ``(N, nv)`` in coordinate order."""
     return (x if topo.dof_inv is None else x.index_select(0, topo.dof_inv)).T
 
@@ -813,70 +874,94 @@ def _inputs(model, topo, q, g, f_ext, origin=True):
     batch = q.shape[:-1]
     qf = q.reshape(-1, q.shape[-1])
     N = qf.shape[0]
-    K = kinematics_t(model, topo, qf, origin)
+    K = kinematics_fast(model, topo, qf, origin)
     gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
     ft = None
     if f_ext is not None:
-        ft = f_ext_world_t(topo, K, f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, -1, 6))
+        ft = f_ext_world_fast(topo, K, f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, -1, 6))
     return batch, N, K, gt, ft
 
 
-def forward_t(model: RobotModel, q, v, tau, g, f_ext):
+def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
     """Accelerations ``(..., nv)`` (no autograd graph) and the factor of ``M``.
 
     ``q``, ``v``, ``tau`` share one batch shape; ``g`` is ``(3,)`` or that
-    batch; ``f_ext`` ``None`` or ``(..., nb, 6)`` that broadcasts to it. No
-    mimic joints.
+    batch; ``f_ext`` ``None`` or ``(..., nb, 6)`` that broadcasts to it.
+    ``M`` is factorised by the tree-sparse LTDL (:class:`LTDLFactor`), or,
+    with mimic joints (whose coordinates do not form a tree), densely by a
+    batched Cholesky factorisation (:class:`DenseFactor`).
     """
     with torch.no_grad():
-        topo = wide_topology(model)
-        if topo.coupled:
-            raise ValueError("forward_t: the LTDL factorisation needs one coordinate per body (no mimic joints)")
+        topo = fast_topology(model)
         nv = model.nv
         batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
         vt = _to_internal(topo, v.reshape(N, nv))
         keep = {}
-        rhs = _to_internal(topo, tau.reshape(N, nv)) - rnea_t(model, topo, K, vt, None, gt, ft, keep)
-        sp = _sparsity(model)
-        factor = LTDLFactor(sp, topo, crba_entries_t(model, topo, sp, K))
-        a = factor.solve_t(rhs)
+        # RNEA first: the CRBA below sums K's inertias over subtrees in place.
+        rhs = _to_internal(topo, tau.reshape(N, nv)) - rnea_fast(model, topo, K, vt, None, gt, ft, keep)
+        if topo.coupled:
+            factor = DenseFactor(dense_mass_matrix_fast(model, topo, K))
+            a = factor.solve(_from_internal(topo, rhs))
+        else:
+            sp = _sparsity(model)
+            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K))
+            a = _from_internal(topo, factor.solve_fast(rhs))
         # What the reverse pass of RNEA at the same (q, v) can reuse.
         factor.kin = (K.R, K.p, K.Sl, K.Sa, keep["V"])
-        return _from_internal(topo, a).reshape(*batch, nv), factor
+        return a.reshape(*batch, nv), factor
 
 
-def mass_matrix_t(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
-    """The dense mass matrix ``(..., nv, nv)`` from the sparse CRBA (no
-    autograd graph; no mimic joints): the packed entries scattered into both
-    triangles, zeros elsewhere."""
-    with torch.no_grad():
-        topo = wide_topology(model)
-        batch = q.shape[:-1]
-        nv = model.nv
-        qf = q.reshape(-1, q.shape[-1])
-        N = qf.shape[0]
-        sp = _sparsity(model)
-        E = crba_entries_t(model, topo, sp, kinematics_t(model, topo, qf))
-        rc = sp.entry_rc if topo.dof_perm is None else topo.dof_perm[sp.entry_rc]
-        r, c = rc.unbind(1)
-        M = E.new_zeros(nv * nv, N)
-        M.index_copy_(0, c * nv + r, E).index_copy_(0, r * nv + c, E)
-        return M.T.reshape(*batch, nv, nv)
+class DenseFactor:
+    """A batched dense Cholesky factor of ``M`` ``(N, nv, nv)``; :meth:`solve` applies ``M^-1``."""
+
+    def __init__(self, M: torch.Tensor):
+        # cholesky_ex: no error check, so no host synchronisation in the hot path.
+        self.L = torch.linalg.cholesky_ex(M)[0]
+
+    def solve(self, rhs: torch.Tensor) -> torch.Tensor:
+        """``M^-1 rhs`` for ``rhs (..., nv)`` in the factor's batch order."""
+        with torch.no_grad():
+            shape = rhs.shape
+            return torch.cholesky_solve(rhs.reshape(-1, shape[-1], 1), self.L)[..., 0].reshape(shape)
 
 
-def inverse_dynamics_t(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Tensor:
+def mass_matrix_fast(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
+    """The dense mass matrix ``(..., nv, nv)`` on the fast path.
+
+    Without autograd and mimic joints: the tree-sparse CRBA's packed entries
+    scattered into both triangles, zeros elsewhere. Otherwise
+    :func:`dense_mass_matrix_fast`, differentiable by autograd.
+    """
+    topo = fast_topology(model)
+    batch = q.shape[:-1]
+    nv = model.nv
+    qf = q.reshape(-1, q.shape[-1])
+    N = qf.shape[0]
+    K = kinematics_fast(model, topo, qf)
+    if not untracked() or topo.coupled:
+        return dense_mass_matrix_fast(model, topo, K).reshape(*batch, nv, nv)
+    sp = _sparsity(model)
+    E = crba_entries_fast(model, topo, sp, K)
+    rc = sp.entry_rc if topo.dof_perm is None else topo.dof_perm[sp.entry_rc]
+    r, c = rc.unbind(1)
+    M = E.new_zeros(nv * nv, N)
+    M.index_copy_(0, c * nv + r, E).index_copy_(0, r * nv + c, E)
+    return M.T.reshape(*batch, nv, nv)
+
+
+def inverse_dynamics_fast(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Tensor:
     """RNEA ``(..., nv)`` in the batch-last layout, differentiable by autograd.
 
     ``q`` and ``v``, ``a`` (each ``None`` for zero) share one batch shape;
     ``g`` is ``(3,)`` or that batch; ``f_ext`` ``None`` or ``(..., nb, 6)``
     that broadcasts to it.
     """
-    topo = wide_topology(model)
+    topo = fast_topology(model)
     nv = model.nv
     batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext, origin=False)
     vt = None if v is None else _to_internal(topo, v.reshape(N, nv))
     at = None if a is None else _to_internal(topo, a.reshape(N, nv))
-    tau = rnea_t(model, topo, K, vt, at, gt, ft)
+    tau = rnea_fast(model, topo, K, vt, at, gt, ft)
     return _from_internal(topo, tau).reshape(*batch, nv)
 
 
@@ -893,14 +978,14 @@ def _base_vjp(R0, p0, x, gl, ga, t0, gp0):
     gw = ga + _cross(gl, p0)
     gp0 += _cross(w, gl)
     t0 += _cross(_rot(R0, x[:3]), gl) + _cross(w, gw)
-    return torch.cat([_rot_t(R0, gl), _rot_t(R0, gw)], 0)
+    return torch.cat([_rotT(R0, gl), _rotT(R0, gw)], 0)
 
 
-def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
+def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
     """``lam^T d tau / d(q, v)`` for ``tau = RNEA(q, v, a)``, written out.
 
     The reverse pass of RNEA in the world frame (the adjoint of every step
-    of :func:`rnea_t`, with the inertias applied through the centres of
+    of :func:`rnea_fast`, with the inertias applied through the centres of
     mass). Gradients with respect to the bodies' poses are kept as a world
     force ``gp`` and torque ``t`` per body (``<gR, dR> = t . w`` for a
     rotation ``dR = [w]x R``), so the poses' part needs no 3x3 arrays: a
@@ -913,7 +998,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
     """
     from ..spatial import quat_to_matrix
 
-    topo = wide_topology(model)
+    topo = fast_topology(model)
     fb = model.floating_base
     nj, nv = model.num_joints, model.nv
     o = topo.o
@@ -922,7 +1007,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         qf = q.reshape(-1, q.shape[-1])
         N = qf.shape[0]
         if kin is None:
-            R, p = body_transforms_t(model, qf, level_order=True)
+            R, p = body_transforms_fast(model, qf, level_order=True)
             Rm, pm = R[:, :, 1:], p[:, 1:]
             aw = _rot(Rm, topo.axis)
             if topo.has_pri:
@@ -949,7 +1034,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
             xj = x[6:] if fb else x
             return xj if not topo.coupled else xj.index_select(0, topo.coord) * topo.mult[:, None]
 
-        def rates_t(x):  # transpose of rates: body (nm, N) -> joint coordinates (nj, N)
+        def rates_adj(x):  # transpose of rates: body (nm, N) -> joint coordinates (nj, N)
             if not topo.coupled:
                 return x
             return x.new_zeros(nj, N).index_add_(0, topo.coord, x * topo.mult[:, None])
@@ -960,10 +1045,10 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         def apply(xl, xa):  # inertia times x; also R Ib R^T x_a, which the adjoint reuses
             u = _cross(xa, c).add_(xl)
             fl = m * u
-            RLx = _rot(Ra, _rot(Ib, _rot_t(Ra, xa)))
+            RLx = _rot(Ra, _rot(Ib, _rotT(Ra, xa)))
             return fl, _cross(c, fl).add_(RLx), u, RLx
 
-        # ---- forward, as rnea_t
+        # ---- forward, as rnea_fast
         qd, qdd = rates(vt), rates(at)
         Jl, Ja = Sl * qd, Sa * qd
         if V is None:
@@ -1020,7 +1105,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         for (yl, ya), (xl, xa), u, RLx in (((gfl, gfa), (Al, Aa), uA, RLA), ((ghl, gha), (Vl, Va), uV, RLV)):
             z = _cross(ya, c).add_(yl)
             gc.addcmul_(_cross_add(_cross(z, xa), u, ya), m)
-            RLy = _rot(Ra, _rot(Ib, _rot_t(Ra, ya)))
+            RLy = _rot(Ra, _rot(Ib, _rotT(Ra, ya)))
             _cross_add(_cross_add(ta, RLx, ya), RLy, xa)
         _cross_add(ta, rc, gc)  # c = R com + p
         gp[:, o:] += gc
@@ -1048,7 +1133,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         gSl.addcmul_(gJl, qd)
         gSa.addcmul_(gJa, qd)
         gqd = (Sl * gJl).sum(0) + (Sa * gJa).sum(0)
-        gv[off:] = rates_t(gqd)
+        gv[off:] = rates_adj(gqd)
         # S = [p x a; a] (revolute), [a; 0] (prismatic), a = R axis: a rotation
         # w of the body turns a by w x a, so a's gradient g pairs as a x g.
         tm, gpm = tq[:, 1:], gp[:, 1:]
@@ -1068,7 +1153,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         if topo.has_pri:
             gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
         gq = qf.new_zeros(qf.shape)
-        gj = rates_t(gth)
+        gj = rates_adj(gth)
         if topo.dof_inv is not None:
             gj = gj.index_select(0, topo.dof_inv[off:] - off)
         gq[:, 7 if fb else 0 :] = gj.T
