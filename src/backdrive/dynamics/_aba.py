@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from ..kinematics._kernels import apply_inertia, cross_force, cross_motion, skew
 from ..model import RobotModel
 from ._tree import (
     Kinematics,
     Topology,
-    apply_inertia,
-    cross_force,
-    cross_motion,
     base_force_to_world,
     base_motion_to_world,
     joint_rates,
@@ -31,15 +29,7 @@ __all__ = ["aba_core", "spatial_inertia_matrix"]
 
 def spatial_inertia_matrix(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor) -> torch.Tensor:
     """The 6x6 matrix ``[[m 1, -[h]x], [[h]x, I]]`` of ``(m, h, I)``, ``(..., k, 6, 6)``."""
-    z = torch.zeros_like(h[..., 0])
-    hx = torch.stack(
-        [
-            torch.stack([z, -h[..., 2], h[..., 1]], -1),
-            torch.stack([h[..., 2], z, -h[..., 0]], -1),
-            torch.stack([-h[..., 1], h[..., 0], z], -1),
-        ],
-        -2,
-    )
+    hx = skew(h)
     eye = torch.eye(3, dtype=h.dtype, device=h.device)
     top = torch.cat([m[..., None, None] * eye, -hx], -1)
     bottom = torch.cat([hx, I.expand_as(hx)], -1)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 
 from ..kinematics._paths import choose
+from ..kinematics._kernels import apply_inertia, apply_inertia_columns
 from ..model import RobotModel
 from ._fast import mass_matrix_fast
 from ._tree import (
     Kinematics,
     Topology,
-    apply_inertia,
-    apply_inertia_columns,
     base_motion_to_world,
     kinematics,
     topology,

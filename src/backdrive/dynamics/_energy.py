@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from ..kinematics._kernels import apply_inertia
 from ..model import RobotModel
 from ._tree import (
-    apply_inertia,
     base_motion_to_world,
     broadcast_batch,
     gravity_vector,

@@ -34,9 +34,9 @@ from typing import NamedTuple
 
 import torch
 
-from .._shapes import broadcast_shapes
 from ..kinematics._fk import body_transforms_fast
 from ..kinematics import _paths
+from ..kinematics._kernels import cross, cross_add, rot, rot_t, skew
 from ..kinematics._paths import untracked
 from ..model import RobotModel, geometry_constants
 
@@ -51,65 +51,6 @@ __all__ = [
     "LTDLFactor",
     "f_ext_world_fast",
 ]
-
-
-# ---------------------------------------------------------------------- elementwise helpers
-
-
-def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Cross product of ``(3, ...)`` component-first arrays (broadcasting).
-
-    Components come from ``unbind``: its backward is one ``stack``, where each
-    indexing ``a[k]`` would cost a zero-filled copy of ``a`` in the backward.
-    """
-    a0, a1, a2 = a.unbind(0)
-    b0, b1, b2 = b.unbind(0)
-    if not untracked():  # out= is not differentiable
-        return torch.stack(
-            [
-                torch.addcmul(a1 * b2, a2, b1, value=-1.0),
-                torch.addcmul(a2 * b0, a0, b2, value=-1.0),
-                torch.addcmul(a0 * b1, a1, b0, value=-1.0),
-            ]
-        )
-    out = torch.empty(broadcast_shapes(a.shape, b.shape), dtype=a.dtype, device=a.device)
-    o0, o1, o2 = out.unbind(0)
-    torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
-    torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
-    torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
-    return out
-
-
-def _cross_add(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``out + a x b``: in place on ``out`` without autograd (``out`` a fresh
-    array of the full shape, aliasing neither ``a`` nor ``b``), which saves
-    the product's own array and one pass over memory."""
-    if not untracked():
-        return out + _cross(a, b)
-    a0, a1, a2 = a.unbind(0)
-    b0, b1, b2 = b.unbind(0)
-    o0, o1, o2 = out.unbind(0)
-    o0.addcmul_(a1, b2).addcmul_(a2, b1, value=-1.0)
-    o1.addcmul_(a2, b0).addcmul_(a0, b2, value=-1.0)
-    o2.addcmul_(a0, b1).addcmul_(a1, b0, value=-1.0)
-    return out
-
-
-def _rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``R x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
-    r0, r1, r2 = R.unbind(1)
-    x0, x1, x2 = x.unbind(0)
-    out = r0 * x0
-    return out.addcmul_(r1, x1).addcmul_(r2, x2)
-
-
-def _rotT(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``R^T x`` for ``R (3, 3, ...)`` and ``x (3, ...)`` (into ``out``
-    without autograd)."""
-    r0, r1, r2 = R.unbind(0)
-    x0, x1, x2 = x.unbind(0)
-    out = r0 * x0 if out is None else torch.mul(r0, x0, out=out)
-    return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
 # ---------------------------------------------------------------------- topology
@@ -300,16 +241,16 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
     R, p = body_transforms_fast(model, qf, level_order=True)
     o = topo.o
     Rm, pm = R[:, :, 1:], p[:, 1:]
-    aw = _rot(Rm, topo.axis)  # (3, nm, N) world joint axes
+    aw = rot(Rm, topo.axis)  # (3, nm, N) world joint axes
     # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
     if topo.has_pri:
-        Sl, Sa = _cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
+        Sl, Sa = cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
     else:
-        Sl, Sa = _cross(pm, aw), aw
+        Sl, Sa = cross(pm, aw), aw
     m = _active(topo, model.body_mass)[:, None]
     com, Ib = _active(topo, model.body_com), _active(topo, model.body_inertia)
     if not origin:
-        c = _rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
+        c = rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
         return FastKin(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
     packed = None
     if untracked():
@@ -326,7 +267,7 @@ def world_inertia_fast(Rt, pt, m, com, Ib, packed=None):
     ``m (k, 1)``, ``com (k, 3)`` and ``Ib (k, 3, 3)`` (at the centre of mass).
     With ``packed`` (``(13, k, N)``, no autograd) they are written into its
     rows 1-3 and 4-12."""
-    ct = _rot(Rt, com.T[:, :, None]).add_(pt)
+    ct = rot(Rt, com.T[:, :, None]).add_(pt)
     ht = m * ct if packed is None else torch.mul(m, ct, out=packed[1:4])
     r0, r1, r2 = Rt.unbind(1)  # columns of R, (3, k, N) each
     b0, b1, b2 = Ib.permute(1, 2, 0)[:, :, :, None].unbind(0)  # rows of Ib, (3, k, 1)
@@ -355,9 +296,9 @@ def f_ext_world_fast(topo: FastTopo, K: FastKin, f_ext: torch.Tensor):
     o = topo.o
     f = (f_ext[:, o:] if topo.act is None else f_ext.index_select(1, topo.act)).permute(2, 1, 0)
     R, p = K.R[:, :, o:], K.p[:, o:]
-    fl = _rot(R, f[:3])
-    fa = _rot(R, f[3:])
-    fa = fa + _cross(p, fl)
+    fl = rot(R, f[:3])
+    fa = rot(R, f[3:])
+    fa = fa + cross(p, fl)
     return fl, fa
 
 
@@ -375,13 +316,13 @@ def _inertia(K: FastKin, xl: torch.Tensor, xa: torch.Tensor):
     there ``u = x_l + x_a x c``: ``[m u; R Ib R^T x_a + c x (m u)]``.
     """
     if K.I is None:
-        fl = K.m * (xl + _cross(xa, K.c))
+        fl = K.m * (xl + cross(xa, K.c))
         Ra = K.R[:, :, _first_active(K) :]
-        fa = _rot(Ra, _rot(K.Ib, _rotT(Ra, xa)))
-        return fl, fa + _cross(K.c, fl)
-    fl = _cross(xa, K.h)
+        fa = rot(Ra, rot(K.Ib, rot_t(Ra, xa)))
+        return fl, fa + cross(K.c, fl)
+    fl = cross(xa, K.h)
     fl = fl.addcmul(K.m, xl) if torch.is_grad_enabled() else fl.addcmul_(K.m, xl)
-    return fl, _cross_add(_rot(K.I, xa), K.h, xl)
+    return fl, cross_add(rot(K.I, xa), K.h, xl)
 
 
 def _first_active(K: FastKin) -> int:
@@ -391,8 +332,8 @@ def _first_active(K: FastKin) -> int:
 
 def _base_to_world(R0, p0, x):
     """Base-frame twist ``(6, N)`` -> world twist at the origin, ``(3, 1, N)`` halves."""
-    w = _rot(R0, x[3:])
-    lin = _rot(R0, x[:3]) + _cross(p0, w)
+    w = rot(R0, x[3:])
+    lin = rot(R0, x[:3]) + cross(p0, w)
     return lin[:, None], w[:, None]
 
 
@@ -403,12 +344,12 @@ def _world_force_to_base(R0, p0, fl, fa, out=None):
     shape = (3,) + (1,) * (fl.dim() - 2) + (fl.shape[-1],)
     R0e = R0.reshape((3,) + shape)
     p0e = p0.reshape(shape)
-    n = fa - _cross(p0e, fl)
+    n = fa - cross(p0e, fl)
     if out is not None:
-        _rotT(R0e, fl, out[:3])
-        _rotT(R0e, n, out[3:])
+        rot_t(R0e, fl, out[:3])
+        rot_t(R0e, n, out[3:])
         return out
-    return torch.cat([_rotT(R0e, fl), _rotT(R0e, n)], 0)
+    return torch.cat([rot_t(R0e, fl), rot_t(R0e, n)], 0)
 
 
 def _down(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
@@ -474,8 +415,8 @@ def rnea_fast(
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
         # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
-        Al = _cross_add(_cross(Vma, Jl), Vml, Ja)
-        Aa = _cross(Vma, Ja)
+        Al = cross_add(cross(Vma, Jl), Vml, Ja)
+        Aa = cross(Vma, Ja)
         if at is not None:
             qdd = rates(at)
             Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
@@ -490,8 +431,8 @@ def rnea_fast(
         fl, fa = _inertia(K, Al, Aa)
         hl, ha = _inertia(K, Vl, Va)
         # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
-        fl = _cross_add(fl, Va, hl)
-        fa = _cross_add(_cross_add(fa, Va, ha), Vl, hl)
+        fl = cross_add(fl, Va, hl)
+        fa = cross_add(cross_add(fa, Va, ha), Vl, hl)
     elif at is not None:
         qdd = rates(at)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Sl * qdd, Sa * qdd)
@@ -500,7 +441,7 @@ def rnea_fast(
     else:
         # Statics under gravity alone: f = I [-g; 0] = [-m g; h x (-g)].
         fl = K.m * grav
-        fa = _cross(K.h, grav)
+        fa = cross(K.h, grav)
     if ft is not None:
         fl, fa = fl - ft[0], fa - ft[1]
     N = K.h.shape[-1]
@@ -675,15 +616,15 @@ def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
     Cm = C[:, 1:] if model.floating_base else C
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
-    Fl = _cross(K.Sa, hc).addcmul_(m, K.Sl)
-    Fa = _cross_add(_rot(Ic, K.Sa), hc, K.Sl)
+    Fl = cross(K.Sa, hc).addcmul_(m, K.Sl)
+    Fa = cross_add(rot(Ic, K.Sa), hc, K.Sl)
     return C, Fl, Fa
 
 
 def _base_inertia(C0: torch.Tensor, R0: torch.Tensor, p0: torch.Tensor):
     """The whole tree's spatial inertia in the base frame at the base origin,
     from its composite ``C0 (13, N)`` at the world origin: mass ``(N,)``, the
-    skew matrix of the first moment as nested tuples ``[h]x[i][j]`` and the
+    skew matrix of the first moment ``[h]x`` ``(3, 3, N)`` and the
     rotational inertia ``(3, 3, N)``."""
     N = C0.shape[-1]
     mt, ht, It = C0[0], C0[1:4], C0[4:].reshape(3, 3, N)
@@ -698,10 +639,7 @@ def _base_inertia(C0: torch.Tensor, R0: torch.Tensor, p0: torch.Tensor):
     Y = Y.addcmul(Ip[:, 1, None], R0[1][None]).addcmul(Ip[:, 2, None], R0[2][None])
     Ib = R0[0][:, None] * Y[0][None]
     Ib = Ib.addcmul(R0[1][:, None], Y[1][None]).addcmul(R0[2][:, None], Y[2][None])
-    hb = _rotT(R0, hp)
-    z = torch.zeros_like(mt)
-    hx = ((z, -hb[2], hb[1]), (hb[2], z, -hb[0]), (-hb[1], hb[0], z))
-    return mt, hx, Ib
+    return mt, skew(rot_t(R0, hp), 0), Ib
 
 
 def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> torch.Tensor:
@@ -730,8 +668,8 @@ def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> tor
     Mbj = _world_force_to_base(R0, p0, Fl, Fa).permute(2, 0, 1) @ topo.G  # (N, 6, nj)
     mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
     z = torch.zeros_like(mt)
-    rows = [[mt if r == c else z for c in range(3)] + [-hx[r][c] for c in range(3)] for r in range(3)]
-    rows += [[hx[r][c] for c in range(3)] + [Ib[r, c] for c in range(3)] for r in range(3)]
+    rows = [[mt if r == c else z for c in range(3)] + [-hx[r, c] for c in range(3)] for r in range(3)]
+    rows += [[hx[r, c] for c in range(3)] + [Ib[r, c] for c in range(3)] for r in range(3)]
     Mbb = torch.stack([torch.stack(row, -1) for row in rows], -2)  # (N, 6, 6)
     Mbb = 0.5 * (Mbb + Mbb.transpose(-1, -2))  # exactly symmetric, not just to rounding
     top = torch.cat([Mbb, Mbj], -1)
@@ -778,7 +716,7 @@ def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastK
         if r < 3:
             E[k].copy_(mt if r == c else z)
         elif c < 3:
-            E[k].copy_(hx[r - 3][c])
+            E[k].copy_(hx[r - 3, c])
         else:
             E[k].copy_(Ib[r - 3, c - 3])
     return E
@@ -974,11 +912,11 @@ def _base_vjp(R0, p0, x, gl, ga, t0, gp0):
     torque ``t0`` (the gradient with respect to a world-frame rotation of
     ``R0``: ``gR0 = u w^T`` pairs as ``(R0 w) x u``) and ``gp0``; returns the
     gradient of the base-frame twist ``x (6, N)``."""
-    w = _rot(R0, x[3:])
-    gw = ga + _cross(gl, p0)
-    gp0 += _cross(w, gl)
-    t0 += _cross(_rot(R0, x[:3]), gl) + _cross(w, gw)
-    return torch.cat([_rotT(R0, gl), _rotT(R0, gw)], 0)
+    w = rot(R0, x[3:])
+    gw = ga + cross(gl, p0)
+    gp0 += cross(w, gl)
+    t0 += cross(rot(R0, x[:3]), gl) + cross(w, gw)
+    return torch.cat([rot_t(R0, gl), rot_t(R0, gw)], 0)
 
 
 def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
@@ -1009,21 +947,21 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         if kin is None:
             R, p = body_transforms_fast(model, qf, level_order=True)
             Rm, pm = R[:, :, 1:], p[:, 1:]
-            aw = _rot(Rm, topo.axis)
+            aw = rot(Rm, topo.axis)
             if topo.has_pri:
-                Sl, Sa = _cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
+                Sl, Sa = cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
             else:
-                Sl, Sa = _cross(pm, aw), aw
+                Sl, Sa = cross(pm, aw), aw
             V = None
         else:
             R, p, Sl, Sa, V = kin
             Rm, pm = R[:, :, 1:], p[:, 1:]
-            aw = Sa if not topo.has_pri else _rot(Rm, topo.axis)
+            aw = Sa if not topo.has_pri else rot(Rm, topo.axis)
         Ra = R[:, :, o:]
         m = _active(topo, model.body_mass)[:, None]
         com = _active(topo, model.body_com).T[:, :, None]  # (3, na, 1)
         Ib = _active(topo, model.body_inertia).permute(1, 2, 0)[:, :, :, None]  # (3, 3, na, 1)
-        rc = _rot(Ra, com)  # centre of mass relative to the body origin, world axes
+        rc = rot(Ra, com)  # centre of mass relative to the body origin, world axes
         c = rc + p[:, o:]
         vt = _to_internal(topo, v.reshape(N, nv))
         at = _to_internal(topo, a.reshape(N, nv))
@@ -1043,10 +981,10 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
             return (torch.cat([b[0], lin], 1), torch.cat([b[1], ang], 1)) if fb else (lin.clone(), ang.clone())
 
         def apply(xl, xa):  # inertia times x; also R Ib R^T x_a, which the adjoint reuses
-            u = _cross(xa, c).add_(xl)
+            u = cross(xa, c).add_(xl)
             fl = m * u
-            RLx = _rot(Ra, _rot(Ib, _rotT(Ra, xa)))
-            return fl, _cross(c, fl).add_(RLx), u, RLx
+            RLx = rot(Ra, rot(Ib, rot_t(Ra, xa)))
+            return fl, cross(c, fl).add_(RLx), u, RLx
 
         # ---- forward, as rnea_fast
         qd, qdd = rates(vt), rates(at)
@@ -1057,15 +995,15 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         else:
             Vl, Va = V
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
-        Jdl = _cross_add(_cross(Vma, Jl), Vml, Ja).addcmul_(Sl, qdd)
-        Jda = _cross(Vma, Ja).addcmul_(Sa, qdd)
+        Jdl = cross_add(cross(Vma, Jl), Vml, Ja).addcmul_(Sl, qdd)
+        Jda = cross(Vma, Ja).addcmul_(Sa, qdd)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Jdl, Jda)
         Al, Aa = _down(topo, Al), _down(topo, Aa)
         Al += -gt[:, None]
         fAl, fAa, uA, RLA = apply(Al, Aa)
         hl, ha, uV, RLV = apply(Vl, Va)
-        Fl = _up(topo, _cross_add(fAl, Va, hl))
-        Fa = _up(topo, _cross_add(_cross_add(fAa, Va, ha), Vl, hl))
+        Fl = _up(topo, cross_add(fAl, Va, hl))
+        Fa = _up(topo, cross_add(cross_add(fAa, Va, ha), Vl, hl))
         Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
 
         # ---- reverse
@@ -1083,19 +1021,19 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         t0, gp0 = tq[:, 0], gp[:, 0]
         if fb:
             # tau_base = [R0^T F_l; R0^T (F_a - p0 x F_l)]
-            x, y = _rot(R0, lt[:3]), _rot(R0, lt[3:6])
+            x, y = rot(R0, lt[:3]), rot(R0, lt[3:6])
             F0l, F0a = Fl[:, 0], Fa[:, 0]
-            gFl[:, 0] += x + _cross(p0, y)
+            gFl[:, 0] += x + cross(p0, y)
             gFa[:, 0] += y
-            gp0 -= _cross(F0l, y)
-            t0 += _cross(x, F0l) + _cross(y, F0a - _cross(p0, F0l))
+            gp0 -= cross(F0l, y)
+            t0 += cross(x, F0l) + cross(y, F0a - cross(p0, F0l))
         gfl, gfa = _down(topo, gFl), _down(topo, gFa)
         # f = I A + V x* h, h = I V
         gAl, gAa, _, _ = apply(gfl, gfa)
-        ghl = _cross_add(_cross(gfl, Va), gfa, Vl)  # -(Va x gfl + Vl x gfa)
-        gha = _cross(gfa, Va)
-        gVl = _cross(hl, gfa)
-        gVa = _cross_add(_cross(hl, gfl), ha, gfa)
+        ghl = cross_add(cross(gfl, Va), gfa, Vl)  # -(Va x gfl + Vl x gfa)
+        gha = cross(gfa, Va)
+        gVl = cross(hl, gfa)
+        gVa = cross_add(cross(hl, gfl), ha, gfa)
         t1, t2, _, _ = apply(ghl, gha)
         gVl += t1
         gVa += t2
@@ -1103,11 +1041,11 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         gc = torch.zeros_like(c)
         ta = tq[:, o:]
         for (yl, ya), (xl, xa), u, RLx in (((gfl, gfa), (Al, Aa), uA, RLA), ((ghl, gha), (Vl, Va), uV, RLV)):
-            z = _cross(ya, c).add_(yl)
-            gc.addcmul_(_cross_add(_cross(z, xa), u, ya), m)
-            RLy = _rot(Ra, _rot(Ib, _rotT(Ra, ya)))
-            _cross_add(_cross_add(ta, RLx, ya), RLy, xa)
-        _cross_add(ta, rc, gc)  # c = R com + p
+            z = cross(ya, c).add_(yl)
+            gc.addcmul_(cross_add(cross(z, xa), u, ya), m)
+            RLy = rot(Ra, rot(Ib, rot_t(Ra, ya)))
+            cross_add(cross_add(ta, RLx, ya), RLy, xa)
+        cross_add(ta, rc, gc)  # c = R com + p
         gp[:, o:] += gc
         # A = anc Jd + grav
         gJdl, gJda = _up(topo, gAl), _up(topo, gAa)
@@ -1117,11 +1055,11 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         # Jd = Vm x J + S qdd
         gSl.addcmul_(gJdml, qdd)
         gSa.addcmul_(gJdma, qdd)
-        gJl = _cross(gJdml, Vma)  # -(Vma x gJdl)
-        gJa = _cross_add(_cross(gJdma, Vma), gJdml, Vml)
+        gJl = cross(gJdml, Vma)  # -(Vma x gJdl)
+        gJa = cross_add(cross(gJdma, Vma), gJdml, Vml)
         gVml, gVma = (gVl[:, 1:], gVa[:, 1:]) if fb else (gVl, gVa)
-        _cross_add(gVml, Ja, gJdml)
-        _cross_add(_cross_add(gVma, Ja, gJdma), Jl, gJdml)
+        cross_add(gVml, Ja, gJdml)
+        cross_add(cross_add(gVma, Ja, gJdma), Jl, gJdml)
         # V = anc [V0; J]
         gVl, gVa = _up(topo, gVl), _up(topo, gVa)
         gJl += gVl[:, 1:] if fb else gVl
@@ -1139,17 +1077,17 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         tm, gpm = tq[:, 1:], gp[:, 1:]
         if topo.has_pri:
             gSl_r = gSl * topo.is_rev
-            gaw = gSa * topo.is_rev + _cross(gSl_r, pm) + gSl * topo.is_pri
-            gpm += _cross(aw, gSl_r)
+            gaw = gSa * topo.is_rev + cross(gSl_r, pm) + gSl * topo.is_pri
+            gpm += cross(aw, gSl_r)
         else:
-            gaw = _cross_add(gSa, gSl, pm)
-            _cross_add(gpm, aw, gSl)
-        _cross_add(tm, aw, gaw)
+            gaw = cross_add(gSa, gSl, pm)
+            cross_add(gpm, aw, gSl)
+        cross_add(tm, aw, gaw)
         # Poses -> joints: a joint turns (or shifts) its whole subtree.
         G = _up(topo, gp[:, o:].clone())
-        T = _up(topo, _cross_add(tq, p, gp)[:, o:].contiguous())
+        T = _up(topo, cross_add(tq, p, gp)[:, o:].contiguous())
         Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
-        gth = (aw * _cross_add(Tm, Gm, pm)).sum(0)  # aw . (Tm - pm x Gm)
+        gth = (aw * cross_add(Tm, Gm, pm)).sum(0)  # aw . (Tm - pm x Gm)
         if topo.has_pri:
             gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
         gq = qf.new_zeros(qf.shape)
@@ -1159,12 +1097,10 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         gq[:, 7 if fb else 0 :] = gj.T
         if fb:
             gq[:, :3] = G[:, 0].T
-            tb = T[:, 0] - _cross(p0, G[:, 0])  # torque about the base origin
+            tb = T[:, 0] - cross(p0, G[:, 0])  # torque about the base origin
             # gR0 = 0.5 [tb]x R0 pairs with any rotation of R0 as tb does.
-            tx, ty, tz = tb.unbind(0)
-            z = torch.zeros_like(tx)
-            skew = torch.stack([torch.stack([z, -tz, ty]), torch.stack([tz, z, -tx]), torch.stack([-ty, tx, z])])
-            gR0 = 0.5 * (skew[:, 0, None] * R0[0][None] + skew[:, 1, None] * R0[1][None] + skew[:, 2, None] * R0[2][None])
+            tbx = skew(tb, 0)
+            gR0 = 0.5 * (tbx[:, 0, None] * R0[0][None] + tbx[:, 1, None] * R0[1][None] + tbx[:, 2, None] * R0[2][None])
             with torch.enable_grad():
                 quat = qf[:, 3:7].detach().requires_grad_(True)
                 (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)

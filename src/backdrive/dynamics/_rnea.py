@@ -12,20 +12,17 @@ import torch
 
 from .._shapes import broadcast_shapes
 from ..kinematics._paths import choose
+from ..kinematics._kernels import apply_inertia, apply_inertia_columns, cross_force, cross_motion
 from ..model import RobotModel
 from ._fast import inverse_dynamics_fast
 from ._tree import (
     Kinematics,
     Topology,
-    apply_inertia,
-    apply_inertia_columns,
     base_force_from_world,
     base_motion_to_world,
     broadcast_batch,
     check_f_ext,
     couple_forces,
-    cross_force,
-    cross_motion,
     f_ext_to_world,
     gravity_vector,
     joint_rates,

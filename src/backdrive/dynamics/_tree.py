@@ -33,10 +33,6 @@ __all__ = [
     "kinematics",
     "tree_down",
     "tree_up",
-    "apply_inertia",
-    "apply_inertia_columns",
-    "cross_motion",
-    "cross_force",
     "base_motion_to_world",
     "base_force_from_world",
     "base_force_to_world",
@@ -137,59 +133,6 @@ def _build_topology(model: RobotModel) -> Topology:
 
 
 # ---------------------------------------------------------------------- spatial algebra
-
-
-def cross_motion(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Motion cross product ``v x m`` of ``[linear; angular]`` 6-vectors.
-
-    ``[w x u + v x n; w x n]`` for ``v = [v; w]``, ``m = [u; n]``.
-    """
-    vl, va = v[..., :3], v[..., 3:]
-    ml, ma = m[..., :3], m[..., 3:]
-    return torch.cat([torch.linalg.cross(va, ml) + torch.linalg.cross(vl, ma), torch.linalg.cross(va, ma)], -1)
-
-
-def cross_force(v: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """Force cross product ``v x* f``: ``[w x f; w x n + v x f]`` for ``f = [f; n]``."""
-    vl, va = v[..., :3], v[..., 3:]
-    fl, fa = f[..., :3], f[..., 3:]
-    return torch.cat([torch.linalg.cross(va, fl), torch.linalg.cross(va, fa) + torch.linalg.cross(vl, fl)], -1)
-
-
-def apply_inertia(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Spatial inertia times a motion vector, both at the world origin.
-
-    With mass ``m``, first moment ``h = m c`` and rotational inertia ``I``
-    about the origin: ``[m v + w x h; I w + h x v]``.
-
-    Args:
-        m: ``(..., k)``. h: ``(..., k, 3)``. I: ``(..., k, 3, 3)``.
-        v: ``(..., k, 6)``.
-
-    Returns:
-        ``(..., k, 6)`` wrenches at the world origin.
-    """
-    vl, va = v[..., :3], v[..., 3:]
-    fl = m[..., None] * vl + torch.linalg.cross(va, h.expand_as(va))
-    fa = (I @ va[..., None])[..., 0] + torch.linalg.cross(h.expand_as(vl), vl)
-    return torch.cat([fl, fa], -1)
-
-
-def apply_inertia_columns(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """:func:`apply_inertia` to ``j`` motion vectors per body at once.
-
-    Args:
-        m: ``(..., k)``. h: ``(..., k, 3)``. I: ``(..., k, 3, 3)``.
-        X: ``(..., k, j, 6)``.
-
-    Returns:
-        ``(..., k, j, 6)``.
-    """
-    xl, xa = X[..., :3], X[..., 3:]
-    hh = h[..., None, :].expand_as(xl)
-    fl = m[..., None, None] * xl + torch.linalg.cross(xa, hh)
-    fa = xa @ I.transpose(-1, -2) + torch.linalg.cross(hh, xl)
-    return torch.cat([fl, fa], -1)
 
 
 def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:

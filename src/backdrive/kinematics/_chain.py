@@ -28,16 +28,13 @@ import torch
 
 from .._errors import InputError
 from ..model import JointType, RobotModel
+from ._kernels import cross, skew
 
 __all__ = ["SerialChainKinematics"]
 
 # Batch sizes up to this many samples use the pairwise 4x4 reduction for
 # pose-only FK (fewer, larger dispatches); beyond it the GEMM path wins.
 _SMALL_BATCH = 64
-
-
-def _skew_np(a: np.ndarray) -> np.ndarray:
-    return np.array([[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]])
 
 
 def _inv_np(T: np.ndarray) -> np.ndarray:
@@ -440,13 +437,6 @@ class SerialChainKinematics:
         return RT_tool, p_tool, J
 
 
-def _cross_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a x b`` over dim 1 of ``(n, 3, M)`` tensors, by components."""
-    a0, a1, a2 = a.unbind(1)
-    b0, b1, b2 = b.unbind(1)
-    return torch.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], dim=1)
-
-
 class _JacobianPass(torch.autograd.Function):
     """Tool pose and Jacobian of a revolute chain with a closed-form backward.
 
@@ -491,8 +481,8 @@ class _JacobianPass(torch.autograd.Function):
         # X = G_R R^T with G_R[r, c] = g_RT[c, r] and R[k, c] = RT[c, k].
         X = (g_RT[:, :, None, :] * RT[:, None, :, :]).sum(0)  # (3 r, 3 k, M)
         a = torch.stack([X[2, 1] - X[1, 2], X[0, 2] - X[2, 0], X[1, 0] - X[0, 1]], dim=0)
-        terms = (_cross_rows(V, g_V) + _cross_rows(Z, g_Z)).unbind(0)  # n x (3, M)
-        pre_terms = _cross_rows(g_V, Z).unbind(0)
+        terms = (cross(V, g_V, 1) + cross(Z, g_Z, 1)).unbind(0)  # n x (3, M)
+        pre_terms = cross(g_V, Z, 1).unbind(0)
         n = len(terms)
         # Suffix sums (i > j) and prefix sums (i <= j) over the joints as row
         # additions (cumsum over a leading axis is several times slower).
@@ -578,7 +568,7 @@ def _build_master(model: RobotModel, f_root: int, f_end: int) -> dict:
             P = _inv_np(F_root) @ P
         a = axis_all[b]
         axes[i] = a
-        K = _skew_np(a)
+        K = skew(torch.from_numpy(np.asarray(a, dtype=np.float64))).numpy()
         Rp, pp = P[:3, :3], P[:3, 3]
         blocks[i, :, 0:3] = Rp
         blocks[i, :, 3:6] = Rp @ K

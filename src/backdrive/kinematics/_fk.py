@@ -13,6 +13,7 @@ import torch
 from .._errors import InputError
 from ..model import RobotModel, geometry_constants
 from ..spatial import quat_to_matrix
+from ._kernels import skew
 from ._paths import choose, transforms_active, untracked
 
 __all__ = [
@@ -26,20 +27,6 @@ __all__ = [
     "to_homogeneous",
     "resolve_frame",
 ]
-
-
-def _skew_const(a: torch.Tensor) -> torch.Tensor:
-    z = torch.zeros_like(a[..., 0])
-    return torch.stack(
-        [
-            torch.stack([z, -a[..., 2], a[..., 1]], -1),
-            torch.stack([a[..., 2], z, -a[..., 0]], -1),
-            torch.stack([-a[..., 1], a[..., 0], z], -1),
-        ],
-        -2,
-    )
-
-
 
 
 def _slice_or_index(idx: list, device) -> slice | torch.Tensor:
@@ -68,7 +55,7 @@ def _build_cache(model: RobotModel) -> dict:
     pl = model.joint_placement[1:].clone()
     Rpl, ppl = pl[:, :3, :3].contiguous(), pl[:, :3, 3].contiguous()
     axis = model.joint_axis[1:].clone()
-    K = _skew_const(axis)
+    K = skew(axis)
     is_pri = model.joint_is_prismatic[1:].clone()
     # Per depth level d > 0: the level's positions in the body order (a slice
     # when contiguous) and its parents' positions in level d - 1 (``None``
@@ -508,7 +495,7 @@ def frame_jacobian(model: RobotModel, q: torch.Tensor, frame, *, bodies=None) ->
     if model.floating_base:
         R0 = Rb[..., 0, :, :]
         r = pf - pb[..., 0, :]
-        top = torch.cat([R0, -_skew_const(r) @ R0], dim=-1)
+        top = torch.cat([R0, -skew(r) @ R0], dim=-1)
         bottom = torch.cat([torch.zeros_like(R0), R0], dim=-1)
         cols.append(torch.cat([top, bottom], dim=-2))
     if model.num_joints:
@@ -522,7 +509,7 @@ def _body_columns(model, Rb, pb, point) -> torch.Tensor:
     axes = body_axes_world(model, Rb)
     is_pri = model.joint_is_prismatic[1:, None]
     r = point[..., None, :] - pb[..., 1:, :]
-    lin = torch.where(is_pri > 0, axes, torch.cross(axes, r, dim=-1))
+    lin = torch.where(is_pri > 0, axes, torch.linalg.cross(axes, r))
     ang = axes * (1.0 - is_pri)
     return torch.cat([lin, ang], dim=-1).transpose(-1, -2)
 
