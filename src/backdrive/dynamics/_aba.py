@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..kinematics._kernels import apply_inertia, cross_force, cross_motion, skew
+from ..kinematics._schedule import down
 from ..model import RobotModel
 from ._tree import (
     Kinematics,
@@ -20,7 +21,6 @@ from ._tree import (
     base_force_to_world,
     base_motion_to_world,
     joint_rates,
-    tree_down,
     world_motion_to_base,
 )
 
@@ -58,7 +58,7 @@ def aba_core(
     tj = tau[..., 6:] if fb else tau
     J = S * joint_rates(topo, vj)[..., None]
     Jall = torch.cat([base_motion_to_world(R0, p0, v[..., :6])[..., None, :], J], -2) if fb else J
-    V = tree_down(topo, Jall)
+    V = down(topo.sums, Jall)
     Vm = V[..., 1:, :] if fb else V
     c = cross_motion(Vm, J)  # velocity-product acceleration of each joint
     pA = cross_force(V, apply_inertia(kin.m, kin.h, kin.I, V))

@@ -6,6 +6,7 @@ import torch
 
 from ..kinematics._paths import choose
 from ..kinematics._kernels import apply_inertia, apply_inertia_columns
+from ..kinematics._schedule import up
 from ..model import RobotModel
 from ._fast import mass_matrix_fast
 from ._tree import (
@@ -14,7 +15,6 @@ from ._tree import (
     base_motion_to_world,
     kinematics,
     topology,
-    tree_up,
 )
 
 __all__ = ["mass_matrix", "crba_core"]
@@ -28,7 +28,7 @@ def composite_inertia(topo: Topology, kin: Kinematics) -> tuple[torch.Tensor, to
     """
     m = kin.m.expand(kin.h.shape[:-1])
     packed = torch.cat([m[..., None], kin.h, kin.I.flatten(-2)], -1)
-    Ic = tree_up(topo, packed)
+    Ic = up(topo.sums, packed)
     return Ic[..., 0], Ic[..., 1:4], Ic[..., 4:].unflatten(-1, (3, 3))
 
 

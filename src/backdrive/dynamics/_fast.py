@@ -38,6 +38,7 @@ from ..kinematics._fk import body_transforms_fast
 from ..kinematics import _paths
 from ..kinematics._kernels import cross, cross_add, rot, rot_t, skew
 from ..kinematics._paths import untracked
+from ..kinematics._schedule import TreeSums, down, tree_schedule, tree_sums, up
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
@@ -62,7 +63,8 @@ class FastTopo(NamedTuple):
 
     Attributes:
         o, na, nm: first active body (0 floating, 1 fixed), active and moving counts.
-        anc: ``(na, na)`` ancestor matrix of the active bodies, level order.
+        sums: the tree sums over the active bodies, level order
+            (:func:`~backdrive.kinematics._schedule.down`, ``up``).
         act: ``(na,)`` body index of each active body in level order
             (``None`` when the levels are sorted: then a slice ``o:``).
         coupled: mimic joints present; then ``coord``, ``mult`` ``(nm,)``
@@ -73,11 +75,6 @@ class FastTopo(NamedTuple):
             identity. ``dof_inv`` its inverse; ``arm_perm`` the joints' part.
         axis: ``(3, nm, 1)`` joint axes; is_rev, is_pri ``(nm, 1)``; has_pri.
         parent: parent of each body, level positions (``-1`` for the root).
-        plan: the tree sums as one step per depth level over active positions:
-            ``(children, parents, shared)`` with ``children`` a slice and
-            ``parents`` a (strided) slice, one per child, or one shared by
-            all (``shared``); ``None`` when some level fits neither (then
-            the sums are products with ``anc``).
         G: ``(nm, nj)`` coordinate rates to body rates (level order), the
             mimic multipliers included; upper, strict: ``(nm, nm)`` with
             ``upper[j, i] = 1`` when moving body ``j`` is ``i`` or one of its
@@ -87,7 +84,7 @@ class FastTopo(NamedTuple):
     o: int
     na: int
     nm: int
-    anc: torch.Tensor
+    sums: TreeSums
     act: torch.Tensor | None
     coupled: bool
     coord: torch.Tensor
@@ -100,7 +97,6 @@ class FastTopo(NamedTuple):
     is_pri: torch.Tensor
     has_pri: bool
     parent: tuple
-    plan: tuple | None
     G: torch.Tensor
     upper: torch.Tensor
     strict: torch.Tensor
@@ -112,27 +108,18 @@ def fast_topology(model: RobotModel) -> FastTopo:
 
 def _build_fast_topology(model: RobotModel) -> FastTopo:
     dtype, device = model.dtype, model.device
-    order = torch.cat(list(model.levels)).tolist()
+    sched = tree_schedule(model)
+    order = list(sched.order)
     nb = len(order)
-    pos = {b: k for k, b in enumerate(order)}
-    body_parent = model.parent.tolist()
-    parent = tuple(-1 if body_parent[b] < 0 else pos[body_parent[b]] for b in order)
     o = 0 if model.floating_base else 1
     na, nm = nb - o, nb - 1
-    anc = torch.zeros(na, na, dtype=dtype)
-    for k in range(o, nb):
-        d = k
-        while d >= o:
-            anc[k - o, d - o] = 1.0
-            d = parent[d]
-    identity = order == list(range(nb))
     moving = [b - 1 for b in order[1:]]
     coord = model.joint_coordinate[1:].tolist()
     mult = model.joint_multiplier[1:].tolist()
     coupled = coord != list(range(nm)) or any(m != 1.0 for m in mult)
     t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
     dof_perm = dof_inv = arm_perm = None
-    if not coupled and not identity:
+    if not coupled and not sched.sorted:
         off = 6 if model.floating_base else 0
         perm = list(range(off)) + [off + m for m in moving]
         inv = [0] * len(perm)
@@ -140,19 +127,18 @@ def _build_fast_topology(model: RobotModel) -> FastTopo:
             inv[c] = k
         dof_perm, dof_inv, arm_perm = t(perm), t(inv), t(moving)
     is_pri = model.joint_is_prismatic[1:][t(moving)]
-    plan = _tree_plan(model, parent, o)
     # Coordinates from the moving bodies (level order): G[k, coord] = multiplier.
     G = torch.zeros(nm, model.num_joints, dtype=dtype, device=device)
     for k, b in enumerate(moving):
         G[k, coord[b]] += mult[b]
     # upper[j, i] = 1 when moving body j is i or one of its ancestors (level order).
-    upper = (anc[1:, 1:] if o == 0 else anc).T.contiguous().to(device)
+    upper = sched.anc_level[1:, 1:].T.contiguous()
     return FastTopo(
         o=o,
         na=na,
         nm=nm,
-        anc=anc.to(device),
-        act=None if identity else t(order[o:]),
+        sums=tree_sums(model, o, level_order=True),
+        act=None if sched.sorted else t(order[o:]),
         coupled=coupled,
         coord=t([coord[m] for m in moving]),
         mult=torch.tensor([mult[m] for m in moving], dtype=dtype, device=device),
@@ -163,34 +149,11 @@ def _build_fast_topology(model: RobotModel) -> FastTopo:
         is_rev=(1.0 - is_pri)[:, None].contiguous(),
         is_pri=is_pri[:, None].contiguous(),
         has_pri=bool(is_pri.any()),
-        parent=parent,
-        plan=plan,
+        parent=sched.parent_pos,
         G=G,
         upper=upper,
         strict=upper - torch.eye(nm, dtype=dtype, device=device),
     )
-
-
-def _tree_plan(model: RobotModel, parent: tuple, o: int):
-    """The per-level steps of :func:`_down` / :func:`_up` (see ``FastTopo.plan``)."""
-    plan = []
-    start = 0
-    for d, lv in enumerate(model.levels):
-        n = len(lv)
-        lo, hi = start, start + n
-        start = hi
-        if d == 0 or parent[lo] < o:  # the root, or children of the welded root
-            continue
-        pars = [parent[k] - o for k in range(lo, hi)]
-        child = slice(lo - o, hi - o)
-        if len(set(pars)) == 1:
-            plan.append((child, slice(pars[0], pars[0] + 1), n > 1))
-            continue
-        step = pars[1] - pars[0]
-        if len(set(pars)) != n or step <= 0 or pars != [pars[0] + step * k for k in range(n)]:
-            return None
-        plan.append((child, slice(pars[0], pars[-1] + 1, step), False))
-    return tuple(plan)
 
 
 def _active(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
@@ -352,27 +315,6 @@ def _world_force_to_base(R0, p0, fl, fa, out=None):
     return torch.cat([rot_t(R0e, fl), rot_t(R0e, n)], 0)
 
 
-def _down(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's ancestors (itself included) along dim 1,
-    in place on the fresh array ``x`` (one add per depth level)."""
-    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= _paths.LEVEL_SUM_MIN_BATCH:
-        # One product: fewest operations for small batches; under autograd,
-        # in-place slice updates would cost a full copy each in the backward.
-        return torch.matmul(topo.anc, x)
-    for child, par, _ in topo.plan:
-        x[:, child].add_(x[:, par])
-    return x
-
-
-def _up(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's subtree (itself included), in place on ``x``."""
-    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= _paths.LEVEL_SUM_MIN_BATCH:
-        return torch.matmul(topo.anc.T, x)
-    for child, par, shared in reversed(topo.plan):
-        x[:, par].add_(x[:, child].sum(1, keepdim=True) if shared else x[:, child])
-    return x
-
-
 # ---------------------------------------------------------------------- RNEA
 
 
@@ -410,7 +352,7 @@ def rnea_fast(
         qd = rates(vt)
         Jl, Ja = Sl * qd, Sa * qd
         Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
-        Vl, Va = _down(topo, Vl.clone() if not fb else Vl), _down(topo, Va.clone() if not fb else Va)
+        Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
         if keep is not None:
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
@@ -426,7 +368,7 @@ def rnea_fast(
             else:
                 b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
             Al, Aa = with_base(b, Al, Aa)
-        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
         Al = Al.add_(grav) if untracked() else Al + grav
         fl, fa = _inertia(K, Al, Aa)
         hl, ha = _inertia(K, Vl, Va)
@@ -436,7 +378,7 @@ def rnea_fast(
     elif at is not None:
         qdd = rates(at)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Sl * qdd, Sa * qdd)
-        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
         fl, fa = _inertia(K, Al + grav, Aa)
     else:
         # Statics under gravity alone: f = I [-g; 0] = [-m g; h x (-g)].
@@ -447,7 +389,7 @@ def rnea_fast(
     N = K.h.shape[-1]
     if fl.shape[-1] != N:
         fl = fl.expand(3, topo.na, N).clone()
-    Fl, Fa = _up(topo, fl), _up(topo, fa)
+    Fl, Fa = up(topo.sums, fl), up(topo.sums, fa)
     Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
     tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
     if topo.coupled:
@@ -612,7 +554,7 @@ def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
         packed = K.packed
     else:
         packed = torch.cat([K.m[None].expand(1, na, N), K.h, K.I.reshape(9, na, N)], 0)  # (13, na, N)
-    C = _up(topo, packed)
+    C = up(topo.sums, packed)
     Cm = C[:, 1:] if model.floating_base else C
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
@@ -991,19 +933,19 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         Jl, Ja = Sl * qd, Sa * qd
         if V is None:
             Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
-            Vl, Va = _down(topo, Vl), _down(topo, Va)
+            Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)
         else:
             Vl, Va = V
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
         Jdl = cross_add(cross(Vma, Jl), Vml, Ja).addcmul_(Sl, qdd)
         Jda = cross(Vma, Ja).addcmul_(Sa, qdd)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Jdl, Jda)
-        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
         Al += -gt[:, None]
         fAl, fAa, uA, RLA = apply(Al, Aa)
         hl, ha, uV, RLV = apply(Vl, Va)
-        Fl = _up(topo, cross_add(fAl, Va, hl))
-        Fa = _up(topo, cross_add(cross_add(fAa, Va, ha), Vl, hl))
+        Fl = up(topo.sums, cross_add(fAl, Va, hl))
+        Fa = up(topo.sums, cross_add(cross_add(fAa, Va, ha), Vl, hl))
         Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
 
         # ---- reverse
@@ -1027,7 +969,7 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
             gFa[:, 0] += y
             gp0 -= cross(F0l, y)
             t0 += cross(x, F0l) + cross(y, F0a - cross(p0, F0l))
-        gfl, gfa = _down(topo, gFl), _down(topo, gFa)
+        gfl, gfa = down(topo.sums, gFl), down(topo.sums, gFa)
         # f = I A + V x* h, h = I V
         gAl, gAa, _, _ = apply(gfl, gfa)
         ghl = cross_add(cross(gfl, Va), gfa, Vl)  # -(Va x gfl + Vl x gfa)
@@ -1048,7 +990,7 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         cross_add(ta, rc, gc)  # c = R com + p
         gp[:, o:] += gc
         # A = anc Jd + grav
-        gJdl, gJda = _up(topo, gAl), _up(topo, gAa)
+        gJdl, gJda = up(topo.sums, gAl), up(topo.sums, gAa)
         gJdml, gJdma = (gJdl[:, 1:], gJda[:, 1:]) if fb else (gJdl, gJda)
         if fb:
             _base_vjp(R0, p0, at[:6], gJdl[:, 0], gJda[:, 0], t0, gp0)
@@ -1061,7 +1003,7 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         cross_add(gVml, Ja, gJdml)
         cross_add(cross_add(gVma, Ja, gJdma), Jl, gJdml)
         # V = anc [V0; J]
-        gVl, gVa = _up(topo, gVl), _up(topo, gVa)
+        gVl, gVa = up(topo.sums, gVl), up(topo.sums, gVa)
         gJl += gVl[:, 1:] if fb else gVl
         gJa += gVa[:, 1:] if fb else gVa
         gv = vt.new_zeros(nv, N)
@@ -1084,8 +1026,8 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
             cross_add(gpm, aw, gSl)
         cross_add(tm, aw, gaw)
         # Poses -> joints: a joint turns (or shifts) its whole subtree.
-        G = _up(topo, gp[:, o:].clone())
-        T = _up(topo, cross_add(tq, p, gp)[:, o:].contiguous())
+        G = up(topo.sums, gp[:, o:].clone())
+        T = up(topo.sums, cross_add(tq, p, gp)[:, o:].contiguous())
         Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
         gth = (aw * cross_add(Tm, Gm, pm)).sum(0)  # aw . (Tm - pm x Gm)
         if topo.has_pri:

@@ -13,6 +13,7 @@ import torch
 from .._shapes import broadcast_shapes
 from ..kinematics._paths import choose
 from ..kinematics._kernels import apply_inertia, apply_inertia_columns, cross_force, cross_motion
+from ..kinematics._schedule import down, up
 from ..model import RobotModel
 from ._fast import inverse_dynamics_fast
 from ._tree import (
@@ -28,8 +29,6 @@ from ._tree import (
     joint_rates,
     kinematics,
     topology,
-    tree_down,
-    tree_up,
 )
 
 __all__ = ["inverse_dynamics", "bias_forces", "gravity_forces", "rnea_core", "fast_eligible"]
@@ -62,7 +61,7 @@ def rnea_core(
         qd = joint_rates(topo, v[..., 6:] if fb else v)
         J = S * qd[..., None]
         Jall = torch.cat([base_motion_to_world(R0, p0, v[..., :6])[..., None, :], J], -2) if fb else J
-        V = tree_down(topo, Jall)
+        V = down(topo.sums, Jall)
         # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
         Jd = cross_motion(V[..., 1:, :] if fb else V, J)
         if a is not None:
@@ -70,7 +69,7 @@ def rnea_core(
         if fb:
             A0 = base_motion_to_world(R0, p0, a[..., :6]) if a is not None else torch.zeros_like(Jall[..., 0, :])
             Jd = torch.cat([A0[..., None, :], Jd], -2)
-        A = tree_down(topo, Jd) + A
+        A = down(topo.sums, Jd) + A
         # One inertia product for both A and V: f = I A + V x* (I V).
         IAV = apply_inertia_columns(kin.m, kin.h, kin.I, torch.stack([A.expand_as(V), V], -2))
         f = IAV[..., 0, :] + cross_force(V, IAV[..., 1, :])
@@ -79,7 +78,7 @@ def rnea_core(
             Jd = S * joint_rates(topo, a[..., 6:] if fb else a)[..., None]
             if fb:
                 Jd = torch.cat([base_motion_to_world(R0, p0, a[..., :6])[..., None, :], Jd], -2)
-            A = tree_down(topo, Jd) + A
+            A = down(topo.sums, Jd) + A
             f = apply_inertia(kin.m, kin.h, kin.I, A)
         else:
             # Statics under gravity alone: f = I [-g; 0] = [-m g; h x (-g)].
@@ -87,7 +86,7 @@ def rnea_core(
             f = torch.cat([mg.expand_as(kin.h), torch.linalg.cross(kin.h, -g[..., None, :].expand_as(kin.h))], -1)
     if fext_w is not None:
         f = f - fext_w
-    F = tree_up(topo, f)
+    F = up(topo.sums, f)
     Fm = F[..., 1:, :] if fb else F
     tau = couple_forces(topo, (S * Fm).sum(-1), nj)
     if a is not None and nj:

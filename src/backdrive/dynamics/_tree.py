@@ -24,6 +24,7 @@ import torch
 from .._shapes import broadcast_shapes
 from .._errors import InputError
 from ..kinematics._fk import body_transforms_reference
+from ..kinematics._schedule import TreeSums, tree_schedule, tree_sums
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
@@ -31,8 +32,6 @@ __all__ = [
     "Kinematics",
     "topology",
     "kinematics",
-    "tree_down",
-    "tree_up",
     "base_motion_to_world",
     "base_force_from_world",
     "base_force_to_world",
@@ -52,8 +51,8 @@ class Topology(NamedTuple):
     Attributes:
         o: index of the first active body (0 with a floating base, else 1).
         na: number of active bodies; ``nm = nb - 1`` moving (jointed) bodies.
-        anc: ``(na, na)`` with ``anc[b, d] = 1`` when active body ``d`` is
-            ``b`` or one of its ancestors.
+        sums: the tree sums over the active bodies, body order
+            (:func:`~backdrive.kinematics._schedule.down`, ``up``).
         upper: ``(nm, nm)`` with ``upper[j, i] = 1`` when moving body ``j`` is
             ``i`` or an ancestor of ``i``; ``strict`` the same without ``i``.
         is_pri, is_rev: ``(nm, 1)`` joint kind of each moving body, as floats.
@@ -70,7 +69,7 @@ class Topology(NamedTuple):
     o: int
     na: int
     nm: int
-    anc: torch.Tensor
+    sums: TreeSums
     upper: torch.Tensor
     strict: torch.Tensor
     is_pri: torch.Tensor
@@ -91,20 +90,11 @@ def topology(model: RobotModel) -> Topology:
 
 
 def _build_topology(model: RobotModel) -> Topology:
-    nb, nj = model.num_bodies, model.num_joints
+    nm, nj = model.num_bodies - 1, model.num_joints
     dtype, device = model.dtype, model.device
-    parent = model.parent.tolist()
     o = 0 if model.floating_base else 1
-    na, nm = nb - o, nb - 1
-    anc_full = [[0.0] * nb for _ in range(nb)]
-    for b in range(nb):
-        d = b
-        while d >= 0:
-            anc_full[b][d] = 1.0
-            d = parent[d]
-    anc = torch.tensor([row[o:] for row in anc_full[o:]], dtype=dtype, device=device).reshape(na, na)
-    moving = torch.tensor([row[1:] for row in anc_full[1:]], dtype=dtype, device=device).reshape(nm, nm)
-    upper = moving.T.contiguous()  # upper[j, i] = 1 when j is i or an ancestor of i
+    anc = tree_schedule(model).anc
+    upper = anc[1:, 1:].T.contiguous()  # upper[j, i] = 1 when j is i or an ancestor of i
     strict = upper - torch.eye(nm, dtype=dtype, device=device)
     is_pri = model.joint_is_prismatic[1:, None].clone()
     coord_list = model.joint_coordinate[1:].tolist()
@@ -115,9 +105,9 @@ def _build_topology(model: RobotModel) -> Topology:
         G[b, c] = m
     return Topology(
         o=o,
-        na=na,
+        na=model.num_bodies - o,
         nm=nm,
-        anc=anc,
+        sums=tree_sums(model, o, level_order=False),
         upper=upper,
         strict=strict,
         is_pri=is_pri,
@@ -133,20 +123,6 @@ def _build_topology(model: RobotModel) -> Topology:
 
 
 # ---------------------------------------------------------------------- spatial algebra
-
-
-def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's ancestors (itself included): ``(..., na, k)``.
-
-    One product with the ancestor matrix: the fewest operations, for the
-    reference path's small batches.
-    """
-    return torch.matmul(topo.anc, x)
-
-
-def tree_up(topo: Topology, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's subtree (itself included): ``(..., na, k)``."""
-    return torch.matmul(topo.anc.T, x)
 
 
 def base_motion_to_world(R0: torch.Tensor, p0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from ..model import RobotModel, geometry_constants
 from ..spatial import quat_to_matrix
 from ._kernels import skew
 from ._paths import choose, transforms_active, untracked
+from ._schedule import tree_schedule
 
 __all__ = [
     "joint_values",
@@ -27,13 +28,6 @@ __all__ = [
     "to_homogeneous",
     "resolve_frame",
 ]
-
-
-def _slice_or_index(idx: list, device) -> slice | torch.Tensor:
-    """A contiguous run of positions as a ``slice`` (a view), else a long tensor."""
-    if idx == list(range(idx[0], idx[0] + len(idx))):
-        return slice(idx[0], idx[0] + len(idx))
-    return torch.tensor(idx, dtype=torch.long, device=device)
 
 
 def _take(x: torch.Tensor, idx, dim: int) -> torch.Tensor:
@@ -51,35 +45,19 @@ def _cache(model: RobotModel) -> dict:
 
 
 def _build_cache(model: RobotModel) -> dict:
-    nb = model.num_bodies
     pl = model.joint_placement[1:].clone()
     Rpl, ppl = pl[:, :3, :3].contiguous(), pl[:, :3, 3].contiguous()
     axis = model.joint_axis[1:].clone()
     K = skew(axis)
     is_pri = model.joint_is_prismatic[1:].clone()
-    # Per depth level d > 0: the level's positions in the body order (a slice
-    # when contiguous) and its parents' positions in level d - 1 (``None``
-    # when level d - 1 is one body: broadcast instead of gathering).
-    steps = []
-    for d in range(1, len(model.levels)):
-        idx = model.levels[d].tolist()
-        par = model.level_parent[d].tolist()
-        prev = len(model.levels[d - 1])
-        steps.append(
-            (
-                _slice_or_index(idx, model.device),
-                None if prev == 1 else _slice_or_index(par, model.device),
-            )
-        )
+    sched = tree_schedule(model)
+    steps = tuple(zip(sched.body_levels, sched.level_parents))
     A, B = Rpl @ K, Rpl @ (K @ K)
     Raxis = (Rpl @ axis[:, :, None])[..., 0]
-    # The batch-last path computes the moving bodies in level order (levels
-    # 1, 2, ... concatenated), so that each level's children are one slice.
-    order = torch.cat(list(model.levels)).tolist()
-    mperm = torch.tensor([b - 1 for b in order[1:]], dtype=torch.long, device=model.device)
-    level_order = order != list(range(nb))
-    sizes = [len(lv) for lv in model.levels[1:]]
-    bounds = [sum(sizes[:d]) for d in range(len(sizes) + 1)]
+    # The fast path computes the moving bodies in level order (levels 1, 2,
+    # ... concatenated), so that each level's children are one slice.
+    mperm = torch.tensor([b - 1 for b in sched.order[1:]], dtype=torch.long, device=model.device)
+    level_order = not sched.sorted
 
     def lo(x):  # (..., nb - 1, 1) constant in level order, contiguous
         return (x.index_select(-2, mperm) if level_order else x).contiguous()
@@ -88,8 +66,8 @@ def _build_cache(model: RobotModel) -> dict:
     ppl_t, Raxis_t = ppl.T[..., None], Raxis.T[..., None]
     return {
         "level_perm": mperm if level_order else None,
-        "level_slices": tuple(slice(bounds[d], bounds[d + 1]) for d in range(len(sizes))),
-        "level_parents": tuple(step[1] for step in steps),
+        "level_slices": tuple(slice(sl.start - 1, sl.stop - 1) for sl in sched.level_slices[1:]),
+        "level_parents": sched.level_parents,
         "Rpl_L": lo(Rpl_t),
         "A_L": lo(A_t),
         "B_L": lo(B_t),
@@ -99,14 +77,14 @@ def _build_cache(model: RobotModel) -> dict:
         "is_pri_L": lo(is_pri[:, None]),
         "Rpl": Rpl,
         "ppl": ppl,
-        "A": Rpl @ K,
-        "B": Rpl @ (K @ K),
-        "Raxis": (Rpl @ axis[:, :, None])[..., 0],
+        "A": A,
+        "B": B,
+        "Raxis": Raxis,
         "is_pri": is_pri,
         "is_rev": 1.0 - is_pri,
         "has_pri": bool(is_pri.any()),
         "eye": torch.eye(3, dtype=model.dtype, device=model.device),
-        "steps": tuple(steps),
+        "steps": steps,
         "identity_coupling": model.joint_coordinate[1:].tolist() == list(range(model.num_bodies - 1))
         and bool((model.joint_offset[1:] == 0).all())
         and bool((model.joint_multiplier[1:] == 1).all()),
