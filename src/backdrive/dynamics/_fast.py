@@ -1,12 +1,12 @@
-"""Large-batch dynamics with the batch as the last, contiguous axis.
+"""The fast path of the dynamics: the batch as the last, contiguous axis.
 
 Every quantity is held component by component with the batch innermost:
 rotations ``(3, 3, k, N)``, points and the linear and angular halves of
 spatial vectors ``(3, k, N)``, generalised vectors ``(nv, N)``. A 3x3
 product, a cross product or an inertia product is then a few elementwise
 operations over the whole batch (no concatenation, no 6x6 matrices), and a
-tree sum one add per depth level (or, for a few hundred samples and under
-autograd, one product with the ancestor matrix). Bodies are kept in the
+tree sum one add per depth level (``_schedule.down`` / ``up``; one product
+with the ancestor matrix for a few hundred samples and under autograd). Bodies are kept in the
 traversal's level order, so that every level is one slice. Forward
 kinematics, the world inertias, RNEA, the mass matrix and its factorisation
 stay in this layout from ``q`` to the accelerations.
@@ -22,10 +22,13 @@ step, deepest first.
 :func:`rnea_vjp_fast` is the reverse pass of RNEA and forward kinematics,
 written out: the analytic backward of forward dynamics uses it.
 
-Used for inverse dynamics above ``TREE_MATMUL_MAX_BATCH`` samples, for
-forward dynamics and the no-gradient mass matrix from
-:data:`FORWARD_MIN_BATCH` samples and without mimic joints (the
-factorisation needs the coordinates to form a tree).
+Mimic joints (whose coordinates do not form a tree) get the dense mass
+matrix and a batched Cholesky factorisation instead (:func:`dense_mass_matrix_fast`,
+:class:`DenseFactor`), as does a mass matrix that must be differentiable.
+
+The public functions choose this path (``kinematics._paths.choose``) from
+``FAST_MIN_BATCH`` samples on; the reference path of ``_rnea``, ``_crba``
+and ``_forward`` is what the tests hold it against.
 """
 
 from __future__ import annotations
@@ -599,15 +602,20 @@ def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> tor
         for c in range(3):
             if X is not Sl or c:
                 P = P.addcmul(X[c][:, None], Y[c][None]) if track else P.addcmul_(X[c][:, None], Y[c][None])
-    Mm = P * topo.upper[:, :, None] + (P * topo.strict[:, :, None]).transpose(0, 1)
-    Mm = Mm.permute(2, 0, 1)  # (N, nm, nm), level order
-    Mj = topo.G.T @ Mm @ topo.G  # coordinates
+    Mm = P * topo.upper[:, :, None] + (P * topo.strict[:, :, None]).transpose(0, 1)  # level order
+    # To coordinates, G^T Mm G, as two products with (nm, nm N) blocks (a
+    # batched product of tiny matrices costs far more per entry).
+    nm, nj, N = Mm.shape[0], topo.G.shape[1], Mm.shape[-1]
+    GT = topo.G.T
+    X = (GT @ Mm.reshape(nm, nm * N)).view(nj, nm, N)  # X[c, i] = sum_j G[j, c] Mm[j, i]
+    Mj = (GT @ X.transpose(0, 1).reshape(nm, nj * N)).view(nj, nj, N)  # Mj[d, c]; symmetric
+    Mj = Mj.permute(2, 1, 0)
     if model.num_joints:
         Mj = Mj + torch.diag_embed(model.armature.expand(Mj.shape[:-1]))
     if not fb:
         return Mj
     R0, p0 = K.R[:, :, 0], K.p[:, 0]
-    Mbj = _world_force_to_base(R0, p0, Fl, Fa).permute(2, 0, 1) @ topo.G  # (N, 6, nj)
+    Mbj = (_world_force_to_base(R0, p0, Fl, Fa).reshape(6 * nm, N).T.reshape(N * 6, nm) @ topo.G).view(N, 6, nj)
     mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
     z = torch.zeros_like(mt)
     rows = [[mt if r == c else z for c in range(3)] + [-hx[r, c] for c in range(3)] for r in range(3)]

@@ -1,14 +1,13 @@
-"""Shared machinery of the dynamics algorithms: the tree as matrices and the
-world-frame spatial quantities of every body.
+"""Shared machinery of the reference path of the dynamics: the tree's
+constants and the world-frame spatial quantities of every body, batch-first.
 
 Every spatial vector here is expressed in the world frame at the world origin,
 ``[linear; angular]``. Working in one frame removes the parent-to-child
 transforms from the recursions: a body's velocity is the sum of its
 ancestors' joint velocities, and the force its joint transmits is the sum of
-its subtree's forces (:func:`tree_down`, :func:`tree_up`). For small batches
-a tree sum is one product with the constant ancestor matrix; for large ones
-it is one batched step per depth level (``model.levels``). The world poses
-come from the kinematics' per-level traversal (``body_transforms``).
+its subtree's forces (``_schedule.down`` and ``up`` over ``Topology.sums``,
+one product with the ancestor matrix). The world poses come from the
+reference forward kinematics (``body_transforms_reference``).
 
 "Active" bodies are those that move: all bodies with a floating base, bodies
 ``1..nb-1`` with a fixed base (the root link is welded to the world and, as in
