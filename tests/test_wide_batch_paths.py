@@ -75,7 +75,7 @@ def test_batch_above_switch_matches_pinocchio():
     robot = load("panda")
     pm = pin.buildModelFromUrdf(str(get_data_path("panda")), mimic=True)
     pd = pm.createData()
-    n = 100  # above the switch-over batch size
+    n = 130  # above the switch-over batch sizes (FAST_MIN_BATCH)
     g = torch.Generator().manual_seed(5)
     q = robot.random_q(n, generator=g)
     v = torch.randn(n, robot.nv, generator=g, dtype=F64)

@@ -34,14 +34,18 @@ __all__ = ["PATHS", "FAST_MIN_BATCH", "LEVEL_SUM_MIN_BATCH", "use_path", "choose
 #: Accepted values of :func:`use_path`.
 PATHS = ("auto", "reference", "fast")
 
-#: From this many samples on, ``"auto"`` takes the fast path (measured
-#: crossovers on the CPU, one thread, Panda and quadruped, float32 and
-#: float64; see ``docs/dynamics.md``). Keys are the public functions.
+#: From this many samples on, ``"auto"`` takes the fast path. Measured
+#: crossovers (fast / reference time, one thread, Panda and floating
+#: quadruped, float32 and float64, ``docs/dynamics.md``): forward kinematics
+#: between 100 and 192 samples; inverse dynamics, the mass matrix and
+#: forward dynamics around 100 (forward dynamics with a gradient already at
+#: 32 to 64, without one for the quadruped near 128). Keys are the public
+#: functions' families.
 FAST_MIN_BATCH = {
-    "kinematics": 65,
-    "inverse_dynamics": 65,
-    "mass_matrix": 65,
-    "forward_dynamics": 65,
+    "kinematics": 128,
+    "inverse_dynamics": 96,
+    "mass_matrix": 96,
+    "forward_dynamics": 96,
 }
 
 #: Inside the fast path, without autograd: up to this many samples a tree sum
