@@ -274,18 +274,22 @@ def f_ext_world_fast(topo: FastTopo, K: FastKin, f_ext: torch.Tensor):
 # concatenation is ever needed.
 
 
-def _inertia(K: FastKin, xl: torch.Tensor, xa: torch.Tensor):
+def _inertia(K: FastKin, xl: torch.Tensor, xa: torch.Tensor, parts: list | None = None):
     """Spatial inertia of each active body (world origin) times ``(xl, xa)``:
     ``[m x_l + x_a x h; I x_a + h x x_l]``.
 
     Without ``K.I``: through the centre of mass ``c``, with the velocity
-    there ``u = x_l + x_a x c``: ``[m u; R Ib R^T x_a + c x (m u)]``.
+    there ``u = x_l + x_a x c``: ``[m u; R Ib R^T x_a + c x (m u)]``; then
+    ``(u, R Ib R^T x_a)`` is appended to ``parts`` (which the reverse pass reuses).
     """
     if K.I is None:
-        fl = K.m * (xl + cross(xa, K.c))
+        u = xl + cross(xa, K.c)
+        fl = K.m * u
         Ra = K.R[:, :, _first_active(K) :]
-        fa = rot(Ra, rot(K.Ib, rot_t(Ra, xa)))
-        return fl, fa + cross(K.c, fl)
+        RLx = rot(Ra, rot(K.Ib, rot_t(Ra, xa)))
+        if parts is not None:
+            parts.append((u, RLx))
+        return fl, RLx + cross(K.c, fl)
     fl = cross(xa, K.h)
     fl = fl.addcmul(K.m, xl) if torch.is_grad_enabled() else fl.addcmul_(K.m, xl)
     return fl, cross_add(rot(K.I, xa), K.h, xl)
@@ -351,11 +355,19 @@ def rnea_fast(
         return (torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)) if fb else (lin, ang)
 
     arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
+    # keep["replay"]: keep every intermediate the reverse pass needs
+    # (rnea_vjp_fast); a given keep["V"] is reused instead of summed again.
+    replay = keep is not None and keep.get("replay", False)
+    parts = [] if replay else None
+    qdd = None
     if vt is not None:
         qd = rates(vt)
         Jl, Ja = Sl * qd, Sa * qd
-        Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
-        Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
+        if keep is not None and "V" in keep:
+            Vl, Va = keep["V"]
+        else:
+            Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
+            Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
         if keep is not None:
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
@@ -373,8 +385,10 @@ def rnea_fast(
             Al, Aa = with_base(b, Al, Aa)
         Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
         Al = Al.add_(grav) if untracked() else Al + grav
-        fl, fa = _inertia(K, Al, Aa)
-        hl, ha = _inertia(K, Vl, Va)
+        fl, fa = _inertia(K, Al, Aa, parts)
+        hl, ha = _inertia(K, Vl, Va, parts)
+        if replay:
+            keep.update(qd=qd, qdd=qdd, J=(Jl, Ja), A=(Al, Aa), h=(hl, ha), IA=parts[0], IV=parts[1])
         # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
         fl = cross_add(fl, Va, hl)
         fa = cross_add(cross_add(fa, Va, ha), Vl, hl)
@@ -393,6 +407,8 @@ def rnea_fast(
     if fl.shape[-1] != N:
         fl = fl.expand(3, topo.na, N).clone()
     Fl, Fa = up(topo.sums, fl), up(topo.sums, fa)
+    if replay:
+        keep["F"] = (Fl, Fa)
     Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
     tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
     if topo.coupled:
@@ -927,33 +943,25 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
                 return x
             return x.new_zeros(nj, N).index_add_(0, topo.coord, x * topo.mult[:, None])
 
-        def with_base(b, lin, ang):
-            return (torch.cat([b[0], lin], 1), torch.cat([b[1], ang], 1)) if fb else (lin.clone(), ang.clone())
+        K = FastKin(R, p, Sl, Sa, m, m * c, None, c, Ib)
 
-        def apply(xl, xa):  # inertia times x; also R Ib R^T x_a, which the adjoint reuses
-            u = cross(xa, c).add_(xl)
-            fl = m * u
-            RLx = rot(Ra, rot(Ib, rot_t(Ra, xa)))
-            return fl, cross(c, fl).add_(RLx), u, RLx
+        def apply(xl, xa):  # inertia times x; also u and R Ib R^T x_a, which the adjoint reuses
+            parts = []
+            fl, fa = _inertia(K, xl, xa, parts)
+            return (fl, fa) + parts[0]
 
-        # ---- forward, as rnea_fast
-        qd, qdd = rates(vt), rates(at)
-        Jl, Ja = Sl * qd, Sa * qd
-        if V is None:
-            Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
-            Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)
-        else:
-            Vl, Va = V
+        # ---- forward: rnea_fast, keeping its intermediates
+        keep = {"replay": True} if V is None else {"replay": True, "V": V}
+        rnea_fast(model, topo, K, vt, at, gt, None, keep)
+        qd, qdd = keep["qd"], keep["qdd"]
+        Jl, Ja = keep["J"]
+        Vl, Va = keep["V"]
+        Al, Aa = keep["A"]
+        hl, ha = keep["h"]
+        uA, RLA = keep["IA"]
+        uV, RLV = keep["IV"]
+        Fl, Fa = keep["F"]
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
-        Jdl = cross_add(cross(Vma, Jl), Vml, Ja).addcmul_(Sl, qdd)
-        Jda = cross(Vma, Ja).addcmul_(Sa, qdd)
-        Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Jdl, Jda)
-        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
-        Al += -gt[:, None]
-        fAl, fAa, uA, RLA = apply(Al, Aa)
-        hl, ha, uV, RLV = apply(Vl, Va)
-        Fl = up(topo.sums, cross_add(fAl, Va, hl))
-        Fa = up(topo.sums, cross_add(cross_add(fAa, Va, ha), Vl, hl))
         Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
 
         # ---- reverse
