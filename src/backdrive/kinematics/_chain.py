@@ -29,13 +29,9 @@ import torch
 from .._errors import InputError
 from ..model import JointType, RobotModel
 from ._kernels import cross, skew
+from ._paths import choose
 
 __all__ = ["SerialChainKinematics"]
-
-# Batch sizes up to this many samples use the pairwise 4x4 reduction for
-# pose-only FK (fewer, larger dispatches); beyond it the GEMM path wins.
-_SMALL_BATCH = 64
-
 
 def _inv_np(T: np.ndarray) -> np.ndarray:
     out = np.eye(4)
@@ -251,11 +247,13 @@ class SerialChainKinematics:
             return self._fk_single(qpos, tcp)
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
-        if q.shape[0] <= _SMALL_BATCH:
+        # Small batches: the pairwise 4x4 reduction (fewer, larger dispatches);
+        # from FAST_MIN_BATCH["serial_chain"] the batch-last pass wins.
+        if not choose("serial_chain", q.shape[0]):
             T = self._fk_tree(q, tcp)
         else:
-            RT, p, _ = self.soa_pass(q.T.contiguous(), tcp, with_jacobian=False)
-            T = soa_to_homogeneous(RT, p)
+            RT, p, _ = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=False)
+            T = fast_to_homogeneous(RT, p)
         return T.reshape(*batch, 4, 4)
 
     def evaluate(
@@ -283,8 +281,8 @@ class SerialChainKinematics:
         self._check_tcp(tcp)
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
-        RT, p, J = self.soa_pass(q.T.contiguous(), tcp, with_jacobian=True)
-        T = soa_to_homogeneous(RT, p).reshape(*batch, 4, 4)
+        RT, p, J = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=True)
+        T = fast_to_homogeneous(RT, p).reshape(*batch, 4, 4)
         return T, J.permute(2, 0, 1).reshape(*batch, 6, self.dof)
 
     def jacobian(self, qpos: torch.Tensor, tcp: torch.Tensor | None = None) -> torch.Tensor:
@@ -343,8 +341,8 @@ class SerialChainKinematics:
             mats = torch.cat([prod, mats[:, even:]], dim=1) if k % 2 else prod
         return mats[:, 0]
 
-    def soa_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
-        """Serial FK (and Jacobian) in a batch-last layout; see :meth:`soa_plain`.
+    def fast_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
+        """Serial FK (and Jacobian) in a batch-last layout; see :meth:`fast_plain`.
 
         When a gradient is needed for a pass with the Jacobian, a revolute-only
         chain uses :class:`_JacobianPass`, whose backward is the closed-form
@@ -359,9 +357,9 @@ class SerialChainKinematics:
             and (tcp is None or not tcp.requires_grad)
         ):
             return _JacobianPass.apply(qT, self, tcp)
-        return self.soa_plain(qT, tcp, with_jacobian=with_jacobian)
+        return self.fast_plain(qT, tcp, with_jacobian=with_jacobian)
 
-    def soa_plain(
+    def fast_plain(
         self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool, internals: bool = False
     ):
         """Serial FK (and Jacobian) in a batch-last ("structure of arrays") layout.
@@ -453,13 +451,13 @@ class _JacobianPass(torch.autograd.Function):
 
     one prefix and one suffix sum over the joints; mimic coupling maps body
     angles to coordinates. A double backward (``create_graph``) falls back to
-    differentiating :meth:`SerialChainKinematics.soa_plain` with autograd.
+    differentiating :meth:`SerialChainKinematics.fast_plain` with autograd.
     Checked against it by ``gradcheck`` in the tests.
     """
 
     @staticmethod
     def forward(ctx, qT, chain, tcp):
-        RT, p, J, Z, V = chain.soa_plain(qT, tcp, with_jacobian=True, internals=True)
+        RT, p, J, Z, V = chain.fast_plain(qT, tcp, with_jacobian=True, internals=True)
         ctx.chain = chain
         ctx.tcp = tcp
         ctx.save_for_backward(qT, RT, Z, V)
@@ -471,7 +469,7 @@ class _JacobianPass(torch.autograd.Function):
         chain = ctx.chain
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
             with torch.enable_grad():
-                outs = chain.soa_plain(qT, ctx.tcp, with_jacobian=True)
+                outs = chain.fast_plain(qT, ctx.tcp, with_jacobian=True)
             (g,) = torch.autograd.grad(outs, qT, (g_RT, g_p, g_J), create_graph=True)
             return g, None, None
         if not chain._identity_coupling:
@@ -498,7 +496,7 @@ class _JacobianPass(torch.autograd.Function):
         return g_theta, None, None
 
 
-def soa_to_homogeneous(RT: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+def fast_to_homogeneous(RT: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """``(M, 4, 4)`` poses from a transposed batch-last rotation ``RT (3, 3, M)``
     and position ``p (3, M)``."""
     M = p.shape[1]

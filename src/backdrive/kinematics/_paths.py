@@ -42,6 +42,7 @@ PATHS = ("auto", "reference", "fast")
 #: 32 to 64, without one for the quadruped near 128). Keys are the public
 #: functions' families.
 FAST_MIN_BATCH = {
+    "serial_chain": 65,  # SerialChainKinematics.forward_kinematics (pose only)
     "kinematics": 128,
     "inverse_dynamics": 96,
     "mass_matrix": 96,
