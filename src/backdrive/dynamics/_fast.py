@@ -206,13 +206,7 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
     """
     R, p = body_transforms_fast(model, qf, level_order=True)
     o = topo.o
-    Rm, pm = R[:, :, 1:], p[:, 1:]
-    aw = rot(Rm, topo.axis)  # (3, nm, N) world joint axes
-    # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
-    if topo.has_pri:
-        Sl, Sa = cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
-    else:
-        Sl, Sa = cross(pm, aw), aw
+    Sl, Sa, _ = motion_subspace_fast(topo, R, p)
     m = _active(topo, model.body_mass)[:, None]
     com, Ib = _active(topo, model.body_com), _active(topo, model.body_inertia)
     if not origin:
@@ -225,6 +219,18 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
         packed[0].copy_(m.expand(topo.na, N))
     h, I = world_inertia_fast(R[:, :, o:], p[:, o:], m, com, Ib, packed)
     return FastKin(R, p, Sl, Sa, m, h, I, packed=packed)
+
+
+def motion_subspace_fast(topo: FastTopo, R: torch.Tensor, p: torch.Tensor):
+    """Each moving body's joint motion subspace at the world origin, ``Sl``,
+    ``Sa`` ``(3, nm, N)``, and the world joint axes ``aw``, from the poses
+    ``R (3, 3, nb, N)``, ``p (3, nb, N)`` (level order)."""
+    Rm, pm = R[:, :, 1:], p[:, 1:]
+    aw = rot(Rm, topo.axis)
+    # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
+    if topo.has_pri:
+        return cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev, aw
+    return cross(pm, aw), aw, aw
 
 
 def world_inertia_fast(Rt, pt, m, com, Ib, packed=None):
@@ -603,6 +609,18 @@ def _base_inertia(C0: torch.Tensor, R0: torch.Tensor, p0: torch.Tensor):
     return mt, skew(rot_t(R0, hp), 0), Ib
 
 
+def _all_pairs(Sl, Sa, Fl, Fa) -> torch.Tensor:
+    """``P[j, i] = S_j . F_i`` for every pair of moving bodies, ``(nm, nm, N)``
+    (in place on a fresh array without autograd)."""
+    track = not untracked()
+    P = Sl[0][:, None] * Fl[0][None]
+    for X, Y in ((Sl, Fl), (Sa, Fa)):
+        for c in range(3):
+            if X is not Sl or c:
+                P = P.addcmul(X[c][:, None], Y[c][None]) if track else P.addcmul_(X[c][:, None], Y[c][None])
+    return P
+
+
 def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> torch.Tensor:
     """The dense mass matrix ``(N, nv, nv)`` (coordinate order, armature
     included) on the fast path, by every product ``S_j . F_i`` at once;
@@ -611,13 +629,7 @@ def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> tor
     :func:`crba_entries_fast` do not apply."""
     fb = model.floating_base
     C, Fl, Fa = _composite_forces(model, topo, K)
-    Sl, Sa = K.Sl, K.Sa
-    track = not untracked()
-    P = Sl[0][:, None] * Fl[0][None]  # P[j, i] = S_j . F_i, (nm, nm, N)
-    for X, Y in ((Sl, Fl), (Sa, Fa)):
-        for c in range(3):
-            if X is not Sl or c:
-                P = P.addcmul(X[c][:, None], Y[c][None]) if track else P.addcmul_(X[c][:, None], Y[c][None])
+    P = _all_pairs(K.Sl, K.Sa, Fl, Fa)
     Mm = P * topo.upper[:, :, None] + (P * topo.strict[:, :, None]).transpose(0, 1)  # level order
     # To coordinates, G^T Mm G, as two products with (nm, nm N) blocks (a
     # batched product of tiny matrices costs far more per entry).
@@ -656,14 +668,7 @@ def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastK
     if len(sp.runs) > 2 and N <= _paths.LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
         nm = Sl.shape[1]
-        s0, s1, s2 = Sl.unbind(0)
-        f0, f1, f2 = Fl.unbind(0)
-        Pd = s0[:, None] * f0[None]
-        Pd.addcmul_(s1[:, None], f1[None]).addcmul_(s2[:, None], f2[None])
-        s0, s1, s2 = Sa.unbind(0)
-        f0, f1, f2 = Fa.unbind(0)
-        Pd.addcmul_(s0[:, None], f0[None]).addcmul_(s1[:, None], f1[None]).addcmul_(s2[:, None], f2[None])
-        torch.index_select(Pd.view(nm * nm, N), 0, sp.pair_flat, out=P)
+        torch.index_select(_all_pairs(Sl, Sa, Fl, Fa).view(nm * nm, N), 0, sp.pair_flat, out=P)
     else:
         _pairs_by_runs(sp, Sl, Sa, Fl, Fa, P)
     if model.num_joints:
@@ -913,11 +918,7 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         if kin is None:
             R, p = body_transforms_fast(model, qf, level_order=True)
             Rm, pm = R[:, :, 1:], p[:, 1:]
-            aw = rot(Rm, topo.axis)
-            if topo.has_pri:
-                Sl, Sa = cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
-            else:
-                Sl, Sa = cross(pm, aw), aw
+            Sl, Sa, aw = motion_subspace_fast(topo, R, p)
             V = None
         else:
             R, p, Sl, Sa, V = kin
