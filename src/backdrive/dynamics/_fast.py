@@ -331,6 +331,23 @@ def _world_force_to_base(R0, p0, fl, fa, out=None):
 # ---------------------------------------------------------------------- RNEA
 
 
+def _body_rates(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
+    """Generalised rates ``(nv, N)`` (internal order) -> each moving body's
+    joint rate ``(nm, N)``: ``multiplier * x[coordinate]`` with mimic joints."""
+    xj = x[6:] if topo.o == 0 else x
+    if not topo.coupled:
+        return xj
+    return xj.index_select(0, topo.coord) * topo.mult[:, None]
+
+
+def _coordinate_forces(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
+    """The transpose of :func:`_body_rates` for the joints: body ``(nm, N)``
+    -> joint coordinates ``(nj, N)``."""
+    if not topo.coupled:
+        return x
+    return x.new_zeros(topo.G.shape[1], x.shape[-1]).index_add(0, topo.coord, x * topo.mult[:, None])
+
+
 def rnea_fast(
     model: RobotModel,
     topo: FastTopo,
@@ -351,12 +368,6 @@ def rnea_fast(
     R0, p0 = K.R[:, :, 0], K.p[:, 0]
     grav = -gt[:, None]  # (3, 1, N or 1): gravity is an upward acceleration of the world
 
-    def rates(x):  # joint rates (nj, N), internal order -> body rates (nm, N)
-        xj = x[6:] if fb else x
-        if not topo.coupled:
-            return xj
-        return xj.index_select(0, topo.coord) * topo.mult[:, None]
-
     def with_base(base, lin, ang):  # prepend the floating base's column
         return (torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)) if fb else (lin, ang)
 
@@ -367,7 +378,7 @@ def rnea_fast(
     parts = [] if replay else None
     qdd = None
     if vt is not None:
-        qd = rates(vt)
+        qd = _body_rates(topo, vt)
         Jl, Ja = Sl * qd, Sa * qd
         if keep is not None and "V" in keep:
             Vl, Va = keep["V"]
@@ -381,7 +392,7 @@ def rnea_fast(
         Al = cross_add(cross(Vma, Jl), Vml, Ja)
         Aa = cross(Vma, Ja)
         if at is not None:
-            qdd = rates(at)
+            qdd = _body_rates(topo, at)
             Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
         if fb:
             if at is not None:
@@ -399,7 +410,7 @@ def rnea_fast(
         fl = cross_add(fl, Va, hl)
         fa = cross_add(cross_add(fa, Va, ha), Vl, hl)
     elif at is not None:
-        qdd = rates(at)
+        qdd = _body_rates(topo, at)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Sl * qdd, Sa * qdd)
         Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
         fl, fa = _inertia(K, Al + grav, Aa)
@@ -417,10 +428,7 @@ def rnea_fast(
         keep["F"] = (Fl, Fa)
     Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
     tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
-    if topo.coupled:
-        tau = tau_b.new_zeros(nj, tau_b.shape[-1]).index_add(0, topo.coord, tau_b * topo.mult[:, None])
-    else:
-        tau = tau_b
+    tau = _coordinate_forces(topo, tau_b)
     if at is not None and nj:
         tau = tau.addcmul(arm[:, None], at[6:] if fb else at)
     if fb:
@@ -935,15 +943,6 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
         R0, p0 = R[:, :, 0], p[:, 0]
 
-        def rates(x):
-            xj = x[6:] if fb else x
-            return xj if not topo.coupled else xj.index_select(0, topo.coord) * topo.mult[:, None]
-
-        def rates_adj(x):  # transpose of rates: body (nm, N) -> joint coordinates (nj, N)
-            if not topo.coupled:
-                return x
-            return x.new_zeros(nj, N).index_add_(0, topo.coord, x * topo.mult[:, None])
-
         K = FastKin(R, p, Sl, Sa, m, m * c, None, c, Ib)
 
         def apply(xl, xa):  # inertia times x; also u and R Ib R^T x_a, which the adjoint reuses
@@ -967,7 +966,7 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
 
         # ---- reverse
         lt = _to_internal(topo, lam.reshape(N, nv))
-        lb = rates(lt)  # (nm, N)
+        lb = _body_rates(topo, lt)  # (nm, N)
         na = topo.na
         gFl = Sl.new_zeros(3, na, N)
         gFa = Sl.new_zeros(3, na, N)
@@ -1030,7 +1029,7 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         gSl.addcmul_(gJl, qd)
         gSa.addcmul_(gJa, qd)
         gqd = (Sl * gJl).sum(0) + (Sa * gJa).sum(0)
-        gv[off:] = rates_adj(gqd)
+        gv[off:] = _coordinate_forces(topo, gqd)
         # S = [p x a; a] (revolute), [a; 0] (prismatic), a = R axis: a rotation
         # w of the body turns a by w x a, so a's gradient g pairs as a x g.
         tm, gpm = tq[:, 1:], gp[:, 1:]
@@ -1050,7 +1049,7 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         if topo.has_pri:
             gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
         gq = qf.new_zeros(qf.shape)
-        gj = rates_adj(gth)
+        gj = _coordinate_forces(topo, gth)
         if topo.dof_inv is not None:
             gj = gj.index_select(0, topo.dof_inv[off:] - off)
         gq[:, 7 if fb else 0 :] = gj.T
