@@ -289,13 +289,15 @@ def _inertia(K: FastKin, xl: torch.Tensor, xa: torch.Tensor, parts: list | None 
     ``(u, R Ib R^T x_a)`` is appended to ``parts`` (which the reverse pass reuses).
     """
     if K.I is None:
-        u = xl + cross(xa, K.c)
+        # In place on the fresh cross products (also under autograd: their
+        # backward does not read them): a large array less each.
+        u = cross(xa, K.c).add_(xl)
         fl = K.m * u
         Ra = K.R[:, :, _first_active(K) :]
         RLx = rot(Ra, rot(K.Ib, rot_t(Ra, xa)))
         if parts is not None:
             parts.append((u, RLx))
-        return fl, RLx + cross(K.c, fl)
+        return fl, cross(K.c, fl).add_(RLx)
     fl = cross(xa, K.h)
     fl = fl.addcmul(K.m, xl) if torch.is_grad_enabled() else fl.addcmul_(K.m, xl)
     return fl, cross_add(rot(K.I, xa), K.h, xl)
@@ -360,8 +362,9 @@ def rnea_fast(
 ) -> torch.Tensor:
     """RNEA, batch last: ``vt``, ``at`` ``(nv, N)`` (``None``: zero), gravity
     ``gt (3, 1 or N)``, world wrenches ``ft`` (force, torque) ``(3, na, N)``;
-    returns ``(nv, N)``. Generalised vectors are in the internal order
-    (``FastTopo.dof_perm``)."""
+    returns ``(nv, N)`` (``None`` with ``keep["replay"]``, after keeping the
+    intermediates the reverse pass :func:`rnea_vjp_fast` needs). Generalised
+    vectors are in the internal order (``FastTopo.dof_perm``)."""
     fb = model.floating_base
     nj = model.num_joints
     Sl, Sa = K.Sl, K.Sa
@@ -393,7 +396,10 @@ def rnea_fast(
         Aa = cross(Vma, Ja)
         if at is not None:
             qdd = _body_rates(topo, at)
-            Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
+            if untracked():
+                Al.addcmul_(Sl, qdd), Aa.addcmul_(Sa, qdd)
+            else:
+                Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
         if fb:
             if at is not None:
                 b = _base_to_world(R0, p0, at[:6])
@@ -424,8 +430,9 @@ def rnea_fast(
     if fl.shape[-1] != N:
         fl = fl.expand(3, topo.na, N).clone()
     Fl, Fa = up(topo.sums, fl), up(topo.sums, fa)
-    if replay:
+    if replay:  # the reverse pass needs the forces, not tau
         keep["F"] = (Fl, Fa)
+        return None
     Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
     tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
     tau = _coordinate_forces(topo, tau_b)
@@ -608,12 +615,16 @@ def _base_inertia(C0: torch.Tensor, R0: torch.Tensor, p0: torch.Tensor):
     mp = mt * p0
     s = (p0 * (mp - 2.0 * ht)).sum(0)
     Ip = It + ht[:, None] * p0[None] + p0[:, None] * (ht - mp)[None]
-    Ip = Ip + torch.eye(3, dtype=s.dtype, device=s.device)[:, :, None] * s
+    if untracked():
+        for i in range(3):
+            Ip[i, i].add_(s)
+    else:
+        Ip = Ip + torch.eye(3, dtype=s.dtype, device=s.device)[:, :, None] * s
     # Y = Ip R0, then Ib = R0^T Y.
     Y = Ip[:, 0, None] * R0[0][None]
-    Y = Y.addcmul(Ip[:, 1, None], R0[1][None]).addcmul(Ip[:, 2, None], R0[2][None])
+    Y.addcmul_(Ip[:, 1, None], R0[1][None]).addcmul_(Ip[:, 2, None], R0[2][None])
     Ib = R0[0][:, None] * Y[0][None]
-    Ib = Ib.addcmul(R0[1][:, None], Y[1][None]).addcmul(R0[2][:, None], Y[2][None])
+    Ib.addcmul_(R0[1][:, None], Y[1][None]).addcmul_(R0[2][:, None], Y[2][None])
     return mt, skew(rot_t(R0, hp), 0), Ib
 
 
