@@ -86,9 +86,9 @@ def compile_forward_dynamics(
     no longer fused).
 
     Without gradients (``torch.no_grad()`` or inputs that do not require
-    grad) the compiled graph is ``method="auto"``'s no-graph path (dense CRBA
-    and a Cholesky solve below 256 samples, the sparse batch-last path from
-    256 when ``eager_from`` lets such batches compile). With inputs, or the
+    grad) the compiled graph is ``method="auto"``'s no-graph path (the
+    reference path's CRBA and Cholesky solve below 96 samples, the fast
+    path's sparse factorisation from 96, up to ``eager_from``). With inputs, or the
     robot's masses, inertias or armature, requiring grad it compiles plain
     autograd through CRBA, RNEA and the Cholesky solve (the hand-written
     backward of the eager ``"auto"`` path cannot be traced); gradients match
@@ -111,8 +111,8 @@ def compile_forward_dynamics(
         backend, mode: passed to ``torch.compile``.
         eager_from: batches of at least this many samples, without a
             gradient, run the eager :func:`forward_dynamics` instead of a
-            compiled graph (256 by default, where the eager path switches to
-            its batch-last layout); ``None`` compiles every batch size.
+            compiled graph (256 by default: from there the eager fast path
+            beat inductor's kernels); ``None`` compiles every batch size.
 
     Raises:
         InputError: an unknown ``method`` or a bad ``friction_width``.

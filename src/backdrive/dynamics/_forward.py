@@ -83,15 +83,16 @@ def forward_dynamics(
         f_ext: optional ``(..., nb, 6)`` external wrenches, body frame at the
             body origin (as in :func:`inverse_dynamics`).
         gravity: optional ``(..., 3)``; ``robot.gravity`` by default.
-        method: ``"auto"`` (the default: the mass matrix and a
-            factorisation; above 64 samples with an analytic backward,
-            ``M^-1`` times the incoming gradient and one reverse pass of
-            inverse dynamics, instead of differentiating through the
-            factorisation; from 256 samples, without mimic joints, the
-            sparse batch-last path of ``_wide``), ``"crba"`` (the dense mass matrix and a batched
-            Cholesky solve, differentiated by plain autograd) or ``"aba"``
-            (articulated-body algorithm; not for mimic joints). All three
-            give the same values and gradients; see ``docs/dynamics.md``.
+        method: ``"auto"`` (the default: the reference path, CRBA and a
+            Cholesky solve by plain autograd, below ``FAST_MIN_BATCH``
+            (96) samples; from there the fast path: the batch-last layout,
+            a tree-sparse ``L^T D L`` factorisation (dense Cholesky with
+            mimic joints) and an analytic backward, ``M^-1`` times the
+            incoming gradient and one reverse pass of inverse dynamics),
+            ``"crba"`` (the reference path at every batch size) or
+            ``"aba"`` (articulated-body algorithm, reference path only; not
+            for mimic joints). All three give the same values and
+            gradients; see ``docs/dynamics.md``.
         friction_width: velocity scale of the friction smoothing.
 
     Returns:
