@@ -6,7 +6,8 @@ joints so that Pinocchio's ``aba`` accepts it: nv = 9) and the shipped
 floating-base quadruped (nv = 18), in one process, and prints a markdown table.
 
 * backdrive: one batched call, float32 and float64; forward dynamics by the
-  default ``method="auto"`` (from 96 samples the fast, batch-last path:
+  default ``method="auto"`` (from 96 samples with a gradient, 192 without,
+  the fast, batch-last path:
   sparse CRBA with a tree-sparse LTDL factorisation and an analytic
   backward; below, the reference path: CRBA with a batched Cholesky solve,
   plain autograd), by ``"crba"`` (dense CRBA and Cholesky,

@@ -145,7 +145,7 @@ def test_analytic_backward_equals_autograd(name, wide_path, request):
     if wide_path:
         _force_wide(request)
     g = torch.Generator().manual_seed(12)
-    # Not forced: 100 samples take the analytic backward after a dense forward pass.
+    # Not forced: 100 samples with a gradient take the fast path by batch size.
     n = 6 if wide_path else 100
     q = robot.random_q(n, generator=g)
     v = torch.randn(n, robot.nv, generator=g, dtype=F64)
@@ -276,8 +276,8 @@ def test_large_batch_forward_dynamics_matches_pinocchio_quadruped():
     tt = tau.clone().requires_grad_(True)
     acc = forward_dynamics(robot, qq, v, tt)
     (acc[:, 0].sum()).backward()
-    # The gradient wrt q by the reverse pass of RNEA (dense forward pass at
-    # this batch size) against plain autograd.
+    # The gradient wrt q by the fast path's reverse pass of RNEA against
+    # plain autograd on the reference path.
     q2 = q.clone().requires_grad_(True)
     (forward_dynamics(robot, q2, v, tau, method="crba")[:, 0].sum()).backward()
     torch.testing.assert_close(qq.grad, q2.grad, rtol=1e-8, atol=1e-8 * q2.grad.abs().max().item())

@@ -87,8 +87,8 @@ def compile_forward_dynamics(
 
     Without gradients (``torch.no_grad()`` or inputs that do not require
     grad) the compiled graph is ``method="auto"``'s no-graph path (the
-    reference path's CRBA and Cholesky solve below 96 samples, the fast
-    path's sparse factorisation from 96, up to ``eager_from``). With inputs, or the
+    reference path's CRBA and Cholesky solve below 192 samples, the fast
+    path's sparse factorisation from 192, up to ``eager_from``). With inputs, or the
     robot's masses, inertias or armature, requiring grad it compiles plain
     autograd through CRBA, RNEA and the Cholesky solve (the hand-written
     backward of the eager ``"auto"`` path cannot be traced); gradients match

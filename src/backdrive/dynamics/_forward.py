@@ -85,7 +85,8 @@ def forward_dynamics(
         gravity: optional ``(..., 3)``; ``robot.gravity`` by default.
         method: ``"auto"`` (the default: the reference path, CRBA and a
             Cholesky solve by plain autograd, below ``FAST_MIN_BATCH``
-            (96) samples; from there the fast path: the batch-last layout,
+            samples, 96 with a gradient and 192 without; from there the
+            fast path: the batch-last layout,
             a tree-sparse ``L^T D L`` factorisation (dense Cholesky with
             mimic joints) and an analytic backward, ``M^-1`` times the
             incoming gradient and one reverse pass of inverse dynamics),
@@ -138,7 +139,15 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
     # The one branch point: the reference path (CRBA, RNEA and a Cholesky
     # solve, batch-first, plain autograd) or the fast path (batch-last,
     # tree-sparse factorisation, analytic backward).
-    fast = method == "auto" and not (traced and needs_grad) and choose("forward_dynamics", batch.numel(), fast_eligible(topo, batch, f_ext))
+    fast = (
+        method == "auto"
+        and not (traced and needs_grad)
+        and choose(
+            "forward_dynamics" if needs_grad else "forward_dynamics_no_grad",
+            batch.numel(),
+            fast_eligible(topo, batch, f_ext),
+        )
+    )
     if not fast:
         return _plain_crba(robot, topo, q, v, tau, g, f_ext)
     if needs_grad:

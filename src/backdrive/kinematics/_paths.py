@@ -38,15 +38,17 @@ PATHS = ("auto", "reference", "fast")
 #: crossovers (fast / reference time, one thread, Panda and floating
 #: quadruped, float32 and float64, ``docs/dynamics.md``): forward kinematics
 #: between 100 and 192 samples; inverse dynamics, the mass matrix and
-#: forward dynamics around 100 (forward dynamics with a gradient already at
-#: 32 to 64, without one for the quadruped near 128). Keys are the public
-#: functions' families.
+#: forward dynamics with a gradient around 100 (its analytic backward
+#: already pays at 32 to 64); forward dynamics without a gradient for the
+#: quadruped (tree-sparse factorisation) between 128 and 192. Keys are the
+#: public functions' families.
 FAST_MIN_BATCH = {
     "serial_chain": 65,  # SerialChainKinematics.forward_kinematics (pose only)
     "kinematics": 128,
     "inverse_dynamics": 96,
     "mass_matrix": 96,
-    "forward_dynamics": 96,
+    "forward_dynamics": 96,  # with a gradient
+    "forward_dynamics_no_grad": 192,
 }
 
 #: Inside the fast path, without autograd: up to this many samples a tree sum
