@@ -6,9 +6,11 @@ joints so that Pinocchio's ``aba`` accepts it: nv = 9) and the shipped
 floating-base quadruped (nv = 18), in one process, and prints a markdown table.
 
 * backdrive: one batched call, float32 and float64; forward dynamics by the
-  default ``method="auto"`` (above 256 samples the batch-last path: sparse
-  CRBA with a tree-sparse LTDL factorisation; below, CRBA with a batched
-  Cholesky solve; analytic backward), by ``"crba"`` (dense CRBA and Cholesky,
+  default ``method="auto"`` (from 96 samples with a gradient, 192 without,
+  the fast, batch-last path:
+  sparse CRBA with a tree-sparse LTDL factorisation and an analytic
+  backward; below, the reference path: CRBA with a batched Cholesky solve,
+  plain autograd), by ``"crba"`` (dense CRBA and Cholesky,
   plain autograd) and by ABA.
 * Pinocchio per sample: its C++ called once per sample from a Python loop.
 * Pinocchio in parallel: ``rneaInParallel`` / ``abaInParallel`` with a

@@ -180,11 +180,13 @@ def test_tcp_moves_the_tool_point(panda):
 # ---------------------------------------------------------------------- gradients
 
 
-def test_gradcheck_fk_both_paths(toy, monkeypatch):
+def test_gradcheck_fk_both_paths(toy):
+    from backdrive.kinematics import use_path
+
     q = _random_q(toy, 3, seed=4).requires_grad_()
     assert gradcheck(toy.forward_kinematics, (q,))
-    monkeypatch.setattr(chain_module, "_SMALL_BATCH", 0)  # force the serial path
-    assert gradcheck(toy.forward_kinematics, (q,))
+    with use_path("fast"):  # force the serial (batch-last) path
+        assert gradcheck(toy.forward_kinematics, (q,))
 
 
 def test_gradcheck_evaluate_pose_and_jacobian(toy, panda):
@@ -312,7 +314,7 @@ def test_closed_form_jacobian_backward_matches_autograd(panda):
     for chain in (panda, revolute_toy):
         qT = _random_q(chain, 5, seed=9).T.contiguous().requires_grad_()
         outs_fast = chain_module._JacobianPass.apply(qT, chain, tcp)
-        outs_plain = chain.soa_plain(qT, tcp, with_jacobian=True)
+        outs_plain = chain.fast_plain(qT, tcp, with_jacobian=True)
         g = torch.Generator().manual_seed(1)
         ws = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outs_plain]
         (a,) = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs_fast, ws)), qT)

@@ -205,20 +205,16 @@ def test_forward_dynamics_matches_pinocchio(ref):
 def test_large_batch_path_matches_pinocchio(ref, monkeypatch):
     """The batch-last path (RNEA, sparse CRBA with the LTDL factorisation,
     bias and gravity forces) against Pinocchio, forced at a small batch."""
-    import backdrive.dynamics._tree as tree_mod
-    import backdrive.dynamics._wide as wide_mod
-
-    monkeypatch.setattr(tree_mod, "TREE_MATMUL_MAX_BATCH", 0)
-    monkeypatch.setattr(wide_mod, "FORWARD_MIN_BATCH", 0)
     rb, pm, pd = ref.robot, ref.model, ref.data
     rb = rb.replace(damping=torch.zeros_like(rb.damping), friction=torch.zeros_like(rb.friction))
     q, v, tau, g = _state(rb, N, 7)
     f_ext = torch.randn(N, rb.num_bodies, 6, generator=g, dtype=torch.float64)
-    acc = D.forward_dynamics(rb, q, v, tau)
-    acc_f = D.forward_dynamics(rb, q, v, tau, f_ext=f_ext)
-    tau_id = D.inverse_dynamics(rb, q, v, tau, f_ext=f_ext)
-    b = D.bias_forces(rb, q, v)
-    grav = D.gravity_forces(rb, q)
+    with D.use_path("fast"):
+        acc = D.forward_dynamics(rb, q, v, tau)
+        acc_f = D.forward_dynamics(rb, q, v, tau, f_ext=f_ext)
+        tau_id = D.inverse_dynamics(rb, q, v, tau, f_ext=f_ext)
+        b = D.bias_forces(rb, q, v)
+        grav = D.gravity_forces(rb, q)
     for i in range(N):
         qp, vp, tp = ref.q(q[i]), ref.v(v[i]), ref.v(tau[i])
         Mp = np.triu(pin.crba(pm, pd, qp))
@@ -501,10 +497,11 @@ def test_no_joint_robot_and_float_base_only(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["panda_mimic", "shipped_quadruped", "small_tree_floating"])
-def test_large_batches_take_the_per_level_path(name, tmp_path_factory, monkeypatch):
-    # Above TREE_MATMUL_MAX_BATCH the tree sums run one step per depth level
-    # instead of one product with the ancestor matrix: same numbers.
-    from backdrive.dynamics import _tree
+def test_fast_path_equals_reference_path(name, tmp_path_factory, monkeypatch):
+    # The batch-last fast path (with its tree sums as one product with the
+    # ancestor matrix, and as one add per depth level) against the reference
+    # path: same numbers, mimic joints included.
+    from backdrive.kinematics import _paths
 
     factory, fb = ROBOTS[name]
     rb = RobotModel.from_urdf(factory(tmp_path_factory), floating_base=fb)
@@ -515,12 +512,13 @@ def test_large_batches_take_the_per_level_path(name, tmp_path_factory, monkeypat
         "rnea": lambda: D.inverse_dynamics(rb, q, v, a, f_ext=f_ext),
         "crba": lambda: D.mass_matrix(rb, q),
         "fd": lambda: D.forward_dynamics(rb, q, v, a, f_ext=f_ext),
-        "ke": lambda: D.kinetic_energy(rb, q, v),
+        "bias": lambda: D.bias_forces(rb, q, v),
+        "gravity": lambda: D.gravity_forces(rb, q),
     }
-    if rb.num_bodies - 1 == rb.num_joints:  # no mimic joints
-        fns["aba"] = lambda: D.forward_dynamics(rb, q, v, a, method="aba")
-    monkeypatch.setattr(_tree, "TREE_MATMUL_MAX_BATCH", 10**9)
-    by_matmul = {k: f() for k, f in fns.items()}
-    monkeypatch.setattr(_tree, "TREE_MATMUL_MAX_BATCH", 0)
-    for k, f in fns.items():
-        assert_rel(f(), by_matmul[k].numpy(), RTOL64, k)
+    with D.use_path("reference"):
+        ref = {k: f() for k, f in fns.items()}
+    for level_sums in (10**9, 0):
+        monkeypatch.setattr(_paths, "LEVEL_SUM_MIN_BATCH", level_sums)
+        with D.use_path("fast"), torch.no_grad():
+            for k, f in fns.items():
+                assert_rel(f(), ref[k].numpy(), RTOL64, k)

@@ -312,3 +312,24 @@ def test_finite_checked_wrapper_is_transparent():
     with runtime.check_finite():
         out = vmap(g)(x[:, None])
     assert torch.isnan(out[1, 0])
+
+
+def test_check_finite_covers_the_dynamics(panda):
+    from backdrive.dynamics import forward_dynamics, inverse_dynamics, mass_matrix
+
+    q = panda.neutral().repeat(2, 1)
+    v = torch.zeros_like(q)
+    tau = torch.zeros_like(q)
+    tau[0, 2] = math.nan
+    assert not torch.isfinite(forward_dynamics(panda, q, v, tau)).all()  # unchecked: silent
+    with runtime.check_finite():
+        with pytest.raises(NonFiniteError, match=r"forward_dynamics: .*argument tau is not finite") as info:
+            forward_dynamics(panda, q, v, tau)
+        assert info.value.function == "forward_dynamics" and info.value.what == "tau"
+        q_bad = q.clone()
+        q_bad[1, 0] = math.inf
+        with pytest.raises(NonFiniteError, match="mass_matrix"):
+            mass_matrix(panda, q_bad)
+        with pytest.raises(NonFiniteError, match="inverse_dynamics"):
+            inverse_dynamics(panda, q_bad, v, v)
+        assert torch.isfinite(forward_dynamics(panda, q, v, torch.zeros_like(q))).all()

@@ -1,7 +1,7 @@
-"""Large batches take a different code path (batch as the last, contiguous
-axis). These tests force that path at small batch sizes and check it against
-the default path, values and gradients, and against Pinocchio at a batch
-above the switch-over."""
+"""Large batches take the fast path (batch as the last, contiguous axis).
+These tests force it at small batch sizes with ``use_path("fast")`` and check
+it against the reference path, values and gradients, and against Pinocchio
+at a batch above the switch-over."""
 
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ import pinocchio as pin
 import pytest
 import torch
 
-import backdrive.dynamics._crba as crba_mod
-import backdrive.dynamics._rnea as rnea_mod
-import backdrive.dynamics._tree as tree_mod
-import backdrive.dynamics._wide as wide_mod
+import backdrive.dynamics._fast as fast_mod
 import backdrive.kinematics._fk as fk_mod
+import backdrive.kinematics._paths as paths_mod
 from backdrive.data import get_data_path, load
-from backdrive.dynamics import forward_dynamics, inverse_dynamics, mass_matrix
+from backdrive.dynamics import forward_dynamics, inverse_dynamics, mass_matrix, use_path
 from backdrive.kinematics import forward_kinematics, frame_jacobian
 
 F64 = torch.float64
@@ -26,12 +24,10 @@ F64 = torch.float64
 
 @pytest.fixture
 def wide(monkeypatch):
-    """Force the large-batch layout for every batch size."""
-    for mod in (tree_mod, rnea_mod, crba_mod):
-        monkeypatch.setattr(mod, "TREE_MATMUL_MAX_BATCH", 0)
-    monkeypatch.setattr(fk_mod, "_WIDE_MIN_BATCH", 0)
-    monkeypatch.setattr(wide_mod, "LEVEL_SUM_MIN_BATCH", 0)
-    monkeypatch.setattr(wide_mod, "FORWARD_MIN_BATCH", 0)
+    """Force the fast path, with its per-level tree sums, for every batch size."""
+    monkeypatch.setattr(paths_mod, "LEVEL_SUM_MIN_BATCH", 0)
+    with use_path("fast"):
+        yield
 
 
 def _functions(robot, q, v, a):
@@ -51,15 +47,15 @@ def test_wide_path_equals_default_path(name, floating, monkeypatch):
     q = robot.random_q(5, generator=g)
     v = torch.randn(5, robot.nv, generator=g, dtype=F64)
     a = torch.randn(5, robot.nv, generator=g, dtype=F64)
-    narrow = _functions(robot, q, v, a)
-    for mod in (tree_mod, rnea_mod, crba_mod):
-        monkeypatch.setattr(mod, "TREE_MATMUL_MAX_BATCH", 0)
-    monkeypatch.setattr(fk_mod, "_WIDE_MIN_BATCH", 0)
-    wide = _functions(robot, q, v, a)
+    with use_path("reference"):
+        narrow = _functions(robot, q, v, a)
+    with use_path("fast"):
+        wide = _functions(robot, q, v, a)
     for key in narrow:
         torch.testing.assert_close(wide[key], narrow[key], atol=1e-11, rtol=1e-11, msg=key)
-    monkeypatch.setattr(wide_mod, "LEVEL_SUM_MIN_BATCH", 0)  # per-level tree sums
-    wide = _functions(robot, q, v, a)
+    monkeypatch.setattr(paths_mod, "LEVEL_SUM_MIN_BATCH", 0)  # per-level tree sums
+    with use_path("fast"):
+        wide = _functions(robot, q, v, a)
     for key in narrow:
         torch.testing.assert_close(wide[key], narrow[key], atol=1e-11, rtol=1e-11, msg=key)
 
@@ -79,7 +75,7 @@ def test_batch_above_switch_matches_pinocchio():
     robot = load("panda")
     pm = pin.buildModelFromUrdf(str(get_data_path("panda")), mimic=True)
     pd = pm.createData()
-    n = 100  # above the switch-over batch size
+    n = 130  # above the switch-over batch sizes (FAST_MIN_BATCH)
     g = torch.Generator().manual_seed(5)
     q = robot.random_q(n, generator=g)
     v = torch.randn(n, robot.nv, generator=g, dtype=F64)
@@ -127,11 +123,9 @@ def _robot(name: str) -> RobotModel:
     )
 
 
-def _force_wide(monkeypatch):
-    monkeypatch.setattr(tree_mod, "TREE_MATMUL_MAX_BATCH", 0)
-    # Per-level tree sums and strided CRBA pairs (the largest batches' code).
-    monkeypatch.setattr(wide_mod, "LEVEL_SUM_MIN_BATCH", 0)
-    monkeypatch.setattr(wide_mod, "FORWARD_MIN_BATCH", 0)
+def _force_wide(request):
+    """The fast path at every batch size until the test ends (the ``wide`` fixture)."""
+    request.getfixturevalue("wide")
 
 
 def _grads(robot, q, v, tau, f_ext, method):
@@ -143,15 +137,15 @@ def _grads(robot, q, v, tau, f_ext, method):
 
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("wide_path", [False, True])
-def test_analytic_backward_equals_autograd(name, wide_path, monkeypatch):
+def test_analytic_backward_equals_autograd(name, wide_path, request):
     """method="auto" (analytic backward: M^-1 g and the reverse pass of RNEA)
     against plain autograd through CRBA and Cholesky (method="crba"), with
     respect to q, v, tau and f_ext, in float64 and float32."""
     robot = _robot(name)
     if wide_path:
-        _force_wide(monkeypatch)
+        _force_wide(request)
     g = torch.Generator().manual_seed(12)
-    # Not forced: 100 samples take the analytic backward after a dense forward pass.
+    # Not forced: 100 samples with a gradient take the fast path by batch size.
     n = 6 if wide_path else 100
     q = robot.random_q(n, generator=g)
     v = torch.randn(n, robot.nv, generator=g, dtype=F64)
@@ -180,11 +174,11 @@ def test_analytic_backward_equals_autograd(name, wide_path, monkeypatch):
 
 
 @pytest.mark.parametrize("wide_path", [False, True])
-def test_analytic_backward_parameters_and_gravity(wide_path, monkeypatch):
+def test_analytic_backward_parameters_and_gravity(wide_path, request):
     """Gradients reaching physical parameters and gravity through the analytic backward."""
     robot = _robot("no_mimic_floating")
     if wide_path:
-        _force_wide(monkeypatch)
+        _force_wide(request)
     g = torch.Generator().manual_seed(13)
     n = 5 if wide_path else 100
     q = robot.random_q(n, generator=g)
@@ -229,9 +223,9 @@ def test_rnea_reverse_pass_equals_autograd(name):
     v = torch.randn(4, robot.nv, generator=g, dtype=F64, requires_grad=True)
     a = torch.randn(4, robot.nv, generator=g, dtype=F64)
     lam = torch.randn(4, robot.nv, generator=g, dtype=F64)
-    tau = wide_mod.inverse_dynamics_t(robot, q, v, a, robot.gravity)
+    tau = fast_mod.inverse_dynamics_fast(robot, q, v, a, robot.gravity)
     gq, gv = torch.autograd.grad(tau, (q, v), lam)
-    hq, hv = wide_mod.rnea_vjp_t(robot, q.detach(), v.detach(), a, robot.gravity, lam)
+    hq, hv = fast_mod.rnea_vjp_fast(robot, q.detach(), v.detach(), a, robot.gravity, lam)
     torch.testing.assert_close(hq, gq, rtol=1e-10, atol=1e-10 * gq.abs().max().item())
     torch.testing.assert_close(hv, gv, rtol=1e-10, atol=1e-10 * gv.abs().max().item())
 
@@ -242,12 +236,12 @@ def test_rnea_reverse_pass_equals_autograd(name):
 def test_ltdl_solve_equals_dense_solve(name, dtype, gather_max, monkeypatch):
     """The tree-sparse L^T D L factor of the mass matrix solves like a dense
     solve, with every level's updates gathered or multiplied per ancestor."""
-    monkeypatch.setattr(wide_mod, "LTDL_GATHER_MAX", gather_max)
+    monkeypatch.setattr(fast_mod, "LTDL_GATHER_MAX", gather_max)
     robot = _robot(name).to(dtype=dtype)
     g = torch.Generator().manual_seed(16)
     q = robot.random_q(7, generator=g)
     rhs = torch.randn(7, robot.nv, generator=g, dtype=dtype)
-    _, factor = wide_mod.forward_t(robot, q, rhs, rhs, robot.gravity, None)
+    _, factor = fast_mod.forward_fast(robot, q, rhs, rhs, robot.gravity, None)
     M = mass_matrix(robot.double(), q.double())
     want = torch.linalg.solve(M, rhs.double()[..., None])[..., 0]
     tol = 1e-9 if dtype == F64 else 2e-3
@@ -260,7 +254,7 @@ def test_batch_last_forward_kinematics_backward():
     for robot in (_robot("small_tree_floating"), _robot("quadruped")):
         q = robot.random_q(3, generator=torch.Generator().manual_seed(17)).requires_grad_(True)
         for level_order in (False, True):
-            fn = lambda q: fk_mod.body_transforms_t(robot, q, level_order)  # noqa: E731
+            fn = lambda q: fk_mod.body_transforms_fast(robot, q, level_order)  # noqa: E731
             assert torch.autograd.gradcheck(fn, (q,))
             assert torch.autograd.gradgradcheck(fn, (q,), fast_mode=True)
 
@@ -282,8 +276,8 @@ def test_large_batch_forward_dynamics_matches_pinocchio_quadruped():
     tt = tau.clone().requires_grad_(True)
     acc = forward_dynamics(robot, qq, v, tt)
     (acc[:, 0].sum()).backward()
-    # The gradient wrt q by the reverse pass of RNEA (dense forward pass at
-    # this batch size) against plain autograd.
+    # The gradient wrt q by the fast path's reverse pass of RNEA against
+    # plain autograd on the reference path.
     q2 = q.clone().requires_grad_(True)
     (forward_dynamics(robot, q2, v, tau, method="crba")[:, 0].sum()).backward()
     torch.testing.assert_close(qq.grad, q2.grad, rtol=1e-8, atol=1e-8 * q2.grad.abs().max().item())
@@ -298,13 +292,13 @@ def test_large_batch_forward_dynamics_matches_pinocchio_quadruped():
 
 
 @pytest.mark.parametrize("name", ["no_mimic_floating", "panda_independent", "quadruped"])
-def test_sparse_mass_matrix_equals_dense(name, monkeypatch):
+def test_sparse_mass_matrix_equals_dense(name, request):
     """Without a gradient, mass_matrix at large batches scatters the sparse
     CRBA's entries; with one it keeps the differentiable dense path."""
     robot = _robot(name)
     q = robot.random_q(5, generator=torch.Generator().manual_seed(19))
     dense = mass_matrix(robot, q)
-    _force_wide(monkeypatch)
+    _force_wide(request)
     sparse = mass_matrix(robot, q)
     assert torch.equal(sparse, sparse.transpose(-1, -2))
     torch.testing.assert_close(sparse, dense, rtol=1e-12, atol=1e-12 * dense.abs().max().item())
@@ -314,11 +308,11 @@ def test_sparse_mass_matrix_equals_dense(name, monkeypatch):
     torch.testing.assert_close(M.detach(), dense, rtol=1e-12, atol=1e-12 * dense.abs().max().item())
 
 
-def test_torch_func_transforms_take_the_plain_path(monkeypatch):
+def test_torch_func_transforms_take_the_plain_path(request):
     """jacrev / jacfwd through forward dynamics, inverse dynamics and the mass
     matrix on the large-batch paths: the custom backward passes and out=
     kernels step aside, and the Jacobians match plain autograd."""
-    _force_wide(monkeypatch)
+    _force_wide(request)
     robot = _robot("no_mimic_floating")
     g = torch.Generator().manual_seed(20)
     q = robot.random_q(3, generator=g)
@@ -337,7 +331,7 @@ def test_torch_func_transforms_take_the_plain_path(monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
 
 
-def test_batched_gravity_and_broadcast_batch_shapes(monkeypatch):
+def test_batched_gravity_and_broadcast_batch_shapes(request):
     """Per-sample gravity, several batch axes and a broadcast q on the
     large-batch path, values and gradients, against the dense path."""
     robot = _robot("no_mimic_floating")
@@ -354,8 +348,28 @@ def test_batched_gravity_and_broadcast_batch_shapes(monkeypatch):
         return acc.detach(), qq.grad, vv.grad
 
     want = run("crba")
-    _force_wide(monkeypatch)
+    _force_wide(request)
     got = run("auto")
     assert got[0].shape == (2, 3, robot.nv) and got[1].shape == q.shape
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * b.abs().max().item())
+
+
+@pytest.mark.parametrize("name", ["small_tree", "small_tree_floating", "quadruped"])
+def test_fast_mass_matrix_gradcheck(name, wide):
+    """The fast path's dense CRBA (mimic joints and gradients) against
+    finite differences, and its values against the reference path."""
+    robot = _robot(name)
+    q = robot.random_q(2, generator=torch.Generator().manual_seed(22)).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda q: mass_matrix(robot, q), (q,))
+    with use_path("reference"):
+        want = mass_matrix(robot, q)
+    torch.testing.assert_close(mass_matrix(robot, q), want, rtol=1e-12, atol=1e-12 * want.abs().max().item())
+
+
+def test_use_path_rejects_unknown_names():
+    from backdrive import InputError
+
+    with pytest.raises(InputError, match="reference"):
+        with use_path("wide"):
+            pass

@@ -208,8 +208,10 @@ class check_finite(AbstractContextManager):  # noqa: N801 - used like a function
     Checked: :mod:`backdrive.kinematics` (``forward_kinematics``,
     ``frame_transforms``, ``body_transforms``, ``frame_jacobian``,
     :class:`~backdrive.kinematics.SerialChainKinematics` ``forward_kinematics``,
-    ``evaluate`` and ``jacobian``), ``solve_dls_ik`` and the layers
-    (``DifferentiableFKLayer``, ``DifferentiableIKLayer``).
+    ``evaluate`` and ``jacobian``), ``solve_dls_ik``, the layers
+    (``DifferentiableFKLayer``, ``DifferentiableIKLayer``) and the public
+    functions of :mod:`backdrive.dynamics` (``forward_dynamics``,
+    ``inverse_dynamics``, ``mass_matrix``, ``bias_forces``, ...).
 
     Args:
         enabled: turn the check on (default) or off.

@@ -1,11 +1,46 @@
 """Rigid-body dynamics on the whole tree, batched, differentiable.
 
 Inverse dynamics (RNEA), the mass matrix (CRBA), forward dynamics (CRBA with
-a batched Cholesky solve, or ABA), energies, centre of mass, joint damping and
-friction, and integration on the configuration manifold. Fixed and floating
-base, revolute, continuous, prismatic and mimic joints. Every function takes
-the robot first and tensors with leading batch axes that broadcast; see
-``docs/dynamics.md`` for the conventions and the comparison with Pinocchio.
+a Cholesky or tree-sparse factorisation, or ABA), energies, centre of mass,
+joint damping and friction, and integration on the configuration manifold.
+Fixed and floating base, revolute, continuous, prismatic and mimic joints.
+Every function takes the robot first and tensors with leading batch axes
+that broadcast; see ``docs/dynamics.md`` for the conventions and the
+comparison with Pinocchio.
+
+**Two paths.** Each algorithm has at most two implementations:
+
+* the *reference* path, batch-first ``(..., k, 6)`` and plain autograd
+  (``_tree.kinematics``, ``_rnea.rnea_core``, ``_crba.crba_core``,
+  ``_aba.aba_core``, the energies). It serves small batches, ``torch.func``
+  transforms, forward-mode AD and double backward, and the tests hold the
+  fast path against it;
+* the *fast* path (``_fast.py``), batch-last: the batch flattened and moved
+  innermost, every vector held component by component, bodies in the tree's
+  level order; a tree-sparse ``L^T D L`` factorisation of the mass matrix
+  and a hand-written reverse pass of RNEA for the gradient of forward
+  dynamics.
+
+**One dispatch.** Each public function decides once, at its top, with
+:func:`backdrive.kinematics._paths.choose` (batch size against
+``FAST_MIN_BATCH``, the only thresholds; the reference under ``torch.func``);
+:func:`use_path` forces one path for tests and benchmarks.
+
+**One schedule.** Both paths walk the same per-model tree schedule
+(``backdrive.kinematics._schedule``: the depth levels in body and level
+order) with the same two primitives, ``down`` (sum over ancestors:
+velocities, accelerations) and ``up`` (sum over the subtree: forces,
+composite inertias), and share one module of small kernels
+(``backdrive.kinematics._kernels``: skew matrices, cross products, inertia
+products).
+
+Following :func:`forward_dynamics`: ``_forward._forward_dynamics`` checks and
+broadcasts the inputs and adds the joints' damping and friction, then
+branches once. Reference: ``_plain_crba`` (``kinematics`` -> ``crba_core``
+and ``rnea_core`` -> Cholesky solve). Fast: ``_fast.forward_fast``
+(``kinematics_fast`` -> ``rnea_fast`` -> ``crba_entries_fast`` ->
+``LTDLFactor.solve_fast``), wrapped in ``_ForwardDynamics`` when a gradient is
+needed (backward: ``M^-1 g`` with the same factor, then ``rnea_vjp_fast``).
 """
 
 from ._compiled import CompilerUnavailableError, compile_forward_dynamics
@@ -14,6 +49,21 @@ from ._crba import mass_matrix
 from ._energy import center_of_mass, kinetic_energy, potential_energy
 from ._forward import DEFAULT_FRICTION_WIDTH, FORWARD_METHODS, forward_dynamics, joint_forces
 from ._rnea import bias_forces, gravity_forces, inverse_dynamics
+from ..kinematics._paths import use_path
+from ..runtime import finite_checked
+
+# Checked for NaN/inf under backdrive.runtime.check_finite() (one thread-local read otherwise).
+inverse_dynamics = finite_checked(inverse_dynamics, name="inverse_dynamics")
+mass_matrix = finite_checked(mass_matrix, name="mass_matrix")
+bias_forces = finite_checked(bias_forces, name="bias_forces")
+gravity_forces = finite_checked(gravity_forces, name="gravity_forces")
+forward_dynamics = finite_checked(forward_dynamics, name="forward_dynamics")
+joint_forces = finite_checked(joint_forces, name="joint_forces")
+kinetic_energy = finite_checked(kinetic_energy, name="kinetic_energy")
+potential_energy = finite_checked(potential_energy, name="potential_energy")
+center_of_mass = finite_checked(center_of_mass, name="center_of_mass")
+integrate = finite_checked(integrate, name="integrate")
+difference = finite_checked(difference, name="difference")
 
 __all__ = [
     "inverse_dynamics",
@@ -31,4 +81,5 @@ __all__ = [
     "FORWARD_METHODS",
     "compile_forward_dynamics",
     "CompilerUnavailableError",
+    "use_path",
 ]

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import torch
 
+from ..kinematics._kernels import apply_inertia, cross_force, cross_motion, skew
+from ..kinematics._schedule import down
 from ..model import RobotModel
 from ._tree import (
     Kinematics,
     Topology,
-    apply_inertia,
-    cross_force,
-    cross_motion,
     base_force_to_world,
     base_motion_to_world,
     joint_rates,
-    tree_down,
     world_motion_to_base,
 )
 
@@ -31,15 +29,7 @@ __all__ = ["aba_core", "spatial_inertia_matrix"]
 
 def spatial_inertia_matrix(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor) -> torch.Tensor:
     """The 6x6 matrix ``[[m 1, -[h]x], [[h]x, I]]`` of ``(m, h, I)``, ``(..., k, 6, 6)``."""
-    z = torch.zeros_like(h[..., 0])
-    hx = torch.stack(
-        [
-            torch.stack([z, -h[..., 2], h[..., 1]], -1),
-            torch.stack([h[..., 2], z, -h[..., 0]], -1),
-            torch.stack([-h[..., 1], h[..., 0], z], -1),
-        ],
-        -2,
-    )
+    hx = skew(h)
     eye = torch.eye(3, dtype=h.dtype, device=h.device)
     top = torch.cat([m[..., None, None] * eye, -hx], -1)
     bottom = torch.cat([hx, I.expand_as(hx)], -1)
@@ -68,7 +58,7 @@ def aba_core(
     tj = tau[..., 6:] if fb else tau
     J = S * joint_rates(topo, vj)[..., None]
     Jall = torch.cat([base_motion_to_world(R0, p0, v[..., :6])[..., None, :], J], -2) if fb else J
-    V = tree_down(topo, Jall)
+    V = down(topo.sums, Jall)
     Vm = V[..., 1:, :] if fb else V
     c = cross_motion(Vm, J)  # velocity-product acceleration of each joint
     pA = cross_force(V, apply_inertia(kin.m, kin.h, kin.I, V))

@@ -10,7 +10,7 @@ import torch
 from .._errors import CompilerUnavailableError, InputError
 from ..model import RobotModel
 from ._forward import DEFAULT_FRICTION_WIDTH, FORWARD_METHODS, _forward_dynamics
-from ._wide import FORWARD_MIN_BATCH
+from ..kinematics._paths import COMPILED_EAGER_MIN_BATCH
 
 __all__ = ["compile_forward_dynamics", "CompilerUnavailableError"]
 
@@ -53,7 +53,7 @@ def compile_forward_dynamics(
     friction_width: float = DEFAULT_FRICTION_WIDTH,
     backend: str = "inductor",
     mode: str | None = None,
-    eager_from: int | None = FORWARD_MIN_BATCH,
+    eager_from: int | None = COMPILED_EAGER_MIN_BATCH,
 ) -> Callable[..., torch.Tensor]:
     """:func:`forward_dynamics` for one robot, compiled by ``torch.compile``.
 
@@ -81,9 +81,9 @@ def compile_forward_dynamics(
     no longer fused).
 
     Without gradients (``torch.no_grad()`` or inputs that do not require
-    grad) the compiled graph is ``method="auto"``'s no-graph path (dense CRBA
-    and a Cholesky solve below 256 samples, the sparse batch-last path from
-    256 when ``eager_from`` lets such batches compile). With inputs, or the
+    grad) the compiled graph is ``method="auto"``'s no-graph path (the
+    reference path's CRBA and Cholesky solve below 192 samples, the fast
+    path's sparse factorisation from 192, up to ``eager_from``). With inputs, or the
     robot's masses, inertias or armature, requiring grad it compiles plain
     autograd through CRBA, RNEA and the Cholesky solve (the hand-written
     backward of the eager ``"auto"`` path cannot be traced); gradients match
@@ -106,8 +106,8 @@ def compile_forward_dynamics(
         backend, mode: passed to ``torch.compile``.
         eager_from: batches of at least this many samples, without a
             gradient, run the eager :func:`forward_dynamics` instead of a
-            compiled graph (256 by default, where the eager path switches to
-            its batch-last layout); ``None`` compiles every batch size.
+            compiled graph (256 by default: from there the eager fast path
+            beat inductor's kernels); ``None`` compiles every batch size.
 
     Raises:
         InputError: an unknown ``method`` or a bad ``friction_width``.

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from ..kinematics._kernels import apply_inertia
+from ..kinematics._schedule import down
 from ..model import RobotModel
 from ._tree import (
-    apply_inertia,
     base_motion_to_world,
     broadcast_batch,
     gravity_vector,
     joint_rates,
     kinematics,
     topology,
-    tree_down,
 )
 
 __all__ = ["kinetic_energy", "potential_energy", "center_of_mass"]
@@ -39,7 +39,7 @@ def kinetic_energy(robot: RobotModel, q: torch.Tensor, v: torch.Tensor) -> torch
     if fb:
         V0 = base_motion_to_world(kin.R[..., 0, :, :], kin.p[..., 0, :], v[..., :6])
         J = torch.cat([V0[..., None, :], J], -2)
-    V = tree_down(topo, J)
+    V = down(topo.sums, J)
     ke = 0.5 * (V * apply_inertia(kin.m, kin.h, kin.I, V)).sum((-1, -2))
     if robot.num_joints:
         ke = ke + 0.5 * (robot.armature * vj * vj).sum(-1)

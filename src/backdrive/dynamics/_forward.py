@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from .._shapes import broadcast_shapes
 from .._errors import InputError
-from ..kinematics._fk import transforms_active
+from ..kinematics._paths import choose
 from ..model import RobotModel
 from ._aba import aba_core
 from ._crba import crba_core
-from ._rnea import rnea_core
-from . import _tree
-from . import _wide as _wide_mod
+from ._fast import forward_fast, inverse_dynamics_fast, rnea_vjp_fast
+from ._rnea import fast_eligible, rnea_core
 from ._tree import broadcast_batch, check_f_ext, f_ext_to_world, gravity_vector, kinematics, topology
-from ._wide import forward_t, inverse_dynamics_t, rnea_vjp_t
 
 __all__ = ["forward_dynamics", "joint_forces", "DEFAULT_FRICTION_WIDTH", "FORWARD_METHODS"]
 
@@ -86,15 +83,17 @@ def forward_dynamics(
         f_ext: optional ``(..., nb, 6)`` external wrenches, body frame at the
             body origin (as in :func:`inverse_dynamics`).
         gravity: optional ``(..., 3)``; ``robot.gravity`` by default.
-        method: ``"auto"`` (the default: the mass matrix and a
-            factorisation; above 64 samples with an analytic backward,
-            ``M^-1`` times the incoming gradient and one reverse pass of
-            inverse dynamics, instead of differentiating through the
-            factorisation; from 256 samples, without mimic joints, the
-            sparse batch-last path of ``_wide``), ``"crba"`` (the dense mass matrix and a batched
-            Cholesky solve, differentiated by plain autograd) or ``"aba"``
-            (articulated-body algorithm; not for mimic joints). All three
-            give the same values and gradients; see ``docs/dynamics.md``.
+        method: ``"auto"`` (the default: the reference path, CRBA and a
+            Cholesky solve by plain autograd, below ``FAST_MIN_BATCH``
+            samples, 96 with a gradient and 192 without; from there the
+            fast path: the batch-last layout,
+            a tree-sparse ``L^T D L`` factorisation (dense Cholesky with
+            mimic joints) and an analytic backward, ``M^-1`` times the
+            incoming gradient and one reverse pass of inverse dynamics),
+            ``"crba"`` (the reference path at every batch size) or
+            ``"aba"`` (articulated-body algorithm, reference path only; not
+            for mimic joints). All three give the same values and
+            gradients; see ``docs/dynamics.md``.
         friction_width: velocity scale of the friction smoothing.
 
     Returns:
@@ -113,8 +112,7 @@ def forward_dynamics(
 def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, traced: bool = False):
     """:func:`forward_dynamics`; ``traced``: inside ``torch.compile``
     (:func:`compile_forward_dynamics`), where the custom backward cannot be
-    traced: plain autograd when a gradient is needed, the no-graph solve
-    otherwise (the torch.func check does not apply there).
+    traced: the reference path when a gradient is needed.
     """
     if method not in FORWARD_METHODS:
         raise InputError(f"unknown forward dynamics method {method!r}; valid: {', '.join(FORWARD_METHODS)}")
@@ -122,7 +120,7 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
         raise InputError(f"friction_width must be positive, got {friction_width!r}")
     nv = robot.nv
     g = gravity_vector(robot, gravity)
-    _, (q, v, tau, g) = broadcast_batch(robot, q, (v, nv, "v"), (tau, nv, "tau"), (g, 3, "gravity"))
+    batch, (q, v, tau, g) = broadcast_batch(robot, q, (v, nv, "v"), (tau, nv, "tau"), (g, 3, "gravity"))
     check_f_ext(robot, f_ext)
     topo = topology(robot)
     if method == "aba" and topo.coupled:
@@ -135,20 +133,26 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
         kin = kinematics(robot, topo, q)
         fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
         return aba_core(robot, topo, kin, v, tau, g, fw)
-    if method == "crba" or (transforms_active() and not traced):
-        # torch.func transforms and forward-mode AD: plain autograd (the
-        # custom backward and the out= kernels of "auto" do not take part).
-        return _plain_crba(robot, topo, q, v, tau, g, f_ext)
     params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
     inputs = (q, v, tau, g, f_ext) + params
-    if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
-        if traced or q.shape[:-1].numel() <= _tree.TREE_MATMUL_MAX_BATCH:
-            # Small batches: plain autograd issues fewer operations than
-            # recomputing the kinematics and RNEA in an analytic backward
-            # (measured 10 to 20% faster up to 64 samples).
-            return _plain_crba(robot, topo, q, v, tau, g, f_ext)
+    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
+    # The one branch point: the reference path (CRBA, RNEA and a Cholesky
+    # solve, batch-first, plain autograd) or the fast path (batch-last,
+    # tree-sparse factorisation, analytic backward).
+    fast = (
+        method == "auto"
+        and not (traced and needs_grad)
+        and choose(
+            "forward_dynamics" if needs_grad else "forward_dynamics_no_grad",
+            batch.numel(),
+            fast_eligible(topo, batch, f_ext),
+        )
+    )
+    if not fast:
+        return _plain_crba(robot, topo, q, v, tau, g, f_ext)
+    if needs_grad:
         return _ForwardDynamics.apply(robot, *inputs)
-    return _solve_forward(robot, topo, q, v, tau, g, f_ext)[0]
+    return forward_fast(robot, q, v, tau, g, f_ext)[0]
 
 
 #: Physical parameters the equations of motion ``M a + b = tau`` depend on
@@ -157,54 +161,14 @@ _MASS_PARAMETERS = ("body_mass", "body_com", "body_inertia", "armature")
 
 
 def _plain_crba(robot, topo, q, v, tau, g, f_ext) -> torch.Tensor:
-    """``method="crba"``: CRBA, RNEA and a Cholesky solve, all by plain autograd."""
+    """The reference path: CRBA, RNEA and a Cholesky solve, all by plain autograd."""
     kin = kinematics(robot, topo, q)
     fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
-    return crba_solve(robot, topo, kin, v, tau, g, fw)
-
-
-def crba_solve(robot, topo, kin, v, tau, g, fw) -> torch.Tensor:
-    """``M^-1 (tau - b)`` by CRBA, RNEA and a batched Cholesky factorisation."""
     M = crba_core(robot, topo, kin)
     rhs = tau - rnea_core(robot, topo, kin, v, None, g, fw)
     # cholesky_ex: no error check, so no host synchronisation in the hot path.
     L, _ = torch.linalg.cholesky_ex(M)
     return torch.cholesky_solve(rhs[..., None], L)[..., 0]
-
-
-class _CholeskyFactor:
-    """A batched dense Cholesky factor of ``M``; :meth:`solve` applies ``M^-1``."""
-
-    def __init__(self, L: torch.Tensor):
-        self.L = L
-
-    def solve(self, rhs: torch.Tensor) -> torch.Tensor:
-        return torch.cholesky_solve(rhs[..., None], self.L)[..., 0]
-
-
-def _wide(topo, q, f_ext) -> bool:
-    """Whether the batch-last path takes a batch (large, no mimic joints, and
-    ``f_ext`` broadcasting into the batch of ``q``)."""
-    batch = q.shape[:-1]
-    return (
-        batch.numel() > _tree.TREE_MATMUL_MAX_BATCH
-        and topo.nm > 0
-        and (f_ext is None or broadcast_shapes(f_ext.shape[:-2], batch) == batch)
-    )
-
-
-def _solve_forward(robot, topo, q, v, tau, g, f_ext):
-    """Accelerations (no autograd graph) and the factor of ``M`` that solved them."""
-    if not topo.coupled and _wide(topo, q, f_ext) and q.shape[:-1].numel() >= _wide_mod.FORWARD_MIN_BATCH:
-        return forward_t(robot, q, v, tau, g, f_ext)
-    with torch.no_grad():
-        kin = kinematics(robot, topo, q)
-        fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
-        M = crba_core(robot, topo, kin)
-        rhs = tau - rnea_core(robot, topo, kin, v, None, g, fw)
-        L, _ = torch.linalg.cholesky_ex(M)
-        factor = _CholeskyFactor(L)
-        return factor.solve(rhs), factor
 
 
 class _ForwardDynamics(torch.autograd.Function):
@@ -227,7 +191,7 @@ class _ForwardDynamics(torch.autograd.Function):
     @staticmethod
     def forward(ctx, robot, q, v, tau, g, f_ext, *params):
         topo = topology(robot)
-        a, factor = _solve_forward(robot, topo, q, v, tau, g, f_ext)
+        a, factor = forward_fast(robot, q, v, tau, g, f_ext)
         ctx.robot, ctx.topo, ctx.factor = robot, topo, factor
         ctx.save_for_backward(q, v, tau, g, f_ext, a, *params)
         return a
@@ -252,9 +216,9 @@ class _ForwardDynamics(torch.autograd.Function):
         if need[2]:
             out[2] = lam
         rest = [i for i in wanted if i != 2]
-        if rest and f_ext is None and set(rest) <= {0, 1} and _wide(topo, q, None):
+        if rest and f_ext is None and set(rest) <= {0, 1}:
             # The reverse pass of RNEA and forward kinematics, written out.
-            gq, gv = rnea_vjp_t(robot, q, v, a.detach(), g, -lam, getattr(ctx.factor, "kin", None))
+            gq, gv = rnea_vjp_fast(robot, q, v, a.detach(), g, -lam, ctx.factor.kin)
             out[0] = gq if 0 in rest else None
             out[1] = gv if 1 in rest else None
         elif rest:
@@ -264,12 +228,7 @@ class _ForwardDynamics(torch.autograd.Function):
                 replaced = {k: leaves[5 + j] for j, k in enumerate(_MASS_PARAMETERS) if 5 + j in rest}
                 if replaced:
                     model = robot.replace(**replaced)
-                if _wide(topo, q, f_ext):
-                    tau_id = inverse_dynamics_t(model, leaves[0], leaves[1], a.detach(), leaves[3], leaves[4])
-                else:
-                    kin = kinematics(model, topo, leaves[0])
-                    fw = None if f_ext is None else f_ext_to_world(topo, kin, leaves[4])
-                    tau_id = rnea_core(model, topo, kin, leaves[1], a.detach(), leaves[3], fw)
+                tau_id = inverse_dynamics_fast(model, leaves[0], leaves[1], a.detach(), leaves[3], leaves[4])
                 grads = torch.autograd.grad(tau_id, [leaves[i] for i in rest], -lam, allow_unused=True)
             for i, gr in zip(rest, grads):
                 out[i] = gr

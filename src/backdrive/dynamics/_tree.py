@@ -1,14 +1,13 @@
-"""Shared machinery of the dynamics algorithms: the tree as matrices and the
-world-frame spatial quantities of every body.
+"""Shared machinery of the reference path of the dynamics: the tree's
+constants and the world-frame spatial quantities of every body, batch-first.
 
 Every spatial vector here is expressed in the world frame at the world origin,
 ``[linear; angular]``. Working in one frame removes the parent-to-child
 transforms from the recursions: a body's velocity is the sum of its
 ancestors' joint velocities, and the force its joint transmits is the sum of
-its subtree's forces (:func:`tree_down`, :func:`tree_up`). For small batches
-a tree sum is one product with the constant ancestor matrix; for large ones
-it is one batched step per depth level (``model.levels``). The world poses
-come from the kinematics' per-level traversal (``body_transforms``).
+its subtree's forces (``_schedule.down`` and ``up`` over ``Topology.sums``,
+one product with the ancestor matrix). The world poses come from the
+reference forward kinematics (``body_transforms_reference``).
 
 "Active" bodies are those that move: all bodies with a floating base, bodies
 ``1..nb-1`` with a fixed base (the root link is welded to the world and, as in
@@ -23,7 +22,8 @@ import torch
 
 from .._shapes import broadcast_shapes
 from .._errors import InputError
-from ..kinematics._fk import body_transforms
+from ..kinematics._fk import body_transforms_reference
+from ..kinematics._schedule import TreeSums, tree_schedule, tree_sums
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
@@ -31,13 +31,6 @@ __all__ = [
     "Kinematics",
     "topology",
     "kinematics",
-    "take",
-    "tree_down",
-    "tree_up",
-    "apply_inertia",
-    "apply_inertia_columns",
-    "cross_motion",
-    "cross_force",
     "base_motion_to_world",
     "base_force_from_world",
     "base_force_to_world",
@@ -57,8 +50,8 @@ class Topology(NamedTuple):
     Attributes:
         o: index of the first active body (0 with a floating base, else 1).
         na: number of active bodies; ``nm = nb - 1`` moving (jointed) bodies.
-        anc: ``(na, na)`` with ``anc[b, d] = 1`` when active body ``d`` is
-            ``b`` or one of its ancestors.
+        sums: the tree sums over the active bodies, body order
+            (:func:`~backdrive.kinematics._schedule.down`, ``up``).
         upper: ``(nm, nm)`` with ``upper[j, i] = 1`` when moving body ``j`` is
             ``i`` or an ancestor of ``i``; ``strict`` the same without ``i``.
         is_pri, is_rev: ``(nm, 1)`` joint kind of each moving body, as floats.
@@ -70,17 +63,12 @@ class Topology(NamedTuple):
         level_inv: ``(nm,)`` long, position of each moving body in the
             concatenation of levels ``1..``.
         has_pri: whether any joint is prismatic (else the masks are skipped).
-        act_levels: per depth level holding active bodies, their active
-            indices (a ``slice`` when contiguous); ``act_parent`` the position
-            of each one's parent in the previous entry (``None`` for the first);
-            ``act_inv`` the active order from the level order (``None`` when
-            the two coincide).
     """
 
     o: int
     na: int
     nm: int
-    anc: torch.Tensor
+    sums: TreeSums
     upper: torch.Tensor
     strict: torch.Tensor
     is_pri: torch.Tensor
@@ -91,9 +79,6 @@ class Topology(NamedTuple):
     G: torch.Tensor
     level_inv: torch.Tensor
     has_pri: bool
-    act_levels: tuple
-    act_parent: tuple
-    act_inv: torch.Tensor | None
 
 
 def topology(model: RobotModel) -> Topology:
@@ -104,20 +89,11 @@ def topology(model: RobotModel) -> Topology:
 
 
 def _build_topology(model: RobotModel) -> Topology:
-    nb, nj = model.num_bodies, model.num_joints
+    nm, nj = model.num_bodies - 1, model.num_joints
     dtype, device = model.dtype, model.device
-    parent = model.parent.tolist()
     o = 0 if model.floating_base else 1
-    na, nm = nb - o, nb - 1
-    anc_full = [[0.0] * nb for _ in range(nb)]
-    for b in range(nb):
-        d = b
-        while d >= 0:
-            anc_full[b][d] = 1.0
-            d = parent[d]
-    anc = torch.tensor([row[o:] for row in anc_full[o:]], dtype=dtype, device=device).reshape(na, na)
-    moving = torch.tensor([row[1:] for row in anc_full[1:]], dtype=dtype, device=device).reshape(nm, nm)
-    upper = moving.T.contiguous()  # upper[j, i] = 1 when j is i or an ancestor of i
+    anc = tree_schedule(model).anc
+    upper = anc[1:, 1:].T.contiguous()  # upper[j, i] = 1 when j is i or an ancestor of i
     strict = upper - torch.eye(nm, dtype=dtype, device=device)
     is_pri = model.joint_is_prismatic[1:, None].clone()
     coord_list = model.joint_coordinate[1:].tolist()
@@ -126,26 +102,11 @@ def _build_topology(model: RobotModel) -> Topology:
     G = torch.zeros(nm, nj, dtype=dtype, device=device)
     for b, (c, m) in enumerate(zip(coord_list, mult_list)):
         G[b, c] = m
-    act_levels, act_parent, order = [], [], []
-    for d, lv in enumerate(model.levels):
-        if d < o:
-            continue
-        idx = [b - o for b in lv.tolist()]
-        order += idx
-        contiguous = idx == list(range(idx[0], idx[0] + len(idx)))
-        act_levels.append(slice(idx[0], idx[-1] + 1) if contiguous else torch.tensor(idx, device=device))
-        act_parent.append(None if d == o else model.level_parent[d])
-    act_inv = None
-    if order != list(range(na)):
-        inv = [0] * na
-        for pos, b in enumerate(order):
-            inv[b] = pos
-        act_inv = torch.tensor(inv, dtype=torch.long, device=device)
     return Topology(
         o=o,
-        na=na,
+        na=model.num_bodies - o,
         nm=nm,
-        anc=anc,
+        sums=tree_sums(model, o, level_order=False),
         upper=upper,
         strict=strict,
         is_pri=is_pri,
@@ -157,112 +118,10 @@ def _build_topology(model: RobotModel) -> Topology:
         # Level 0 is the root alone, so levels 1.. start at position 1.
         level_inv=model.level_inverse[1:] - 1,
         has_pri=bool(model.joint_is_prismatic[1:].any()),
-        act_levels=tuple(act_levels),
-        act_parent=tuple(act_parent),
-        act_inv=act_inv,
     )
 
 
 # ---------------------------------------------------------------------- spatial algebra
-
-
-def cross_motion(v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """Motion cross product ``v x m`` of ``[linear; angular]`` 6-vectors.
-
-    ``[w x u + v x n; w x n]`` for ``v = [v; w]``, ``m = [u; n]``.
-    """
-    vl, va = v[..., :3], v[..., 3:]
-    ml, ma = m[..., :3], m[..., 3:]
-    return torch.cat([torch.linalg.cross(va, ml) + torch.linalg.cross(vl, ma), torch.linalg.cross(va, ma)], -1)
-
-
-def cross_force(v: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """Force cross product ``v x* f``: ``[w x f; w x n + v x f]`` for ``f = [f; n]``."""
-    vl, va = v[..., :3], v[..., 3:]
-    fl, fa = f[..., :3], f[..., 3:]
-    return torch.cat([torch.linalg.cross(va, fl), torch.linalg.cross(va, fa) + torch.linalg.cross(vl, fl)], -1)
-
-
-def apply_inertia(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Spatial inertia times a motion vector, both at the world origin.
-
-    With mass ``m``, first moment ``h = m c`` and rotational inertia ``I``
-    about the origin: ``[m v + w x h; I w + h x v]``.
-
-    Args:
-        m: ``(..., k)``. h: ``(..., k, 3)``. I: ``(..., k, 3, 3)``.
-        v: ``(..., k, 6)``.
-
-    Returns:
-        ``(..., k, 6)`` wrenches at the world origin.
-    """
-    vl, va = v[..., :3], v[..., 3:]
-    fl = m[..., None] * vl + torch.linalg.cross(va, h.expand_as(va))
-    fa = (I @ va[..., None])[..., 0] + torch.linalg.cross(h.expand_as(vl), vl)
-    return torch.cat([fl, fa], -1)
-
-
-def apply_inertia_columns(m: torch.Tensor, h: torch.Tensor, I: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """:func:`apply_inertia` to ``j`` motion vectors per body at once.
-
-    Args:
-        m: ``(..., k)``. h: ``(..., k, 3)``. I: ``(..., k, 3, 3)``.
-        X: ``(..., k, j, 6)``.
-
-    Returns:
-        ``(..., k, j, 6)``.
-    """
-    xl, xa = X[..., :3], X[..., 3:]
-    hh = h[..., None, :].expand_as(xl)
-    fl = m[..., None, None] * xl + torch.linalg.cross(xa, hh)
-    fa = xa @ I.transpose(-1, -2) + torch.linalg.cross(hh, xl)
-    return torch.cat([fl, fa], -1)
-
-
-#: Below this many batch entries the tree sums are one product with the
-#: ancestor matrix (fewest operations); above it, one step per depth level
-#: (least arithmetic: the product costs ``na`` times more flops than an add).
-TREE_MATMUL_MAX_BATCH = 64
-
-
-def take(x: torch.Tensor, idx, dim: int) -> torch.Tensor:
-    """``x`` at positions ``idx`` (a slice or a long tensor) along ``dim``.
-
-    ``index_select`` rather than advanced indexing: several times faster on
-    the CPU, and its backward is an ``index_add`` instead of an ``index_put``.
-    """
-    if isinstance(idx, slice):
-        return x.narrow(dim, idx.start, idx.stop - idx.start)
-    return x.index_select(dim, idx)
-
-
-def _level_parts(topo: Topology, x: torch.Tensor) -> list:
-    return [take(x, lv, -2) for lv in topo.act_levels]
-
-
-def _from_levels(topo: Topology, parts: list) -> torch.Tensor:
-    out = torch.cat(parts, -2) if len(parts) > 1 else parts[0]
-    return out if topo.act_inv is None else out.index_select(-2, topo.act_inv)
-
-
-def tree_down(topo: Topology, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's ancestors (itself included): ``(..., na, k)``."""
-    if x.shape[:-2].numel() <= TREE_MATMUL_MAX_BATCH or x.shape[-2] == 0:
-        return torch.matmul(topo.anc, x)
-    parts = _level_parts(topo, x)
-    for i in range(1, len(parts)):
-        parts[i] = parts[i] + parts[i - 1].index_select(-2, topo.act_parent[i])
-    return _from_levels(topo, parts)
-
-
-def tree_up(topo: Topology, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's subtree (itself included): ``(..., na, k)``."""
-    if x.shape[:-2].numel() <= TREE_MATMUL_MAX_BATCH or x.shape[-2] == 0:
-        return torch.matmul(topo.anc.T, x)
-    parts = _level_parts(topo, x)
-    for i in range(len(parts) - 1, 0, -1):
-        parts[i - 1] = parts[i - 1].index_add(-2, topo.act_parent[i], parts[i])
-    return _from_levels(topo, parts)
 
 
 def base_motion_to_world(R0: torch.Tensor, p0: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -353,7 +212,7 @@ class Kinematics(NamedTuple):
 
 def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: bool = True) -> Kinematics:
     """Body poses, joint motion subspaces and world inertias at ``q``."""
-    R, p = body_transforms(model, q)
+    R, p = body_transforms_reference(model, q)
     o = topo.o
     axis_w = (R[..., 1:, :, :] @ model.joint_axis[1:, :, None])[..., 0]
     p_m = p[..., 1:, :]
@@ -365,9 +224,6 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
         S = torch.cat([torch.linalg.cross(p_m, axis_w), axis_w], -1)
     Ra, pa = R[..., o:, :, :], p[..., o:, :]
     m = model.body_mass[o:]
-    if inertia and Ra.shape[-3] and Ra.shape[:-3].numel() > TREE_MATMUL_MAX_BATCH:
-        c, h, I = _world_inertia_wide(Ra, pa, m, model.body_com[o:], model.body_inertia[o:])
-        return Kinematics(R, p, S, m, h, I, c)
     c = (Ra @ model.body_com[o:, :, None])[..., 0] + pa
     if not inertia:
         return Kinematics(R, p, S, m, m[:, None] * c, None, c)
@@ -379,38 +235,6 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
     eye = torch.eye(3, dtype=q.dtype, device=q.device)
     I = Ic + trace * eye - cc
     return Kinematics(R, p, S, m, h, I, c)
-
-
-def _world_inertia_wide(Ra, pa, m, com, Ib):
-    """Centres of mass, first moments and rotational inertias about the world
-    origin, ``R Ib R^T + m (|c|^2 1 - c c^T)``, for large batches.
-
-    Computed component by component on ``(3, 3, k, N)`` arrays with the batch
-    innermost: each step is one elementwise operation over the whole batch,
-    where a batched 3x3 ``matmul`` spends most of its time per tiny matrix.
-    Sums accumulate in place into fresh buffers (fewer large allocations).
-    """
-    batch, k = Ra.shape[:-3], Ra.shape[-3]
-    Rt = Ra.reshape(-1, k, 3, 3).permute(2, 3, 1, 0).contiguous()  # [i, l, body, sample]
-    pt = pa.reshape(-1, k, 3).permute(2, 1, 0)  # (3, k, N)
-    comt = com.T[:, :, None]  # (3, k, 1)
-    ct = Rt[:, 0] * comt[0]
-    ct.addcmul_(Rt[:, 1], comt[1]).addcmul_(Rt[:, 2], comt[2]).add_(pt)
-    ht = m[:, None] * ct
-    Ibt = Ib.permute(1, 2, 0)[:, :, :, None]  # [l, j, body, 1]
-    # Y = R Ib, Y[i, j] = sum_l R[i, l] Ib[l, j]; then I = Y R^T.
-    Y = Rt[:, 0, None] * Ibt[0]
-    Y.addcmul_(Rt[:, 1, None], Ibt[1]).addcmul_(Rt[:, 2, None], Ibt[2])
-    I = Y[:, None, 0] * Rt[None, :, 0]
-    I.addcmul_(Y[:, None, 1], Rt[None, :, 1]).addcmul_(Y[:, None, 2], Rt[None, :, 2])
-    I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
-    d = (ct * ht).sum(0)
-    for i in range(3):
-        I[i, i] += d
-    I = I.permute(3, 2, 0, 1).reshape(*batch, k, 3, 3)
-    c = ct.permute(2, 1, 0).reshape(*batch, k, 3)
-    h = ht.permute(2, 1, 0).reshape(*batch, k, 3)
-    return c, h, I
 
 
 # ---------------------------------------------------------------------- inputs

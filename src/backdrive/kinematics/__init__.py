@@ -3,7 +3,14 @@
 from ..spatial import pose_error
 from ._chain import SerialChainKinematics
 from ..runtime import finite_checked
-from ._fk import body_transforms, forward_kinematics, frame_jacobian, frame_transforms, joint_values
+from ._fk import (
+    body_transforms,
+    forward_kinematics,
+    frame_jacobian,
+    frame_transforms,
+    joint_values,
+)
+from ._paths import use_path
 from ._ik import (
     ConfigError,
     DifferentiableIKCfg,
@@ -33,4 +40,5 @@ __all__ = [
     "solve_dls_ik",
     "dls_step",
     "default_seed",
+    "use_path",
 ]

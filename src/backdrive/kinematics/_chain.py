@@ -30,17 +30,10 @@ from .._errors import InputError
 from ..model import JointType, RobotModel
 from ..model._model import check_device, dtype_mismatch
 from ..runtime import finite_checked
+from ._kernels import cross, skew
+from ._paths import choose
 
 __all__ = ["SerialChainKinematics"]
-
-# Batch sizes up to this many samples use the pairwise 4x4 reduction for
-# pose-only FK (fewer, larger dispatches); beyond it the GEMM path wins.
-_SMALL_BATCH = 64
-
-
-def _skew_np(a: np.ndarray) -> np.ndarray:
-    return np.array([[0.0, -a[2], a[1]], [a[2], 0.0, -a[0]], [-a[1], a[0], 0.0]])
-
 
 def _inv_np(T: np.ndarray) -> np.ndarray:
     out = np.eye(4)
@@ -254,11 +247,13 @@ class SerialChainKinematics:
             return self._fk_single(qpos, tcp)
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
-        if q.shape[0] <= _SMALL_BATCH:
+        # Small batches: the pairwise 4x4 reduction (fewer, larger dispatches);
+        # from FAST_MIN_BATCH["serial_chain"] the batch-last pass wins.
+        if not choose("serial_chain", q.shape[0]):
             T = self._fk_tree(q, tcp)
         else:
-            RT, p, _ = self.soa_pass(q.T.contiguous(), tcp, with_jacobian=False)
-            T = soa_to_homogeneous(RT, p)
+            RT, p, _ = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=False)
+            T = fast_to_homogeneous(RT, p)
         return T.reshape(*batch, 4, 4)
 
     @finite_checked(name="SerialChainKinematics.evaluate")
@@ -287,8 +282,8 @@ class SerialChainKinematics:
         self._check_tcp(tcp)
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
-        RT, p, J = self.soa_pass(q.T.contiguous(), tcp, with_jacobian=True)
-        T = soa_to_homogeneous(RT, p).reshape(*batch, 4, 4)
+        RT, p, J = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=True)
+        T = fast_to_homogeneous(RT, p).reshape(*batch, 4, 4)
         return T, J.permute(2, 0, 1).reshape(*batch, 6, self.dof)
 
     @finite_checked(name="SerialChainKinematics.jacobian")
@@ -348,8 +343,8 @@ class SerialChainKinematics:
             mats = torch.cat([prod, mats[:, even:]], dim=1) if k % 2 else prod
         return mats[:, 0]
 
-    def soa_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
-        """Serial FK (and Jacobian) in a batch-last layout; see :meth:`soa_plain`.
+    def fast_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
+        """Serial FK (and Jacobian) in a batch-last layout; see :meth:`fast_plain`.
 
         When a gradient is needed for a pass with the Jacobian, a revolute-only
         chain uses :class:`_JacobianPass`, whose backward is the closed-form
@@ -364,9 +359,9 @@ class SerialChainKinematics:
             and (tcp is None or not tcp.requires_grad)
         ):
             return _JacobianPass.apply(qT, self, tcp)
-        return self.soa_plain(qT, tcp, with_jacobian=with_jacobian)
+        return self.fast_plain(qT, tcp, with_jacobian=with_jacobian)
 
-    def soa_plain(
+    def fast_plain(
         self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool, internals: bool = False
     ):
         """Serial FK (and Jacobian) in a batch-last ("structure of arrays") layout.
@@ -442,13 +437,6 @@ class SerialChainKinematics:
         return RT_tool, p_tool, J
 
 
-def _cross_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a x b`` over dim 1 of ``(n, 3, M)`` tensors, by components."""
-    a0, a1, a2 = a.unbind(1)
-    b0, b1, b2 = b.unbind(1)
-    return torch.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], dim=1)
-
-
 class _JacobianPass(torch.autograd.Function):
     """Tool pose and Jacobian of a revolute chain with a closed-form backward.
 
@@ -465,13 +453,13 @@ class _JacobianPass(torch.autograd.Function):
 
     one prefix and one suffix sum over the joints; mimic coupling maps body
     angles to coordinates. A double backward (``create_graph``) falls back to
-    differentiating :meth:`SerialChainKinematics.soa_plain` with autograd.
+    differentiating :meth:`SerialChainKinematics.fast_plain` with autograd.
     Checked against it by ``gradcheck`` in the tests.
     """
 
     @staticmethod
     def forward(ctx, qT, chain, tcp):
-        RT, p, J, Z, V = chain.soa_plain(qT, tcp, with_jacobian=True, internals=True)
+        RT, p, J, Z, V = chain.fast_plain(qT, tcp, with_jacobian=True, internals=True)
         ctx.chain = chain
         ctx.tcp = tcp
         ctx.save_for_backward(qT, RT, Z, V)
@@ -483,7 +471,7 @@ class _JacobianPass(torch.autograd.Function):
         chain = ctx.chain
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
             with torch.enable_grad():
-                outs = chain.soa_plain(qT, ctx.tcp, with_jacobian=True)
+                outs = chain.fast_plain(qT, ctx.tcp, with_jacobian=True)
             (g,) = torch.autograd.grad(outs, qT, (g_RT, g_p, g_J), create_graph=True)
             return g, None, None
         if not chain._identity_coupling:
@@ -493,8 +481,8 @@ class _JacobianPass(torch.autograd.Function):
         # X = G_R R^T with G_R[r, c] = g_RT[c, r] and R[k, c] = RT[c, k].
         X = (g_RT[:, :, None, :] * RT[:, None, :, :]).sum(0)  # (3 r, 3 k, M)
         a = torch.stack([X[2, 1] - X[1, 2], X[0, 2] - X[2, 0], X[1, 0] - X[0, 1]], dim=0)
-        terms = (_cross_rows(V, g_V) + _cross_rows(Z, g_Z)).unbind(0)  # n x (3, M)
-        pre_terms = _cross_rows(g_V, Z).unbind(0)
+        terms = (cross(V, g_V, 1) + cross(Z, g_Z, 1)).unbind(0)  # n x (3, M)
+        pre_terms = cross(g_V, Z, 1).unbind(0)
         n = len(terms)
         # Suffix sums (i > j) and prefix sums (i <= j) over the joints as row
         # additions (cumsum over a leading axis is several times slower).
@@ -510,7 +498,7 @@ class _JacobianPass(torch.autograd.Function):
         return g_theta, None, None
 
 
-def soa_to_homogeneous(RT: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+def fast_to_homogeneous(RT: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """``(M, 4, 4)`` poses from a transposed batch-last rotation ``RT (3, 3, M)``
     and position ``p (3, M)``."""
     M = p.shape[1]
@@ -580,7 +568,7 @@ def _build_master(model: RobotModel, f_root: int, f_end: int) -> dict:
             P = _inv_np(F_root) @ P
         a = axis_all[b]
         axes[i] = a
-        K = _skew_np(a)
+        K = skew(torch.from_numpy(np.asarray(a, dtype=np.float64))).numpy()
         Rp, pp = P[:3, :3], P[:3, 3]
         blocks[i, :, 0:3] = Rp
         blocks[i, :, 3:6] = Rp @ K

@@ -9,11 +9,13 @@ builds on it. Poses are kept as rotation ``(..., 3, 3)`` plus translation
 from __future__ import annotations
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from .._errors import InputError
 from ..model import RobotModel, geometry_constants
 from ..spatial import quat_to_matrix
+from ._kernels import skew
+from ._paths import choose, transforms_active, untracked
+from ._schedule import tree_schedule
 
 __all__ = [
     "joint_values",
@@ -26,27 +28,6 @@ __all__ = [
     "to_homogeneous",
     "resolve_frame",
 ]
-
-
-def _skew_const(a: torch.Tensor) -> torch.Tensor:
-    z = torch.zeros_like(a[..., 0])
-    return torch.stack(
-        [
-            torch.stack([z, -a[..., 2], a[..., 1]], -1),
-            torch.stack([a[..., 2], z, -a[..., 0]], -1),
-            torch.stack([-a[..., 1], a[..., 0], z], -1),
-        ],
-        -2,
-    )
-
-
-
-
-def _slice_or_index(idx: list, device) -> slice | torch.Tensor:
-    """A contiguous run of positions as a ``slice`` (a view), else a long tensor."""
-    if idx == list(range(idx[0], idx[0] + len(idx))):
-        return slice(idx[0], idx[0] + len(idx))
-    return torch.tensor(idx, dtype=torch.long, device=device)
 
 
 def _take(x: torch.Tensor, idx, dim: int) -> torch.Tensor:
@@ -64,35 +45,19 @@ def _cache(model: RobotModel) -> dict:
 
 
 def _build_cache(model: RobotModel) -> dict:
-    nb = model.num_bodies
     pl = model.joint_placement[1:].clone()
     Rpl, ppl = pl[:, :3, :3].contiguous(), pl[:, :3, 3].contiguous()
     axis = model.joint_axis[1:].clone()
-    K = _skew_const(axis)
+    K = skew(axis)
     is_pri = model.joint_is_prismatic[1:].clone()
-    # Per depth level d > 0: the level's positions in the body order (a slice
-    # when contiguous) and its parents' positions in level d - 1 (``None``
-    # when level d - 1 is one body: broadcast instead of gathering).
-    steps = []
-    for d in range(1, len(model.levels)):
-        idx = model.levels[d].tolist()
-        par = model.level_parent[d].tolist()
-        prev = len(model.levels[d - 1])
-        steps.append(
-            (
-                _slice_or_index(idx, model.device),
-                None if prev == 1 else _slice_or_index(par, model.device),
-            )
-        )
+    sched = tree_schedule(model)
+    steps = tuple(zip(sched.body_levels, sched.level_parents))
     A, B = Rpl @ K, Rpl @ (K @ K)
     Raxis = (Rpl @ axis[:, :, None])[..., 0]
-    # The batch-last path computes the moving bodies in level order (levels
-    # 1, 2, ... concatenated), so that each level's children are one slice.
-    order = torch.cat(list(model.levels)).tolist()
-    mperm = torch.tensor([b - 1 for b in order[1:]], dtype=torch.long, device=model.device)
-    level_order = order != list(range(nb))
-    sizes = [len(lv) for lv in model.levels[1:]]
-    bounds = [sum(sizes[:d]) for d in range(len(sizes) + 1)]
+    # The fast path computes the moving bodies in level order (levels 1, 2,
+    # ... concatenated), so that each level's children are one slice.
+    mperm = torch.tensor([b - 1 for b in sched.order[1:]], dtype=torch.long, device=model.device)
+    level_order = not sched.sorted
 
     def lo(x):  # (..., nb - 1, 1) constant in level order, contiguous
         return (x.index_select(-2, mperm) if level_order else x).contiguous()
@@ -101,8 +66,8 @@ def _build_cache(model: RobotModel) -> dict:
     ppl_t, Raxis_t = ppl.T[..., None], Raxis.T[..., None]
     return {
         "level_perm": mperm if level_order else None,
-        "level_slices": tuple(slice(bounds[d], bounds[d + 1]) for d in range(len(sizes))),
-        "level_parents": tuple(step[1] for step in steps),
+        "level_slices": tuple(slice(sl.start - 1, sl.stop - 1) for sl in sched.level_slices[1:]),
+        "level_parents": sched.level_parents,
         "Rpl_L": lo(Rpl_t),
         "A_L": lo(A_t),
         "B_L": lo(B_t),
@@ -112,14 +77,14 @@ def _build_cache(model: RobotModel) -> dict:
         "is_pri_L": lo(is_pri[:, None]),
         "Rpl": Rpl,
         "ppl": ppl,
-        "A": Rpl @ K,
-        "B": Rpl @ (K @ K),
-        "Raxis": (Rpl @ axis[:, :, None])[..., 0],
+        "A": A,
+        "B": B,
+        "Raxis": Raxis,
         "is_pri": is_pri,
         "is_rev": 1.0 - is_pri,
         "has_pri": bool(is_pri.any()),
         "eye": torch.eye(3, dtype=model.dtype, device=model.device),
-        "steps": tuple(steps),
+        "steps": steps,
         "identity_coupling": model.joint_coordinate[1:].tolist() == list(range(model.num_bodies - 1))
         and bool((model.joint_offset[1:] == 0).all())
         and bool((model.joint_multiplier[1:] == 1).all()),
@@ -178,7 +143,11 @@ def local_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, 
 def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """World-from-body poses of every body (``body_names`` order).
 
-    One batched compose per depth level of the tree.
+    The branch point of forward kinematics (:func:`~backdrive.kinematics._paths.choose`):
+    the reference path (:func:`body_transforms_reference`) or the fast path
+    (:func:`body_transforms_fast`, its result moved back to batch-first).
+    :func:`frame_transforms`, :func:`forward_kinematics` and
+    :func:`frame_jacobian` start here.
 
     Args:
         q: ``(..., nq)`` configuration (checked against the model).
@@ -187,8 +156,19 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
         ``R (..., nb, 3, 3)``, ``p (..., nb, 3)``.
     """
     model.check_q(q)
-    if q.shape[:-1].numel() > _WIDE_MIN_BATCH and model.num_bodies > 1:
-        return _body_transforms_wide(model, q)
+    batch = q.shape[:-1]
+    if not choose("kinematics", batch.numel(), model.num_bodies > 1):
+        return body_transforms_reference(model, q)
+    nb = model.num_bodies
+    R, p = body_transforms_fast(model, q.reshape(-1, q.shape[-1]))
+    R = R.permute(3, 2, 0, 1).reshape(*batch, nb, 3, 3).contiguous()
+    p = p.permute(2, 1, 0).reshape(*batch, nb, 3).contiguous()
+    return R, p
+
+
+def body_transforms_reference(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`body_transforms` on the reference path: batch-first, one batched
+    compose per depth level of the tree, plain autograd (``q`` not checked)."""
     Rl, pl = local_transforms(model, q)
     steps = _cache(model)["steps"]
     Rs, ps = [Rl[..., :1, :, :]], [pl[..., :1, :]]
@@ -206,67 +186,33 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
     return R.index_select(-3, inv), p.index_select(-2, inv)
 
 
-#: Above this many batch entries :func:`body_transforms` works component by
-#: component with the batch innermost (few large elementwise operations instead
-#: of batched 3x3 products, whose cost is per tiny matrix).
-_WIDE_MIN_BATCH = 64
-
-
-def _body_transforms_wide(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`body_transforms` on ``(3, 3, k, N)`` / ``(3, k, N)`` arrays."""
-    batch = q.shape[:-1]
-    nb = model.num_bodies
-    R, p = body_transforms_t(model, q.reshape(-1, q.shape[-1]))
-    R = R.permute(3, 2, 0, 1).reshape(*batch, nb, 3, 3).contiguous()
-    p = p.permute(2, 1, 0).reshape(*batch, nb, 3).contiguous()
-    return R, p
-
-
-def body_transforms_t(
+def body_transforms_fast(
     model: RobotModel, qf: torch.Tensor, level_order: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """World-from-body poses with the batch last: ``R (3, 3, nb, N)``, ``p (3, nb, N)``.
+    """World-from-body poses on the fast path: ``R (3, 3, nb, N)``, ``p (3, nb, N)``.
 
-    ``qf`` is ``(N, nq)`` (not checked). The layout of the large-batch paths
-    of kinematics and dynamics: each 3x3 product is a few elementwise
-    operations over the whole batch. With ``level_order`` the bodies come in
-    the order of ``torch.cat(model.levels)`` (the traversal's own order,
-    which saves a reordering gather when the levels are not sorted).
+    ``qf`` is ``(N, nq)`` (not checked). Each 3x3 product is a few
+    elementwise operations over the whole batch. With ``level_order`` the
+    bodies come in the order of ``torch.cat(model.levels)`` (the traversal's
+    own order, which saves a reordering gather when the levels are not sorted).
 
-    Under autograd the backward is written out (:class:`_BodyTransformsT`):
+    Under autograd the backward is written out (:class:`_BodyTransformsFast`):
     one pass from the leaves to the root, instead of autograd's ~20 nodes per
     level (each component product with its broadcast reductions).
     """
     if torch.is_grad_enabled() and qf.requires_grad and model.num_bodies > 1 and not transforms_active():
-        return _BodyTransformsT.apply(model, qf, level_order)
-    return _fk_t(model, qf, level_order)[:2]
+        return _BodyTransformsFast.apply(model, qf, level_order)
+    return _fk_fast(model, qf, level_order)[:2]
 
 
-def untracked() -> bool:
-    """Whether nothing records the current operations: grad mode off and no
-    ``torch.func`` transform or forward-mode AD active. The ``out=`` and
-    in-place kernels of the large-batch paths are used only then."""
-    return not (torch.is_grad_enabled() or transforms_active())
-
-
-def transforms_active() -> bool:
-    """Whether a ``torch.func`` transform or forward-mode AD is active.
-
-    The hand-written backward passes (custom ``autograd.Function``) and the
-    ``out=`` kernels of the no-gradient paths do not take part in those; the
-    callers then use their plain-autograd code.
-    """
-    return torch._C._functorch.peek_interpreter_stack() is not None or fwAD._current_level >= 0
-
-
-class _BodyTransformsT(torch.autograd.Function):
-    """:func:`body_transforms_t` with a hand-written backward (reverse pass
+class _BodyTransformsFast(torch.autograd.Function):
+    """:func:`body_transforms_fast` with a hand-written backward (reverse pass
     over the levels: ``R_c = R_p R_l(theta)``, ``p_c = R_p p_l(theta) + p_p``)."""
 
     @staticmethod
     def forward(ctx, model, qf, level_order):
         with torch.no_grad():
-            R, p, Rl, pl, s, cs = _fk_t(model, qf, level_order, keep=True)
+            R, p, Rl, pl, s, cs = _fk_fast(model, qf, level_order, keep=True)
         ctx.model, ctx.level_order = model, level_order
         ctx.save_for_backward(qf, R, p, Rl, pl, s, cs)
         return R, p
@@ -277,7 +223,7 @@ class _BodyTransformsT(torch.autograd.Function):
         model = ctx.model
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
             with torch.enable_grad():
-                outs = _fk_t(model, qf, ctx.level_order)[:2]
+                outs = _fk_fast(model, qf, ctx.level_order)[:2]
                 (g,) = torch.autograd.grad(
                     [o for o, go in zip(outs, (gR, gp)) if go is not None],
                     qf,
@@ -285,88 +231,87 @@ class _BodyTransformsT(torch.autograd.Function):
                     create_graph=True,
                 )
             return None, g, None
-        return None, fk_vjp_t(model, qf, (R, p, Rl, pl, s, cs), gR, gp, ctx.level_order), None
+        return None, fk_vjp_fast(model, qf, (R, p, Rl, pl, s, cs), gR, gp, ctx.level_order), None
 
 
-def fk_vjp_t(model: RobotModel, qf, saved, gR, gp, level_order: bool) -> torch.Tensor:
+def fk_vjp_fast(model: RobotModel, qf, saved, gR, gp, level_order: bool) -> torch.Tensor:
     """The gradient ``(N, nq)`` with respect to ``qf`` of ``<gR, R> + <gp, p>``
-    for the poses of :func:`body_transforms_t` (``saved`` from ``_fk_t(...,
+    for the poses of :func:`body_transforms_fast` (``saved`` from ``_fk_fast(...,
     keep=True)``; ``gR`` or ``gp`` may be ``None``). No autograd."""
     R, p, Rl, pl, s, cs = saved
-    if True:
-        c = _cache(model)
-        nb = model.num_bodies
-        N = qf.shape[0]
-        if not level_order and not model.levels_sorted:
-            # Outputs were reordered to body order; work in level order.
-            order = torch.cat(list(model.levels))
-            R, p = R.index_select(-2, order), p.index_select(-2, order)
-            gR = None if gR is None else gR.index_select(-2, order)
-            gp = None if gp is None else gp.index_select(-2, order)
-        gR = R.new_zeros(3, 3, nb, N) if gR is None else gR.clone()
-        gp = p.new_zeros(3, nb, N) if gp is None else gp.clone()
-        gRl = torch.empty_like(Rl)
-        gpl = torch.empty_like(pl) if c["has_pri"] else None
-        bounds = [0] + [sl.stop for sl in c["level_slices"]]
-        for d in range(len(c["level_slices"]) - 1, -1, -1):
-            sl, par = c["level_slices"][d], c["level_parents"][d]
-            cl = slice(sl.start + 1, sl.stop + 1)  # the level's positions among all bodies
-            prev = slice(bounds[d - 1] + 1 if d else 0, bounds[d] + 1)  # the previous level
-            Rp, pp_g, Rp_g = R[:, :, prev], gp[:, prev], gR[:, :, prev]
-            if par is not None:
-                Rp = _take(Rp, par, -2)
-            Rc, pc = Rl[:, :, sl], pl[:, sl]
-            gRc, gpc = gR[:, :, cl], gp[:, cl]
-            # Local grads: gRl = Rp^T gRc, gpl = Rp^T gpc.
-            a0, a1, a2 = Rp.unbind(0)  # rows of Rp: a_i[l] = Rp[i, l]
-            g0, g1, g2 = gRc.unbind(0)
-            out = gRl[:, :, sl]
-            torch.mul(a0[:, None], g0[None], out=out).addcmul_(a1[:, None], g1[None]).addcmul_(a2[:, None], g2[None])
-            q0, q1, q2 = gpc.unbind(0)
-            if gpl is not None:
-                torch.mul(a0, q0, out=gpl[:, sl]).addcmul_(a1, q1).addcmul_(a2, q2)
-            # Parent grads: gRp = gRc Rc^T + gpc pc^T, gpp = gpc.
-            r0, r1, r2 = Rc.unbind(1)  # columns of Rc: r_j[l] = Rc[l, j]
-            h0, h1, h2 = gRc.unbind(1)
-            gRp = h0[:, None] * r0[None]
-            gRp.addcmul_(h1[:, None], r1[None]).addcmul_(h2[:, None], r2[None]).addcmul_(gpc[:, None], pc[None])
-            if par is None:
-                Rp_g += gRp.sum(-2, keepdim=True) if gRp.shape[-2] > 1 else gRp
-                pp_g += gpc.sum(-2, keepdim=True) if gpc.shape[-2] > 1 else gpc
-            elif isinstance(par, slice):
-                Rp_g[:, :, par] += gRp
-                pp_g[:, par] += gpc
-            else:
-                Rp_g.index_add_(-2, par, gRp)
-                pp_g.index_add_(-2, par, gpc)
-        # d Rl / d angle = cos A + sin B; d pl / d theta = Raxis (prismatic).
-        gang = (gRl * c["A_L"]).sum((0, 1)).mul_(cs)
-        gang.addcmul_((gRl * c["B_L"]).sum((0, 1)), s)
-        if c["has_pri"]:
-            gtheta = gang * c["is_rev_L"] + (gpl * c["Raxis_L"]).sum(0) * c["is_pri_L"]
+    c = _cache(model)
+    nb = model.num_bodies
+    N = qf.shape[0]
+    if not level_order and not model.levels_sorted:
+        # Outputs were reordered to body order; work in level order.
+        order = torch.cat(list(model.levels))
+        R, p = R.index_select(-2, order), p.index_select(-2, order)
+        gR = None if gR is None else gR.index_select(-2, order)
+        gp = None if gp is None else gp.index_select(-2, order)
+    gR = R.new_zeros(3, 3, nb, N) if gR is None else gR.clone()
+    gp = p.new_zeros(3, nb, N) if gp is None else gp.clone()
+    gRl = torch.empty_like(Rl)
+    gpl = torch.empty_like(pl) if c["has_pri"] else None
+    bounds = [0] + [sl.stop for sl in c["level_slices"]]
+    for d in range(len(c["level_slices"]) - 1, -1, -1):
+        sl, par = c["level_slices"][d], c["level_parents"][d]
+        cl = slice(sl.start + 1, sl.stop + 1)  # the level's positions among all bodies
+        prev = slice(bounds[d - 1] + 1 if d else 0, bounds[d] + 1)  # the previous level
+        Rp, pp_g, Rp_g = R[:, :, prev], gp[:, prev], gR[:, :, prev]
+        if par is not None:
+            Rp = _take(Rp, par, -2)
+        Rc, pc = Rl[:, :, sl], pl[:, sl]
+        gRc, gpc = gR[:, :, cl], gp[:, cl]
+        # Local grads: gRl = Rp^T gRc, gpl = Rp^T gpc.
+        a0, a1, a2 = Rp.unbind(0)  # rows of Rp: a_i[l] = Rp[i, l]
+        g0, g1, g2 = gRc.unbind(0)
+        out = gRl[:, :, sl]
+        torch.mul(a0[:, None], g0[None], out=out).addcmul_(a1[:, None], g1[None]).addcmul_(a2[:, None], g2[None])
+        q0, q1, q2 = gpc.unbind(0)
+        if gpl is not None:
+            torch.mul(a0, q0, out=gpl[:, sl]).addcmul_(a1, q1).addcmul_(a2, q2)
+        # Parent grads: gRp = gRc Rc^T + gpc pc^T, gpp = gpc.
+        r0, r1, r2 = Rc.unbind(1)  # columns of Rc: r_j[l] = Rc[l, j]
+        h0, h1, h2 = gRc.unbind(1)
+        gRp = h0[:, None] * r0[None]
+        gRp.addcmul_(h1[:, None], r1[None]).addcmul_(h2[:, None], r2[None]).addcmul_(gpc[:, None], pc[None])
+        if par is None:
+            Rp_g += gRp.sum(-2, keepdim=True) if gRp.shape[-2] > 1 else gRp
+            pp_g += gpc.sum(-2, keepdim=True) if gpc.shape[-2] > 1 else gpc
+        elif isinstance(par, slice):
+            Rp_g[:, :, par] += gRp
+            pp_g[:, par] += gpc
         else:
-            gtheta = gang
-        if c["level_perm"] is not None:
-            gtheta = torch.zeros_like(gtheta).index_copy_(0, c["level_perm"], gtheta)
-        gq = torch.zeros_like(qf)
-        fb = model.floating_base
-        if c["identity_coupling"]:
-            gq[:, 7 if fb else 0 :] = gtheta.T
-        else:
-            gj = gtheta.T * model.joint_multiplier[1:]
-            gq[:, 7 if fb else 0 :].index_add_(1, model.joint_coordinate[1:], gj)
-        if fb:
-            gq[:, 0:3] = gp[:, 0].T
-            with torch.enable_grad():
-                quat = qf[:, 3:7].detach().requires_grad_(True)
-                R0 = quat_to_matrix(quat).permute(1, 2, 0)
-                (gquat,) = torch.autograd.grad(R0, quat, gR[:, :, 0])
-            gq[:, 3:7] = gquat
-        return gq
+            Rp_g.index_add_(-2, par, gRp)
+            pp_g.index_add_(-2, par, gpc)
+    # d Rl / d angle = cos A + sin B; d pl / d theta = Raxis (prismatic).
+    gang = (gRl * c["A_L"]).sum((0, 1)).mul_(cs)
+    gang.addcmul_((gRl * c["B_L"]).sum((0, 1)), s)
+    if c["has_pri"]:
+        gtheta = gang * c["is_rev_L"] + (gpl * c["Raxis_L"]).sum(0) * c["is_pri_L"]
+    else:
+        gtheta = gang
+    if c["level_perm"] is not None:
+        gtheta = torch.zeros_like(gtheta).index_copy_(0, c["level_perm"], gtheta)
+    gq = torch.zeros_like(qf)
+    fb = model.floating_base
+    if c["identity_coupling"]:
+        gq[:, 7 if fb else 0 :] = gtheta.T
+    else:
+        gj = gtheta.T * model.joint_multiplier[1:]
+        gq[:, 7 if fb else 0 :].index_add_(1, model.joint_coordinate[1:], gj)
+    if fb:
+        gq[:, 0:3] = gp[:, 0].T
+        with torch.enable_grad():
+            quat = qf[:, 3:7].detach().requires_grad_(True)
+            R0 = quat_to_matrix(quat).permute(1, 2, 0)
+            (gquat,) = torch.autograd.grad(R0, quat, gR[:, :, 0])
+        gq[:, 3:7] = gquat
+    return gq
 
 
-def _fk_t(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = False):
-    """:func:`body_transforms_t`; with ``keep`` also the local poses and the
+def _fk_fast(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = False):
+    """:func:`body_transforms_fast`; with ``keep`` also the local poses and the
     sines and cosines (for the backward)."""
     c = _cache(model)
     nb = model.num_bodies
@@ -403,7 +348,7 @@ def _fk_t(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = F
 
 
 def _levels(c: dict, nb: int, N: int, R0, p0, Rl, pl, into: bool):
-    """The level recursion of :func:`_fk_t`: ``R_c = R_p R_l``,
+    """The level recursion of :func:`_fk_fast`: ``R_c = R_p R_l``,
     ``p_c = R_p p_l + p_p``, one batched step per depth level.
 
     ``into`` (no autograd): each level is written into its slice of one
@@ -528,7 +473,7 @@ def frame_jacobian(model: RobotModel, q: torch.Tensor, frame, *, bodies=None) ->
     if model.floating_base:
         R0 = Rb[..., 0, :, :]
         r = pf - pb[..., 0, :]
-        top = torch.cat([R0, -_skew_const(r) @ R0], dim=-1)
+        top = torch.cat([R0, -skew(r) @ R0], dim=-1)
         bottom = torch.cat([torch.zeros_like(R0), R0], dim=-1)
         cols.append(torch.cat([top, bottom], dim=-2))
     if model.num_joints:
@@ -542,7 +487,7 @@ def _body_columns(model, Rb, pb, point) -> torch.Tensor:
     axes = body_axes_world(model, Rb)
     is_pri = model.joint_is_prismatic[1:, None]
     r = point[..., None, :] - pb[..., 1:, :]
-    lin = torch.where(is_pri > 0, axes, torch.cross(axes, r, dim=-1))
+    lin = torch.where(is_pri > 0, axes, torch.linalg.cross(axes, r))
     ang = axes * (1.0 - is_pri)
     return torch.cat([lin, ang], dim=-1).transpose(-1, -2)
 

@@ -1,12 +1,12 @@
-"""Large-batch dynamics with the batch as the last, contiguous axis.
+"""The fast path of the dynamics: the batch as the last, contiguous axis.
 
 Every quantity is held component by component with the batch innermost:
 rotations ``(3, 3, k, N)``, points and the linear and angular halves of
 spatial vectors ``(3, k, N)``, generalised vectors ``(nv, N)``. A 3x3
 product, a cross product or an inertia product is then a few elementwise
 operations over the whole batch (no concatenation, no 6x6 matrices), and a
-tree sum one add per depth level (or, for a few hundred samples and under
-autograd, one product with the ancestor matrix). Bodies are kept in the
+tree sum one add per depth level (``_schedule.down`` / ``up``; one product
+with the ancestor matrix for a few hundred samples and under autograd). Bodies are kept in the
 traversal's level order, so that every level is one slice. Forward
 kinematics, the world inertias, RNEA, the mass matrix and its factorisation
 stay in this layout from ``q`` to the accelerations.
@@ -19,13 +19,16 @@ coordinates), and the factorisation ``M = L^T D L`` (Featherstone's LTDL,
 no fill-in, and each depth level of coordinates is factorised in one batched
 step, deepest first.
 
-:func:`rnea_vjp_t` is the reverse pass of RNEA and forward kinematics,
+:func:`rnea_vjp_fast` is the reverse pass of RNEA and forward kinematics,
 written out: the analytic backward of forward dynamics uses it.
 
-Used for inverse dynamics above ``TREE_MATMUL_MAX_BATCH`` samples, for
-forward dynamics and the no-gradient mass matrix from
-:data:`FORWARD_MIN_BATCH` samples and without mimic joints (the
-factorisation needs the coordinates to form a tree).
+Mimic joints (whose coordinates do not form a tree) get the dense mass
+matrix and a batched Cholesky factorisation instead (:func:`dense_mass_matrix_fast`,
+:class:`DenseFactor`), as does a mass matrix that must be differentiable.
+
+The public functions choose this path (``kinematics._paths.choose``) from
+``FAST_MIN_BATCH`` samples on; the reference path of ``_rnea``, ``_crba``
+and ``_forward`` is what the tests hold it against.
 """
 
 from __future__ import annotations
@@ -34,92 +37,37 @@ from typing import NamedTuple
 
 import torch
 
-from .._shapes import broadcast_shapes
-from ..kinematics._fk import body_transforms_t, untracked
+from ..kinematics._fk import body_transforms_fast
+from ..kinematics import _paths
+from ..kinematics._kernels import cross, cross_add, rot, rot_t, skew
+from ..kinematics._paths import untracked
+from ..kinematics._schedule import TreeSums, down, tree_schedule, tree_sums, up
 from ..model import RobotModel, geometry_constants
 
 __all__ = [
-    "KinT",
-    "kinematics_t",
-    "rnea_t",
-    "forward_t",
-    "inverse_dynamics_t",
-    "mass_matrix_t",
-    "rnea_vjp_t",
+    "FastKin",
+    "kinematics_fast",
+    "rnea_fast",
+    "forward_fast",
+    "inverse_dynamics_fast",
+    "mass_matrix_fast",
+    "rnea_vjp_fast",
     "LTDLFactor",
-    "f_ext_world_t",
+    "f_ext_world_fast",
 ]
-
-
-# ---------------------------------------------------------------------- elementwise helpers
-
-
-def _cross(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Cross product of ``(3, ...)`` component-first arrays (broadcasting).
-
-    Components come from ``unbind``: its backward is one ``stack``, where each
-    indexing ``a[k]`` would cost a zero-filled copy of ``a`` in the backward.
-    """
-    a0, a1, a2 = a.unbind(0)
-    b0, b1, b2 = b.unbind(0)
-    if not untracked():  # out= is not differentiable
-        return torch.stack(
-            [
-                torch.addcmul(a1 * b2, a2, b1, value=-1.0),
-                torch.addcmul(a2 * b0, a0, b2, value=-1.0),
-                torch.addcmul(a0 * b1, a1, b0, value=-1.0),
-            ]
-        )
-    out = torch.empty(broadcast_shapes(a.shape, b.shape), dtype=a.dtype, device=a.device)
-    o0, o1, o2 = out.unbind(0)
-    torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
-    torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
-    torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
-    return out
-
-
-def _cross_add(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``out + a x b``: in place on ``out`` without autograd (``out`` a fresh
-    array of the full shape, aliasing neither ``a`` nor ``b``), which saves
-    the product's own array and one pass over memory."""
-    if not untracked():
-        return out + _cross(a, b)
-    a0, a1, a2 = a.unbind(0)
-    b0, b1, b2 = b.unbind(0)
-    o0, o1, o2 = out.unbind(0)
-    o0.addcmul_(a1, b2).addcmul_(a2, b1, value=-1.0)
-    o1.addcmul_(a2, b0).addcmul_(a0, b2, value=-1.0)
-    o2.addcmul_(a0, b1).addcmul_(a1, b0, value=-1.0)
-    return out
-
-
-def _rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``R x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
-    r0, r1, r2 = R.unbind(1)
-    x0, x1, x2 = x.unbind(0)
-    out = r0 * x0
-    return out.addcmul_(r1, x1).addcmul_(r2, x2)
-
-
-def _rot_t(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``R^T x`` for ``R (3, 3, ...)`` and ``x (3, ...)`` (into ``out``
-    without autograd)."""
-    r0, r1, r2 = R.unbind(0)
-    x0, x1, x2 = x.unbind(0)
-    out = r0 * x0 if out is None else torch.mul(r0, x0, out=out)
-    return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
 # ---------------------------------------------------------------------- topology
 
 
-class WideTopo(NamedTuple):
+class FastTopo(NamedTuple):
     """The tree in the traversal's level order (``torch.cat(model.levels)``),
     the order of every body axis in this module (cached per model layout).
 
     Attributes:
         o, na, nm: first active body (0 floating, 1 fixed), active and moving counts.
-        anc: ``(na, na)`` ancestor matrix of the active bodies, level order.
+        sums: the tree sums over the active bodies, level order
+            (:func:`~backdrive.kinematics._schedule.down`, ``up``).
         act: ``(na,)`` body index of each active body in level order
             (``None`` when the levels are sorted: then a slice ``o:``).
         coupled: mimic joints present; then ``coord``, ``mult`` ``(nm,)``
@@ -130,17 +78,16 @@ class WideTopo(NamedTuple):
             identity. ``dof_inv`` its inverse; ``arm_perm`` the joints' part.
         axis: ``(3, nm, 1)`` joint axes; is_rev, is_pri ``(nm, 1)``; has_pri.
         parent: parent of each body, level positions (``-1`` for the root).
-        plan: the tree sums as one step per depth level over active positions:
-            ``(children, parents, shared)`` with ``children`` a slice and
-            ``parents`` a (strided) slice, one per child, or one shared by
-            all (``shared``); ``None`` when some level fits neither (then
-            the sums are products with ``anc``).
+        G: ``(nm, nj)`` coordinate rates to body rates (level order), the
+            mimic multipliers included; upper, strict: ``(nm, nm)`` with
+            ``upper[j, i] = 1`` when moving body ``j`` is ``i`` or one of its
+            ancestors (``strict``: without ``i``).
     """
 
     o: int
     na: int
     nm: int
-    anc: torch.Tensor
+    sums: TreeSums
     act: torch.Tensor | None
     coupled: bool
     coord: torch.Tensor
@@ -153,36 +100,29 @@ class WideTopo(NamedTuple):
     is_pri: torch.Tensor
     has_pri: bool
     parent: tuple
-    plan: tuple | None
+    G: torch.Tensor
+    upper: torch.Tensor
+    strict: torch.Tensor
 
 
-def wide_topology(model: RobotModel) -> WideTopo:
-    return geometry_constants(model, "dynamics.wide_topology", _build_wide_topology)
+def fast_topology(model: RobotModel) -> FastTopo:
+    return geometry_constants(model, "dynamics.fast_topology", _build_fast_topology)
 
 
-def _build_wide_topology(model: RobotModel) -> WideTopo:
+def _build_fast_topology(model: RobotModel) -> FastTopo:
     dtype, device = model.dtype, model.device
-    order = torch.cat(list(model.levels)).tolist()
+    sched = tree_schedule(model)
+    order = list(sched.order)
     nb = len(order)
-    pos = {b: k for k, b in enumerate(order)}
-    body_parent = model.parent.tolist()
-    parent = tuple(-1 if body_parent[b] < 0 else pos[body_parent[b]] for b in order)
     o = 0 if model.floating_base else 1
     na, nm = nb - o, nb - 1
-    anc = torch.zeros(na, na, dtype=dtype)
-    for k in range(o, nb):
-        d = k
-        while d >= o:
-            anc[k - o, d - o] = 1.0
-            d = parent[d]
-    identity = order == list(range(nb))
     moving = [b - 1 for b in order[1:]]
     coord = model.joint_coordinate[1:].tolist()
     mult = model.joint_multiplier[1:].tolist()
     coupled = coord != list(range(nm)) or any(m != 1.0 for m in mult)
     t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
     dof_perm = dof_inv = arm_perm = None
-    if not coupled and not identity:
+    if not coupled and not sched.sorted:
         off = 6 if model.floating_base else 0
         perm = list(range(off)) + [off + m for m in moving]
         inv = [0] * len(perm)
@@ -190,13 +130,18 @@ def _build_wide_topology(model: RobotModel) -> WideTopo:
             inv[c] = k
         dof_perm, dof_inv, arm_perm = t(perm), t(inv), t(moving)
     is_pri = model.joint_is_prismatic[1:][t(moving)]
-    plan = _tree_plan(model, parent, o)
-    return WideTopo(
+    # Coordinates from the moving bodies (level order): G[k, coord] = multiplier.
+    G = torch.zeros(nm, model.num_joints, dtype=dtype, device=device)
+    for k, b in enumerate(moving):
+        G[k, coord[b]] += mult[b]
+    # upper[j, i] = 1 when moving body j is i or one of its ancestors (level order).
+    upper = sched.anc_level[1:, 1:].T.contiguous()
+    return FastTopo(
         o=o,
         na=na,
         nm=nm,
-        anc=anc.to(device),
-        act=None if identity else t(order[o:]),
+        sums=tree_sums(model, o, level_order=True),
+        act=None if sched.sorted else t(order[o:]),
         coupled=coupled,
         coord=t([coord[m] for m in moving]),
         mult=torch.tensor([mult[m] for m in moving], dtype=dtype, device=device),
@@ -207,34 +152,14 @@ def _build_wide_topology(model: RobotModel) -> WideTopo:
         is_rev=(1.0 - is_pri)[:, None].contiguous(),
         is_pri=is_pri[:, None].contiguous(),
         has_pri=bool(is_pri.any()),
-        parent=parent,
-        plan=plan,
+        parent=sched.parent_pos,
+        G=G,
+        upper=upper,
+        strict=upper - torch.eye(nm, dtype=dtype, device=device),
     )
 
 
-def _tree_plan(model: RobotModel, parent: tuple, o: int):
-    """The per-level steps of :func:`_down` / :func:`_up` (see ``WideTopo.plan``)."""
-    plan = []
-    start = 0
-    for d, lv in enumerate(model.levels):
-        n = len(lv)
-        lo, hi = start, start + n
-        start = hi
-        if d == 0 or parent[lo] < o:  # the root, or children of the welded root
-            continue
-        pars = [parent[k] - o for k in range(lo, hi)]
-        child = slice(lo - o, hi - o)
-        if len(set(pars)) == 1:
-            plan.append((child, slice(pars[0], pars[0] + 1), n > 1))
-            continue
-        step = pars[1] - pars[0]
-        if len(set(pars)) != n or step <= 0 or pars != [pars[0] + step * k for k in range(n)]:
-            return None
-        plan.append((child, slice(pars[0], pars[-1] + 1, step), False))
-    return tuple(plan)
-
-
-def _active(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _active(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """Per-body parameter rows of the active bodies, level order."""
     return x[topo.o :] if topo.act is None else x.index_select(0, topo.act)
 
@@ -242,7 +167,7 @@ def _active(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------- kinematics
 
 
-class KinT(NamedTuple):
+class FastKin(NamedTuple):
     """World-frame quantities at one configuration, batch last, level order.
 
     Attributes:
@@ -253,7 +178,7 @@ class KinT(NamedTuple):
         I: ``(3, 3, na, N)`` rotational inertias about the world origin
         (active bodies).
         packed: without autograd, ``(13, na, N)``: ``m``, ``h`` and ``I``
-            stacked, the storage of ``h`` and ``I``. :func:`crba_entries_t`
+            stacked, the storage of ``h`` and ``I``. :func:`crba_entries_fast`
             sums it over subtrees in place, after which ``h`` and ``I`` hold
             the composite values: call it after everything else that reads them.
     """
@@ -270,7 +195,7 @@ class KinT(NamedTuple):
     packed: torch.Tensor | None = None
 
 
-def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bool = True) -> KinT:
+def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin: bool = True) -> FastKin:
     """Poses, joint motion subspaces and world inertias for ``qf (N, nq)``, level order.
 
     With ``origin=False`` the rotational inertias about the world origin are
@@ -279,36 +204,42 @@ def kinematics_t(model: RobotModel, topo: WideTopo, qf: torch.Tensor, origin: bo
     more operations per product but no ``(3, 3, na, N)`` arrays, and a much
     cheaper backward; RNEA alone applies the inertias only twice.
     """
-    R, p = body_transforms_t(model, qf, level_order=True)
+    R, p = body_transforms_fast(model, qf, level_order=True)
     o = topo.o
-    Rm, pm = R[:, :, 1:], p[:, 1:]
-    aw = _rot(Rm, topo.axis)  # (3, nm, N) world joint axes
-    # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
-    if topo.has_pri:
-        Sl, Sa = _cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
-    else:
-        Sl, Sa = _cross(pm, aw), aw
+    Sl, Sa, _ = motion_subspace_fast(topo, R, p)
     m = _active(topo, model.body_mass)[:, None]
     com, Ib = _active(topo, model.body_com), _active(topo, model.body_inertia)
     if not origin:
-        c = _rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
-        return KinT(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
+        c = rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
+        return FastKin(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
     packed = None
     if untracked():
         N = qf.shape[0]
         packed = R.new_empty(13, topo.na, N)
         packed[0].copy_(m.expand(topo.na, N))
-    h, I = world_inertia_t(R[:, :, o:], p[:, o:], m, com, Ib, packed)
-    return KinT(R, p, Sl, Sa, m, h, I, packed=packed)
+    h, I = world_inertia_fast(R[:, :, o:], p[:, o:], m, com, Ib, packed)
+    return FastKin(R, p, Sl, Sa, m, h, I, packed=packed)
 
 
-def world_inertia_t(Rt, pt, m, com, Ib, packed=None):
+def motion_subspace_fast(topo: FastTopo, R: torch.Tensor, p: torch.Tensor):
+    """Each moving body's joint motion subspace at the world origin, ``Sl``,
+    ``Sa`` ``(3, nm, N)``, and the world joint axes ``aw``, from the poses
+    ``R (3, 3, nb, N)``, ``p (3, nb, N)`` (level order)."""
+    Rm, pm = R[:, :, 1:], p[:, 1:]
+    aw = rot(Rm, topo.axis)
+    # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
+    if topo.has_pri:
+        return cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev, aw
+    return cross(pm, aw), aw, aw
+
+
+def world_inertia_fast(Rt, pt, m, com, Ib, packed=None):
     """First moments ``m c`` and rotational inertias ``R Ib R^T + m (|c|^2 1 - c c^T)``
     about the world origin, from ``Rt (3, 3, k, N)``, ``pt (3, k, N)``,
     ``m (k, 1)``, ``com (k, 3)`` and ``Ib (k, 3, 3)`` (at the centre of mass).
     With ``packed`` (``(13, k, N)``, no autograd) they are written into its
     rows 1-3 and 4-12."""
-    ct = _rot(Rt, com.T[:, :, None]).add_(pt)
+    ct = rot(Rt, com.T[:, :, None]).add_(pt)
     ht = m * ct if packed is None else torch.mul(m, ct, out=packed[1:4])
     r0, r1, r2 = Rt.unbind(1)  # columns of R, (3, k, N) each
     b0, b1, b2 = Ib.permute(1, 2, 0)[:, :, :, None].unbind(0)  # rows of Ib, (3, k, 1)
@@ -331,15 +262,15 @@ def world_inertia_t(Rt, pt, m, com, Ib, packed=None):
     return ht, I
 
 
-def f_ext_world_t(topo: WideTopo, K: KinT, f_ext: torch.Tensor):
+def f_ext_world_fast(topo: FastTopo, K: FastKin, f_ext: torch.Tensor):
     """Body-frame wrenches ``(N, nb, 6)`` at body origins -> world ``(3, na, N)``
     force and torque at the origin."""
     o = topo.o
     f = (f_ext[:, o:] if topo.act is None else f_ext.index_select(1, topo.act)).permute(2, 1, 0)
     R, p = K.R[:, :, o:], K.p[:, o:]
-    fl = _rot(R, f[:3])
-    fa = _rot(R, f[3:])
-    fa = fa + _cross(p, fl)
+    fl = rot(R, f[:3])
+    fa = rot(R, f[3:])
+    fa = fa + cross(p, fl)
     return fl, fa
 
 
@@ -349,32 +280,38 @@ def f_ext_world_t(topo: WideTopo, K: KinT, f_ext: torch.Tensor):
 # concatenation is ever needed.
 
 
-def _inertia(K: KinT, xl: torch.Tensor, xa: torch.Tensor):
+def _inertia(K: FastKin, xl: torch.Tensor, xa: torch.Tensor, parts: list | None = None):
     """Spatial inertia of each active body (world origin) times ``(xl, xa)``:
     ``[m x_l + x_a x h; I x_a + h x x_l]``.
 
     Without ``K.I``: through the centre of mass ``c``, with the velocity
-    there ``u = x_l + x_a x c``: ``[m u; R Ib R^T x_a + c x (m u)]``.
+    there ``u = x_l + x_a x c``: ``[m u; R Ib R^T x_a + c x (m u)]``; then
+    ``(u, R Ib R^T x_a)`` is appended to ``parts`` (which the reverse pass reuses).
     """
     if K.I is None:
-        fl = K.m * (xl + _cross(xa, K.c))
+        # In place on the fresh cross products (also under autograd: their
+        # backward does not read them): a large array less each.
+        u = cross(xa, K.c).add_(xl)
+        fl = K.m * u
         Ra = K.R[:, :, _first_active(K) :]
-        fa = _rot(Ra, _rot(K.Ib, _rot_t(Ra, xa)))
-        return fl, fa + _cross(K.c, fl)
-    fl = _cross(xa, K.h)
+        RLx = rot(Ra, rot(K.Ib, rot_t(Ra, xa)))
+        if parts is not None:
+            parts.append((u, RLx))
+        return fl, cross(K.c, fl).add_(RLx)
+    fl = cross(xa, K.h)
     fl = fl.addcmul(K.m, xl) if torch.is_grad_enabled() else fl.addcmul_(K.m, xl)
-    return fl, _cross_add(_rot(K.I, xa), K.h, xl)
+    return fl, cross_add(rot(K.I, xa), K.h, xl)
 
 
-def _first_active(K: KinT) -> int:
+def _first_active(K: FastKin) -> int:
     """Index of the first active body (the poses cover all bodies)."""
     return K.R.shape[2] - K.m.shape[0]
 
 
 def _base_to_world(R0, p0, x):
     """Base-frame twist ``(6, N)`` -> world twist at the origin, ``(3, 1, N)`` halves."""
-    w = _rot(R0, x[3:])
-    lin = _rot(R0, x[:3]) + _cross(p0, w)
+    w = rot(R0, x[3:])
+    lin = rot(R0, x[:3]) + cross(p0, w)
     return lin[:, None], w[:, None]
 
 
@@ -385,53 +322,38 @@ def _world_force_to_base(R0, p0, fl, fa, out=None):
     shape = (3,) + (1,) * (fl.dim() - 2) + (fl.shape[-1],)
     R0e = R0.reshape((3,) + shape)
     p0e = p0.reshape(shape)
-    n = fa - _cross(p0e, fl)
+    n = fa - cross(p0e, fl)
     if out is not None:
-        _rot_t(R0e, fl, out[:3])
-        _rot_t(R0e, n, out[3:])
+        rot_t(R0e, fl, out[:3])
+        rot_t(R0e, n, out[3:])
         return out
-    return torch.cat([_rot_t(R0e, fl), _rot_t(R0e, n)], 0)
-
-
-def _down(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's ancestors (itself included) along dim 1,
-    in place on the fresh array ``x`` (one add per depth level)."""
-    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= LEVEL_SUM_MIN_BATCH:
-        # One product: fewest operations for small batches; under autograd,
-        # in-place slice updates would cost a full copy each in the backward.
-        return torch.matmul(topo.anc, x)
-    for child, par, _ in topo.plan:
-        x[:, child].add_(x[:, par])
-    return x
-
-
-def _up(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
-    """Sum over each active body's subtree (itself included), in place on ``x``."""
-    if topo.plan is None or torch.is_grad_enabled() or x.shape[-1] <= LEVEL_SUM_MIN_BATCH:
-        return torch.matmul(topo.anc.T, x)
-    for child, par, shared in reversed(topo.plan):
-        x[:, par].add_(x[:, child].sum(1, keepdim=True) if shared else x[:, child])
-    return x
-
-
-#: From this batch size on, forward dynamics takes this module's path (the
-#: sparse CRBA and LTDL); below it the dense mass matrix and a batched
-#: Cholesky factorisation issue fewer operations (measured crossover on the
-#: CPU: 256 to 512 samples for the Panda and a quadruped).
-FORWARD_MIN_BATCH = 256
-
-#: Up to this batch size the tree sums are one product with the ancestor
-#: matrix (fewest operations), above it one add per depth level (least work).
-LEVEL_SUM_MIN_BATCH = 512
+    return torch.cat([rot_t(R0e, fl), rot_t(R0e, n)], 0)
 
 
 # ---------------------------------------------------------------------- RNEA
 
 
-def rnea_t(
+def _body_rates(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
+    """Generalised rates ``(nv, N)`` (internal order) -> each moving body's
+    joint rate ``(nm, N)``: ``multiplier * x[coordinate]`` with mimic joints."""
+    xj = x[6:] if topo.o == 0 else x
+    if not topo.coupled:
+        return xj
+    return xj.index_select(0, topo.coord) * topo.mult[:, None]
+
+
+def _coordinate_forces(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
+    """The transpose of :func:`_body_rates` for the joints: body ``(nm, N)``
+    -> joint coordinates ``(nj, N)``."""
+    if not topo.coupled:
+        return x
+    return x.new_zeros(topo.G.shape[1], x.shape[-1]).index_add(0, topo.coord, x * topo.mult[:, None])
+
+
+def rnea_fast(
     model: RobotModel,
-    topo: WideTopo,
-    K: KinT,
+    topo: FastTopo,
+    K: FastKin,
     vt: torch.Tensor | None,
     at: torch.Tensor | None,
     gt: torch.Tensor,
@@ -440,72 +362,80 @@ def rnea_t(
 ) -> torch.Tensor:
     """RNEA, batch last: ``vt``, ``at`` ``(nv, N)`` (``None``: zero), gravity
     ``gt (3, 1 or N)``, world wrenches ``ft`` (force, torque) ``(3, na, N)``;
-    returns ``(nv, N)``. Generalised vectors are in the internal order
-    (``WideTopo.dof_perm``)."""
+    returns ``(nv, N)`` (``None`` with ``keep["replay"]``, after keeping the
+    intermediates the reverse pass :func:`rnea_vjp_fast` needs). Generalised
+    vectors are in the internal order (``FastTopo.dof_perm``)."""
     fb = model.floating_base
     nj = model.num_joints
     Sl, Sa = K.Sl, K.Sa
     R0, p0 = K.R[:, :, 0], K.p[:, 0]
     grav = -gt[:, None]  # (3, 1, N or 1): gravity is an upward acceleration of the world
 
-    def rates(x):  # joint rates (nj, N), internal order -> body rates (nm, N)
-        xj = x[6:] if fb else x
-        if not topo.coupled:
-            return xj
-        return xj.index_select(0, topo.coord) * topo.mult[:, None]
-
     def with_base(base, lin, ang):  # prepend the floating base's column
         return (torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)) if fb else (lin, ang)
 
     arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
+    # keep["replay"]: keep every intermediate the reverse pass needs
+    # (rnea_vjp_fast); a given keep["V"] is reused instead of summed again.
+    replay = keep is not None and keep.get("replay", False)
+    parts = [] if replay else None
+    qdd = None
     if vt is not None:
-        qd = rates(vt)
+        qd = _body_rates(topo, vt)
         Jl, Ja = Sl * qd, Sa * qd
-        Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
-        Vl, Va = _down(topo, Vl.clone() if not fb else Vl), _down(topo, Va.clone() if not fb else Va)
+        if keep is not None and "V" in keep:
+            Vl, Va = keep["V"]
+        else:
+            Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
+            Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
         if keep is not None:
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
         # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
-        Al = _cross_add(_cross(Vma, Jl), Vml, Ja)
-        Aa = _cross(Vma, Ja)
+        Al = cross_add(cross(Vma, Jl), Vml, Ja)
+        Aa = cross(Vma, Ja)
         if at is not None:
-            qdd = rates(at)
-            Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
+            qdd = _body_rates(topo, at)
+            if untracked():
+                Al.addcmul_(Sl, qdd), Aa.addcmul_(Sa, qdd)
+            else:
+                Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
         if fb:
             if at is not None:
                 b = _base_to_world(R0, p0, at[:6])
             else:
                 b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
             Al, Aa = with_base(b, Al, Aa)
-        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
         Al = Al.add_(grav) if untracked() else Al + grav
-        fl, fa = _inertia(K, Al, Aa)
-        hl, ha = _inertia(K, Vl, Va)
+        fl, fa = _inertia(K, Al, Aa, parts)
+        hl, ha = _inertia(K, Vl, Va, parts)
+        if replay:
+            keep.update(qd=qd, qdd=qdd, J=(Jl, Ja), A=(Al, Aa), h=(hl, ha), IA=parts[0], IV=parts[1])
         # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
-        fl = _cross_add(fl, Va, hl)
-        fa = _cross_add(_cross_add(fa, Va, ha), Vl, hl)
+        fl = cross_add(fl, Va, hl)
+        fa = cross_add(cross_add(fa, Va, ha), Vl, hl)
     elif at is not None:
-        qdd = rates(at)
+        qdd = _body_rates(topo, at)
         Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Sl * qdd, Sa * qdd)
-        Al, Aa = _down(topo, Al), _down(topo, Aa)
+        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
         fl, fa = _inertia(K, Al + grav, Aa)
     else:
         # Statics under gravity alone: f = I [-g; 0] = [-m g; h x (-g)].
         fl = K.m * grav
-        fa = _cross(K.h, grav)
+        fa = cross(K.h, grav)
     if ft is not None:
         fl, fa = fl - ft[0], fa - ft[1]
     N = K.h.shape[-1]
     if fl.shape[-1] != N:
         fl = fl.expand(3, topo.na, N).clone()
-    Fl, Fa = _up(topo, fl), _up(topo, fa)
+    Fl, Fa = up(topo.sums, fl), up(topo.sums, fa)
+    if replay:  # the reverse pass needs the forces, not tau
+        keep["F"] = (Fl, Fa)
+        return None
     Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
     tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
-    if topo.coupled:
-        tau = tau_b.new_zeros(nj, tau_b.shape[-1]).index_add(0, topo.coord, tau_b * topo.mult[:, None])
-    else:
-        tau = tau_b
+    tau = _coordinate_forces(topo, tau_b)
     if at is not None and nj:
         tau = tau.addcmul(arm[:, None], at[6:] if fb else at)
     if fb:
@@ -572,7 +502,7 @@ def _strided_runs(pairs: list) -> list:
 def _build_sparsity(model: RobotModel) -> _Sparsity:
     device = model.device
     fb = model.floating_base
-    parent = list(wide_topology(model).parent)  # level order
+    parent = list(fast_topology(model).parent)  # level order
     nb = len(parent)
     nm = nb - 1
     off = 6 if fb else 0
@@ -652,37 +582,112 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
     )
 
 
-def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) -> torch.Tensor:
-    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included."""
-    fb = model.floating_base
+def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
+    """Composite inertias ``C (13, na, N)`` (``m``, ``h``, ``I`` of every
+    active body's subtree at the world origin) and ``F_i = Ic_i S_i``, the
+    force that moving joint ``i`` alone, at unit acceleration, needs from its
+    subtree, ``(3, nm, N)`` halves. Without autograd ``K.packed`` is summed
+    in place (see :class:`FastKin`)."""
     na = topo.na
     N = K.h.shape[-1]
     if K.packed is not None:
-        packed = K.packed  # summed in place (see KinT.packed)
+        packed = K.packed
     else:
         packed = torch.cat([K.m[None].expand(1, na, N), K.h, K.I.reshape(9, na, N)], 0)  # (13, na, N)
-    C = _up(topo, packed)  # composite inertias at the world origin
-    Cm = C[:, 1:] if fb else C
-    Sl, Sa = K.Sl, K.Sa
+    C = up(topo.sums, packed)
+    Cm = C[:, 1:] if model.floating_base else C
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
-    Fl = _cross(Sa, hc).addcmul_(m, Sl)
-    Fa = _cross_add(_rot(Ic, Sa), hc, Sl)
+    Fl = cross(K.Sa, hc).addcmul_(m, K.Sl)
+    Fa = cross_add(rot(Ic, K.Sa), hc, K.Sl)
+    return C, Fl, Fa
+
+
+def _base_inertia(C0: torch.Tensor, R0: torch.Tensor, p0: torch.Tensor):
+    """The whole tree's spatial inertia in the base frame at the base origin,
+    from its composite ``C0 (13, N)`` at the world origin: mass ``(N,)``, the
+    skew matrix of the first moment ``[h]x`` ``(3, 3, N)`` and the
+    rotational inertia ``(3, 3, N)``."""
+    N = C0.shape[-1]
+    mt, ht, It = C0[0], C0[1:4], C0[4:].reshape(3, 3, N)
+    hp = ht - mt * p0  # first moment about the base origin
+    # I about p: I_O + (m |p|^2 - 2 p.h) 1 + h p^T + p h^T - m p p^T.
+    mp = mt * p0
+    s = (p0 * (mp - 2.0 * ht)).sum(0)
+    Ip = It + ht[:, None] * p0[None] + p0[:, None] * (ht - mp)[None]
+    if untracked():
+        for i in range(3):
+            Ip[i, i].add_(s)
+    else:
+        Ip = Ip + torch.eye(3, dtype=s.dtype, device=s.device)[:, :, None] * s
+    # Y = Ip R0, then Ib = R0^T Y.
+    Y = Ip[:, 0, None] * R0[0][None]
+    Y.addcmul_(Ip[:, 1, None], R0[1][None]).addcmul_(Ip[:, 2, None], R0[2][None])
+    Ib = R0[0][:, None] * Y[0][None]
+    Ib.addcmul_(R0[1][:, None], Y[1][None]).addcmul_(R0[2][:, None], Y[2][None])
+    return mt, skew(rot_t(R0, hp), 0), Ib
+
+
+def _all_pairs(Sl, Sa, Fl, Fa) -> torch.Tensor:
+    """``P[j, i] = S_j . F_i`` for every pair of moving bodies, ``(nm, nm, N)``
+    (in place on a fresh array without autograd)."""
+    track = not untracked()
+    P = Sl[0][:, None] * Fl[0][None]
+    for X, Y in ((Sl, Fl), (Sa, Fa)):
+        for c in range(3):
+            if X is not Sl or c:
+                P = P.addcmul(X[c][:, None], Y[c][None]) if track else P.addcmul_(X[c][:, None], Y[c][None])
+    return P
+
+
+def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> torch.Tensor:
+    """The dense mass matrix ``(N, nv, nv)`` (coordinate order, armature
+    included) on the fast path, by every product ``S_j . F_i`` at once;
+    differentiable by autograd, and for models with mimic joints (``M =
+    G^T M_bodies G``), where the tree-sparse entries of
+    :func:`crba_entries_fast` do not apply."""
+    fb = model.floating_base
+    C, Fl, Fa = _composite_forces(model, topo, K)
+    P = _all_pairs(K.Sl, K.Sa, Fl, Fa)
+    Mm = P * topo.upper[:, :, None] + (P * topo.strict[:, :, None]).transpose(0, 1)  # level order
+    # To coordinates, G^T Mm G, as two products with (nm, nm N) blocks (a
+    # batched product of tiny matrices costs far more per entry).
+    nm, nj, N = Mm.shape[0], topo.G.shape[1], Mm.shape[-1]
+    GT = topo.G.T
+    X = (GT @ Mm.reshape(nm, nm * N)).view(nj, nm, N)  # X[c, i] = sum_j G[j, c] Mm[j, i]
+    Mj = (GT @ X.transpose(0, 1).reshape(nm, nj * N)).view(nj, nj, N)  # Mj[d, c]; symmetric
+    Mj = Mj.permute(2, 1, 0)
+    if model.num_joints:
+        Mj = Mj + torch.diag_embed(model.armature.expand(Mj.shape[:-1]))
+    if not fb:
+        return Mj
+    R0, p0 = K.R[:, :, 0], K.p[:, 0]
+    Mbj = (_world_force_to_base(R0, p0, Fl, Fa).reshape(6 * nm, N).T.reshape(N * 6, nm) @ topo.G).view(N, 6, nj)
+    mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
+    z = torch.zeros_like(mt)
+    rows = [[mt if r == c else z for c in range(3)] + [-hx[r, c] for c in range(3)] for r in range(3)]
+    rows += [[hx[r, c] for c in range(3)] + [Ib[r, c] for c in range(3)] for r in range(3)]
+    Mbb = torch.stack([torch.stack(row, -1) for row in rows], -2)  # (N, 6, 6)
+    Mbb = 0.5 * (Mbb + Mbb.transpose(-1, -2))  # exactly symmetric, not just to rounding
+    top = torch.cat([Mbb, Mbj], -1)
+    bottom = torch.cat([Mbj.transpose(-1, -2), Mj], -1)
+    return torch.cat([top, bottom], -2)
+
+
+def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastKin) -> torch.Tensor:
+    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included."""
+    fb = model.floating_base
+    N = K.h.shape[-1]
+    C, Fl, Fa = _composite_forces(model, topo, K)
+    Sl, Sa = K.Sl, K.Sa
     npairs = sum(run[3] for run in sp.runs)
     # Every entry is written into one array: [base block; base-joint; joint pairs].
     E = Sl.new_empty(sp.nnz, N)
     P = E[sp.nnz - npairs :]
-    if len(sp.runs) > 2 and N <= LEVEL_SUM_MIN_BATCH:
+    if len(sp.runs) > 2 and N <= _paths.LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
         nm = Sl.shape[1]
-        s0, s1, s2 = Sl.unbind(0)
-        f0, f1, f2 = Fl.unbind(0)
-        Pd = s0[:, None] * f0[None]
-        Pd.addcmul_(s1[:, None], f1[None]).addcmul_(s2[:, None], f2[None])
-        s0, s1, s2 = Sa.unbind(0)
-        f0, f1, f2 = Fa.unbind(0)
-        Pd.addcmul_(s0[:, None], f0[None]).addcmul_(s1[:, None], f1[None]).addcmul_(s2[:, None], f2[None])
-        torch.index_select(Pd.view(nm * nm, N), 0, sp.pair_flat, out=P)
+        torch.index_select(_all_pairs(Sl, Sa, Fl, Fa).view(nm * nm, N), 0, sp.pair_flat, out=P)
     else:
         _pairs_by_runs(sp, Sl, Sa, Fl, Fa, P)
     if model.num_joints:
@@ -694,30 +699,14 @@ def crba_entries_t(model: RobotModel, topo: WideTopo, sp: _Sparsity, K: KinT) ->
     nb21, nm = len(sp.base_pairs), Sl.shape[1]
     # Rows c nm + i: the base-frame wrench of joint i's column, component c.
     _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
-    # The whole tree's inertia in the base frame at the base origin.
-    mt, ht, It = C[0, 0], C[1:4, 0], C[4:, 0].reshape(3, 3, N)
-    hp = ht - mt * p0  # first moment about the base origin
-    # I about p: I_O + (m |p|^2 - 2 p.h) 1 + h p^T + p h^T - m p p^T.
-    mp = mt * p0
-    s = (p0 * (mp - 2.0 * ht)).sum(0)
-    Ip = It + ht[:, None] * p0[None] + p0[:, None] * (ht - mp)[None]
-    Ip[0, 0] += s
-    Ip[1, 1] += s
-    Ip[2, 2] += s
-    # Y = Ip R0, then Ib = R0^T Y.
-    Y = Ip[:, 0, None] * R0[0][None]
-    Y.addcmul_(Ip[:, 1, None], R0[1][None]).addcmul_(Ip[:, 2, None], R0[2][None])
-    Ib = R0[0][:, None] * Y[0][None]
-    Ib.addcmul_(R0[1][:, None], Y[1][None]).addcmul_(R0[2][:, None], Y[2][None])
-    hb = _rot_t(R0, hp)
+    mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
     z = torch.zeros_like(mt)
     # Spatial inertia [[m 1, -[h]x], [[h]x, I]] in the base frame; lower triangle.
-    hx = ((z, -hb[2], hb[1]), (hb[2], z, -hb[0]), (-hb[1], hb[0], z))
     for k, (r, c) in enumerate(sp.base_pairs):
         if r < 3:
             E[k].copy_(mt if r == c else z)
         elif c < 3:
-            E[k].copy_(hx[r - 3][c])
+            E[k].copy_(hx[r - 3, c])
         else:
             E[k].copy_(Ib[r - 3, c - 3])
     return E
@@ -753,7 +742,7 @@ class LTDLFactor:
     Built under ``no_grad`` from the packed entries (which it overwrites).
     """
 
-    def __init__(self, sp: _Sparsity, topo: WideTopo, E: torch.Tensor):
+    def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
         self.sp, self.topo = sp, topo
         Ls = []
         N = E.shape[-1]
@@ -776,7 +765,7 @@ class LTDLFactor:
         self.Ls = Ls
         self.D = E.index_select(0, sp.dpos)
 
-    def solve_t(self, r: torch.Tensor) -> torch.Tensor:
+    def solve_fast(self, r: torch.Tensor) -> torch.Tensor:
         """``M^-1 r`` for ``r (nv, N)`` (not modified)."""
         r = r.clone(memory_format=torch.contiguous_format)  # rows contiguous for the row updates
         N = r.shape[-1]
@@ -794,17 +783,17 @@ class LTDLFactor:
         """``M^-1 rhs`` for ``rhs (..., nv)`` in the factor's batch order."""
         with torch.no_grad():
             shape = rhs.shape
-            x = self.solve_t(_to_internal(self.topo, rhs.reshape(-1, shape[-1])))
+            x = self.solve_fast(_to_internal(self.topo, rhs.reshape(-1, shape[-1])))
             return _from_internal(self.topo, x).reshape(shape)
 
 
-def _to_internal(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _to_internal(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """``(N, nv)`` in coordinate order -> ``(nv, N)`` in the internal order."""
     x = x.T
     return x if topo.dof_perm is None else x.index_select(0, topo.dof_perm)
 
 
-def _from_internal(topo: WideTopo, x: torch.Tensor) -> torch.Tensor:
+def _from_internal(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """``(nv, N)`` in the internal order -> ``(N, nv)`` in coordinate order."""
     return (x if topo.dof_inv is None else x.index_select(0, topo.dof_inv)).T
 
@@ -813,70 +802,94 @@ def _inputs(model, topo, q, g, f_ext, origin=True):
     batch = q.shape[:-1]
     qf = q.reshape(-1, q.shape[-1])
     N = qf.shape[0]
-    K = kinematics_t(model, topo, qf, origin)
+    K = kinematics_fast(model, topo, qf, origin)
     gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
     ft = None
     if f_ext is not None:
-        ft = f_ext_world_t(topo, K, f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, -1, 6))
+        ft = f_ext_world_fast(topo, K, f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, -1, 6))
     return batch, N, K, gt, ft
 
 
-def forward_t(model: RobotModel, q, v, tau, g, f_ext):
+def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
     """Accelerations ``(..., nv)`` (no autograd graph) and the factor of ``M``.
 
     ``q``, ``v``, ``tau`` share one batch shape; ``g`` is ``(3,)`` or that
-    batch; ``f_ext`` ``None`` or ``(..., nb, 6)`` that broadcasts to it. No
-    mimic joints.
+    batch; ``f_ext`` ``None`` or ``(..., nb, 6)`` that broadcasts to it.
+    ``M`` is factorised by the tree-sparse LTDL (:class:`LTDLFactor`), or,
+    with mimic joints (whose coordinates do not form a tree), densely by a
+    batched Cholesky factorisation (:class:`DenseFactor`).
     """
     with torch.no_grad():
-        topo = wide_topology(model)
-        if topo.coupled:
-            raise ValueError("forward_t: the LTDL factorisation needs one coordinate per body (no mimic joints)")
+        topo = fast_topology(model)
         nv = model.nv
         batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
         vt = _to_internal(topo, v.reshape(N, nv))
         keep = {}
-        rhs = _to_internal(topo, tau.reshape(N, nv)) - rnea_t(model, topo, K, vt, None, gt, ft, keep)
-        sp = _sparsity(model)
-        factor = LTDLFactor(sp, topo, crba_entries_t(model, topo, sp, K))
-        a = factor.solve_t(rhs)
+        # RNEA first: the CRBA below sums K's inertias over subtrees in place.
+        rhs = _to_internal(topo, tau.reshape(N, nv)) - rnea_fast(model, topo, K, vt, None, gt, ft, keep)
+        if topo.coupled:
+            factor = DenseFactor(dense_mass_matrix_fast(model, topo, K))
+            a = factor.solve(_from_internal(topo, rhs))
+        else:
+            sp = _sparsity(model)
+            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K))
+            a = _from_internal(topo, factor.solve_fast(rhs))
         # What the reverse pass of RNEA at the same (q, v) can reuse.
         factor.kin = (K.R, K.p, K.Sl, K.Sa, keep["V"])
-        return _from_internal(topo, a).reshape(*batch, nv), factor
+        return a.reshape(*batch, nv), factor
 
 
-def mass_matrix_t(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
-    """The dense mass matrix ``(..., nv, nv)`` from the sparse CRBA (no
-    autograd graph; no mimic joints): the packed entries scattered into both
-    triangles, zeros elsewhere."""
-    with torch.no_grad():
-        topo = wide_topology(model)
-        batch = q.shape[:-1]
-        nv = model.nv
-        qf = q.reshape(-1, q.shape[-1])
-        N = qf.shape[0]
-        sp = _sparsity(model)
-        E = crba_entries_t(model, topo, sp, kinematics_t(model, topo, qf))
-        rc = sp.entry_rc if topo.dof_perm is None else topo.dof_perm[sp.entry_rc]
-        r, c = rc.unbind(1)
-        M = E.new_zeros(nv * nv, N)
-        M.index_copy_(0, c * nv + r, E).index_copy_(0, r * nv + c, E)
-        return M.T.reshape(*batch, nv, nv)
+class DenseFactor:
+    """A batched dense Cholesky factor of ``M`` ``(N, nv, nv)``; :meth:`solve` applies ``M^-1``."""
+
+    def __init__(self, M: torch.Tensor):
+        # cholesky_ex: no error check, so no host synchronisation in the hot path.
+        self.L = torch.linalg.cholesky_ex(M)[0]
+
+    def solve(self, rhs: torch.Tensor) -> torch.Tensor:
+        """``M^-1 rhs`` for ``rhs (..., nv)`` in the factor's batch order."""
+        with torch.no_grad():
+            shape = rhs.shape
+            return torch.cholesky_solve(rhs.reshape(-1, shape[-1], 1), self.L)[..., 0].reshape(shape)
 
 
-def inverse_dynamics_t(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Tensor:
+def mass_matrix_fast(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
+    """The dense mass matrix ``(..., nv, nv)`` on the fast path.
+
+    Without autograd and mimic joints: the tree-sparse CRBA's packed entries
+    scattered into both triangles, zeros elsewhere. Otherwise
+    :func:`dense_mass_matrix_fast`, differentiable by autograd.
+    """
+    topo = fast_topology(model)
+    batch = q.shape[:-1]
+    nv = model.nv
+    qf = q.reshape(-1, q.shape[-1])
+    N = qf.shape[0]
+    K = kinematics_fast(model, topo, qf)
+    if not untracked() or topo.coupled:
+        return dense_mass_matrix_fast(model, topo, K).reshape(*batch, nv, nv)
+    sp = _sparsity(model)
+    E = crba_entries_fast(model, topo, sp, K)
+    rc = sp.entry_rc if topo.dof_perm is None else topo.dof_perm[sp.entry_rc]
+    r, c = rc.unbind(1)
+    M = E.new_zeros(nv * nv, N)
+    M.index_copy_(0, c * nv + r, E).index_copy_(0, r * nv + c, E)
+    return M.T.reshape(*batch, nv, nv)
+
+
+def inverse_dynamics_fast(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Tensor:
     """RNEA ``(..., nv)`` in the batch-last layout, differentiable by autograd.
 
     ``q`` and ``v``, ``a`` (each ``None`` for zero) share one batch shape;
     ``g`` is ``(3,)`` or that batch; ``f_ext`` ``None`` or ``(..., nb, 6)``
     that broadcasts to it.
     """
-    topo = wide_topology(model)
+    topo = fast_topology(model)
     nv = model.nv
     batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext, origin=False)
     vt = None if v is None else _to_internal(topo, v.reshape(N, nv))
     at = None if a is None else _to_internal(topo, a.reshape(N, nv))
-    tau = rnea_t(model, topo, K, vt, at, gt, ft)
+    tau = rnea_fast(model, topo, K, vt, at, gt, ft)
     return _from_internal(topo, tau).reshape(*batch, nv)
 
 
@@ -889,18 +902,18 @@ def _base_vjp(R0, p0, x, gl, ga, t0, gp0):
     torque ``t0`` (the gradient with respect to a world-frame rotation of
     ``R0``: ``gR0 = u w^T`` pairs as ``(R0 w) x u``) and ``gp0``; returns the
     gradient of the base-frame twist ``x (6, N)``."""
-    w = _rot(R0, x[3:])
-    gw = ga + _cross(gl, p0)
-    gp0 += _cross(w, gl)
-    t0 += _cross(_rot(R0, x[:3]), gl) + _cross(w, gw)
-    return torch.cat([_rot_t(R0, gl), _rot_t(R0, gw)], 0)
+    w = rot(R0, x[3:])
+    gw = ga + cross(gl, p0)
+    gp0 += cross(w, gl)
+    t0 += cross(rot(R0, x[:3]), gl) + cross(w, gw)
+    return torch.cat([rot_t(R0, gl), rot_t(R0, gw)], 0)
 
 
-def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
+def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
     """``lam^T d tau / d(q, v)`` for ``tau = RNEA(q, v, a)``, written out.
 
     The reverse pass of RNEA in the world frame (the adjoint of every step
-    of :func:`rnea_t`, with the inertias applied through the centres of
+    of :func:`rnea_fast`, with the inertias applied through the centres of
     mass). Gradients with respect to the bodies' poses are kept as a world
     force ``gp`` and torque ``t`` per body (``<gR, dR> = t . w`` for a
     rotation ``dR = [w]x R``), so the poses' part needs no 3x3 arrays: a
@@ -913,7 +926,7 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
     """
     from ..spatial import quat_to_matrix
 
-    topo = wide_topology(model)
+    topo = fast_topology(model)
     fb = model.floating_base
     nj, nv = model.num_joints, model.nv
     o = topo.o
@@ -922,70 +935,49 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         qf = q.reshape(-1, q.shape[-1])
         N = qf.shape[0]
         if kin is None:
-            R, p = body_transforms_t(model, qf, level_order=True)
+            R, p = body_transforms_fast(model, qf, level_order=True)
             Rm, pm = R[:, :, 1:], p[:, 1:]
-            aw = _rot(Rm, topo.axis)
-            if topo.has_pri:
-                Sl, Sa = _cross(pm, aw) * topo.is_rev + aw * topo.is_pri, aw * topo.is_rev
-            else:
-                Sl, Sa = _cross(pm, aw), aw
+            Sl, Sa, aw = motion_subspace_fast(topo, R, p)
             V = None
         else:
             R, p, Sl, Sa, V = kin
             Rm, pm = R[:, :, 1:], p[:, 1:]
-            aw = Sa if not topo.has_pri else _rot(Rm, topo.axis)
+            aw = Sa if not topo.has_pri else rot(Rm, topo.axis)
         Ra = R[:, :, o:]
         m = _active(topo, model.body_mass)[:, None]
         com = _active(topo, model.body_com).T[:, :, None]  # (3, na, 1)
         Ib = _active(topo, model.body_inertia).permute(1, 2, 0)[:, :, :, None]  # (3, 3, na, 1)
-        rc = _rot(Ra, com)  # centre of mass relative to the body origin, world axes
+        rc = rot(Ra, com)  # centre of mass relative to the body origin, world axes
         c = rc + p[:, o:]
         vt = _to_internal(topo, v.reshape(N, nv))
         at = _to_internal(topo, a.reshape(N, nv))
         gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
         R0, p0 = R[:, :, 0], p[:, 0]
 
-        def rates(x):
-            xj = x[6:] if fb else x
-            return xj if not topo.coupled else xj.index_select(0, topo.coord) * topo.mult[:, None]
+        K = FastKin(R, p, Sl, Sa, m, m * c, None, c, Ib)
 
-        def rates_t(x):  # transpose of rates: body (nm, N) -> joint coordinates (nj, N)
-            if not topo.coupled:
-                return x
-            return x.new_zeros(nj, N).index_add_(0, topo.coord, x * topo.mult[:, None])
+        def apply(xl, xa):  # inertia times x; also u and R Ib R^T x_a, which the adjoint reuses
+            parts = []
+            fl, fa = _inertia(K, xl, xa, parts)
+            return (fl, fa) + parts[0]
 
-        def with_base(b, lin, ang):
-            return (torch.cat([b[0], lin], 1), torch.cat([b[1], ang], 1)) if fb else (lin.clone(), ang.clone())
-
-        def apply(xl, xa):  # inertia times x; also R Ib R^T x_a, which the adjoint reuses
-            u = _cross(xa, c).add_(xl)
-            fl = m * u
-            RLx = _rot(Ra, _rot(Ib, _rot_t(Ra, xa)))
-            return fl, _cross(c, fl).add_(RLx), u, RLx
-
-        # ---- forward, as rnea_t
-        qd, qdd = rates(vt), rates(at)
-        Jl, Ja = Sl * qd, Sa * qd
-        if V is None:
-            Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
-            Vl, Va = _down(topo, Vl), _down(topo, Va)
-        else:
-            Vl, Va = V
+        # ---- forward: rnea_fast, keeping its intermediates
+        keep = {"replay": True} if V is None else {"replay": True, "V": V}
+        rnea_fast(model, topo, K, vt, at, gt, None, keep)
+        qd, qdd = keep["qd"], keep["qdd"]
+        Jl, Ja = keep["J"]
+        Vl, Va = keep["V"]
+        Al, Aa = keep["A"]
+        hl, ha = keep["h"]
+        uA, RLA = keep["IA"]
+        uV, RLV = keep["IV"]
+        Fl, Fa = keep["F"]
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
-        Jdl = _cross_add(_cross(Vma, Jl), Vml, Ja).addcmul_(Sl, qdd)
-        Jda = _cross(Vma, Ja).addcmul_(Sa, qdd)
-        Al, Aa = with_base(_base_to_world(R0, p0, at[:6]) if fb else None, Jdl, Jda)
-        Al, Aa = _down(topo, Al), _down(topo, Aa)
-        Al += -gt[:, None]
-        fAl, fAa, uA, RLA = apply(Al, Aa)
-        hl, ha, uV, RLV = apply(Vl, Va)
-        Fl = _up(topo, _cross_add(fAl, Va, hl))
-        Fa = _up(topo, _cross_add(_cross_add(fAa, Va, ha), Vl, hl))
         Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
 
         # ---- reverse
         lt = _to_internal(topo, lam.reshape(N, nv))
-        lb = rates(lt)  # (nm, N)
+        lb = _body_rates(topo, lt)  # (nm, N)
         na = topo.na
         gFl = Sl.new_zeros(3, na, N)
         gFa = Sl.new_zeros(3, na, N)
@@ -998,19 +990,19 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         t0, gp0 = tq[:, 0], gp[:, 0]
         if fb:
             # tau_base = [R0^T F_l; R0^T (F_a - p0 x F_l)]
-            x, y = _rot(R0, lt[:3]), _rot(R0, lt[3:6])
+            x, y = rot(R0, lt[:3]), rot(R0, lt[3:6])
             F0l, F0a = Fl[:, 0], Fa[:, 0]
-            gFl[:, 0] += x + _cross(p0, y)
+            gFl[:, 0] += x + cross(p0, y)
             gFa[:, 0] += y
-            gp0 -= _cross(F0l, y)
-            t0 += _cross(x, F0l) + _cross(y, F0a - _cross(p0, F0l))
-        gfl, gfa = _down(topo, gFl), _down(topo, gFa)
+            gp0 -= cross(F0l, y)
+            t0 += cross(x, F0l) + cross(y, F0a - cross(p0, F0l))
+        gfl, gfa = down(topo.sums, gFl), down(topo.sums, gFa)
         # f = I A + V x* h, h = I V
         gAl, gAa, _, _ = apply(gfl, gfa)
-        ghl = _cross_add(_cross(gfl, Va), gfa, Vl)  # -(Va x gfl + Vl x gfa)
-        gha = _cross(gfa, Va)
-        gVl = _cross(hl, gfa)
-        gVa = _cross_add(_cross(hl, gfl), ha, gfa)
+        ghl = cross_add(cross(gfl, Va), gfa, Vl)  # -(Va x gfl + Vl x gfa)
+        gha = cross(gfa, Va)
+        gVl = cross(hl, gfa)
+        gVa = cross_add(cross(hl, gfl), ha, gfa)
         t1, t2, _, _ = apply(ghl, gha)
         gVl += t1
         gVa += t2
@@ -1018,27 +1010,27 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         gc = torch.zeros_like(c)
         ta = tq[:, o:]
         for (yl, ya), (xl, xa), u, RLx in (((gfl, gfa), (Al, Aa), uA, RLA), ((ghl, gha), (Vl, Va), uV, RLV)):
-            z = _cross(ya, c).add_(yl)
-            gc.addcmul_(_cross_add(_cross(z, xa), u, ya), m)
-            RLy = _rot(Ra, _rot(Ib, _rot_t(Ra, ya)))
-            _cross_add(_cross_add(ta, RLx, ya), RLy, xa)
-        _cross_add(ta, rc, gc)  # c = R com + p
+            z = cross(ya, c).add_(yl)
+            gc.addcmul_(cross_add(cross(z, xa), u, ya), m)
+            RLy = rot(Ra, rot(Ib, rot_t(Ra, ya)))
+            cross_add(cross_add(ta, RLx, ya), RLy, xa)
+        cross_add(ta, rc, gc)  # c = R com + p
         gp[:, o:] += gc
         # A = anc Jd + grav
-        gJdl, gJda = _up(topo, gAl), _up(topo, gAa)
+        gJdl, gJda = up(topo.sums, gAl), up(topo.sums, gAa)
         gJdml, gJdma = (gJdl[:, 1:], gJda[:, 1:]) if fb else (gJdl, gJda)
         if fb:
             _base_vjp(R0, p0, at[:6], gJdl[:, 0], gJda[:, 0], t0, gp0)
         # Jd = Vm x J + S qdd
         gSl.addcmul_(gJdml, qdd)
         gSa.addcmul_(gJdma, qdd)
-        gJl = _cross(gJdml, Vma)  # -(Vma x gJdl)
-        gJa = _cross_add(_cross(gJdma, Vma), gJdml, Vml)
+        gJl = cross(gJdml, Vma)  # -(Vma x gJdl)
+        gJa = cross_add(cross(gJdma, Vma), gJdml, Vml)
         gVml, gVma = (gVl[:, 1:], gVa[:, 1:]) if fb else (gVl, gVa)
-        _cross_add(gVml, Ja, gJdml)
-        _cross_add(_cross_add(gVma, Ja, gJdma), Jl, gJdml)
+        cross_add(gVml, Ja, gJdml)
+        cross_add(cross_add(gVma, Ja, gJdma), Jl, gJdml)
         # V = anc [V0; J]
-        gVl, gVa = _up(topo, gVl), _up(topo, gVa)
+        gVl, gVa = up(topo.sums, gVl), up(topo.sums, gVa)
         gJl += gVl[:, 1:] if fb else gVl
         gJa += gVa[:, 1:] if fb else gVa
         gv = vt.new_zeros(nv, N)
@@ -1048,38 +1040,36 @@ def rnea_vjp_t(model: RobotModel, q, v, a, g, lam, kin=None):
         gSl.addcmul_(gJl, qd)
         gSa.addcmul_(gJa, qd)
         gqd = (Sl * gJl).sum(0) + (Sa * gJa).sum(0)
-        gv[off:] = rates_t(gqd)
+        gv[off:] = _coordinate_forces(topo, gqd)
         # S = [p x a; a] (revolute), [a; 0] (prismatic), a = R axis: a rotation
         # w of the body turns a by w x a, so a's gradient g pairs as a x g.
         tm, gpm = tq[:, 1:], gp[:, 1:]
         if topo.has_pri:
             gSl_r = gSl * topo.is_rev
-            gaw = gSa * topo.is_rev + _cross(gSl_r, pm) + gSl * topo.is_pri
-            gpm += _cross(aw, gSl_r)
+            gaw = gSa * topo.is_rev + cross(gSl_r, pm) + gSl * topo.is_pri
+            gpm += cross(aw, gSl_r)
         else:
-            gaw = _cross_add(gSa, gSl, pm)
-            _cross_add(gpm, aw, gSl)
-        _cross_add(tm, aw, gaw)
+            gaw = cross_add(gSa, gSl, pm)
+            cross_add(gpm, aw, gSl)
+        cross_add(tm, aw, gaw)
         # Poses -> joints: a joint turns (or shifts) its whole subtree.
-        G = _up(topo, gp[:, o:].clone())
-        T = _up(topo, _cross_add(tq, p, gp)[:, o:].contiguous())
+        G = up(topo.sums, gp[:, o:].clone())
+        T = up(topo.sums, cross_add(tq, p, gp)[:, o:].contiguous())
         Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
-        gth = (aw * _cross_add(Tm, Gm, pm)).sum(0)  # aw . (Tm - pm x Gm)
+        gth = (aw * cross_add(Tm, Gm, pm)).sum(0)  # aw . (Tm - pm x Gm)
         if topo.has_pri:
             gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
         gq = qf.new_zeros(qf.shape)
-        gj = rates_t(gth)
+        gj = _coordinate_forces(topo, gth)
         if topo.dof_inv is not None:
             gj = gj.index_select(0, topo.dof_inv[off:] - off)
         gq[:, 7 if fb else 0 :] = gj.T
         if fb:
             gq[:, :3] = G[:, 0].T
-            tb = T[:, 0] - _cross(p0, G[:, 0])  # torque about the base origin
+            tb = T[:, 0] - cross(p0, G[:, 0])  # torque about the base origin
             # gR0 = 0.5 [tb]x R0 pairs with any rotation of R0 as tb does.
-            tx, ty, tz = tb.unbind(0)
-            z = torch.zeros_like(tx)
-            skew = torch.stack([torch.stack([z, -tz, ty]), torch.stack([tz, z, -tx]), torch.stack([-ty, tx, z])])
-            gR0 = 0.5 * (skew[:, 0, None] * R0[0][None] + skew[:, 1, None] * R0[1][None] + skew[:, 2, None] * R0[2][None])
+            tbx = skew(tb, 0)
+            gR0 = 0.5 * (tbx[:, 0, None] * R0[0][None] + tbx[:, 1, None] * R0[1][None] + tbx[:, 2, None] * R0[2][None])
             with torch.enable_grad():
                 quat = qf[:, 3:7].detach().requires_grad_(True)
                 (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)
