@@ -110,9 +110,7 @@ class ReportEntry:
         """``ok``, ``ok (contact switch)``, ``contact switch``, ``nonlinear`` or ``not checked``."""
         if math.isnan(self.actual):
             return "not checked"
-        if self.agrees:
-            return "ok (contact switch)" if self.contact_switch else "ok"
-        return "contact switch" if self.contact_switch else "nonlinear"
+        return _status(self.agrees, self.contact_switch)
 
 
 @dataclass(frozen=True)
@@ -139,9 +137,15 @@ class ParameterCheck:
 
     @property
     def status(self) -> str:
-        if self.agrees:
-            return "ok (contact switch)" if self.contact_switch else "ok"
-        return "contact switch" if self.contact_switch else "nonlinear"
+        """``ok``, ``ok (contact switch)``, ``contact switch`` or ``nonlinear``."""
+        return _status(self.agrees, self.contact_switch)
+
+
+def _status(agrees: bool, contact_switch: bool) -> str:
+    """How a re-simulated change compares with its linear prediction, in words."""
+    if agrees:
+        return "ok (contact switch)" if contact_switch else "ok"
+    return "contact switch" if contact_switch else "nonlinear"
 
 
 @dataclass(frozen=True, eq=False)
