@@ -23,37 +23,10 @@ from backdrive.contact import (
 )
 from backdrive.dynamics import integrate, inverse_dynamics
 
+from _robots import body_urdf, box_robot, sphere_robot, state  # noqa: F401  (shared fixtures)
+
 G = 9.81
 DT = 1e-3
-
-
-def body_urdf(shape: str, mass: float, inertia: tuple[float, float, float], name: str = "body") -> str:
-    """A single link with a collision ``shape`` (URDF geometry XML)."""
-    ixx, iyy, izz = inertia
-    return f"""<?xml version="1.0"?>
-<robot name="{name}">
-  <link name="{name}">
-    <inertial><mass value="{mass}"/><origin xyz="0 0 0"/>
-      <inertia ixx="{ixx}" iyy="{iyy}" izz="{izz}" ixy="0" ixz="0" iyz="0"/></inertial>
-    <collision><origin xyz="0 0 0" rpy="0 0 0"/><geometry>{shape}</geometry></collision>
-  </link>
-</robot>"""
-
-
-def sphere_robot(r=0.1, m=1.0, dtype=torch.float64):
-    i = 0.4 * m * r * r
-    return RobotModel.from_urdf(body_urdf(f'<sphere radius="{r}"/>', m, (i, i, i), "ball"), floating_base=True, dtype=dtype)
-
-
-def box_robot(s=0.2, m=1.0, dtype=torch.float64):
-    i = m * s * s / 6.0
-    return RobotModel.from_urdf(body_urdf(f'<box size="{s} {s} {s}"/>', m, (i, i, i), "box"), floating_base=True, dtype=dtype)
-
-
-def state(robot, pos, quat=(1.0, 0.0, 0.0, 0.0), lin=(0.0, 0.0, 0.0), ang=(0.0, 0.0, 0.0), batch=()):
-    q = torch.tensor([*pos, *quat], dtype=robot.dtype).expand(*batch, 7).clone()
-    v = torch.tensor([*lin, *ang], dtype=robot.dtype).expand(*batch, 6).clone()
-    return q, v
 
 
 def simulate(robot, cm, q, v, steps, dt=DT, scheme="implicit", record=None):

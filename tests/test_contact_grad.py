@@ -9,7 +9,7 @@ import torch
 
 from backdrive.contact import ContactModel, ContactParameters, GroundPlane, contact_step
 
-from test_contact import box_robot, sphere_robot, state
+from _robots import box_robot, sphere_robot, state
 
 G = 9.81
 DT = 1e-3

@@ -98,9 +98,9 @@ def test_batch_above_switch_matches_pinocchio():
 
 # ---------------------------------------------------------------------- analytic backward, LTDL
 
-from test_dynamics import SMALL_URDF, SMALL_URDF_NO_MIMIC  # noqa: E402
 
 from backdrive import RobotModel  # noqa: E402
+from _robots import SMALL_URDF, SMALL_URDF_NO_MIMIC  # noqa: E402  (shared fixtures)
 
 CASES = ["small_tree", "small_tree_floating", "no_mimic_floating", "panda", "panda_independent", "quadruped"]
 
