@@ -283,9 +283,8 @@ class Simulator:
         if self._implicit is not None:
             # Euler integrators with implicit joint damping and friction: the
             # new velocity comes from one solve (backdrive.sim._implicit).
-            # Further forces belong here: a generalised force (contact J^T f,
-            # evaluated at (q, v)) as extra_force=, an implicit damping
-            # (J^T K J) as extra_implicit=.
+            # Contact joins the same solve through extra_force= (J^T f at
+            # (q, v)) and extra_implicit= (J^T K J): see _advance_contact.
             v1 = self._implicit.velocity(q, v, tau0)
             # "semi_implicit" moves q with the new velocity, "euler" with the old.
             q1 = self.system.integrate(q, v1 if self.integrator == "semi_implicit" else v, self.dt)
