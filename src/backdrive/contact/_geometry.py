@@ -23,6 +23,7 @@ import torch
 
 from .._errors import ContactApproximationWarning, InputError, InvalidValueError, UnknownNameError
 from ..model import RobotModel
+from ..model._meshes import resolve_mesh_path
 
 __all__ = ["ContactShape", "ContactGeometry", "ContactApproximationWarning", "SHAPE_KINDS", "MESH_RULES"]
 
@@ -384,10 +385,6 @@ def _mesh_bounds(robot: RobotModel, filename: str, package_dirs) -> np.ndarray |
         import trimesh
     except ImportError:
         return None
-    # The viewers' resolver: same package:// rules everywhere (imported here,
-    # not at module level, because viz is a later layer with optional extras).
-    from ..viz._scene import resolve_mesh_path
-
     urdf_dir = Path(robot.source_path).parent if robot.source_path is not None else None
     path = resolve_mesh_path(filename, urdf_dir=urdf_dir, package_dirs=package_dirs)
     if path is None:
