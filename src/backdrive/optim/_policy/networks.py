@@ -43,9 +43,14 @@ class ObsNormalizer(nn.Module):
     def update(self, obs: torch.Tensor) -> None:
         """Merge a batch ``(..., obs_dim)`` into the statistics."""
         x = obs.detach().reshape(-1, self.obs_dim).to(torch.float64)
-        n = x.shape[0]
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
+        self.merge(x.shape[0], x.mean(0), x.var(0, unbiased=False))
+
+    @torch.no_grad()
+    def merge(self, n: int, batch_mean: torch.Tensor, batch_var: torch.Tensor) -> None:
+        """Merge the moments of a batch of ``n`` observations (``(obs_dim,)`` float64 mean and biased variance).
+
+        Data-parallel training merges the moments of every rank's batch with this.
+        """
         total = self.count + n
         delta = batch_mean - self.mean
         self.mean += delta * (n / total)

@@ -21,6 +21,7 @@ from ...envs._base import DiffEnv
 from .._progress import ProgressBar
 from .checkpoints import FORMAT, checkpoint_config, read_checkpoint, write_checkpoint
 from .config import PolicyTrainerConfig
+from .distributed import DataParallel, rank_seed, shard_env
 from .networks import MLPPolicy, ObsNormalizer, ValueCritic
 from .presets import Preset, get_preset, recommended_preset
 from .returns import evaluate_policy, td_lambda, window_objective
@@ -94,11 +95,21 @@ class PolicyTrainer:
         config: the settings (default: ``PolicyTrainerConfig()``, generic
             sizes; see the presets for tuned ones).
         policy: a custom ``nn.Module`` policy (default: :class:`MLPPolicy`).
+        distributed: data parallelism over ``torch.distributed`` (see
+            :func:`train_policy`): ``None`` detects a launcher, ``False``
+            forces one process, ``True`` requires a process group.
+        backend: process-group backend, ``"gloo"`` or ``"nccl"`` (default: by device).
+        timeout_s: seconds a collective waits for a dead or hung rank before
+            raising (default 600).
         **settings: fields of :class:`PolicyTrainerConfig`, overriding ``config``'s.
 
     Attributes:
         config: the settings, a frozen :class:`PolicyTrainerConfig`
             (``settings`` is the same object).
+        env: the env this process steps: under data parallelism, its slice
+            of ``num_envs // world_size`` copies of the env passed in.
+        data_parallel: the :class:`~backdrive.optim._policy.distributed.DataParallel`
+            group (``world_size`` 1 in one process).
     """
 
     def __init__(
@@ -108,14 +119,31 @@ class PolicyTrainer:
         *,
         config: PolicyTrainerConfig | None = None,
         policy: nn.Module | None = None,
+        distributed: bool | None = None,
+        backend: str | None = None,
+        timeout_s: float | None = None,
         **settings: Any,
     ) -> None:
         c = _make_config(config, algo, settings)
+        if not isinstance(env, DiffEnv):
+            raise PolicyConfigError(f"env must be a backdrive DiffEnv, got {type(env).__name__}")
+        dp = DataParallel.setup(env.device, distributed, backend, timeout_s)
+        # Before anything else that could differ between ranks: the same
+        # settings, env and batch everywhere (else a rank would wait forever
+        # in a collective the others never enter).
+        dp.check_same(
+            "settings and env",
+            {**c.to_dict(), "env": type(env).__name__, "num_envs": env.num_envs, "dtype": str(env.dtype),
+             "obs_dim": env.obs_dim, "action_dim": env.action_dim,
+             "policy": None if policy is None else type(policy).__name__},
+        )
+        env = shard_env(env, dp.rank, dp.world_size)
         c.check_env(env)
         if policy is not None:
             _check_policy(policy, env)
         self.config = c
         self.env = env
+        self.data_parallel = dp
         dtype, device = env.dtype, env.device
 
         # Parameter initialisation draws from the global generator: fork it so
@@ -131,12 +159,16 @@ class PolicyTrainer:
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_opt = torch.optim.Adam(self.policy.parameters(), lr=c.lr, betas=c.betas)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=c.critic_lr, betas=c.betas)
+        # Rank 0 had identical weights already (same seed); a custom policy
+        # built from an unseeded generator is made identical here.
+        dp.broadcast_modules([self.policy, self.critic, self.target_critic])
         self.generator = torch.Generator(device=device)
-        self.generator.manual_seed(c.seed + 1)
+        # Each rank its own streams (noise, minibatches, initial states); rank 0 the single-process ones.
+        self.generator.manual_seed(rank_seed(c.seed + 1, dp.rank))
 
-        obs = env.reset(seed=c.seed)
+        obs = env.reset(seed=rank_seed(c.seed, dp.rank))
         if c.normalize_obs:
-            self._normalizer().update(obs)
+            self._update_normalizer(obs)
         self.updates_done = 0
         self.env_steps = 0
         self.wall_s = 0.0
@@ -151,7 +183,20 @@ class PolicyTrainer:
         """The settings (the same object as :attr:`config`)."""
         return self.config
 
+    @property
+    def num_envs(self) -> int:
+        """Env copies over every process (``env.num_envs * world_size``)."""
+        return self.env.num_envs * self.data_parallel.world_size
+
     # -------------------------------------------------------------- training
+    def _update_normalizer(self, obs: torch.Tensor) -> None:
+        """Merge a batch ``(..., obs_dim)`` of every rank into the observation statistics."""
+        norm = self._normalizer()
+        if self.data_parallel.active:
+            norm.merge(*self.data_parallel.moments(obs))
+        else:
+            norm.update(obs)
+
     def _normalizer(self) -> ObsNormalizer:
         norm = getattr(self.policy, "normalizer", None)
         if norm is None:
@@ -234,7 +279,7 @@ class PolicyTrainer:
             TrainingDivergedError: a loss or the policy gradient is not finite;
                 the parameters are not changed.
         """
-        c, env = self.config, self.env
+        c, env, dp = self.config, self.env, self.data_parallel
         H, N = c.horizon, env.num_envs
         t0 = time.perf_counter()
         k = self.updates_done + 1
@@ -261,6 +306,9 @@ class PolicyTrainer:
 
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
+        # Every rank's loss is the mean over its own copies, so the average
+        # of the ranks' gradients is the gradient of the global mean.
+        actor_loss = self.data_parallel.average_gradients(list(self.policy.parameters()), actor_loss.detach())
         grad_norm = self._clip_actor_grad()
         if not (torch.isfinite(grad_norm) and torch.isfinite(actor_loss)):
             self.actor_opt.zero_grad(set_to_none=True)
@@ -283,29 +331,34 @@ class PolicyTrainer:
                 self._replay_actor_steps(k)
 
         # Bookkeeping (detached): episode returns and normaliser statistics.
+        # Masked sums instead of boolean indexing: no host sync per step.
         with torch.no_grad():
             r64 = roll["reward"].detach().to(torch.float64)
-            finished = []
+            ret_sum = torch.zeros((), dtype=torch.float64, device=r64.device)
+            ret_count = torch.zeros((), dtype=torch.float64, device=r64.device)
             for t in range(H):
                 self._episode_return += r64[t]
-                finished.append(self._episode_return[done[t]])
+                ret_sum += torch.where(done[t], self._episode_return, 0.0).sum()
+                ret_count += done[t].sum()
                 self._episode_return = torch.where(done[t], torch.zeros_like(self._episode_return), self._episode_return)
-            finished_t = torch.cat(finished)
-            if finished_t.numel():
-                self._last_train_return = float(finished_t.mean())
+            # One reduction for the log row: every rank logs the same numbers.
+            stats = dp.sum_(torch.stack([ret_sum, ret_count, r64.mean()]))
             if c.normalize_obs:
-                self._normalizer().update(roll["obs"])
+                self._update_normalizer(roll["obs"])
+        ret_sum_f, ret_count_f, reward_f = stats.tolist()  # the one host sync of the bookkeeping
+        if ret_count_f > 0:
+            self._last_train_return = ret_sum_f / ret_count_f
 
         self.updates_done = k
-        self.env_steps += N * H
+        self.env_steps += N * H * dp.world_size
         self.wall_s += time.perf_counter() - t0
         return {
             "update": k,
             "env_steps": self.env_steps,
             "wall_s": self.wall_s,
             "train_return": self._last_train_return,
-            "window_reward": float(roll["reward"].detach().mean()),
-            "actor_loss": float(actor_loss.detach()),
+            "window_reward": reward_f / dp.world_size,
+            "actor_loss": float(actor_loss),
             "critic_loss": critic_loss,
             "grad_norm": float(grad_norm),
             "eval_return": math.nan,
@@ -348,7 +401,8 @@ class PolicyTrainer:
         keys = ("obs", "action", "reward", "final_obs", "terminated", "jac_obs", "jac_reward")
         data = {key: torch.cat([w[key].reshape(-1, *w[key].shape[2:]) for w in self._replay]) for key in keys}
         n = data["obs"].shape[0]
-        batch = (min(c.actor_batch_size, n),)
+        # The batch size is global: each rank draws its share.
+        batch = (min(-(-c.actor_batch_size // self.data_parallel.world_size), n),)
         for _ in range(c.actor_replay_steps):
             idx = torch.randint(n, batch, generator=self.generator, device=data["obs"].device)
             obs, a = data["obs"][idx], data["action"][idx]
@@ -359,6 +413,7 @@ class PolicyTrainer:
             loss = -(reward + c.gamma * value).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             loss.backward()
+            loss = self.data_parallel.average_gradients(list(self.policy.parameters()), loss.detach())
             grad_norm = self._clip_actor_grad()
             if not (torch.isfinite(grad_norm) and torch.isfinite(loss)):
                 self.actor_opt.zero_grad(set_to_none=True)
@@ -400,11 +455,14 @@ class PolicyTrainer:
         n = y.shape[0]
         total = torch.zeros((), dtype=y.dtype, device=y.device)
         count = 0
+        dp = self.data_parallel
         if c.critic_batch_size is not None:
             # SAC-style: critic_iterations gradient steps, each on a random
-            # minibatch of the replayed samples.
+            # minibatch of the replayed samples (the size is global: each
+            # rank draws its share from its own copies).
+            size = -(-c.critic_batch_size // dp.world_size)
             steps = [
-                torch.randint(n, (min(c.critic_batch_size, n),), generator=self.generator, device=y.device)
+                torch.randint(n, (min(size, n),), generator=self.generator, device=y.device)
                 for _ in range(c.critic_iterations)
             ]
         else:
@@ -417,12 +475,14 @@ class PolicyTrainer:
             loss = (self.critic(x[idx]) - y[idx]).pow(2).mean()
             self.critic_opt.zero_grad(set_to_none=True)
             loss.backward()
+            dp.average_gradients(list(self.critic.parameters()))
             if c.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(self.critic.parameters(), c.max_grad_norm * 10)
             self.critic_opt.step()
             total += loss.detach()
             count += 1
-        mean_loss = float(total / count)
+        # Every rank the same mean, so every rank takes the same branch below.
+        mean_loss = float(dp.mean_(total / count))
         if not math.isfinite(mean_loss):
             raise self._diverged(k, f"critic loss {mean_loss}")
         with torch.no_grad():
@@ -476,8 +536,10 @@ class PolicyTrainer:
         for name, val in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise PolicyConfigError(f"{name} must be a positive int, got {val!r}")
-        writer = _CsvLog(log_csv) if log_csv is not None else None
-        bar = ProgressBar(updates, "train_policy", enabled=bool(progress), interval=0.2)
+        dp = self.data_parallel
+        # Rank 0 alone writes the log and draws the progress bar.
+        writer = _CsvLog(log_csv) if log_csv is not None and dp.is_main else None
+        bar = ProgressBar(updates, "train_policy", enabled=bool(progress) and dp.is_main, interval=0.2)
         shown = self._last_eval
         try:
             while self.updates_done < updates:
@@ -487,11 +549,14 @@ class PolicyTrainer:
                 k = row["update"]
                 if eval_fn is not None and (k % eval_every == 0 or k == updates):
                     t0 = time.perf_counter()
-                    was_training = self.policy.training
-                    self.policy.eval()
-                    with torch.no_grad():
-                        self._last_eval = float(eval_fn(self.policy))
-                    self.policy.train(was_training)
+                    if dp.is_main:
+                        was_training = self.policy.training
+                        self.policy.eval()
+                        with torch.no_grad():
+                            self._last_eval = float(eval_fn(self.policy))
+                        self.policy.train(was_training)
+                    # Rank 0 evaluates; every rank logs (and may stop on) its result.
+                    self._last_eval = dp.broadcast_float(self._last_eval)
                     row["eval_return"] = self._last_eval
                     row["eval_s"] = time.perf_counter() - t0
                 self.history.append(row)
@@ -501,7 +566,10 @@ class PolicyTrainer:
                     self.save(checkpoint)
                 shown = self._last_eval if self._last_eval == self._last_eval else row["train_return"]
                 bar.update(k, text=f"return {_fmt(shown)}  steps {self.env_steps}")
-                if callback is not None and callback(row):
+                stop = callback is not None and bool(callback(row))
+                # A stop on any rank stops every rank (else the others would
+                # wait in the next update's collectives).
+                if dp.any(stop) if dp.active else stop:
                     break
         finally:
             bar.close(self.updates_done, text=f"return {_fmt(shown)}  steps {self.env_steps}")
@@ -511,7 +579,17 @@ class PolicyTrainer:
 
     # ----------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Everything that defines the run, for an exact resume: tensors and plain containers only."""
+        """Everything that defines the run, for an exact resume: tensors and plain containers only.
+
+        Under data parallelism this is a collective (every rank must call
+        it): the env state, episode returns and replayed windows of every
+        rank are gathered into the global batch, in rank order, and every
+        rank's random generators are kept (``rank_generators``), so the
+        checkpoint resumes under any world size.
+        """
+        dp = self.data_parallel
+        env_state = self.env.state_dict()
+        gens = dp.gather_objects({"env": env_state["generator"].cpu(), "trainer": self.generator.get_state().cpu()})
         state = {
             "format": FORMAT,
             "config": {**self.config.to_dict(), "obs_dim": self.env.obs_dim, "action_dim": self.env.action_dim},
@@ -520,24 +598,37 @@ class PolicyTrainer:
             "target_critic": self.target_critic.state_dict(),
             "actor_opt": self.actor_opt.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
-            "env": self.env.state_dict(),
+            "env": {
+                "state": dp.gather(env_state["state"], 0),
+                "elapsed": dp.gather(env_state["elapsed"], 0),
+                "generator": env_state["generator"],
+            },
             "generator": self.generator.get_state(),
+            "world_size": dp.world_size,
+            "rank_generators": gens,
             "updates_done": self.updates_done,
             "env_steps": self.env_steps,
             "wall_s": self.wall_s,
-            "episode_return": self._episode_return.clone(),
+            "episode_return": dp.gather(self._episode_return, 0),
             "last_train_return": self._last_train_return,
             "last_eval": self._last_eval,
             "history": [dict(row) for row in self.history],
-            "replay": [dict(w) for w in self._replay],
+            # Windows are (H, N, ...): the env axis is 1.
+            "replay": [{key: dp.gather(val, 1) for key, val in w.items()} for w in self._replay],
         }
         if hasattr(self, "_own_normalizer"):
             state["normalizer"] = self._own_normalizer.state_dict()
         return state
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write a checkpoint atomically (temporary file, then rename)."""
-        write_checkpoint(self.state_dict(), path)
+        """Write a checkpoint atomically (temporary file, then rename).
+
+        Under data parallelism every rank calls it (the state is gathered);
+        rank 0 alone writes the file.
+        """
+        state = self.state_dict()
+        if self.data_parallel.is_main:
+            write_checkpoint(state, path)
         self._last_checkpoint = str(path)
         self._last_checkpoint_update = self.updates_done
 
@@ -565,23 +656,51 @@ class PolicyTrainer:
         if diff:
             pairs = ", ".join(f"{n}: checkpoint {getattr(saved, n)!r} vs now {getattr(now, n)!r}" for n in diff)
             raise PolicyConfigError(f"checkpoint {path} was trained with other settings ({pairs})")
+        dp = self.data_parallel
+        saved_world = int(ckpt.get("world_size", 1))
+        n_global = ckpt["env"]["state"].shape[0]
+        if n_global != self.num_envs:
+            raise PolicyConfigError(
+                f"checkpoint {path} holds {n_global} env copies, but this run has {self.num_envs} "
+                f"({self.env.num_envs} per process x {dp.world_size} processes)"
+            )
         self.policy.load_state_dict(ckpt["policy"])
         self.critic.load_state_dict(ckpt["critic"])
         self.target_critic.load_state_dict(ckpt["target_critic"])
         self.actor_opt.load_state_dict(ckpt["actor_opt"])
         self.critic_opt.load_state_dict(ckpt["critic_opt"])
-        self.env.load_state_dict(ckpt["env"])
-        self.generator.set_state(ckpt["generator"].cpu())
+        if saved_world == dp.world_size:
+            # The same split: every rank continues its own random streams exactly.
+            gens = ckpt.get("rank_generators") or [{"env": ckpt["env"]["generator"], "trainer": ckpt["generator"]}]
+            env_gen, trainer_gen = gens[dp.rank]["env"].cpu(), gens[dp.rank]["trainer"].cpu()
+        else:
+            # Another split: the saved streams belong to other slices, so each
+            # rank starts a fresh one (seeded by the run's seed, the rank and
+            # the update), and the run continues statistically, not bit for bit.
+            env_gen = torch.Generator(device=self.env.device)
+            env_gen.manual_seed(rank_seed(self.config.seed, dp.rank, restart=1 + int(ckpt["updates_done"])))
+            env_gen = env_gen.get_state()
+            trainer_gen = torch.Generator(device=self.env.device)
+            trainer_gen.manual_seed(rank_seed(self.config.seed + 1, dp.rank, restart=1 + int(ckpt["updates_done"])))
+            trainer_gen = trainer_gen.get_state()
+        self.env.load_state_dict(
+            {
+                "state": dp.local_slice(ckpt["env"]["state"], 0),
+                "elapsed": dp.local_slice(ckpt["env"]["elapsed"], 0),
+                "generator": env_gen,
+            }
+        )
+        self.generator.set_state(trainer_gen)
         if "normalizer" in ckpt:
             self._normalizer().load_state_dict(ckpt["normalizer"])
         self.updates_done = ckpt["updates_done"]
         self.env_steps = ckpt["env_steps"]
         self.wall_s = ckpt["wall_s"]
-        self._episode_return = ckpt["episode_return"].to(self.env.device)
+        self._episode_return = dp.local_slice(ckpt["episode_return"].to(self.env.device), 0)
         self._last_train_return = ckpt["last_train_return"]
         self._last_eval = ckpt["last_eval"]
         self.history = [dict(row) for row in ckpt["history"]]
-        self._replay = [dict(w) for w in ckpt["replay"]]
+        self._replay = [{key: dp.local_slice(val, 1) for key, val in w.items()} for w in ckpt["replay"]]
         self._last_checkpoint = str(path)
         self._last_checkpoint_update = self.updates_done
         return self
@@ -647,6 +766,9 @@ def train_policy(
     progress: bool = False,
     callback: Callable[[dict[str, float]], bool | None] | None = None,
     num_threads: int | None = None,
+    distributed: bool | None = None,
+    backend: str | None = None,
+    timeout_s: float | None = None,
     **settings: Any,
 ) -> PolicyTrainer:
     """Train a policy by backpropagating through a differentiable environment.
@@ -689,6 +811,20 @@ def train_policy(
         num_threads: torch intra-op threads while training (restored after).
             Small networks on small batches run fastest on one thread; on a
             busy machine several threads can be ten times slower.
+        distributed: data-parallel training over ``torch.distributed``
+            (docs/scaling.md). ``None`` (default): on when a launcher such as
+            ``torchrun`` started several processes (``WORLD_SIZE > 1``) or a
+            process group is initialised; ``False``: one process regardless;
+            ``True``: required. Every process passes the same env (``num_envs``
+            is the global batch), settings and seed; each steps ``num_envs //
+            world_size`` copies with its own seed stream, gradients and
+            observation statistics are averaged over the processes, and rank
+            0 alone writes ``log_csv`` and ``checkpoint``.
+        backend: ``"gloo"`` or ``"nccl"`` for a process group created here
+            (default: nccl for a CUDA env, gloo otherwise).
+        timeout_s: seconds a collective waits for the other processes before
+            raising, so a dead or hung rank cannot block the rest forever
+            (default 600; only for a process group created here).
         **settings: fields of :class:`PolicyTrainerConfig` (see there for
             what each does), overriding those of ``config`` or ``preset``.
 
@@ -698,7 +834,9 @@ def train_policy(
 
     Raises:
         PolicyConfigError: a bad setting, or no settings at all, found before
-            any update.
+            any update; under data parallelism also a world size that does
+            not divide ``num_envs``, or processes with different settings,
+            seeds or envs.
         TrainingDivergedError: a non-finite gradient or loss; names the update.
         TypeError: a keyword that is neither an argument nor a setting.
     """
@@ -749,7 +887,9 @@ def train_policy(
     bad_threads = isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1
     if num_threads is not None and bad_threads:
         raise PolicyConfigError(f"num_threads must be a positive int or None, got {num_threads!r}")
-    trainer = PolicyTrainer(env, config=cfg, policy=policy)
+    trainer = PolicyTrainer(
+        env, config=cfg, policy=policy, distributed=distributed, backend=backend, timeout_s=timeout_s
+    )
     if resume is not None:
         trainer.load(resume)
     previous_threads = torch.get_num_threads()
