@@ -1,5 +1,7 @@
 """Shared test settings."""
 
+import os
+
 import pytest
 import torch
 
@@ -12,3 +14,12 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def device():
+    """The device of device-generic tests: ``$BACKDRIVE_TEST_DEVICE`` (``make test-cuda`` sets cuda), else the CPU."""
+    dev = torch.device(os.environ.get("BACKDRIVE_TEST_DEVICE", "cpu"))
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        pytest.fail("BACKDRIVE_TEST_DEVICE asks for CUDA, but torch sees no CUDA device")
+    return dev

@@ -17,9 +17,11 @@ was written were at their defaults then, and are filled in as such.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,10 @@ from .networks import MLPPolicy
 __all__ = ["FORMAT", "read_checkpoint", "write_checkpoint", "checkpoint_config", "load_policy"]
 
 FORMAT = "backdrive.policy/1"
+
+# The process umask, read once (reading it means setting it).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def read_checkpoint(path: str | os.PathLike, device: torch.device | str | None = None) -> dict[str, Any]:
@@ -74,12 +80,32 @@ def read_checkpoint(path: str | os.PathLike, device: torch.device | str | None =
 
 
 def write_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``state`` atomically (a temporary file, then a rename): a crash never leaves half a file."""
+    """Write ``state`` atomically: a crash never leaves half a file at ``path``.
+
+    The state goes to a uniquely named temporary file in the same directory
+    (so the rename never crosses file systems and two writers never share
+    it), is flushed to disk, and then replaces ``path`` with ``os.replace``,
+    which is atomic on POSIX and Windows: a reader sees the old checkpoint
+    or the new one, never a mixture. On any error the temporary file is
+    removed and the old checkpoint is left as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        if hasattr(os, "fchmod"):
+            # mkstemp makes the file private (0600); a checkpoint gets the
+            # permissions an ordinary new file would.
+            os.fchmod(fd, 0o666 & ~_UMASK)
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def checkpoint_config(ckpt: dict[str, Any], path: str | os.PathLike) -> tuple[PolicyTrainerConfig, int, int]:

@@ -1,0 +1,313 @@
+"""Data-parallel policy training on torch.distributed (gloo, on the CPU).
+
+The multi-process tests start real process groups: each worker is a spawned
+Python process that sets the variables ``torchrun`` sets (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and calls
+``train_policy`` exactly as a script launched by ``torchrun`` would, so the
+launcher path is what is tested. Every spawn has a deadline: a hung run
+fails the test instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import multiprocessing
+import os
+import socket
+import time
+import traceback
+
+import pytest
+import torch
+
+from backdrive import PolicyConfigError
+from backdrive.envs import Pendulum
+from backdrive.optim import PolicyTrainer, train_policy
+from backdrive.optim._policy import checkpoints as ckpt_mod
+from backdrive.optim._policy.distributed import DataParallel, rank_seed, shard_env
+
+B = 8  # global env batch
+# SHAC with every random choice that depends on how the batch is split made
+# irrelevant: no action noise, one full-batch critic minibatch (its mean is
+# the same whatever the permutation). Initial states and resets stay random.
+SETTINGS = dict(
+    algo="shac",
+    horizon=8,
+    lr=3e-3,
+    critic_lr=3e-3,
+    critic_iterations=3,
+    critic_minibatches=1,
+    critic_replay=2,
+    action_noise=0.0,
+    hidden=(16, 16),
+    seed=3,
+)
+# Episodes end after 24 steps: at the end of update 3, so the first
+# checkpoint (update 3) holds fresh states drawn by each rank's stream, and
+# updates 4-5 reach no episode end (the next is at update 6).
+EPISODE = 24
+
+
+class TwoStreamPendulum(Pendulum):
+    """One process, ``B`` pendulums, drawn as two ranks of ``B/2`` would draw them.
+
+    Rows ``0..B/2-1`` come from rank 0's seed stream and rows ``B/2..`` from
+    rank 1's (:func:`rank_seed`), so one process replays the data of a
+    two-process run exactly: the reference for the data-parallel tests.
+    """
+
+    def reset(self, seed=None):
+        if seed is not None:
+            self._streams = [torch.Generator().manual_seed(rank_seed(seed, r)) for r in range(2)]
+        return super().reset(seed)
+
+    def initial_state(self, n, generator):
+        half = n // 2
+        return torch.cat([super(TwoStreamPendulum, self).initial_state(half, g) for g in self._streams])
+
+
+def _env(cls=Pendulum, n=B):
+    return cls(n, y_init=2.0, max_episode_steps=EPISODE, dtype=torch.float64)
+
+
+def _flat(trainer):
+    mods = [trainer.policy, trainer.critic, trainer.target_critic]
+    return torch.cat([p.detach().reshape(-1) for m in mods for p in m.parameters()])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, world, port, job, out_dir):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    result = {}
+    try:
+        result = globals()[job](rank, out_dir)
+    except BaseException as exc:  # reported to the test, which asserts on it
+        result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def _spawn(job, tmp_path, world=2, deadline_s=90.0):
+    """Run ``job`` on ``world`` spawned ranks; every rank's result dict, in rank order."""
+    ctx = multiprocessing.get_context("spawn")
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, job, str(tmp_path))) for r in range(world)]
+    for p in procs:
+        p.start()
+    end = time.monotonic() + deadline_s
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert not hung, f"ranks {hung} still running after {deadline_s} s"
+    out = []
+    for r in range(world):
+        f = tmp_path / f"rank{r}.pt"
+        out.append(torch.load(f, weights_only=False) if f.exists() else {"exitcode": procs[r].exitcode})
+    return out
+
+
+# ------------------------------------------------------------------ jobs
+def _job_train(rank, out_dir):
+    t = train_policy(_env(), updates=3, checkpoint=os.path.join(out_dir, "dp.pt"),
+                     checkpoint_every=3, log_csv=os.path.join(out_dir, "log.csv"), **SETTINGS)
+    return {"params": _flat(t), "mean": t.policy.normalizer.mean, "var": t.policy.normalizer.var,
+            "count": t.policy.normalizer.count, "history": t.history, "local_envs": t.env.num_envs,
+            "world": t.data_parallel.world_size}
+
+
+def _job_bad_inputs(rank, out_dir):
+    errors = {}
+    cases = {
+        "indivisible": lambda: train_policy(_env(n=5), updates=1, **SETTINGS),
+        "seed": lambda: train_policy(_env(), updates=1, **{**SETTINGS, "seed": 3 + rank}),
+        "config": lambda: train_policy(_env(), updates=1, **{**SETTINGS, "lr": 1e-3 * (1 + rank)}),
+        "batch": lambda: train_policy(_env(n=8 + 2 * rank), updates=1, **SETTINGS),
+    }
+    for name, case in cases.items():
+        try:
+            case()
+            errors[name] = None
+        except PolicyConfigError as exc:
+            errors[name] = str(exc)
+    return errors
+
+
+def _job_rank_dies(rank, out_dir):
+    def die(row):
+        if rank == 1 and row["update"] == 2:
+            os._exit(7)  # no clean-up, no goodbye: as a crash or an OOM kill
+
+    t0 = time.monotonic()
+    try:
+        train_policy(_env(), updates=1000, callback=die, timeout_s=20, **SETTINGS)
+    except Exception as exc:
+        return {"error_type": type(exc).__name__, "seconds": time.monotonic() - t0}
+    return {"error_type": None, "seconds": time.monotonic() - t0}
+
+
+# ----------------------------------------------------------------- tests
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dp")
+    return tmp, _spawn("_job_train", tmp)
+
+
+def _reference(updates):
+    """One process, ``B`` envs, the same data; run to ``updates``."""
+    return train_policy(_env(TwoStreamPendulum), updates=updates, distributed=False, **SETTINGS)
+
+
+def test_two_processes_match_one_process_with_the_whole_batch(two_rank_run):
+    tmp, results = two_rank_run
+    for r in results:
+        assert "error" not in r, r.get("traceback")
+    ref = _reference(3)
+    assert [r["local_envs"] for r in results] == [B // 2, B // 2]
+    assert [r["world"] for r in results] == [2, 2]
+    # Identical parameters on both ranks (the same averaged gradients, the same steps) ...
+    assert torch.equal(results[0]["params"], results[1]["params"])
+    # ... and those of one process with the whole batch, to float64 rounding.
+    moved = (_flat(ref) - _flat(PolicyTrainer(_env(TwoStreamPendulum), distributed=False, **SETTINGS))).abs().max()
+    assert moved > 1e-3  # the updates changed the parameters: the match below is not trivial
+    torch.testing.assert_close(results[0]["params"], _flat(ref), rtol=1e-9, atol=1e-10)
+    # Observation statistics merged over the ranks, as one process computes them.
+    torch.testing.assert_close(results[0]["mean"], ref.policy.normalizer.mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(results[1]["var"], ref.policy.normalizer.var, rtol=1e-12, atol=1e-12)
+    assert float(results[0]["count"]) == float(ref.policy.normalizer.count) == B * (1 + 3 * 8)
+    # The same log: global env steps, returns of episodes that ended on either rank, losses.
+    for key in ("env_steps", "train_return", "window_reward", "actor_loss", "critic_loss", "grad_norm"):
+        got = [row[key] for row in results[1]["history"]]
+        want = [row[key] for row in ref.history]
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12, nan_ok=True), key
+    assert math.isfinite(ref.history[-1]["train_return"])  # episodes ended at update 3
+
+
+def test_rank_zero_alone_writes_the_log_and_the_checkpoint(two_rank_run):
+    tmp, _ = two_rank_run
+    with open(tmp / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["update"]) for r in rows] == [1, 2, 3]  # one writer: no duplicated rows
+    ck = ckpt_mod.read_checkpoint(tmp / "dp.pt")
+    assert ck["world_size"] == 2 and len(ck["rank_generators"]) == 2
+    assert ck["env"]["state"].shape == (B, 2)  # the global batch, gathered
+    assert ck["replay"][0]["obs"].shape == (8, B, 3)
+    assert not [p for p in os.listdir(tmp) if p.endswith(".tmp")]
+
+
+def test_a_two_process_checkpoint_resumes_in_one_process(two_rank_run):
+    tmp, results = two_rank_run
+    resumed = train_policy(_env(), updates=5, resume=tmp / "dp.pt", distributed=False)
+    assert resumed.env.num_envs == B and resumed.updates_done == 5
+    assert resumed.config == PolicyTrainer(_env(), distributed=False, **SETTINGS).config
+    # No episode ends in updates 4-5, so the fresh random streams of a new
+    # split do not matter there: the continuation is the reference's.
+    ref = _reference(5)
+    torch.testing.assert_close(_flat(resumed), _flat(ref), rtol=1e-9, atol=1e-10)
+    assert [row["update"] for row in resumed.history] == [1, 2, 3, 4, 5]
+    assert resumed.env_steps == 5 * B * SETTINGS["horizon"]
+
+
+def test_bad_world_size_and_mismatched_ranks_are_named_errors(tmp_path):
+    r0, r1 = _spawn("_job_bad_inputs", tmp_path)
+    assert "error" not in r0, r0.get("traceback")
+    for errors in (r0, r1):
+        assert "num_envs = 5 is not divisible by the world size 2" in errors["indivisible"]
+        assert "seed: rank 0 3 vs rank 1 4" in errors["seed"]
+        assert "lr: rank 0 0.001 vs rank 1 0.002" in errors["config"]
+        assert "num_envs: rank 0 8 vs rank 1 10" in errors["batch"]
+
+
+def test_a_rank_that_dies_does_not_hang_the_others(tmp_path):
+    t0 = time.monotonic()
+    r0, r1 = _spawn("_job_rank_dies", tmp_path, deadline_s=60)
+    assert r1 == {"exitcode": 7}
+    # Rank 0 gets an error (the peer's connection closes, or the 20 s timeout) instead of waiting.
+    assert r0["error_type"] is not None
+    assert r0["seconds"] < 30 and time.monotonic() - t0 < 60
+
+
+# ------------------------------------------------------ one-process parts
+def test_rank_seeds():
+    assert rank_seed(5, 0) == 5  # one process: the seeds it always had
+    seeds = {rank_seed(5, r, k) for r in range(8) for k in range(3)}
+    assert len(seeds) == 24 and all(0 <= s < 2**63 for s in seeds)
+    assert rank_seed(5, 3) == rank_seed(5, 3) != rank_seed(6, 3)
+
+
+def test_shard_env_slices_the_batch_and_rejects_an_uneven_split():
+    env = _env()
+    env.reset(seed=0)
+    local = shard_env(env, 1, 4)
+    assert local.num_envs == 2 and env.num_envs == B and local._state is None
+    assert local.g == env.g and local._generator is not env._generator
+    assert local.reset(seed=1).shape == (2, 3)
+    with pytest.raises(PolicyConfigError, match=r"num_envs = 8 is not divisible by the world size 3.*\[1, 2, 4, 8\]"):
+        shard_env(env, 0, 3)
+    assert shard_env(env, 0, 1) is env
+
+
+def test_process_group_options_are_checked():
+    with pytest.raises(PolicyConfigError, match="unknown backend 'mpi'"):
+        DataParallel.setup("cpu", backend="mpi")
+    with pytest.raises(PolicyConfigError, match="nccl' needs CUDA"):
+        DataParallel.setup("cpu", backend="nccl")
+    with pytest.raises(PolicyConfigError, match="timeout_s must be"):
+        DataParallel.setup("cpu", timeout_s=0)
+    with pytest.raises(PolicyConfigError, match="distributed must be"):
+        DataParallel.setup("cpu", distributed="yes")
+    single = DataParallel.setup("cpu")
+    assert single.world_size == 1 and not single.active and single.is_main
+
+
+def test_distributed_true_without_a_launcher_names_what_is_missing(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(PolicyConfigError, match="needs the environment variable RANK"):
+        train_policy(_env(), updates=1, distributed=True, **SETTINGS)
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    trainer = PolicyTrainer(_env(), distributed=False, **SETTINGS)
+    trainer.save(path)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    def crash_half_way(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", crash_half_way)
+    trainer.train(1)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.save(path)
+    monkeypatch.setattr(ckpt_mod.torch, "save", real_save)
+    assert path.read_bytes() == before  # the old checkpoint, whole
+    assert sorted(os.listdir(tmp_path)) == ["c.pt"]  # no temporary file left behind
+    assert PolicyTrainer(_env(), distributed=False, **SETTINGS).load(path).updates_done == 0
+    trainer.save(path)
+    assert PolicyTrainer(_env(), distributed=False, **SETTINGS).load(path).updates_done == 1
+    if os.name == "posix":  # the permissions of an ordinary new file, not mkstemp's private 0600
+        assert path.stat().st_mode & 0o777 == 0o666 & ~ckpt_mod._UMASK
+
+
+def test_one_process_training_on_the_test_device(device):
+    """The trainer keeps everything on the env's device (``make test-cuda`` runs this on CUDA)."""
+    env = Pendulum(B, y_init=2.0, max_episode_steps=EPISODE, device=device)
+    t = train_policy(env, updates=2, **SETTINGS)
+    assert {p.device for p in t.policy.parameters()} == {env.device}
+    assert t.policy.normalizer.mean.device == env.device
+    assert math.isfinite(t.history[-1]["actor_loss"])
