@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test bench browser clean
+.PHONY: demo test test-cuda bench browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ browser:
 
 test: $(VENV)/.installed-test browser
 	$(PY) -m pytest -q
+
+# The same suite with CUDA as the device of device-generic tests (those that
+# take the `device` fixture); the rest run as in `make test`. Needs a CUDA
+# build of torch (TORCH=torch==2.13.0 from the CUDA index) and a GPU.
+test-cuda: $(VENV)/.installed-test
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'test-cuda: torch sees no CUDA device')"
+	BACKDRIVE_TEST_DEVICE=cuda $(PY) -m pytest -q -m "not browser"
 
 # Side-by-side runs against the peers; each prints a markdown table of ratios.
 bench: $(VENV)/.installed-bench

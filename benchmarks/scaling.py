@@ -1,0 +1,310 @@
+"""Data-parallel policy training: throughput with 1 and N processes, the all-reduce, and the scaling model.
+
+Each configuration is a real ``torchrun --standalone --nproc_per_node N`` run
+of ``train_policy`` with a preset (default ``cartpole_shac``; ``--env`` takes
+any preset name or a short alias: ``pendulum``, ``cartpole``, ``panda``, and
+new presets as they are added). The global env batch is the preset's unless
+``--num-envs`` says otherwise; each process steps ``num_envs / N`` copies.
+
+Measured, per configuration (rank 0 reports):
+
+- seconds per update (median over the updates after ``--warmup``) and env
+  steps per second;
+- the time every ``torch.distributed.all_reduce`` the trainer made took
+  (counted by wrapping the function: the calls, their bytes, their seconds,
+  waiting for the slower rank included), as a share of the update;
+- with more than one process: the all-reduce time of a flat tensor of the
+  real actor and critic gradient sizes (median of ``--reps``), and a
+  back-propagation-through-time update of the preset's policy on its env
+  with DistributedDataParallel against the trainer's explicit flat
+  all-reduce, interleaved;
+- with one process: the update time at a second, halved batch, for the
+  linear simulation-cost model ``t_update(b) = t0 + c * b``.
+
+The model (printed as markdown, written to ``--out``/scaling.json):
+
+    t_update(B, N) = t0 + c * B / N + k * (alpha + S / bw * 2 (N - 1) / N)
+
+with ``k`` all-reduces of about ``S`` bytes per update (counted), ``alpha``
+the latency of one all-reduce and ``bw`` the bus bandwidth (the nccl-tests
+definition, NVIDIA/nccl-tests doc/PERFORMANCE.md). Communication costs as
+much as simulation when ``c * B / N = k * (alpha + ...)``, at the per-process
+batch ``b* = k * (alpha + ...) / c``. docs/scaling.md has the table and the
+published bandwidths used for GPU and multi-node estimates.
+
+    python benchmarks/scaling.py                          # cartpole SHAC, 1 and 2 processes
+    python benchmarks/scaling.py --env pendulum --procs 1 2 4
+    python benchmarks/scaling.py --env cartpole --num-envs 256 --updates 20
+
+Every process runs one torch thread (``OMP_NUM_THREADS=1``), so 2 processes
+use 2 cores where 1 process uses 1: on a shared machine the ratio is only
+meaningful when the cores are otherwise idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+ALIASES = {"pendulum": "pendulum_shac", "cartpole": "cartpole_shac", "panda": "panda_reach_apg"}
+
+
+def _preset(name: str):
+    from backdrive.optim._policy.presets import PRESETS, get_preset
+
+    key = ALIASES.get(name, name)
+    if key not in PRESETS:
+        # A preset named after the env (e.g. "quadruped" -> "quadruped_shac").
+        hits = [p for p in PRESETS if p.startswith(key + "_")]
+        key = hits[0] if hits else key
+    return get_preset(key)
+
+
+# ------------------------------------------------------------------ worker
+def _time_all_reduce(numel: int, reps: int, dtype=torch.float32) -> float:
+    import torch.distributed as dist
+
+    x = torch.zeros(numel, dtype=dtype)
+    for _ in range(5):
+        dist.all_reduce(x)
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _bptt_ddp_vs_flat(preset, env, reps: int) -> dict:
+    """One BPTT actor update of the preset's policy on this rank's env, DDP vs one flat all-reduce."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from backdrive.optim import MLPPolicy
+    from backdrive.optim._policy.distributed import DataParallel
+
+    c = preset.config
+    torch.manual_seed(0)
+    policy = MLPPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation, c.squash)
+    policy = policy.to(dtype=env.dtype)
+    ddp = DDP(policy)
+    dp = DataParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, "gloo")
+    params = list(policy.parameters())
+
+    def window(module):
+        env.reset(seed=1)
+        obs, total = env.observation(), 0.0
+        for _ in range(c.horizon):
+            obs, reward, *_ = env.step(module(obs))
+            total = total + reward.mean()
+        return -total / c.horizon
+
+    def flat():
+        policy.zero_grad(set_to_none=True)
+        window(policy).backward()
+        dp.average_gradients(params)
+
+    def with_ddp():
+        policy.zero_grad(set_to_none=True)
+        window(ddp).backward()  # DDP's hooks all-reduce the buckets during backward
+
+    out = {"flat": [], "ddp": []}
+    for name, fn in (("flat", flat), ("ddp", with_ddp)):
+        fn()  # warm-up
+    for _ in range(reps):
+        for name, fn in (("flat", flat), ("ddp", with_ddp)):
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - t0)
+    # Both give the same averaged gradient (checked, not assumed).
+    flat()
+    g_flat = torch.cat([p.grad.reshape(-1) for p in params]).clone()
+    with_ddp()
+    g_ddp = torch.cat([p.grad.reshape(-1) for p in params])
+    return {
+        "flat_s": statistics.median(out["flat"]),
+        "ddp_s": statistics.median(out["ddp"]),
+        "grads_agree": bool(torch.allclose(g_flat, g_ddp, rtol=1e-4, atol=1e-7)),
+    }
+
+
+def worker(args) -> None:
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from backdrive.optim import train_policy
+
+    # A batch other than the preset's is the point here, not a mistake.
+    warnings.filterwarnings("ignore", message=".*was tuned on.*")
+
+    preset = _preset(args.env)
+    num_envs = args.num_envs or int(preset.env_kwargs.get("num_envs", 1))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+
+    # Count and time every all-reduce the trainer makes.
+    calls = {"n": 0, "bytes": 0, "s": 0.0}
+    real_all_reduce = dist.all_reduce
+
+    def counted(tensor, *a, **kw):
+        t0 = time.perf_counter()
+        out = real_all_reduce(tensor, *a, **kw)
+        calls["s"] += time.perf_counter() - t0
+        calls["n"] += 1
+        calls["bytes"] += tensor.numel() * tensor.element_size()
+        return out
+
+    dist.all_reduce = counted
+    stamps: list[float] = []
+    comm_at: list[tuple[int, int, float]] = []
+
+    def tick(row):
+        stamps.append(time.perf_counter())
+        comm_at.append((calls["n"], calls["bytes"], calls["s"]))
+
+    env = preset.make_env(num_envs=num_envs)
+    t = train_policy(env, preset=preset, updates=args.updates, callback=tick)
+    dist.all_reduce = real_all_reduce
+    w = args.warmup
+    per_update = [b - a for a, b in zip(stamps[w:], stamps[w + 1 :])]
+    n_updates = len(per_update)
+    result = {
+        "env": args.env,
+        "preset": preset.name,
+        "world_size": world,
+        "num_envs": num_envs,
+        "envs_per_process": t.env.num_envs,
+        "horizon": preset.config.horizon,
+        "update_s": statistics.median(per_update),
+        "update_s_all": per_update,
+        "env_steps_per_s": num_envs * preset.config.horizon / statistics.median(per_update),
+        "allreduce_calls_per_update": (comm_at[-1][0] - comm_at[w][0]) / n_updates,
+        "allreduce_bytes_per_update": (comm_at[-1][1] - comm_at[w][1]) / n_updates,
+        "allreduce_s_per_update": (comm_at[-1][2] - comm_at[w][2]) / n_updates,
+        "actor_params": sum(p.numel() for p in t.policy.parameters()),
+        "critic_params": sum(p.numel() for p in t.critic.parameters()),
+        "dtype": str(env.dtype),
+    }
+    if world > 1:
+        result["allreduce_actor_s"] = _time_all_reduce(result["actor_params"], args.reps)
+        result["allreduce_critic_s"] = _time_all_reduce(result["critic_params"], args.reps)
+        result["allreduce_1_s"] = _time_all_reduce(1, args.reps)
+        result["bptt"] = _bptt_ddp_vs_flat(preset, t.env, max(5, args.reps // 20))
+    else:
+        # The same preset at half the batch: the slope of the simulation cost.
+        half = max(1, num_envs // 2)
+        stamps.clear()
+        t2 = train_policy(preset.make_env(num_envs=half), preset=preset, updates=args.updates,
+                          callback=lambda row: stamps.append(time.perf_counter()))
+        result["half_num_envs"] = half
+        result["half_update_s"] = statistics.median([b - a for a, b in zip(stamps[w:], stamps[w + 1 :])])
+        del t2
+    if int(os.environ.get("RANK", "0")) == 0:
+        Path(args.result).write_text(json.dumps(result, indent=1))
+
+
+# ------------------------------------------------------------------ parent
+def _launch(args, nproc: int, out: Path) -> dict:
+    result = out / f"scaling_{args.env}_{nproc}p.json"
+    result.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           __file__, "--worker", "--env", args.env, "--updates", str(args.updates), "--warmup", str(args.warmup),
+           "--reps", str(args.reps), "--result", str(result)]
+    if args.num_envs:
+        cmd += ["--num-envs", str(args.num_envs)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, timeout=args.timeout)
+    data = json.loads(result.read_text())
+    data["launch_s"] = time.perf_counter() - t0
+    return data
+
+
+def model(runs: dict[int, dict]) -> dict:
+    """The linear cost model from the measurements (see the module docstring)."""
+    one = runs[1]
+    b, bh = one["num_envs"], one["half_num_envs"]
+    c = (one["update_s"] - one["half_update_s"]) / (b - bh)  # seconds per env copy per update
+    t0 = one["update_s"] - c * b
+    out = {"c_s_per_env": c, "t0_s": t0}
+    for n, r in runs.items():
+        if n == 1:
+            continue
+        comm = r["allreduce_s_per_update"]
+        out[n] = {
+            "predicted_update_s": t0 + c * b / n + comm,
+            "measured_update_s": r["update_s"],
+            "comm_s_per_update": comm,
+            # The per-process batch at which the all-reduces cost as much as the simulation.
+            "break_even_envs_per_process": comm / c if c > 0 else float("inf"),
+            "allreduce_latency_s": r["allreduce_1_s"],
+            "break_even_envs_per_process_latency_only": r["allreduce_calls_per_update"] * r["allreduce_1_s"] / c
+            if c > 0 else float("inf"),
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env", default="cartpole", help="preset name or alias: pendulum, cartpole, panda, ...")
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--num-envs", type=int, default=None, help="global env batch (default: the preset's)")
+    ap.add_argument("--updates", type=int, default=14)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=200, help="repetitions of the all-reduce timings")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--out", default="outputs/scaling")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    procs = sorted(set(args.procs) | {1})
+    runs = {n: _launch(args, n, out) for n in procs}
+    m = model(runs)
+    one = runs[1]
+    print(f"\n{one['preset']}: global batch {one['num_envs']}, horizon {one['horizon']}, {one['dtype']}, "
+          f"actor {one['actor_params']} / critic {one['critic_params']} parameters; "
+          f"{os.cpu_count()} CPUs, torch {torch.__version__}, {platform.machine()}\n")
+    print("| processes | envs/process | s/update | env steps/s | speed-up | all-reduces/update | "
+          "KiB/update | all-reduce s/update (share) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, r in runs.items():
+        print(f"| {n} | {r['envs_per_process']} | {r['update_s']:.4f} | {r['env_steps_per_s']:.0f} | "
+              f"{one['update_s'] / r['update_s']:.2f} | {r['allreduce_calls_per_update']:.0f} | "
+              f"{r['allreduce_bytes_per_update'] / 1024:.1f} | {r['allreduce_s_per_update']:.4f} "
+              f"({r['allreduce_s_per_update'] / r['update_s']:.0%}) |")
+    print(f"\nmodel: t_update = {m['t0_s'] * 1e3:.2f} ms + {m['c_s_per_env'] * 1e6:.1f} us x envs/process "
+          f"(+ all-reduces); from 1 process at {one['num_envs']} and {one['half_num_envs']} envs")
+    for n, r in runs.items():
+        if n == 1:
+            continue
+        mm = m[n]
+        print(f"- {n} processes: predicted {mm['predicted_update_s']:.4f} s/update, measured "
+              f"{mm['measured_update_s']:.4f}; all-reduce of {r['actor_params']} floats {r['allreduce_actor_s'] * 1e6:.0f} us, "
+              f"of {r['critic_params']} floats {r['allreduce_critic_s'] * 1e6:.0f} us, of 1 float "
+              f"{r['allreduce_1_s'] * 1e6:.0f} us (gloo); communication = simulation at "
+              f"{mm['break_even_envs_per_process']:.0f} envs per process")
+        b = r["bptt"]
+        print(f"- BPTT actor update, {r['envs_per_process']} envs/process: flat all-reduce {b['flat_s'] * 1e3:.2f} ms, "
+              f"DDP {b['ddp_s'] * 1e3:.2f} ms (DDP/flat {b['ddp_s'] / b['flat_s']:.2f}); gradients agree: "
+              f"{b['grads_agree']}")
+    (out / f"scaling_{args.env}.json").write_text(json.dumps({"runs": runs, "model": m}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
