@@ -126,9 +126,15 @@ def _job_train(rank, out_dir):
     errors = _job_bad_inputs(rank, out_dir)
     t = train_policy(_env(), updates=3, checkpoint=os.path.join(out_dir, "dp.pt"),
                      checkpoint_every=3, log_csv=os.path.join(out_dir, "log.csv"), **SETTINGS)
+    # Resumed under the same world size: every rank continues its own
+    # streams, so the run is the uninterrupted one bit for bit.
+    resumed = train_policy(_env(), updates=5, resume=os.path.join(out_dir, "dp.pt"))
+    straight = train_policy(_env(), updates=5, **SETTINGS)
     return {"params": _flat(t), "mean": t.policy.normalizer.mean, "var": t.policy.normalizer.var,
             "count": t.policy.normalizer.count, "history": t.history, "local_envs": t.env.num_envs,
-            "world": t.data_parallel.world_size, "errors": errors}
+            "world": t.data_parallel.world_size, "errors": errors,
+            "resumed": _flat(resumed), "straight": _flat(straight),
+            "resumed_env": resumed.env.state, "straight_env": straight.env.state}
 
 
 def _job_bad_inputs(rank, out_dir):
@@ -208,6 +214,14 @@ def test_rank_zero_alone_writes_the_log_and_the_checkpoint(two_rank_run):
     assert ck["env"]["state"].shape == (B, 2)  # the global batch, gathered
     assert ck["replay"][0]["obs"].shape == (8, B, 3)
     assert not [p for p in os.listdir(tmp) if p.endswith(".tmp")]
+
+
+def test_a_two_process_checkpoint_resumes_exactly_in_two_processes(two_rank_run):
+    _, results = two_rank_run
+    for r in results:
+        assert torch.equal(r["resumed"], r["straight"])
+        assert torch.equal(r["resumed_env"], r["straight_env"])
+    assert not torch.equal(results[0]["resumed_env"], results[1]["resumed_env"])  # each rank its own slice
 
 
 def test_a_two_process_checkpoint_resumes_in_one_process(two_rank_run):

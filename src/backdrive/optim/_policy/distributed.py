@@ -325,6 +325,11 @@ class DataParallel:
         self._unflatten_into(flat, [p.grad for p in params])
         return flat[-1] if extra is not None else None
 
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+        if self.active:
+            dist.barrier(group=self.group)
+
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum ``tensor`` over the ranks, in place; returns it."""
         if self.active:

@@ -629,6 +629,9 @@ class PolicyTrainer:
         state = self.state_dict()
         if self.data_parallel.is_main:
             write_checkpoint(state, path)
+        # No rank returns before the file is there: a rank that reads it next
+        # (a resume in the same script) must find the new one.
+        self.data_parallel.barrier()
         self._last_checkpoint = str(path)
         self._last_checkpoint_update = self.updates_done
 
