@@ -279,7 +279,8 @@ def main() -> None:
     one = runs[1]
     print(f"\n{one['preset']}: global batch {one['num_envs']}, horizon {one['horizon']}, {one['dtype']}, "
           f"actor {one['actor_params']} / critic {one['critic_params']} parameters; "
-          f"{os.cpu_count()} CPUs, torch {torch.__version__}, {platform.machine()}\n")
+          f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} after the runs), torch {torch.__version__}, "
+          f"{platform.machine()}\n")
     print("| processes | envs/process | s/update | env steps/s | speed-up | all-reduces/update | "
           "KiB/update | all-reduce s/update (share) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -298,7 +299,9 @@ def main() -> None:
               f"{mm['measured_update_s']:.4f}; all-reduce of {r['actor_params']} floats {r['allreduce_actor_s'] * 1e6:.0f} us, "
               f"of {r['critic_params']} floats {r['allreduce_critic_s'] * 1e6:.0f} us, of 1 float "
               f"{r['allreduce_1_s'] * 1e6:.0f} us (gloo); communication = simulation at "
-              f"{mm['break_even_envs_per_process']:.0f} envs per process")
+              f"{mm['break_even_envs_per_process']:.0f} envs per process (all-reduce time as measured in "
+              f"training, waiting for the slower rank included), "
+              f"{mm['break_even_envs_per_process_latency_only']:.0f} (latency of the all-reduces alone)")
         b = r["bptt"]
         print(f"- BPTT actor update, {r['envs_per_process']} envs/process: flat all-reduce {b['flat_s'] * 1e3:.2f} ms, "
               f"DDP {b['ddp_s'] * 1e3:.2f} ms (DDP/flat {b['ddp_s'] / b['flat_s']:.2f}); gradients agree: "

@@ -5,7 +5,8 @@
 * :func:`minimize` with one :class:`SolverOptions`: the solvers themselves,
   shared by trajectory optimisation and system identification.
 * :func:`train_policy`: neural-network policies by back-propagation through a
-  differentiable environment (APG, SHAC).
+  differentiable environment (APG, SHAC), in one process or data-parallel
+  under ``torchrun`` (:func:`local_device`, :func:`rank_seed`; docs/scaling.md).
 * :func:`identify`: masses, centres of mass, inertias, damping, friction and
   armature from recorded motion, through inverse dynamics
   (:class:`InverseDynamicsFit`) or the simulator (:class:`SimulationFit`), in
@@ -42,6 +43,7 @@ from ._policy import (
     load_policy,
     train_policy,
 )
+from ._policy.distributed import local_device, rank_seed
 from ._progress import ProgressBar
 from ._solvers import (
     DEFAULT_ITERATIONS,
@@ -84,6 +86,8 @@ __all__ = [
     "PANDA_REACH_APG",
     "PolicyConfigError",
     "TrainingDivergedError",
+    "local_device",
+    "rank_seed",
     "optimize_trajectory",
     "TrajectoryOptimizationResult",
     "OPTIMIZERS",
