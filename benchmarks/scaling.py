@@ -35,6 +35,7 @@ published bandwidths used for GPU and multi-node estimates.
     python benchmarks/scaling.py                          # cartpole SHAC, 1 and 2 processes
     python benchmarks/scaling.py --env pendulum --procs 1 2 4
     python benchmarks/scaling.py --env cartpole --num-envs 256 --updates 20
+    python benchmarks/scaling.py --device auto --procs 1 2 4 8  # one GPU per process (nccl)
 
 Every process runs one torch thread (``OMP_NUM_THREADS=1``), so 2 processes
 use 2 cores where 1 process uses 1: on a shared machine the ratio is only
@@ -71,17 +72,30 @@ def _preset(name: str):
 
 
 # ------------------------------------------------------------------ worker
-def _time_all_reduce(numel: int, reps: int, dtype=torch.float32) -> float:
+def _device(name: str) -> torch.device:
+    from backdrive.optim import local_device
+
+    return local_device() if name == "auto" else torch.device(name)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_all_reduce(numel: int, reps: int, device: torch.device, dtype=torch.float32) -> float:
     import torch.distributed as dist
 
-    x = torch.zeros(numel, dtype=dtype)
+    x = torch.zeros(numel, dtype=dtype, device=device)
     for _ in range(5):
         dist.all_reduce(x)
     times = []
     for _ in range(reps):
         dist.barrier()
+        _sync(device)
         t0 = time.perf_counter()
         dist.all_reduce(x)
+        _sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -97,9 +111,9 @@ def _bptt_ddp_vs_flat(preset, env, reps: int) -> dict:
     c = preset.config
     torch.manual_seed(0)
     policy = MLPPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation, c.squash)
-    policy = policy.to(dtype=env.dtype)
+    policy = policy.to(dtype=env.dtype, device=env.device)
     ddp = DDP(policy)
-    dp = DataParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, "gloo")
+    dp = DataParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, dist.get_backend(), env.device)
     params = list(policy.parameters())
 
     def window(module):
@@ -125,8 +139,10 @@ def _bptt_ddp_vs_flat(preset, env, reps: int) -> dict:
     for _ in range(reps):
         for name, fn in (("flat", flat), ("ddp", with_ddp)):
             dist.barrier()
+            _sync(env.device)
             t0 = time.perf_counter()
             fn()
+            _sync(env.device)
             out[name].append(time.perf_counter() - t0)
     # Both give the same averaged gradient (checked, not assumed).
     flat()
@@ -173,7 +189,7 @@ def worker(args) -> None:
         stamps.append(time.perf_counter())
         comm_at.append((calls["n"], calls["bytes"], calls["s"]))
 
-    env = preset.make_env(num_envs=num_envs)
+    env = preset.make_env(num_envs=num_envs, device=_device(args.device))
     t = train_policy(env, preset=preset, updates=args.updates, callback=tick)
     dist.all_reduce = real_all_reduce
     w = args.warmup
@@ -195,17 +211,18 @@ def worker(args) -> None:
         "actor_params": sum(p.numel() for p in t.policy.parameters()),
         "critic_params": sum(p.numel() for p in t.critic.parameters()),
         "dtype": str(env.dtype),
+        "device": str(env.device),
     }
     if world > 1:
-        result["allreduce_actor_s"] = _time_all_reduce(result["actor_params"], args.reps)
-        result["allreduce_critic_s"] = _time_all_reduce(result["critic_params"], args.reps)
-        result["allreduce_1_s"] = _time_all_reduce(1, args.reps)
+        result["allreduce_actor_s"] = _time_all_reduce(result["actor_params"], args.reps, env.device)
+        result["allreduce_critic_s"] = _time_all_reduce(result["critic_params"], args.reps, env.device)
+        result["allreduce_1_s"] = _time_all_reduce(1, args.reps, env.device)
         result["bptt"] = _bptt_ddp_vs_flat(preset, t.env, max(5, args.reps // 20))
     else:
         # The same preset at half the batch: the slope of the simulation cost.
         half = max(1, num_envs // 2)
         stamps.clear()
-        t2 = train_policy(preset.make_env(num_envs=half), preset=preset, updates=args.updates,
+        t2 = train_policy(preset.make_env(num_envs=half, device=env.device), preset=preset, updates=args.updates,
                           callback=lambda row: stamps.append(time.perf_counter()))
         result["half_num_envs"] = half
         result["half_update_s"] = statistics.median([b - a for a, b in zip(stamps[w:], stamps[w + 1 :])])
@@ -223,6 +240,7 @@ def _launch(args, nproc: int, out: Path) -> dict:
            "--reps", str(args.reps), "--result", str(result)]
     if args.num_envs:
         cmd += ["--num-envs", str(args.num_envs)]
+    cmd += ["--device", args.device]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, check=True, timeout=args.timeout)
@@ -263,6 +281,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=14)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=200, help="repetitions of the all-reduce timings")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, or auto (cuda:LOCAL_RANK when CUDA exists)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", default="outputs/scaling")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -277,7 +296,8 @@ def main() -> None:
     runs = {n: _launch(args, n, out) for n in procs}
     m = model(runs)
     one = runs[1]
-    print(f"\n{one['preset']}: global batch {one['num_envs']}, horizon {one['horizon']}, {one['dtype']}, "
+    print(f"\n{one['preset']}: global batch {one['num_envs']}, horizon {one['horizon']}, {one['dtype']} on "
+          f"{one['device']}, "
           f"actor {one['actor_params']} / critic {one['critic_params']} parameters; "
           f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} after the runs), torch {torch.__version__}, "
           f"{platform.machine()}\n")

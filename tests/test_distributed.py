@@ -144,6 +144,7 @@ def _job_bad_inputs(rank, out_dir):
         "seed": lambda: train_policy(_env(), updates=1, **{**SETTINGS, "seed": 3 + rank}),
         "config": lambda: train_policy(_env(), updates=1, **{**SETTINGS, "lr": 1e-3 * (1 + rank)}),
         "batch": lambda: train_policy(_env(n=8 + 2 * rank), updates=1, **SETTINGS),
+        "updates": lambda: train_policy(_env(), updates=1 + rank, **SETTINGS),
     }
     for name, case in cases.items():
         try:
@@ -179,6 +180,7 @@ def _reference(updates):
     return train_policy(_env(TwoStreamPendulum), updates=updates, distributed=False, **SETTINGS)
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process_with_the_whole_batch(two_rank_run):
     tmp, results = two_rank_run
     for r in results:
@@ -204,6 +206,7 @@ def test_two_processes_match_one_process_with_the_whole_batch(two_rank_run):
     assert math.isfinite(ref.history[-1]["train_return"])  # episodes ended at update 3
 
 
+@pytest.mark.slow
 def test_rank_zero_alone_writes_the_log_and_the_checkpoint(two_rank_run):
     tmp, _ = two_rank_run
     with open(tmp / "log.csv") as f:
@@ -216,6 +219,7 @@ def test_rank_zero_alone_writes_the_log_and_the_checkpoint(two_rank_run):
     assert not [p for p in os.listdir(tmp) if p.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_a_two_process_checkpoint_resumes_exactly_in_two_processes(two_rank_run):
     _, results = two_rank_run
     for r in results:
@@ -224,6 +228,7 @@ def test_a_two_process_checkpoint_resumes_exactly_in_two_processes(two_rank_run)
     assert not torch.equal(results[0]["resumed_env"], results[1]["resumed_env"])  # each rank its own slice
 
 
+@pytest.mark.slow
 def test_a_two_process_checkpoint_resumes_in_one_process(two_rank_run):
     tmp, results = two_rank_run
     resumed = train_policy(_env(), updates=5, resume=tmp / "dp.pt", distributed=False)
@@ -237,6 +242,7 @@ def test_a_two_process_checkpoint_resumes_in_one_process(two_rank_run):
     assert resumed.env_steps == 5 * B * SETTINGS["horizon"]
 
 
+@pytest.mark.slow
 def test_bad_world_size_and_mismatched_ranks_are_named_errors(two_rank_run):
     _, results = two_rank_run
     for r in results:
@@ -246,8 +252,10 @@ def test_bad_world_size_and_mismatched_ranks_are_named_errors(two_rank_run):
         assert "seed: rank 0 3 vs rank 1 4" in errors["seed"]
         assert "lr: rank 0 0.001 vs rank 1 0.002" in errors["config"]
         assert "num_envs: rank 0 8 vs rank 1 10" in errors["batch"]
+        assert "train() arguments" in errors["updates"] and "updates: rank 0 1 vs rank 1 2" in errors["updates"]
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_does_not_hang_the_others(tmp_path):
     t0 = time.monotonic()
     r0, r1 = _spawn("_job_rank_dies", tmp_path, deadline_s=60)

@@ -537,6 +537,14 @@ class PolicyTrainer:
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise PolicyConfigError(f"{name} must be a positive int, got {val!r}")
         dp = self.data_parallel
+        # Every rank must make the same collectives (updates, checkpoints,
+        # evaluation broadcasts, stop votes): a rank that did fewer would
+        # leave the others waiting.
+        dp.check_same(
+            "train() arguments",
+            {"updates": updates, "eval_every": eval_every, "checkpoint_every": checkpoint_every,
+             "eval": eval_fn is not None, "checkpoint": checkpoint is not None, "updates_done": self.updates_done},
+        )
         # Rank 0 alone writes the log and draws the progress bar.
         writer = _CsvLog(log_csv) if log_csv is not None and dp.is_main else None
         bar = ProgressBar(updates, "train_policy", enabled=bool(progress) and dp.is_main, interval=0.2)
