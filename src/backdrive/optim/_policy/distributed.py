@@ -122,15 +122,17 @@ def shard_env(env: DiffEnv, rank: int, world_size: int) -> DiffEnv:
     """A copy of ``env`` that steps rank ``rank``'s slice of its ``num_envs`` copies.
 
     The copy shares everything that is the same for every copy (the robot
-    model, physical constants, action bounds) and gets its own batch
-    bookkeeping: ``num_envs // world_size`` copies, its own generator, no
-    state until it is reset. Copies ``rank * n .. (rank + 1) * n - 1`` of the
-    global batch are this rank's (the order of :meth:`DataParallel.gather`).
+    model, physical constants, action bounds) and gets fresh batch
+    bookkeeping from :class:`DiffEnv`'s own constructor: ``num_envs //
+    world_size`` copies, its own generator, no state until it is reset.
+    Copies ``rank * n .. (rank + 1) * n - 1`` of the global batch are this
+    rank's (the order of :meth:`DataParallel.gather`). This relies on the
+    :class:`DiffEnv` contract that everything per copy lives in the env's
+    state (subclasses supply pure functions of it), which every shipped env
+    keeps.
 
     Raises:
-        PolicyConfigError: ``world_size`` does not divide ``env.num_envs``, or
-            the env holds a per-copy tensor outside the base class's state
-            (it cannot be sliced safely: build one env per rank instead).
+        PolicyConfigError: ``world_size`` does not divide ``env.num_envs``.
     """
     n = env.num_envs
     if n % world_size:
@@ -142,18 +144,10 @@ def shard_env(env: DiffEnv, rank: int, world_size: int) -> DiffEnv:
         )
     if world_size == 1:
         return env
-    own = {"_state", "_elapsed", "_generator"}
-    for name, value in vars(env).items():
-        if name not in own and isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == n and n > 1:
-            raise PolicyConfigError(
-                f"{type(env).__name__}.{name} has one row per env copy ({tuple(value.shape)}), which "
-                "data-parallel training cannot slice; keep per-copy data in the env state"
-            )
     local = copy.copy(env)
-    local.num_envs = n // world_size
-    local._generator = torch.Generator(device=env.device)
-    local._state = None
-    local._elapsed = torch.zeros(local.num_envs, dtype=torch.long, device=env.device)
+    # The base class's bookkeeping (batch size, generator, state, counters)
+    # made anew for the slice; the subclass's attributes stay shared.
+    DiffEnv.__init__(local, n // world_size, dtype=env.dtype, device=env.device, autoreset=env.autoreset)
     return local
 
 
