@@ -18,6 +18,9 @@ Measured, per configuration (rank 0 reports):
   back-propagation-through-time update of the preset's policy on its env
   with DistributedDataParallel against the trainer's explicit flat
   all-reduce, interleaved;
+- each process's CPU seconds per update (``time.process_time``): on a
+  loaded machine the wall-clock speed-up shows the load, the CPU-time
+  speed-up what the processes would give with a core each;
 - with one process: the update time at a second, halved batch, for the
   linear simulation-cost model ``t_update(b) = t0 + c * b``.
 
@@ -183,10 +186,12 @@ def worker(args) -> None:
 
     dist.all_reduce = counted
     stamps: list[float] = []
+    cpu: list[float] = []
     comm_at: list[tuple[int, int, float]] = []
 
     def tick(row):
         stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
         comm_at.append((calls["n"], calls["bytes"], calls["s"]))
 
     env = preset.make_env(num_envs=num_envs, device=_device(args.device))
@@ -204,6 +209,10 @@ def worker(args) -> None:
         "horizon": preset.config.horizon,
         "update_s": statistics.median(per_update),
         "update_s_all": per_update,
+        # This process's CPU seconds per update: what the update costs when
+        # the process has a core to itself (a loaded machine stretches the
+        # wall-clock time, much less the CPU time).
+        "update_cpu_s": statistics.median([b - a for a, b in zip(cpu[w:], cpu[w + 1 :])]),
         "env_steps_per_s": num_envs * preset.config.horizon / statistics.median(per_update),
         "allreduce_calls_per_update": (comm_at[-1][0] - comm_at[w][0]) / n_updates,
         "allreduce_bytes_per_update": (comm_at[-1][1] - comm_at[w][1]) / n_updates,
@@ -222,10 +231,12 @@ def worker(args) -> None:
         # The same preset at half the batch: the slope of the simulation cost.
         half = max(1, num_envs // 2)
         stamps.clear()
+        cpu.clear()
         t2 = train_policy(preset.make_env(num_envs=half, device=env.device), preset=preset, updates=args.updates,
-                          callback=lambda row: stamps.append(time.perf_counter()))
+                          callback=tick)
         result["half_num_envs"] = half
         result["half_update_s"] = statistics.median([b - a for a, b in zip(stamps[w:], stamps[w + 1 :])])
+        result["half_update_cpu_s"] = statistics.median([b - a for a, b in zip(cpu[w:], cpu[w + 1 :])])
         del t2
     if int(os.environ.get("RANK", "0")) == 0:
         Path(args.result).write_text(json.dumps(result, indent=1))
@@ -253,16 +264,20 @@ def model(runs: dict[int, dict]) -> dict:
     """The linear cost model from the measurements (see the module docstring)."""
     one = runs[1]
     b, bh = one["num_envs"], one["half_num_envs"]
-    c = (one["update_s"] - one["half_update_s"]) / (b - bh)  # seconds per env copy per update
-    t0 = one["update_s"] - c * b
-    out = {"c_s_per_env": c, "t0_s": t0}
+    # CPU seconds: on a shared machine the wall clock measures the load as
+    # much as the work; the fit in wall seconds is kept for comparison.
+    c = (one["update_cpu_s"] - one["half_update_cpu_s"]) / (b - bh)  # CPU seconds per env copy per update
+    t0 = one["update_cpu_s"] - c * b
+    c_wall = (one["update_s"] - one["half_update_s"]) / (b - bh)
+    out = {"c_s_per_env": c, "t0_s": t0, "c_wall_s_per_env": c_wall, "t0_wall_s": one["update_s"] - c_wall * b}
     for n, r in runs.items():
         if n == 1:
             continue
         comm = r["allreduce_s_per_update"]
         out[n] = {
-            "predicted_update_s": t0 + c * b / n + comm,
-            "measured_update_s": r["update_s"],
+            # The all-reduce time is wall-clock (it waits for the other rank): an upper bound of its CPU time.
+            "predicted_update_cpu_s": t0 + c * b / n + comm,
+            "measured_update_cpu_s": r["update_cpu_s"],
             "comm_s_per_update": comm,
             # The per-process batch at which the all-reduces cost as much as the simulation.
             "break_even_envs_per_process": comm / c if c > 0 else float("inf"),
@@ -301,22 +316,25 @@ def main() -> None:
           f"actor {one['actor_params']} / critic {one['critic_params']} parameters; "
           f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} after the runs), torch {torch.__version__}, "
           f"{platform.machine()}\n")
-    print("| processes | envs/process | s/update | env steps/s | speed-up | all-reduces/update | "
-          "KiB/update | all-reduce s/update (share) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| processes | envs/process | s/update | env steps/s | speed-up | CPU s/update/process | "
+          "CPU speed-up | all-reduces/update | KiB/update | all-reduce s/update (share) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n, r in runs.items():
         print(f"| {n} | {r['envs_per_process']} | {r['update_s']:.4f} | {r['env_steps_per_s']:.0f} | "
-              f"{one['update_s'] / r['update_s']:.2f} | {r['allreduce_calls_per_update']:.0f} | "
+              f"{one['update_s'] / r['update_s']:.2f} | {r['update_cpu_s']:.4f} | "
+              f"{one['update_cpu_s'] / r['update_cpu_s']:.2f} | {r['allreduce_calls_per_update']:.0f} | "
               f"{r['allreduce_bytes_per_update'] / 1024:.1f} | {r['allreduce_s_per_update']:.4f} "
               f"({r['allreduce_s_per_update'] / r['update_s']:.0%}) |")
-    print(f"\nmodel: t_update = {m['t0_s'] * 1e3:.2f} ms + {m['c_s_per_env'] * 1e6:.1f} us x envs/process "
-          f"(+ all-reduces); from 1 process at {one['num_envs']} and {one['half_num_envs']} envs")
+    print(f"\nmodel (CPU seconds): t_update = {m['t0_s'] * 1e3:.1f} ms + {m['c_s_per_env'] * 1e6:.1f} us x "
+          f"envs/process (+ all-reduces); in wall seconds {m['t0_wall_s'] * 1e3:.1f} ms + "
+          f"{m['c_wall_s_per_env'] * 1e6:.1f} us x envs/process; from 1 process at {one['num_envs']} and "
+          f"{one['half_num_envs']} envs")
     for n, r in runs.items():
         if n == 1:
             continue
         mm = m[n]
-        print(f"- {n} processes: predicted {mm['predicted_update_s']:.4f} s/update, measured "
-              f"{mm['measured_update_s']:.4f}; all-reduce of {r['actor_params']} floats {r['allreduce_actor_s'] * 1e6:.0f} us, "
+        print(f"- {n} processes: predicted {mm['predicted_update_cpu_s']:.4f} CPU s/update, measured "
+              f"{mm['measured_update_cpu_s']:.4f}; all-reduce of {r['actor_params']} floats {r['allreduce_actor_s'] * 1e6:.0f} us, "
               f"of {r['critic_params']} floats {r['allreduce_critic_s'] * 1e6:.0f} us, of 1 float "
               f"{r['allreduce_1_s'] * 1e6:.0f} us (gloo); communication = simulation at "
               f"{mm['break_even_envs_per_process']:.0f} envs per process (all-reduce time as measured in "

@@ -577,7 +577,7 @@ class PolicyTrainer:
                 stop = callback is not None and bool(callback(row))
                 # A stop on any rank stops every rank (else the others would
                 # wait in the next update's collectives).
-                if dp.any(stop) if dp.active else stop:
+                if dp.any(stop):
                     break
         finally:
             bar.close(self.updates_done, text=f"return {_fmt(shown)}  steps {self.env_steps}")
@@ -617,7 +617,7 @@ class PolicyTrainer:
             "updates_done": self.updates_done,
             "env_steps": self.env_steps,
             "wall_s": self.wall_s,
-            "episode_return": dp.gather(self._episode_return, 0),
+            "episode_return": dp.gather(self._episode_return, 0).clone(),
             "last_train_return": self._last_train_return,
             "last_eval": self._last_eval,
             "history": [dict(row) for row in self.history],
