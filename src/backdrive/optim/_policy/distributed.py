@@ -35,9 +35,10 @@ group is created with a timeout (:data:`DEFAULT_TIMEOUT_S`, ``timeout_s=``),
 after which a collective raises instead of blocking. With gloo a peer that
 exits usually fails the others' next collective at once (the connection
 closes); the timeout covers a rank that hangs. With NCCL the timeout is
-enforced by its watchdog (``TORCH_NCCL_ASYNC_ERROR_HANDLING``, on by default
-in torch >= 2.2), which aborts the communicator. ``torchrun`` itself also
-stops the remaining workers when one exits with an error.
+enforced by ProcessGroupNCCL's watchdog, which by default
+(``TORCH_NCCL_ASYNC_ERROR_HANDLING=3``, PyTorch's "ProcessGroupNCCL
+environment variables" page) tears the process down. ``torchrun`` itself
+also stops the remaining workers when one exits with an error.
 """
 
 from __future__ import annotations
