@@ -67,8 +67,8 @@ class TwoStreamPendulum(Pendulum):
         return torch.cat([super(TwoStreamPendulum, self).initial_state(half, g) for g in self._streams])
 
 
-def _env(cls=Pendulum, n=B):
-    return cls(n, y_init=2.0, max_episode_steps=EPISODE, dtype=torch.float64)
+def _env(cls=Pendulum, n=B, device=None):
+    return cls(n, y_init=2.0, max_episode_steps=EPISODE, dtype=torch.float64, device=device)
 
 
 def _flat(trainer):
@@ -273,13 +273,13 @@ def test_rank_seeds():
     assert rank_seed(5, 3) == rank_seed(5, 3) != rank_seed(6, 3)
 
 
-def test_shard_env_slices_the_batch_and_rejects_an_uneven_split():
-    env = _env()
+def test_shard_env_slices_the_batch_and_rejects_an_uneven_split(device):
+    env = _env(device=device)
     env.reset(seed=0)
     local = shard_env(env, 1, 4)
     assert local.num_envs == 2 and env.num_envs == B and local._state is None
     assert local.g == env.g and local._generator is not env._generator
-    assert local.reset(seed=1).shape == (2, 3)
+    assert local.reset(seed=1).shape == (2, 3) and local.device == env.device
     with pytest.raises(PolicyConfigError, match=r"num_envs = 8 is not divisible by the world size 3.*\[1, 2, 4, 8\]"):
         shard_env(env, 0, 3)
     assert shard_env(env, 0, 1) is env
@@ -305,9 +305,9 @@ def test_distributed_true_without_a_launcher_names_what_is_missing(monkeypatch):
         train_policy(_env(), updates=1, distributed=True, **SETTINGS)
 
 
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch, device):
     path = tmp_path / "c.pt"
-    trainer = PolicyTrainer(_env(), distributed=False, **SETTINGS)
+    trainer = PolicyTrainer(_env(device=device), distributed=False, **SETTINGS)
     trainer.save(path)
     before = path.read_bytes()
     real_save = torch.save
@@ -323,9 +323,9 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt_mod.torch, "save", real_save)
     assert path.read_bytes() == before  # the old checkpoint, whole
     assert sorted(os.listdir(tmp_path)) == ["c.pt"]  # no temporary file left behind
-    assert PolicyTrainer(_env(), distributed=False, **SETTINGS).load(path).updates_done == 0
+    assert PolicyTrainer(_env(device=device), distributed=False, **SETTINGS).load(path).updates_done == 0
     trainer.save(path)
-    assert PolicyTrainer(_env(), distributed=False, **SETTINGS).load(path).updates_done == 1
+    assert PolicyTrainer(_env(device=device), distributed=False, **SETTINGS).load(path).updates_done == 1
     if os.name == "posix":  # the permissions of an ordinary new file, not mkstemp's private 0600
         assert path.stat().st_mode & 0o777 == 0o666 & ~ckpt_mod._UMASK
 
