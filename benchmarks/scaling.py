@@ -173,13 +173,14 @@ def worker(args) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
 
     # Count and time every all-reduce the trainer makes.
-    calls = {"n": 0, "bytes": 0, "s": 0.0}
+    calls = {"n": 0, "bytes": 0, "s": 0.0, "cpu_s": 0.0}
     real_all_reduce = dist.all_reduce
 
     def counted(tensor, *a, **kw):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = real_all_reduce(tensor, *a, **kw)
         calls["s"] += time.perf_counter() - t0
+        calls["cpu_s"] += time.process_time() - c0
         calls["n"] += 1
         calls["bytes"] += tensor.numel() * tensor.element_size()
         return out
@@ -192,7 +193,7 @@ def worker(args) -> None:
     def tick(row):
         stamps.append(time.perf_counter())
         cpu.append(time.process_time())
-        comm_at.append((calls["n"], calls["bytes"], calls["s"]))
+        comm_at.append((calls["n"], calls["bytes"], calls["s"], calls["cpu_s"]))
 
     env = preset.make_env(num_envs=num_envs, device=_device(args.device))
     t = train_policy(env, preset=preset, updates=args.updates, callback=tick)
@@ -217,6 +218,7 @@ def worker(args) -> None:
         "allreduce_calls_per_update": (comm_at[-1][0] - comm_at[w][0]) / n_updates,
         "allreduce_bytes_per_update": (comm_at[-1][1] - comm_at[w][1]) / n_updates,
         "allreduce_s_per_update": (comm_at[-1][2] - comm_at[w][2]) / n_updates,
+        "allreduce_cpu_s_per_update": (comm_at[-1][3] - comm_at[w][3]) / n_updates,
         "actor_params": sum(p.numel() for p in t.policy.parameters()),
         "critic_params": sum(p.numel() for p in t.critic.parameters()),
         "dtype": str(env.dtype),
@@ -275,12 +277,13 @@ def model(runs: dict[int, dict]) -> dict:
             continue
         comm = r["allreduce_s_per_update"]
         out[n] = {
-            # The all-reduce time is wall-clock (it waits for the other rank): an upper bound of its CPU time.
-            "predicted_update_cpu_s": t0 + c * b / n + comm,
+            "predicted_update_cpu_s": t0 + c * b / n + r["allreduce_cpu_s_per_update"],
             "measured_update_cpu_s": r["update_cpu_s"],
             "comm_s_per_update": comm,
+            "comm_cpu_s_per_update": r["allreduce_cpu_s_per_update"],
             # The per-process batch at which the all-reduces cost as much as the simulation.
             "break_even_envs_per_process": comm / c if c > 0 else float("inf"),
+            "break_even_envs_per_process_cpu": r["allreduce_cpu_s_per_update"] / c if c > 0 else float("inf"),
             "allreduce_latency_s": r["allreduce_1_s"],
             "break_even_envs_per_process_latency_only": r["allreduce_calls_per_update"] * r["allreduce_1_s"] / c
             if c > 0 else float("inf"),
@@ -317,14 +320,14 @@ def main() -> None:
           f"{os.cpu_count()} CPUs (load average {os.getloadavg()[0]:.1f} after the runs), torch {torch.__version__}, "
           f"{platform.machine()}\n")
     print("| processes | envs/process | s/update | env steps/s | speed-up | CPU s/update/process | "
-          "CPU speed-up | all-reduces/update | KiB/update | all-reduce s/update (share) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "CPU speed-up | all-reduces/update | KiB/update | all-reduce s/update (share) | all-reduce CPU s/update |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, r in runs.items():
         print(f"| {n} | {r['envs_per_process']} | {r['update_s']:.4f} | {r['env_steps_per_s']:.0f} | "
               f"{one['update_s'] / r['update_s']:.2f} | {r['update_cpu_s']:.4f} | "
               f"{one['update_cpu_s'] / r['update_cpu_s']:.2f} | {r['allreduce_calls_per_update']:.0f} | "
               f"{r['allreduce_bytes_per_update'] / 1024:.1f} | {r['allreduce_s_per_update']:.4f} "
-              f"({r['allreduce_s_per_update'] / r['update_s']:.0%}) |")
+              f"({r['allreduce_s_per_update'] / r['update_s']:.0%}) | {r['allreduce_cpu_s_per_update']:.4f} |")
     print(f"\nmodel (CPU seconds): t_update = {m['t0_s'] * 1e3:.1f} ms + {m['c_s_per_env'] * 1e6:.1f} us x "
           f"envs/process (+ all-reduces); in wall seconds {m['t0_wall_s'] * 1e3:.1f} ms + "
           f"{m['c_wall_s_per_env'] * 1e6:.1f} us x envs/process; from 1 process at {one['num_envs']} and "
@@ -337,8 +340,9 @@ def main() -> None:
               f"{mm['measured_update_cpu_s']:.4f}; all-reduce of {r['actor_params']} floats {r['allreduce_actor_s'] * 1e6:.0f} us, "
               f"of {r['critic_params']} floats {r['allreduce_critic_s'] * 1e6:.0f} us, of 1 float "
               f"{r['allreduce_1_s'] * 1e6:.0f} us (gloo); communication = simulation at "
-              f"{mm['break_even_envs_per_process']:.0f} envs per process (all-reduce time as measured in "
-              f"training, waiting for the slower rank included), "
+              f"{mm['break_even_envs_per_process']:.0f} envs per process (all-reduce wall time as measured in "
+              f"training, waiting for the slower rank included), {mm['break_even_envs_per_process_cpu']:.0f} "
+              f"(their CPU time), "
               f"{mm['break_even_envs_per_process_latency_only']:.0f} (latency of the all-reduces alone)")
         b = r["bptt"]
         print(f"- BPTT actor update, {r['envs_per_process']} envs/process: flat all-reduce {b['flat_s'] * 1e3:.2f} ms, "
