@@ -337,7 +337,8 @@ def main() -> None:
             continue
         mm = m[n]
         print(f"- {n} processes: predicted {mm['predicted_update_cpu_s']:.4f} CPU s/update, measured "
-              f"{mm['measured_update_cpu_s']:.4f}; all-reduce of {r['actor_params']} floats {r['allreduce_actor_s'] * 1e6:.0f} us, "
+              f"{mm['measured_update_cpu_s']:.4f}; all-reduce of {r['actor_params']} floats "
+              f"{r['allreduce_actor_s'] * 1e6:.0f} us, "
               f"of {r['critic_params']} floats {r['allreduce_critic_s'] * 1e6:.0f} us, of 1 float "
               f"{r['allreduce_1_s'] * 1e6:.0f} us (gloo); communication = simulation at "
               f"{mm['break_even_envs_per_process']:.0f} envs per process (all-reduce wall time as measured in "

@@ -169,8 +169,14 @@ class DataParallel:
     collectives' tensors live: the env's device).
     """
 
-    def __init__(self, rank: int = 0, world_size: int = 1, group=None, backend: str | None = None,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        rank: int = 0,
+        world_size: int = 1,
+        group=None,
+        backend: str | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.group = group
@@ -293,7 +299,9 @@ class DataParallel:
             dist.broadcast(flat, src=0, group=self.group)
             self._unflatten_into(flat, [t.data for t in group])
 
-    def average_gradients(self, params: Sequence[nn.Parameter], extra: torch.Tensor | None = None) -> torch.Tensor | None:
+    def average_gradients(
+        self, params: Sequence[nn.Parameter], extra: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
         """Average ``params``' gradients over the ranks in place, with one all-reduce.
 
         A parameter without a gradient counts as a zero gradient (and gets
