@@ -130,11 +130,14 @@ def _job_train(rank, out_dir):
     # streams, so the run is the uninterrupted one bit for bit.
     resumed = train_policy(_env(), updates=5, resume=os.path.join(out_dir, "dp.pt"))
     straight = train_policy(_env(), updates=5, **SETTINGS)
+    # A one-process checkpoint (written by the test before the spawn), resumed by two.
+    from_one = train_policy(_env(), updates=5, resume=os.path.join(out_dir, "one.pt"))
     return {"params": _flat(t), "mean": t.policy.normalizer.mean, "var": t.policy.normalizer.var,
             "count": t.policy.normalizer.count, "history": t.history, "local_envs": t.env.num_envs,
             "world": t.data_parallel.world_size, "errors": errors,
             "resumed": _flat(resumed), "straight": _flat(straight),
-            "resumed_env": resumed.env.state, "straight_env": straight.env.state}
+            "resumed_env": resumed.env.state, "straight_env": straight.env.state,
+            "from_one": _flat(from_one), "from_one_envs": from_one.env.num_envs}
 
 
 def _job_bad_inputs(rank, out_dir):
@@ -172,6 +175,7 @@ def _job_rank_dies(rank, out_dir):
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dp")
+    _reference(3).save(tmp / "one.pt")
     return tmp, _spawn("_job_train", tmp, deadline_s=150)
 
 
@@ -226,6 +230,16 @@ def test_a_two_process_checkpoint_resumes_exactly_in_two_processes(two_rank_run)
         assert torch.equal(r["resumed"], r["straight"])
         assert torch.equal(r["resumed_env"], r["straight_env"])
     assert not torch.equal(results[0]["resumed_env"], results[1]["resumed_env"])  # each rank its own slice
+
+
+@pytest.mark.slow
+def test_a_one_process_checkpoint_resumes_in_two_processes(two_rank_run):
+    _, results = two_rank_run
+    # As below: no episode ends in updates 4-5, so the new split's fresh streams do not matter.
+    ref = _reference(5)
+    for r in results:
+        assert r["from_one_envs"] == B // 2
+        torch.testing.assert_close(r["from_one"], _flat(ref), rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.slow
