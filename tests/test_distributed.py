@@ -11,6 +11,7 @@ fails the test instead of blocking the suite.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import multiprocessing
 import os
@@ -47,6 +48,7 @@ SETTINGS = dict(
 # checkpoint (update 3) holds fresh states drawn by each rank's stream, and
 # updates 4-5 reach no episode end (the next is at update 6).
 EPISODE = 24
+TIMEOUT_S = 10  # the process-group time-out of the dead-rank test
 
 
 class TwoStreamPendulum(Pendulum):
@@ -132,12 +134,15 @@ def _job_train(rank, out_dir):
     straight = train_policy(_env(), updates=5, **SETTINGS)
     # A one-process checkpoint (written by the test before the spawn), resumed by two.
     from_one = train_policy(_env(), updates=5, resume=os.path.join(out_dir, "one.pt"))
+    # A process group that exists already is joined, whoever created it.
+    joined = DataParallel.setup("cpu", distributed=True)
     return {"params": _flat(t), "mean": t.policy.normalizer.mean, "var": t.policy.normalizer.var,
             "count": t.policy.normalizer.count, "history": t.history, "local_envs": t.env.num_envs,
             "world": t.data_parallel.world_size, "errors": errors,
             "resumed": _flat(resumed), "straight": _flat(straight),
             "resumed_env": resumed.env.state, "straight_env": straight.env.state,
-            "from_one": _flat(from_one), "from_one_envs": from_one.env.num_envs}
+            "from_one": _flat(from_one), "from_one_envs": from_one.env.num_envs,
+            "joined": (joined.rank, joined.world_size, joined.backend)}
 
 
 def _job_bad_inputs(rank, out_dir):
@@ -161,14 +166,15 @@ def _job_bad_inputs(rank, out_dir):
 def _job_rank_dies(rank, out_dir):
     def die(row):
         if rank == 1 and row["update"] == 2:
+            with open(os.path.join(out_dir, "died_at"), "w") as f:
+                f.write(repr(time.time()))
             os._exit(7)  # no clean-up, no goodbye: as a crash or an OOM kill
 
-    t0 = time.monotonic()
     try:
-        train_policy(_env(), updates=1000, callback=die, timeout_s=10, **SETTINGS)
+        train_policy(_env(), updates=1000, callback=die, timeout_s=TIMEOUT_S, **SETTINGS)
     except Exception as exc:
-        return {"error_type": type(exc).__name__, "seconds": time.monotonic() - t0}
-    return {"error_type": None, "seconds": time.monotonic() - t0}
+        return {"error_type": type(exc).__name__, "error_at": time.time()}
+    return {"error_type": None, "error_at": time.time()}
 
 
 # ----------------------------------------------------------------- tests
@@ -179,8 +185,9 @@ def two_rank_run(tmp_path_factory):
     return tmp, _spawn("_job_train", tmp, deadline_s=150)
 
 
+@functools.lru_cache(maxsize=None)
 def _reference(updates):
-    """One process, ``B`` envs, the same data; run to ``updates``."""
+    """One process, ``B`` envs, the same data; run to ``updates`` (shared by the tests: read only)."""
     return train_policy(_env(TwoStreamPendulum), updates=updates, distributed=False, **SETTINGS)
 
 
@@ -192,6 +199,7 @@ def test_two_processes_match_one_process_with_the_whole_batch(two_rank_run):
     ref = _reference(3)
     assert [r["local_envs"] for r in results] == [B // 2, B // 2]
     assert [r["world"] for r in results] == [2, 2]
+    assert [r["joined"] for r in results] == [(0, 2, "gloo"), (1, 2, "gloo")]
     # Identical parameters on both ranks (the same averaged gradients, the same steps) ...
     assert torch.equal(results[0]["params"], results[1]["params"])
     # ... and those of one process with the whole batch, to float64 rounding.
@@ -271,12 +279,14 @@ def test_bad_world_size_and_mismatched_ranks_are_named_errors(two_rank_run):
 
 @pytest.mark.slow
 def test_a_rank_that_dies_does_not_hang_the_others(tmp_path):
-    t0 = time.monotonic()
-    r0, r1 = _spawn("_job_rank_dies", tmp_path, deadline_s=60)
+    r0, r1 = _spawn("_job_rank_dies", tmp_path, deadline_s=180)
     assert r1 == {"exitcode": 7}
-    # Rank 0 gets an error (the peer's connection closes, or the 10 s timeout) instead of waiting.
+    # Rank 0 gets an error instead of waiting: at once when the peer's
+    # connection closes, at the latest after the process group's time-out
+    # (plus slack for this loaded machine).
     assert r0["error_type"] is not None
-    assert r0["seconds"] < 30 and time.monotonic() - t0 < 60
+    waited = r0["error_at"] - float((tmp_path / "died_at").read_text())
+    assert 0 <= waited < TIMEOUT_S + 20
 
 
 # ------------------------------------------------------ one-process parts
