@@ -91,22 +91,32 @@ class QuadrupedWalk(DiffEnv):
     step, ``docs/contact.md``).
 
     Control at ``1 / dt`` Hz (default 50 Hz) with ``substeps`` physics steps
-    per control step (default 2 of 10 ms: ``docs/locomotion.md`` gives the
-    measurements behind that choice). The action ``a`` in ``[-1, 1]^12`` sets
+    per control step (default 4 of 5 ms: at 10 ms a robot that lands
+    unevenly slides and collapses where 5 ms and 2 ms agree within 1 mm;
+    ``docs/locomotion.md`` gives the measurements). The action ``a`` in ``[-1, 1]^12`` sets
     the PD servo targets ``q_stand + action_scale * a`` around the standing
     pose; the servos are ``tau = kp (target - q) - kd qdot`` with the URDF's
     effort limits (smoothly saturated), ``kd`` treated implicitly.
 
-    State ``(N, 63)``: ``q (19)``, ``v (18)`` (base twist in the base frame),
-    the last action (12), the command ``(vx, vy, yaw)`` (3), each foot's time
-    in the air (4, s) and contact indicator (4), and the episode's friction,
-    contact-stiffness factor and motor strength (3).
+    State ``(N, 64)`` (named parts: :meth:`split`): ``q (19)``, ``v (18)``
+    (base twist in the base frame), the last action (12), the command
+    ``(vx, vy, yaw)`` (3), each foot's time in the air (4, s) and contact
+    indicator (4), the episode's friction, contact-stiffness factor and
+    motor strength (3), and the gait clock's phase (1, rad).
 
-    Observation ``(N, 45)``, what a real robot measures: joint positions
+    Observation ``(N, 47)``, what a real robot measures: joint positions
     relative to the standing pose (12), joint velocities (12), base angular
     velocity in the base frame (3), gravity's direction in the base frame
-    (3), the last action (12) and the command (3). ``privileged=True``
-    appends the base linear velocity (base frame, 3) and height (1).
+    (3), the last action (12), the command (3) and the gait clock
+    ``(cos, sin)`` of the phase (2). ``privileged=True`` appends the base
+    linear velocity (base frame, 3) and height (1), as a state estimator
+    would give them.
+
+    Gait prior (off by default): with ``gait_frequency > 0`` the clock
+    advances at that frequency and :meth:`gait_offsets` (a trot that lifts
+    diagonal feet in turn) is added to the servo targets, so the policy
+    learns a correction of a stepping pattern (Iscen et al. 2018, "Policies
+    Modulating Trajectory Generators").
 
     Reward per step (weights :data:`REWARD_WEIGHTS`, all smooth):
 
@@ -142,6 +152,8 @@ class QuadrupedWalk(DiffEnv):
         randomization: a :class:`Randomization` or ``None`` (nominal physics).
         privileged: also observe the base linear velocity and height.
         init_noise: half-width of the uniform joint-angle noise at reset, rad.
+        gait_frequency: Hz of the trot generator (0: off).
+        gait_amplitude: rad of thigh lift of the trot generator.
         max_episode_steps: truncation length.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
@@ -155,7 +167,7 @@ class QuadrupedWalk(DiffEnv):
         *,
         robot=None,
         dt: float = 0.02,
-        substeps: int = 2,
+        substeps: int = 4,
         kp: float = 40.0,
         kd: float = 1.0,
         action_scale: float = 0.5,
@@ -262,7 +274,7 @@ class QuadrupedWalk(DiffEnv):
     # ------------------------------------------------------------- layout
     @staticmethod
     def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The named parts of a state ``(..., 63)`` (views)."""
+        """The named parts of a state ``(..., 64)`` (views)."""
         names = (("q", 19), ("v", 18), ("last_action", 12), ("command", 3), ("air_time", 4), ("contact", 4),
                  ("friction", 1), ("stiffness_scale", 1), ("motor_strength", 1), ("phase", 1))
         out, i = {}, 0
@@ -368,15 +380,31 @@ class QuadrupedWalk(DiffEnv):
             qj = q[:, 7:]
             target = qj + p["motor_strength"] * (target - qj)
         sim = self._simulator(p)
-        controls = target[:, None, :].expand(-1, self.substeps, -1)
-        traj = sim.rollout(State(q, v), controls, check_finite=False)
-        q1, v1 = traj.q[:, -1], traj.v[:, -1]
+        # A non-finite copy would stop the whole batch (the mass matrix's
+        # Cholesky factorisation raises), so between substeps its rows are
+        # replaced by the standing pose and marked; at the end they are NaN
+        # again, and DiffEnv.step resets them and keeps them out of the gradient.
+        bad = ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1) & torch.isfinite(target).all(-1))
+        safe_q = torch.cat([q.new_tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0]), self.q_stand])
+        safe_q = safe_q.expand_as(q)
+        effort2 = q.new_zeros(q.shape[0])
+        for _ in range(self.substeps):
+            q = torch.where(bad[:, None], safe_q, q)
+            v = torch.where(bad[:, None], torch.zeros_like(v), v)
+            u = torch.where(bad[:, None], self.q_stand.expand_as(target), target)
+            traj = sim.rollout(State(q, v), u[:, None, :], check_finite=False)
+            q, v = traj.q[:, -1], traj.v[:, -1]
+            effort2 = effort2 + (traj.effort[:, -1] ** 2).sum(-1) / self.substeps
+            bad = bad | ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1))
+        nan = torch.full_like(q, math.nan)
+        q1 = torch.where(bad[:, None], nan, q)
+        v1 = torch.where(bad[:, None], nan[:, :18], v)
         fn = traj.contact.normal_force[:, -1]  # (N, 4), applied in the last substep
         c = 1.0 - torch.exp(-torch.clamp_min(fn, 0.0) / 10.0)
         air = (p["air_time"] + self.dt) * (1.0 - c)
         # Kept for the reward: the mean squared effort and the slip of the last substep.
         self._aux = {
-            "effort2": (traj.effort**2).sum(-1).mean(-1),
+            "effort2": effort2,
             "slip2": (traj.contact.slip_velocity[:, -1, :, :2] ** 2).sum(-1),
             "air_before": p["air_time"] + self.dt,
             "contact_before": p["contact"],
@@ -464,6 +492,98 @@ class QuadrupedWalk(DiffEnv):
         s = torch.clamp_min(torch.sin(phase + off), 0.0) ** 2  # (..., 4)
         a = self.gait_amplitude * s
         return torch.stack([torch.zeros_like(a), a, -2.0 * a], -1).flatten(-2)
+
+    # ------------------------------------------------------ shipped policy
+    #: The policy file ``backdrive demo`` plays (``examples/quadruped_walk.py --ship`` writes it).
+    SHIPPED_POLICY = "policies/quadruped_walk.pt"
+
+    @classmethod
+    def pretrained(cls, num_envs: int = 1, **overrides):
+        """The shipped walking policy and an env built as it was trained.
+
+        The file (in ``backdrive/data/policies``) holds the policy's weights,
+        its training settings and the env keywords, read with
+        ``torch.load(weights_only=True)``; ``examples/quadruped_walk.py
+        --ship`` reproduces it.
+
+        Args:
+            num_envs: copies of the env.
+            **overrides: env keywords to change (e.g. ``dtype``, ``randomization``).
+
+        Returns:
+            ``(env, policy)``; ``policy(obs)`` gives the actions.
+        """
+        from importlib.resources import as_file, files
+
+        from ..optim._policy.checkpoints import load_policy, read_checkpoint
+
+        with as_file(files("backdrive.data").joinpath(cls.SHIPPED_POLICY)) as path:
+            ckpt = read_checkpoint(path)
+            policy = load_policy(path)
+        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ckpt.get("env_kwargs", {}).items()}
+        if "command_ranges" in kwargs:
+            kwargs["command_ranges"] = {k: tuple(v) for k, v in kwargs["command_ranges"].items()}
+        env = cls(num_envs, **{**kwargs, **overrides})
+        return env, policy.to(dtype=env.dtype, device=env.device)
+
+    # ---------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self, policy, command=(0.5, 0.0, 0.0), *, seconds: float = 10.0, seed: int = 0,
+                 settle: float = 2.0) -> dict:
+        """Run ``policy`` in every copy under a fixed ``command`` and measure the gait.
+
+        The env is reset (``seed``), autoreset is off for the run and
+        restored after; a copy that falls stays fallen (its later speeds are
+        not counted).
+
+        Args:
+            policy: ``obs (N, obs_dim) -> action (N, 12)``.
+            command: ``(vx, vy, yaw)`` within :attr:`command_ranges`.
+            seconds: episode length, s.
+            settle: speeds before this time (s) are left out of the average.
+
+        Returns:
+            dict with ``forward_speed`` (mean base-frame ``vx`` of the upright
+            copies after ``settle``, m/s), ``speed_error`` (mean ``|vx - cmd|``
+            per copy, averaged, m/s), ``distance`` (mean world-frame
+            displacement along the start heading, m), ``upright`` (fraction of
+            copies that never fell), ``q`` ``(T + 1, N, 19)`` and ``rewards``
+            ``(T, N)``.
+
+        Raises:
+            InputError: a command outside :attr:`command_ranges`.
+        """
+        autoreset = self.autoreset
+        self.autoreset = False
+        try:
+            self.reset(seed=seed)
+            obs = self.set_command(torch.as_tensor(command, dtype=self.dtype, device=self.device))
+            steps = int(round(seconds / self.dt))
+            alive = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+            qs, vx, rewards = [self.state[:, :19].clone()], [], []
+            for _ in range(steps):
+                obs, r, term, _, _ = self.step(policy(obs))
+                alive &= ~term
+                qs.append(self.state[:, :19].clone())
+                vx.append(torch.where(alive, self.state[:, 19], torch.nan))
+                rewards.append(r)
+        finally:
+            self.autoreset = autoreset
+        q = torch.stack(qs)
+        V = torch.stack(vx)[int(round(settle / self.dt)):]
+        per_env = torch.nanmean(V, 0)
+        cmd = float(torch.as_tensor(command)[0])
+        # Displacement along the initial heading (the base x axis at t = 0).
+        heading = quat_apply(q[0, :, 3:7], torch.tensor([1.0, 0.0, 0.0], dtype=q.dtype).expand(self.num_envs, 3))
+        dist = ((q[-1, :, :3] - q[0, :, :3]) * heading).sum(-1)
+        return {
+            "forward_speed": float(torch.nanmean(V)),
+            "speed_error": float(torch.nanmean((per_env - cmd).abs())),
+            "distance": float(dist[alive].mean()) if bool(alive.any()) else math.nan,
+            "upright": float(alive.double().mean()),
+            "q": q,
+            "rewards": torch.stack(rewards),
+        }
 
     # ------------------------------------------------------------ helpers
     def base_velocity(self, state: torch.Tensor | None = None) -> torch.Tensor:
