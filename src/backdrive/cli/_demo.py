@@ -440,8 +440,8 @@ def stage_quadruped_walk(ctx: DemoContext) -> list[str]:
     """The shipped walking policy (trained through the contact simulator) plays a forward command."""
     from ..envs import QuadrupedWalk
 
-    seconds = 4.0 if ctx.quick else 10.0
-    env, policy = QuadrupedWalk.pretrained(4)
+    seconds = 3.0 if ctx.quick else 10.0
+    env, policy = QuadrupedWalk.pretrained(2 if ctx.quick else 4)
     t0 = time.perf_counter()
     m = env.evaluate(policy, (0.5, 0.0, 0.0), seconds=seconds, seed=0, settle=1.0)
     sim_s = time.perf_counter() - t0

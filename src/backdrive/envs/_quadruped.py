@@ -547,8 +547,9 @@ class QuadrupedWalk(DiffEnv):
             copies after ``settle``, m/s), ``speed_error`` (mean ``|vx - cmd|``
             per copy, averaged, m/s), ``distance`` (mean world-frame
             displacement along the start heading, m), ``upright`` (fraction of
-            copies that never fell), ``q`` ``(T + 1, N, 19)`` and ``rewards``
-            ``(T, N)``.
+            copies that never fell), ``yaw_rate`` (mean base yaw rate of the
+            upright copies after ``settle``, rad/s), ``q`` ``(T + 1, N, 19)``
+            and ``rewards`` ``(T, N)``.
 
         Raises:
             InputError: a command outside :attr:`command_ranges`.
@@ -560,17 +561,20 @@ class QuadrupedWalk(DiffEnv):
             obs = self.set_command(torch.as_tensor(command, dtype=self.dtype, device=self.device))
             steps = int(round(seconds / self.dt))
             alive = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-            qs, vx, rewards = [self.state[:, :19].clone()], [], []
+            qs, vx, wz, rewards = [self.state[:, :19].clone()], [], [], []
             for _ in range(steps):
                 obs, r, term, _, _ = self.step(policy(obs))
                 alive &= ~term
                 qs.append(self.state[:, :19].clone())
                 vx.append(torch.where(alive, self.state[:, 19], torch.nan))
+                wz.append(torch.where(alive, self.state[:, 24], torch.nan))
                 rewards.append(r)
         finally:
             self.autoreset = autoreset
         q = torch.stack(qs)
-        V = torch.stack(vx)[int(round(settle / self.dt)):]
+        skip = int(round(settle / self.dt))
+        V = torch.stack(vx)[skip:]
+        W = torch.stack(wz)[skip:]
         per_env = torch.nanmean(V, 0)
         cmd = float(torch.as_tensor(command)[0])
         # Displacement along the initial heading (the base x axis at t = 0).
@@ -581,6 +585,7 @@ class QuadrupedWalk(DiffEnv):
             "speed_error": float(torch.nanmean((per_env - cmd).abs())),
             "distance": float(dist[alive].mean()) if bool(alive.any()) else math.nan,
             "upright": float(alive.double().mean()),
+            "yaw_rate": float(torch.nanmean(W)),
             "q": q,
             "rewards": torch.stack(rewards),
         }

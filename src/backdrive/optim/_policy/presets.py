@@ -210,7 +210,7 @@ PANDA_REACH_APG = Preset(
 #: forward through the contact simulator: 64 robots, 50 Hz control with
 #: 4 x 5 ms physics substeps, a 3 Hz trot generator under the policy
 #: (0.15 rad of thigh lift), forward commands drawn in [0.2, 0.8] m/s, the
-#: base velocity and height observed (``privileged``), 16-step (0.32 s)
+#: base velocity and height observed (``privileged``), 8-step (0.16 s)
 #: windows, gradient norm clipped to 1. ``docs/locomotion.md`` gives the
 #: reasons and what it reaches. Used by ``examples/quadruped_walk.py``, the
 #: shipped policy and ``benchmarks/locomotion.py``.
@@ -226,7 +226,7 @@ QUADRUPED_WALK_SHAC = Preset(
     },
     config=PolicyTrainerConfig(
         algo="shac",
-        horizon=16,
+        horizon=8,
         lr=1e-3,
         critic_lr=1e-3,
         gamma=0.99,
