@@ -211,8 +211,8 @@ PANDA_REACH_APG = Preset(
 #: 4 x 5 ms physics substeps, a 3 Hz trot generator under the policy
 #: (0.15 rad of thigh lift), forward commands drawn in [0.2, 0.8] m/s, the
 #: base velocity and height observed (``privileged``), 8-step (0.16 s)
-#: windows, gradient norm clipped to 1. ``docs/locomotion.md`` gives the
-#: reasons and what it reaches. Used by ``examples/quadruped_walk.py``, the
+#: windows, gradient norm clipped to 1, 420 updates (215,040 env steps).
+#: ``docs/locomotion.md`` gives the reasons and what it reaches. Used by ``examples/quadruped_walk.py``, the
 #: shipped policy and ``benchmarks/locomotion.py``.
 QUADRUPED_WALK_SHAC = Preset(
     name="quadruped_walk_shac",
@@ -234,8 +234,9 @@ QUADRUPED_WALK_SHAC = Preset(
         max_grad_norm=1.0,
         action_noise=0.1,
     ),
-    updates=400,
-    summary="see docs/locomotion.md",
+    updates=420,
+    summary="0.458 m/s at a 0.5 m/s command (mean per-episode error 0.042 m/s), 16/16 upright over 10 s, "
+    "after 215,040 env steps (14.4 min on one loaded core; docs/locomotion.md)",
 )
 
 #: Every preset by name.
