@@ -141,3 +141,15 @@ def test_shipped_policy_walks_forward():
     assert m["upright"] == 1.0
     assert 0.35 < m["forward_speed"] < 0.65, m["forward_speed"]
     assert m["distance"] > 0.4  # along the start heading, in 2 s
+
+
+def test_preset_builds_its_env():
+    from backdrive.optim import PRESETS, QUADRUPED_WALK_SHAC
+    from backdrive.optim._policy.presets import get_preset
+
+    env = QUADRUPED_WALK_SHAC.make_env(num_envs=2)
+    assert isinstance(env, QuadrupedWalk) and env.privileged and env.gait_frequency == 3.0
+    assert env.command_ranges["vx"] == (0.2, 0.8)
+    assert QUADRUPED_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == []
+    assert get_preset("quadruped_walk_shac") is QUADRUPED_WALK_SHAC is PRESETS["quadruped_walk_shac"]
+    QUADRUPED_WALK_SHAC.config.check_env(env)
