@@ -204,9 +204,9 @@ class DiffEnv:
             rewards ``(N,)``, boolean ``terminated`` and ``truncated`` ``(N,)``,
             and ``info`` with ``final_obs`` ``(N, obs_dim)``, the observation
             reached by this step before any reset, and ``nonfinite`` ``(N,)``
-            bool: the copies whose new state or reward was NaN or infinite.
+            bool: the copies whose new state was NaN or infinite.
 
-        A non-finite copy is reset (even with ``autoreset=False``), counted in
+        A copy whose new state is non-finite is reset (even with ``autoreset=False``), counted in
         :attr:`nonfinite_resets` and reported as truncated, with reward 0 and
         ``final_obs`` the observation of the state it started the step from.
         Its rows of the gradient reaching ``action`` and the previous state
@@ -217,8 +217,10 @@ class DiffEnv:
         next_state = self.transition(state, action)
         reward = self.reward(state, action, next_state)
         # A copy whose simulation produced a NaN or an infinity is reset, counted
-        # and reported; its transition is cut out of the gradient (below).
-        bad = ~(torch.isfinite(next_state).all(-1) & torch.isfinite(reward))
+        # and reported; its transition is cut out of the gradient (below). A
+        # non-finite reward from a finite state is left alone: that is a bug
+        # in the reward or a diverging policy, which the trainer reports.
+        bad = ~torch.isfinite(next_state).all(-1)
         self._nan_resets = self._nan_resets + bad.sum()
         _zero_rows_of_gradient(action, bad)
         _zero_rows_of_gradient(state, bad)
@@ -252,7 +254,7 @@ class DiffEnv:
 
     @property
     def nonfinite_resets(self) -> int:
-        """How many copy-steps produced a NaN or infinite state or reward and were reset."""
+        """How many copy-steps produced a NaN or infinite state and were reset."""
         return int(self._nan_resets)
 
     def seed(self, seed: int) -> None:
