@@ -72,10 +72,14 @@ def main() -> None:
     curve: list[tuple[int, float, float, float]] = []
     start = time.perf_counter()
 
+    per_update = QUADRUPED_WALK_SHAC.env_steps // QUADRUPED_WALK_SHAC.updates
+
     def eval_fn(policy) -> float:
+        # Called after an update and before its log row reaches the callback.
+        steps = trainer_steps[0] + per_update
         m = eval_env.evaluate(policy, COMMAND, seconds=4.0, seed=123, settle=1.0)
-        curve.append((trainer_steps[0], time.perf_counter() - start, m["forward_speed"], m["upright"]))
-        print(f"  eval after {trainer_steps[0]:,} steps: forward speed {m['forward_speed']:.3f} m/s, "
+        curve.append((steps, time.perf_counter() - start, m["forward_speed"], m["upright"]))
+        print(f"  eval after {steps:,} steps: forward speed {m['forward_speed']:.3f} m/s, "
               f"upright {m['upright']:.2f}", flush=True)
         return float(m["rewards"].sum(0).mean())
 
