@@ -153,3 +153,16 @@ def test_preset_builds_its_env():
     assert QUADRUPED_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == []
     assert get_preset("quadruped_walk_shac") is QUADRUPED_WALK_SHAC is PRESETS["quadruped_walk_shac"]
     QUADRUPED_WALK_SHAC.config.check_env(env)
+
+
+def test_robot_with_another_joint_order_is_refused():
+    from backdrive.data import load
+
+    try:
+        go1 = load("example-robot-data:go1", floating_base=True, dtype=torch.float32)
+    except Exception as exc:  # example-robot-data is an optional install
+        pytest.skip(f"example-robot-data's Go1 is not installed: {exc}")
+    with pytest.raises(InputError, match="needs the joints"):
+        QuadrupedWalk(1, robot=go1)
+    with pytest.raises(InputError, match="floating-base"):
+        QuadrupedWalk(1, robot=load("quadruped", dtype=torch.float32))

@@ -39,7 +39,6 @@ REWARD_WEIGHTS: dict[str, float] = {
 # the nominal pose under the default PD and contact), the start height.
 _ROBOTS = {
     "quadruped": {"root": "trunk", "radius": 0.02, "stand": (0.0, 0.8, -1.6), "height": 0.277},
-    "go1": {"root": "base", "radius": 0.02, "stand": (0.0, 0.8, -1.5), "height": 0.30},
 }
 
 
@@ -84,8 +83,8 @@ class QuadrupedWalk(DiffEnv):
     r"""A quadruped that tracks a velocity command, differentiable through contact.
 
     The robot is the shipped 12-dof ``"quadruped"`` (12.4 kg, legs FL, FR,
-    RL, RR of hip, thigh and calf joints) or any robot with the same leg and
-    joint names (example-robot-data's Go1: ``robot="go1"``), with a floating
+    RL, RR of hip, thigh and calf joints) or a floating-base robot with the
+    same joints in the same order, with a floating
     base and one contact sphere per foot on a flat ground, simulated by
     :class:`backdrive.sim.Simulator` with ``contact=`` (the implicit contact
     step, ``docs/contact.md``).
@@ -140,9 +139,10 @@ class QuadrupedWalk(DiffEnv):
 
     Args:
         num_envs: copies N.
-        robot: ``None`` or ``"quadruped"`` (shipped), ``"go1"``
-            (example-robot-data), or a floating-base RobotModel with the
-            shipped quadruped's joint and foot names.
+        robot: ``None`` or ``"quadruped"`` (shipped), or a floating-base
+            RobotModel with the shipped quadruped's joint order and foot
+            names (example-robot-data's Go1 orders its legs FR, FL, RR, RL
+            and is not supported yet).
         dt: control period, s. substeps: physics steps per control period.
         kp, kd: PD servo gains, N m/rad and N m s/rad.
         action_scale: rad of target offset per unit of action.
@@ -194,12 +194,7 @@ class QuadrupedWalk(DiffEnv):
             if name not in _ROBOTS:
                 raise InputError(f"unknown robot {name!r}; valid: {', '.join(map(repr, _ROBOTS))} or a RobotModel")
             spec = _ROBOTS[name]
-            src = "example-robot-data:go1" if name == "go1" else name
-            robot = load(src, floating_base=True, dtype=self.dtype, device=self.device)
-            if name == "go1":
-                # As in benchmarks/contact.py: no joint Coulomb friction (a
-                # smoothed stiction at rest is not what the servos feel).
-                robot = robot.replace(friction=torch.zeros_like(robot.friction))
+            robot = load(name, floating_base=True, dtype=self.dtype, device=self.device)
         elif isinstance(robot, RobotModel):
             spec = _ROBOTS["quadruped"]
             if robot.dtype != self.dtype or robot.device != self.device:
