@@ -10,12 +10,15 @@ from ._base import DiffEnv
 from ._cartpole import CartPoleSwingUp
 from ._panda import PandaReach
 from ._pendulum import Pendulum, angle_normalize
+from ._quadruped import QuadrupedWalk, Randomization
 
 __all__ = [
     "DiffEnv",
     "Pendulum",
     "CartPoleSwingUp",
     "PandaReach",
+    "QuadrupedWalk",
+    "Randomization",
     "angle_normalize",
     "to_gymnasium",
 ]

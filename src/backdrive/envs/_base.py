@@ -80,6 +80,7 @@ class DiffEnv:
         self._generator.seed()
         self._state: torch.Tensor | None = None
         self._elapsed = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self._nan_resets = torch.zeros((), dtype=torch.long, device=self.device)
 
     # ----------------------------------------------------------------- hooks
     def _robot_model(self, robot, name: str):
@@ -202,15 +203,35 @@ class DiffEnv:
             ``(N, obs_dim)`` (of the new episode where a copy was reset),
             rewards ``(N,)``, boolean ``terminated`` and ``truncated`` ``(N,)``,
             and ``info`` with ``final_obs`` ``(N, obs_dim)``, the observation
-            reached by this step before any reset.
+            reached by this step before any reset, and ``nonfinite`` ``(N,)``
+            bool: the copies whose new state was NaN or infinite.
+
+        A copy whose new state is non-finite is reset (even with ``autoreset=False``), counted in
+        :attr:`nonfinite_resets` and reported as truncated, with reward 0 and
+        ``final_obs`` the observation of the state it started the step from.
+        Its rows of the gradient reaching ``action`` and the previous state
+        are set to zero, so the NaN never reaches the policy's gradient.
         """
         self._check(action, (self.num_envs, self.action_dim), "action")
         state = self.state
         next_state = self.transition(state, action)
         reward = self.reward(state, action, next_state)
+        # A copy whose simulation produced a NaN or an infinity is reset, counted
+        # and reported; its transition is cut out of the gradient (below). A
+        # non-finite reward from a finite state is left alone: that is a bug
+        # in the reward or a diverging policy, which the trainer reports.
+        bad = ~torch.isfinite(next_state).all(-1)
+        self._nan_resets = self._nan_resets + bad.sum()
+        _zero_rows_of_gradient(action, bad)
+        _zero_rows_of_gradient(state, bad)
+        reward = torch.where(bad, torch.zeros_like(reward), reward)
+        fallback = state.detach()
+        next_state = torch.where(bad[:, None], fallback, next_state)
         self._elapsed = self._elapsed + 1
-        terminated = self.is_terminal(next_state)
-        truncated = (self._elapsed >= self.max_episode_steps) & ~terminated
+        terminated = self.is_terminal(next_state) & ~bad
+        # A non-finite copy ends its episode as truncated: the simulation broke
+        # down, the policy did not fail, so its value is not zeroed.
+        truncated = ((self._elapsed >= self.max_episode_steps) & ~terminated) | bad
         final_obs = self.observe(next_state)
         if self.autoreset:
             done = terminated | truncated
@@ -221,10 +242,20 @@ class DiffEnv:
             next_state = torch.where(done[:, None], fresh, next_state)
             self._elapsed = torch.where(done, torch.zeros_like(self._elapsed), self._elapsed)
             obs = torch.where(done[:, None], self.observe(fresh), final_obs)
+        elif bool(bad.any()):
+            fresh = self._initial(self.num_envs)
+            next_state = torch.where(bad[:, None], fresh, next_state)
+            self._elapsed = torch.where(bad, torch.zeros_like(self._elapsed), self._elapsed)
+            obs = torch.where(bad[:, None], self.observe(fresh), final_obs)
         else:
             obs = final_obs
         self._state = next_state
-        return obs, reward, terminated, truncated, {"final_obs": final_obs}
+        return obs, reward, terminated, truncated, {"final_obs": final_obs, "nonfinite": bad}
+
+    @property
+    def nonfinite_resets(self) -> int:
+        """How many copy-steps produced a NaN or infinite state and were reset."""
+        return int(self._nan_resets)
 
     def seed(self, seed: int) -> None:
         """Reseed the generator used for initial states without resetting."""
@@ -275,3 +306,15 @@ class DiffEnv:
                 f"{type(self).__name__}: {name} must be {self.dtype} on {self.device}, "
                 f"got {x.dtype} on {x.device}"
             )
+
+
+def _zero_rows_of_gradient(x: torch.Tensor, rows: torch.Tensor) -> None:
+    """Make the gradient reaching ``x`` ``(N, ...)`` zero in ``rows`` ``(N,)`` bool.
+
+    ``torch.where`` alone would not do: the backward pass of the step still
+    multiplies the zero by the non-finite partial derivatives of the broken
+    copy (``0 * nan = nan``), so the rows are zeroed where they leave the step.
+    """
+    if isinstance(x, torch.Tensor) and x.requires_grad:
+        mask = rows.reshape(rows.shape + (1,) * (x.ndim - 1))
+        x.register_hook(lambda g: g if g is None else torch.where(mask, torch.zeros_like(g), g))

@@ -1,0 +1,136 @@
+"""Quadruped walking through contact: SHAC through backdrive against SB3 PPO, same wall-clock budget.
+
+Both learn ``backdrive.envs.QuadrupedWalk`` built as ``QUADRUPED_WALK_SHAC``
+says (the shipped 12.4 kg quadruped, 50 Hz PD targets, 4 x 5 ms contact
+substeps, a 3 Hz trot generator, forward commands in [0.2, 0.8] m/s):
+
+* SHAC: ``train_policy(preset=QUADRUPED_WALK_SHAC)``, stopped when its
+  training wall time reaches the budget;
+* SB3 PPO through ``to_gymnasium(vector=True)`` behind an SB3 ``VecEnv``
+  (``benchmarks/learning_cartpole.py``'s adapter) with ``VecNormalize``, the
+  same env keywords and 16 copies, stopped at the same wall time.
+
+Each trained policy is then evaluated on 16 fresh 10-second episodes at a
+0.5 m/s forward command: the mean forward speed (base frame, upright
+robots, after the first 2 s), the mean per-episode speed error, and the
+fraction of episodes that stay upright. Issue 12's targets: within 0.1 m/s
+of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
+
+    python benchmarks/locomotion.py                          # 3 seeds x (SHAC, PPO), 15 min each
+    python benchmarks/locomotion.py --minutes 5 --seeds 0    # a quick look
+    python benchmarks/locomotion.py --methods shac           # without PPO
+
+Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
+Run it on a quiet machine: the budget is wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from backdrive.envs import QuadrupedWalk  # noqa: E402
+from backdrive.optim import QUADRUPED_WALK_SHAC, train_policy  # noqa: E402
+
+COMMAND = (0.5, 0.0, 0.0)
+EVAL_EPISODES, EVAL_SEED, EVAL_SECONDS = 16, 999, 10.0
+
+
+def env_kwargs() -> dict:
+    return {k: v for k, v in QUADRUPED_WALK_SHAC.env_kwargs.items() if k != "num_envs"}
+
+
+def evaluate(act) -> dict:
+    env = QuadrupedWalk(EVAL_EPISODES, **env_kwargs())
+    m = env.evaluate(act, COMMAND, seconds=EVAL_SECONDS, seed=EVAL_SEED)
+    return {k: m[k] for k in ("forward_speed", "speed_error", "distance", "upright")} | {
+        "return": float(m["rewards"].sum(0).mean())
+    }
+
+
+def run_shac(seed: int, minutes: float) -> dict:
+    cpu0 = time.process_time()
+    trainer = train_policy(
+        QUADRUPED_WALK_SHAC.make_env(), preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
+        callback=lambda row: row["wall_s"] > 60.0 * minutes,
+    )
+    cpu = time.process_time() - cpu0
+    policy = trainer.policy.eval()
+    with torch.no_grad():
+        result = evaluate(policy)
+    return {"method": "shac", "seed": seed, "env_steps": trainer.env_steps, "train_wall_s": trainer.wall_s,
+            "train_cpu_s": cpu, **result}
+
+
+def run_ppo(seed: int, minutes: float) -> dict:
+    from learning_cartpole import sb3_vec_env
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    venv = VecNormalize(sb3_vec_env(QuadrupedWalk(16, **env_kwargs())), gamma=0.99)
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, n_steps=128, batch_size=512,
+                n_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.0,
+                policy_kwargs={"net_arch": [128, 128]})
+    start = time.perf_counter()
+    cpu0 = time.process_time()
+
+    class Budget(BaseCallback):
+        def _on_step(self) -> bool:
+            return time.perf_counter() - start < 60.0 * minutes
+
+    model.learn(total_timesteps=10**9, callback=Budget())
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+
+    def act(obs):
+        a = model.predict(venv.normalize_obs(obs.numpy()), deterministic=True)[0]
+        return torch.as_tensor(np.asarray(a), dtype=torch.float32)
+
+    return {"method": "ppo", "seed": seed, "env_steps": int(model.num_timesteps), "train_wall_s": wall,
+            "train_cpu_s": cpu, **evaluate(act)}
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| method | seed | env steps | training wall, min | forward speed at 0.5 m/s command | mean speed error "
+        "| walked in 10 s, m | upright |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['method']} | {r['seed']} | {r['env_steps']:,} | {r['train_wall_s'] / 60:.1f} | "
+            f"{r['forward_speed']:.3f} m/s | {r['speed_error']:.3f} m/s | {r['distance']:.2f} | "
+            f"{r['upright'] * 100:.0f}% |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--minutes", type=float, default=15.0, help="training wall-time budget per run")
+    parser.add_argument("--methods", nargs="+", default=["shac", "ppo"], choices=["shac", "ppo"])
+    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/locomotion.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for seed in args.seeds:
+        for method in args.methods:
+            row = (run_shac if method == "shac" else run_ppo)(seed, args.minutes)
+            print(json.dumps({k: v for k, v in row.items()}), flush=True)
+            rows.append(row)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,596 @@
+"""Quadruped locomotion through backdrive's contact simulator: ``QuadrupedWalk``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import torch
+
+from .._errors import InputError, InvalidValueError
+from ..spatial import quat_apply, quat_conjugate
+from ._base import DiffEnv
+
+__all__ = ["QuadrupedWalk", "Randomization", "REWARD_WEIGHTS", "COMMAND_RANGES"]
+
+LEGS = ("FL", "FR", "RL", "RR")
+
+#: Default command ranges: forward ``vx`` (m/s), lateral ``vy`` (m/s) and
+#: yaw rate ``yaw`` (rad/s), each sampled uniformly per episode.
+COMMAND_RANGES: dict[str, tuple[float, float]] = {"vx": (-1.0, 1.0), "vy": (-0.5, 0.5), "yaw": (-1.0, 1.0)}
+
+#: Default reward weights (see :class:`QuadrupedWalk` for each term).
+REWARD_WEIGHTS: dict[str, float] = {
+    "tracking_lin": 1.0,
+    "tracking_yaw": 0.5,
+    "lin_vel_z": 1.0,
+    "ang_vel_xy": 0.05,
+    "orientation": 2.0,
+    "height": 20.0,
+    "torque": 2e-4,
+    "action_rate": 0.01,
+    "foot_slip": 0.05,
+    "air_time": 0.5,
+}
+
+# Per-robot settings: foot links, foot radius, standing joint angles (hip,
+# thigh, calf), the standing base height (measured: the settled height of
+# the nominal pose under the default PD and contact), the start height.
+_ROBOTS = {
+    "quadruped": {"root": "trunk", "radius": 0.02, "stand": (0.0, 0.8, -1.6), "height": 0.277},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Randomization:
+    """Domain randomisation of :class:`QuadrupedWalk`, drawn per episode (pushes per step).
+
+    Each range is ``(low, high)`` for a uniform draw; ``None`` keeps the
+    nominal value.
+
+    Attributes:
+        friction: Coulomb coefficient of the feet on the ground (nominal 0.75).
+        stiffness_scale: factor on the contact stiffness (nominal 4e4 N/m).
+        motor_strength: factor on the PD servos' stiffness ``kp`` (the
+            position error's torque; the damping ``kd`` is unchanged).
+        push_velocity: a push changes the base's horizontal velocity by up to
+            this much per axis (m/s, uniform in ``[-p, p]``); 0: no pushes.
+        push_interval: mean time between pushes, s (each control step pushes
+            with probability ``dt / push_interval``).
+    """
+
+    friction: tuple[float, float] | None = (0.5, 1.25)
+    stiffness_scale: tuple[float, float] | None = (0.5, 2.0)
+    motor_strength: tuple[float, float] | None = (0.9, 1.1)
+    push_velocity: float = 0.5
+    push_interval: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in ("friction", "stiffness_scale", "motor_strength"):
+            r = getattr(self, name)
+            if r is None:
+                continue
+            if not (isinstance(r, (tuple, list)) and len(r) == 2 and 0 < float(r[0]) <= float(r[1]) < math.inf):
+                raise InvalidValueError(f"Randomization.{name} must be (low, high) with 0 < low <= high, got {r!r}")
+        if not (math.isfinite(self.push_velocity) and self.push_velocity >= 0):
+            raise InvalidValueError(f"Randomization.push_velocity must be >= 0 m/s, got {self.push_velocity!r}")
+        if not (math.isfinite(self.push_interval) and self.push_interval > 0):
+            raise InvalidValueError(f"Randomization.push_interval must be > 0 s, got {self.push_interval!r}")
+
+
+class QuadrupedWalk(DiffEnv):
+    r"""A quadruped that tracks a velocity command, differentiable through contact.
+
+    The robot is the shipped 12-dof ``"quadruped"`` (12.4 kg, legs FL, FR,
+    RL, RR of hip, thigh and calf joints) or a floating-base robot with the
+    same joints in the same order, with a floating
+    base and one contact sphere per foot on a flat ground, simulated by
+    :class:`backdrive.sim.Simulator` with ``contact=`` (the implicit contact
+    step, ``docs/contact.md``).
+
+    Control at ``1 / dt`` Hz (default 50 Hz) with ``substeps`` physics steps
+    per control step (default 4 of 5 ms: at 10 ms a robot that lands
+    unevenly slides and collapses where 5 ms and 2 ms agree within 1 mm;
+    ``docs/locomotion.md`` gives the measurements). The action ``a`` in ``[-1, 1]^12`` sets
+    the PD servo targets ``q_stand + action_scale * a`` around the standing
+    pose; the servos are ``tau = kp (target - q) - kd qdot`` with the URDF's
+    effort limits (smoothly saturated), ``kd`` treated implicitly.
+
+    State ``(N, 64)`` (named parts: :meth:`split`): ``q (19)``, ``v (18)``
+    (base twist in the base frame), the last action (12), the command
+    ``(vx, vy, yaw)`` (3), each foot's time in the air (4, s) and contact
+    indicator (4), the episode's friction, contact-stiffness factor and
+    motor strength (3), and the gait clock's phase (1, rad).
+
+    Observation ``(N, 47)``, what a real robot measures: joint positions
+    relative to the standing pose (12), joint velocities (12), base angular
+    velocity in the base frame (3), gravity's direction in the base frame
+    (3), the last action (12), the command (3) and the gait clock
+    ``(cos, sin)`` of the phase (2). ``privileged=True`` appends the base
+    linear velocity (base frame, 3) and height (1), as a state estimator
+    would give them.
+
+    Gait prior (off by default): with ``gait_frequency > 0`` the clock
+    advances at that frequency and :meth:`gait_offsets` (a trot that lifts
+    diagonal feet in turn) is added to the servo targets, so the policy
+    learns a correction of a stepping pattern (Iscen et al. 2018, "Policies
+    Modulating Trajectory Generators").
+
+    Reward per step (weights :data:`REWARD_WEIGHTS`, all smooth):
+
+    * ``tracking_lin * exp(-|v_xy - cmd_xy|^2 / 0.25)``: base-frame velocity;
+    * ``tracking_yaw * exp(-(w_z - cmd_yaw)^2 / 0.25)``;
+    * ``- lin_vel_z * v_z^2 - ang_vel_xy * |w_xy|^2``;
+    * ``- orientation * |g_xy|^2`` (gravity's tilt in the base frame);
+    * ``- height * (z - z_stand)^2``;
+    * ``- torque * |tau|^2`` (mean over the substeps);
+    * ``- action_rate * |a - a_prev|^2``;
+    * ``- foot_slip * sum_f c_f |v_f,xy|^2`` with the contact indicator
+      ``c_f = 1 - exp(-f_n / 10 N)``;
+    * ``+ air_time * sum_f (t_air,f - 0.25 s) * c_f (1 - c_f,prev)`` (a
+      reward for steps of more than 0.25 s in the air, paid at touch-down),
+      only while the command asks for motion (``|cmd| > 0.1``).
+
+    Episodes end by a fall (gravity more than 60 degrees from the base's
+    -z axis, or the base below ``0.5 z_stand``) or after
+    ``max_episode_steps`` (default 500, 10 s). There is no fall penalty or
+    bonus: a fall just ends the stream of (mostly positive) rewards.
+
+    Args:
+        num_envs: copies N.
+        robot: ``None`` or ``"quadruped"`` (shipped), or a floating-base
+            RobotModel with the shipped quadruped's joint order and foot
+            names (example-robot-data's Go1 orders its legs FR, FL, RR, RL
+            and is not supported yet).
+        dt: control period, s. substeps: physics steps per control period.
+        kp, kd: PD servo gains, N m/rad and N m s/rad.
+        action_scale: rad of target offset per unit of action.
+        command_ranges: ``{"vx": (lo, hi), "vy": ..., "yaw": ...}`` (missing
+            keys keep :data:`COMMAND_RANGES`); ``lo == hi`` fixes a value.
+        reward_weights: overrides of :data:`REWARD_WEIGHTS`.
+        randomization: a :class:`Randomization` or ``None`` (nominal physics).
+        privileged: also observe the base linear velocity and height.
+        init_noise: half-width of the uniform joint-angle noise at reset, rad.
+        gait_frequency: Hz of the trot generator (0: off).
+        gait_amplitude: rad of thigh lift of the trot generator.
+        max_episode_steps: truncation length.
+        dtype, device, autoreset: see :class:`DiffEnv`.
+    """
+
+    action_dim = 12
+    state_dim = 64
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        robot=None,
+        dt: float = 0.02,
+        substeps: int = 4,
+        kp: float = 40.0,
+        kd: float = 1.0,
+        action_scale: float = 0.5,
+        command_ranges: Mapping[str, tuple[float, float]] | None = None,
+        reward_weights: Mapping[str, float] | None = None,
+        randomization: Randomization | None = None,
+        privileged: bool = False,
+        init_noise: float = 0.1,
+        gait_frequency: float = 0.0,
+        gait_amplitude: float = 0.25,
+        max_episode_steps: int = 500,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        autoreset: bool = True,
+    ) -> None:
+        super().__init__(num_envs, dtype=dtype, device=device, autoreset=autoreset)
+        from ..contact import ContactGeometry, ContactModel, ContactParameters
+        from ..data import load
+        from ..model import RobotModel
+        from ..sim import PDActuator, Simulator
+
+        name = "quadruped" if robot is None else robot
+        if isinstance(name, str):
+            if name not in _ROBOTS:
+                raise InputError(f"unknown robot {name!r}; valid: {', '.join(map(repr, _ROBOTS))} or a RobotModel")
+            spec = _ROBOTS[name]
+            robot = load(name, floating_base=True, dtype=self.dtype, device=self.device)
+        elif isinstance(robot, RobotModel):
+            spec = _ROBOTS["quadruped"]
+            if robot.dtype != self.dtype or robot.device != self.device:
+                raise InputError(f"robot is {robot.dtype} on {robot.device}, the env {self.dtype} on {self.device}")
+        else:
+            raise InputError(f"robot must be None, a name or a RobotModel, got {type(robot).__name__}")
+        if not robot.floating_base:
+            raise InputError("QuadrupedWalk needs a floating-base robot (load(..., floating_base=True))")
+        joints = tuple(f"{leg}_{j}_joint" for leg in LEGS for j in ("hip", "thigh", "calf"))
+        if tuple(robot.joint_names) != joints:
+            raise InputError(f"QuadrupedWalk needs the joints {joints} in this order, got {tuple(robot.joint_names)}")
+        for k, (x, what) in {
+            "dt": (dt, "s"), "kp": (kp, "N m/rad"), "kd": (kd, "N m s/rad"), "action_scale": (action_scale, "rad"),
+        }.items():
+            if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0):
+                raise InputError(f"{k} must be a positive number ({what}), got {x!r}")
+        for k, x in (("substeps", substeps), ("max_episode_steps", max_episode_steps)):
+            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                raise InputError(f"{k} must be a positive int, got {x!r}")
+        if randomization is not None and not isinstance(randomization, Randomization):
+            raise InputError(f"randomization must be a Randomization or None, got {type(randomization).__name__}")
+
+        ranges = dict(COMMAND_RANGES)
+        for k, r in dict(command_ranges or {}).items():
+            if k not in COMMAND_RANGES:
+                raise InputError(f"unknown command {k!r}; valid: {', '.join(map(repr, COMMAND_RANGES))}")
+            lo, hi = (float(x) for x in r)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise InputError(f"command range {k} must be (low, high) with low <= high, got {r!r}")
+            ranges[k] = (lo, hi)
+        weights = dict(REWARD_WEIGHTS)
+        for k, w in dict(reward_weights or {}).items():
+            if k not in REWARD_WEIGHTS:
+                raise InputError(f"unknown reward term {k!r}; valid: {', '.join(map(repr, REWARD_WEIGHTS))}")
+            if not (isinstance(w, (int, float)) and math.isfinite(w)):
+                raise InputError(f"reward weight {k} must be a finite number, got {w!r}")
+            weights[k] = float(w)
+
+        self.robot = robot
+        self.robot_name = name if isinstance(name, str) else robot.name
+        self.dt = float(dt)
+        self.substeps = substeps
+        self.physics_dt = self.dt / substeps
+        self.kp, self.kd = float(kp), float(kd)
+        self.action_scale = float(action_scale)
+        self.command_ranges = ranges
+        self.reward_weights = weights
+        self.randomization = randomization
+        self.privileged = bool(privileged)
+        self.init_noise = float(init_noise)
+        self.max_episode_steps = max_episode_steps
+        for k, x in (("gait_frequency", gait_frequency), ("gait_amplitude", gait_amplitude)):
+            if not (isinstance(x, (int, float)) and math.isfinite(x) and x >= 0):
+                raise InputError(f"{k} must be a number >= 0, got {x!r}")
+        self.gait_frequency = float(gait_frequency)
+        self.gait_amplitude = float(gait_amplitude)
+        self.obs_dim = 47 + (4 if self.privileged else 0)
+        self.feet = tuple(f"{leg}_foot" for leg in LEGS)
+        kw = {"dtype": self.dtype, "device": self.device}
+        self.q_stand = torch.tensor(spec["stand"] * 4, **kw)
+        self.stand_height = float(spec["height"])
+        self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
+        self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
+        self.nominal_contact = ContactParameters()
+        self.geometry = ContactGeometry.spheres(robot, {f: spec["radius"] for f in self.feet})
+        self._ContactModel, self._ContactParameters = ContactModel, ContactParameters
+        self._actuator = PDActuator(kp=self.kp, kd=self.kd)
+        self._Simulator = Simulator
+        self.contact = ContactModel(robot, self.geometry, params=self.nominal_contact)
+        self.sim = Simulator(robot, self.physics_dt, actuator=self._actuator, contact=self.contact)
+
+    # ------------------------------------------------------------- layout
+    @staticmethod
+    def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The named parts of a state ``(..., 64)`` (views)."""
+        names = (("q", 19), ("v", 18), ("last_action", 12), ("command", 3), ("air_time", 4), ("contact", 4),
+                 ("friction", 1), ("stiffness_scale", 1), ("motor_strength", 1), ("phase", 1))
+        out, i = {}, 0
+        for k, n in names:
+            out[k] = state[..., i:i + n]
+            i += n
+        return out
+
+    @property
+    def action_low(self) -> torch.Tensor:
+        return torch.full((12,), -1.0, dtype=self.dtype, device=self.device)
+
+    @property
+    def action_high(self) -> torch.Tensor:
+        return torch.full((12,), 1.0, dtype=self.dtype, device=self.device)
+
+    # ------------------------------------------------------------ commands
+    def check_command(self, command: torch.Tensor) -> torch.Tensor:
+        """``command`` ``(3,)`` or ``(N, 3)`` as ``(N, 3)``, checked against the ranges.
+
+        Raises:
+            InputError: wrong shape, dtype or device, or a value outside
+                :attr:`command_ranges` (naming the component and its range).
+        """
+        command = torch.as_tensor(command, dtype=self.dtype, device=self.device)
+        if command.shape not in ((3,), (self.num_envs, 3)):
+            raise InputError(f"command must have shape (3,) or ({self.num_envs}, 3) as (vx, vy, yaw), "
+                             f"got {tuple(command.shape)}")
+        command = command.expand(self.num_envs, 3)
+        for i, k in enumerate(COMMAND_RANGES):
+            lo, hi = self.command_ranges[k]
+            c = command[:, i]
+            bad = ~((c >= lo - 1e-6) & (c <= hi + 1e-6))
+            if bool(bad.any()):
+                j = int(torch.nonzero(bad)[0])
+                raise InputError(f"command {k} = {float(c[j]):.4g} (env {j}) is outside its range [{lo}, {hi}]; "
+                                 "build the env with command_ranges= to widen it")
+        return command
+
+    def set_command(self, command: torch.Tensor) -> torch.Tensor:
+        """Replace the current command of every copy (``(3,)`` or ``(N, 3)``); returns the observations.
+
+        Raises:
+            InputError: see :meth:`check_command`.
+        """
+        command = self.check_command(command)
+        state = self.state.clone()
+        self.split(state)["command"].copy_(command)
+        self._state = state
+        return self.observe(state)
+
+    # ------------------------------------------------------------ dynamics
+    def initial_state(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        kw = {"dtype": self.dtype, "device": self.device}
+        yaw = self._uniform(-math.pi, math.pi, (n,), generator)
+        quat = torch.stack([torch.cos(yaw / 2), torch.zeros_like(yaw), torch.zeros_like(yaw), torch.sin(yaw / 2)], -1)
+        pos = torch.zeros(n, 3, **kw)
+        pos[:, 2] = self.stand_height + 0.005
+        joints = self.q_stand + self._uniform(-self.init_noise, self.init_noise, (n, 12), generator)
+        v = torch.zeros(n, 18, **kw)
+        v[:, :3] = self._uniform(-0.1, 0.1, (n, 3), generator)
+        cmd = self._uniform(self._cmd_low, self._cmd_high, (n, 3), generator)
+        air = torch.zeros(n, 4, **kw)
+        contact = torch.ones(n, 4, **kw)
+        r = self.randomization
+        dr = torch.ones(n, 3, **kw)
+        dr[:, 0] = float(self.nominal_contact.friction)
+        if r is not None:
+            for i, rng in enumerate((r.friction, r.stiffness_scale, r.motor_strength)):
+                if rng is not None:
+                    dr[:, i] = self._uniform(rng[0], rng[1], (n,), generator)
+        phase = self._uniform(0.0, 2 * math.pi, (n, 1), generator)
+        return torch.cat([pos, quat, joints, v, torch.zeros(n, 12, **kw), cmd, air, contact, dr, phase], -1)
+
+    def _simulator(self, parts: dict[str, torch.Tensor]):
+        """The simulator of this step: the shared one, or one with this batch's contact parameters."""
+        if self.randomization is None or (self.randomization.friction is None
+                                          and self.randomization.stiffness_scale is None):
+            return self.sim
+        p = self.nominal_contact.replace(
+            friction=parts["friction"], stiffness=float(self.nominal_contact.stiffness) * parts["stiffness_scale"]
+        )
+        cm = self._ContactModel(self.robot, self.geometry, params=p)
+        return self._Simulator(self.robot, self.physics_dt, actuator=self._actuator, contact=cm)
+
+    def transition(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        from ..sim import State
+
+        p = self.split(state)
+        action = action.clamp(-1.0, 1.0)
+        q, v = p["q"], p["v"]
+        r = self.randomization
+        if r is not None and r.push_velocity > 0:
+            n, g = v.shape[0], self._generator
+            hit = torch.rand(n, generator=g, dtype=self.dtype, device=self.device) < self.dt / r.push_interval
+            dv = torch.zeros(n, 3, dtype=self.dtype, device=self.device)
+            dv[:, :2] = self._uniform(-r.push_velocity, r.push_velocity, (n, 2), g) * hit[:, None]
+            dv_base = quat_apply(quat_conjugate(q[:, 3:7]), dv)
+            v = torch.cat([v[:, :3] + dv_base, v[:, 3:]], -1)
+        target = self.q_stand + self.action_scale * action + self.gait_offsets(p["phase"])
+        if r is not None and r.motor_strength is not None:
+            # kp scaled by the motor strength s: kp (q + s (t - q) - q) = s kp (t - q).
+            qj = q[:, 7:]
+            target = qj + p["motor_strength"] * (target - qj)
+        sim = self._simulator(p)
+        # A non-finite copy would stop the whole batch (the mass matrix's
+        # Cholesky factorisation raises), so between substeps its rows are
+        # replaced by the standing pose and marked; at the end they are NaN
+        # again, and DiffEnv.step resets them and keeps them out of the gradient.
+        bad = ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1) & torch.isfinite(target).all(-1))
+        safe_q = torch.cat([q.new_tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0]), self.q_stand])
+        safe_q = safe_q.expand_as(q)
+        effort2 = q.new_zeros(q.shape[0])
+        for _ in range(self.substeps):
+            q = torch.where(bad[:, None], safe_q, q)
+            v = torch.where(bad[:, None], torch.zeros_like(v), v)
+            u = torch.where(bad[:, None], self.q_stand.expand_as(target), target)
+            traj = sim.rollout(State(q, v), u[:, None, :], check_finite=False)
+            q, v = traj.q[:, -1], traj.v[:, -1]
+            effort2 = effort2 + (traj.effort[:, -1] ** 2).sum(-1) / self.substeps
+            bad = bad | ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1))
+        nan = torch.full_like(q, math.nan)
+        q1 = torch.where(bad[:, None], nan, q)
+        v1 = torch.where(bad[:, None], nan[:, :18], v)
+        fn = traj.contact.normal_force[:, -1]  # (N, 4), applied in the last substep
+        c = 1.0 - torch.exp(-torch.clamp_min(fn, 0.0) / 10.0)
+        air = (p["air_time"] + self.dt) * (1.0 - c)
+        # Kept for the reward: the mean squared effort and the slip of the last substep.
+        self._aux = {
+            "effort2": effort2,
+            "slip2": (traj.contact.slip_velocity[:, -1, :, :2] ** 2).sum(-1),
+            "air_before": p["air_time"] + self.dt,
+            "contact_before": p["contact"],
+            "next": None,
+        }
+        phase = torch.remainder(p["phase"] + 2 * math.pi * self.gait_frequency * self.dt, 2 * math.pi)
+        out = torch.cat([q1, v1, action, p["command"], air, c, p["friction"], p["stiffness_scale"],
+                         p["motor_strength"], phase], -1)
+        self._aux["next"] = out
+        return out
+
+    def _aux_for(self, next_state: torch.Tensor) -> dict[str, torch.Tensor]:
+        aux = getattr(self, "_aux", None)
+        if aux is None or aux["next"] is not next_state:
+            raise InputError(
+                "QuadrupedWalk.reward needs the transition it scores: call it right after transition() "
+                "with that call's result (the effort and foot slip are taken from the physics substeps)"
+            )
+        return aux
+
+    def reward_terms(
+        self, state: torch.Tensor, action: torch.Tensor, next_state: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Each reward term ``(N,)`` before weighting (signs as added), for logging and plots."""
+        aux = self._aux_for(next_state)
+        p = self.split(next_state)
+        q, v, cmd = p["q"], p["v"], p["command"]
+        quat = q[:, 3:7]
+        g = quat_apply(quat_conjugate(quat), torch.tensor([0.0, 0.0, -1.0], dtype=q.dtype, device=q.device))
+        world_v = quat_apply(quat, v[:, :3])
+        c = p["contact"]
+        moving = (torch.linalg.vector_norm(cmd, dim=-1) > 0.1).to(q.dtype)
+        first = c * (1.0 - aux["contact_before"])
+        return {
+            "tracking_lin": torch.exp(-((v[:, :2] - cmd[:, :2]) ** 2).sum(-1) / 0.25),
+            "tracking_yaw": torch.exp(-((v[:, 5] - cmd[:, 2]) ** 2) / 0.25),
+            "lin_vel_z": -world_v[:, 2] ** 2,
+            "ang_vel_xy": -(v[:, 3:5] ** 2).sum(-1),
+            "orientation": -(g[:, :2] ** 2).sum(-1),
+            "height": -(q[:, 2] - self.stand_height) ** 2,
+            "torque": -aux["effort2"],
+            "action_rate": -((action.clamp(-1.0, 1.0) - self.split(state)["last_action"]) ** 2).sum(-1),
+            "foot_slip": -(c * aux["slip2"]).sum(-1),
+            "air_time": ((aux["air_before"] - 0.25) * first).sum(-1) * moving,
+        }
+
+    def reward(self, state: torch.Tensor, action: torch.Tensor, next_state: torch.Tensor) -> torch.Tensor:
+        terms = self.reward_terms(state, action, next_state)
+        w = self.reward_weights
+        return sum(w[k] * t for k, t in terms.items())
+
+    def projected_gravity(self, state: torch.Tensor) -> torch.Tensor:
+        """Gravity's direction in the base frame ``(..., 3)`` (``(0, 0, -1)`` upright)."""
+        quat = state[..., 3:7]
+        down = torch.tensor([0.0, 0.0, -1.0], dtype=state.dtype, device=state.device).expand(quat.shape[:-1] + (3,))
+        return quat_apply(quat_conjugate(quat), down)
+
+    def observe(self, state: torch.Tensor) -> torch.Tensor:
+        p = self.split(state)
+        q, v = p["q"], p["v"]
+        parts = [q[..., 7:] - self.q_stand, v[..., 6:], v[..., 3:6], self.projected_gravity(state),
+                 p["last_action"], p["command"], torch.cos(p["phase"]), torch.sin(p["phase"])]
+        if self.privileged:
+            parts += [v[..., :3], q[..., 2:3]]
+        return torch.cat(parts, -1)
+
+    def is_terminal(self, state: torch.Tensor) -> torch.Tensor:
+        g = self.projected_gravity(state)
+        tilted = g[..., 2] > -0.5
+        low = state[..., 2] < 0.5 * self.stand_height
+        return tilted | low
+
+    def gait_offsets(self, phase: torch.Tensor) -> torch.Tensor:
+        """Joint-target offsets ``(..., 12)`` of the trot generator at ``phase`` ``(..., 1)``.
+
+        Diagonal pairs (FL, RR) and (FR, RL) alternate: in its swing half a
+        leg's thigh turns by ``A s`` and its calf by ``-2 A s``, with
+        ``s = max(sin(phase + offset), 0)^2``, which lifts the foot straight
+        up under the hip (equal thigh and calf lengths). Zero when
+        ``gait_frequency`` is 0.
+        """
+        if self.gait_frequency == 0.0:
+            return torch.zeros(phase.shape[:-1] + (12,), dtype=phase.dtype, device=phase.device)
+        off = torch.tensor([0.0, math.pi, math.pi, 0.0], dtype=phase.dtype, device=phase.device)
+        s = torch.clamp_min(torch.sin(phase + off), 0.0) ** 2  # (..., 4)
+        a = self.gait_amplitude * s
+        return torch.stack([torch.zeros_like(a), a, -2.0 * a], -1).flatten(-2)
+
+    # ------------------------------------------------------ shipped policy
+    #: The policy file ``backdrive demo`` plays (``examples/quadruped_walk.py --ship`` writes it).
+    SHIPPED_POLICY = "policies/quadruped_walk.pt"
+
+    @classmethod
+    def pretrained(cls, num_envs: int = 1, **overrides):
+        """The shipped walking policy and an env built as it was trained.
+
+        The file (in ``backdrive/data/policies``) holds the policy's weights,
+        its training settings and the env keywords, read with
+        ``torch.load(weights_only=True)``; ``examples/quadruped_walk.py
+        --ship`` reproduces it.
+
+        Args:
+            num_envs: copies of the env.
+            **overrides: env keywords to change (e.g. ``dtype``, ``randomization``).
+
+        Returns:
+            ``(env, policy)``; ``policy(obs)`` gives the actions.
+        """
+        from importlib.resources import as_file, files
+
+        from ..optim._policy.checkpoints import load_policy, read_checkpoint
+
+        with as_file(files("backdrive.data").joinpath(cls.SHIPPED_POLICY)) as path:
+            ckpt = read_checkpoint(path)
+            policy = load_policy(path)
+        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ckpt.get("env_kwargs", {}).items()}
+        if "command_ranges" in kwargs:
+            kwargs["command_ranges"] = {k: tuple(v) for k, v in kwargs["command_ranges"].items()}
+        env = cls(num_envs, **{**kwargs, **overrides})
+        return env, policy.to(dtype=env.dtype, device=env.device)
+
+    # ---------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self, policy, command=(0.5, 0.0, 0.0), *, seconds: float = 10.0, seed: int = 0,
+                 settle: float = 2.0) -> dict:
+        """Run ``policy`` in every copy under a fixed ``command`` and measure the gait.
+
+        The env is reset (``seed``), autoreset is off for the run and
+        restored after; a copy that falls stays fallen (its later speeds are
+        not counted).
+
+        Args:
+            policy: ``obs (N, obs_dim) -> action (N, 12)``.
+            command: ``(vx, vy, yaw)`` within :attr:`command_ranges`.
+            seconds: episode length, s.
+            settle: speeds before this time (s) are left out of the average.
+
+        Returns:
+            dict with ``forward_speed`` (mean base-frame ``vx`` of the upright
+            copies after ``settle``, m/s), ``speed_error`` (mean ``|vx - cmd|``
+            per copy, averaged, m/s), ``distance`` (mean world-frame
+            displacement along the start heading, m), ``upright`` (fraction of
+            copies that never fell), ``yaw_rate`` (mean base yaw rate of the
+            upright copies after ``settle``, rad/s), ``q`` ``(T + 1, N, 19)``
+            and ``rewards`` ``(T, N)``.
+
+        Raises:
+            InputError: a command outside :attr:`command_ranges`.
+        """
+        autoreset = self.autoreset
+        self.autoreset = False
+        try:
+            self.reset(seed=seed)
+            obs = self.set_command(torch.as_tensor(command, dtype=self.dtype, device=self.device))
+            steps = int(round(seconds / self.dt))
+            alive = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+            qs, vx, wz, rewards = [self.state[:, :19].clone()], [], [], []
+            for _ in range(steps):
+                obs, r, term, _, _ = self.step(policy(obs))
+                alive &= ~term
+                qs.append(self.state[:, :19].clone())
+                vx.append(torch.where(alive, self.state[:, 19], torch.nan))
+                wz.append(torch.where(alive, self.state[:, 24], torch.nan))
+                rewards.append(r)
+        finally:
+            self.autoreset = autoreset
+        q = torch.stack(qs)
+        skip = int(round(settle / self.dt))
+        V = torch.stack(vx)[skip:]
+        W = torch.stack(wz)[skip:]
+        per_env = torch.nanmean(V, 0)
+        cmd = float(torch.as_tensor(command)[0])
+        # Displacement along the initial heading (the base x axis at t = 0).
+        heading = quat_apply(q[0, :, 3:7], torch.tensor([1.0, 0.0, 0.0], dtype=q.dtype).expand(self.num_envs, 3))
+        dist = ((q[-1, :, :3] - q[0, :, :3]) * heading).sum(-1)
+        return {
+            "forward_speed": float(torch.nanmean(V)),
+            "speed_error": float(torch.nanmean((per_env - cmd).abs())),
+            "distance": float(dist[alive].mean()) if bool(alive.any()) else math.nan,
+            "upright": float(alive.double().mean()),
+            "yaw_rate": float(torch.nanmean(W)),
+            "q": q,
+            "rewards": torch.stack(rewards),
+        }
+
+    # ------------------------------------------------------------ helpers
+    def base_velocity(self, state: torch.Tensor | None = None) -> torch.Tensor:
+        """Base linear velocity in the base frame ``(N, 3)``, m/s."""
+        state = self.state if state is None else state
+        return state[..., 19:22]
+
+    def __repr__(self) -> str:
+        return (f"QuadrupedWalk(num_envs={self.num_envs}, robot={self.robot_name!r}, dt={self.dt}, "
+                f"substeps={self.substeps}, dtype={self.dtype})")

@@ -1,0 +1,168 @@
+"""QuadrupedWalk: shapes, standing, gradients against finite differences, errors, NaN resets,
+the gymnasium view and the shipped walking policy."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from backdrive import InputError
+from backdrive.envs import QuadrupedWalk, Randomization, to_gymnasium
+
+FORWARD = {"vx": (0.5, 0.5), "vy": (0.0, 0.0), "yaw": (0.0, 0.0)}
+
+
+def test_shapes_dtypes_and_layout():
+    env = QuadrupedWalk(3, command_ranges=FORWARD)
+    obs = env.reset(seed=0)
+    assert obs.shape == (3, env.obs_dim) == (3, 47) and obs.dtype == torch.float32
+    assert env.state.shape == (3, env.state_dim) == (3, 64)
+    obs, r, te, tr, info = env.step(torch.zeros(3, 12))
+    assert obs.shape == (3, 47) and r.shape == (3,) and te.dtype == torch.bool and tr.shape == (3,)
+    assert info["final_obs"].shape == (3, 47) and info["nonfinite"].shape == (3,)
+    parts = env.split(env.state)
+    assert torch.equal(parts["command"], torch.tensor([[0.5, 0.0, 0.0]]).expand(3, 3))
+    assert torch.equal(parts["last_action"], torch.zeros(3, 12))
+    # The observed command and gravity direction are where the docstring says.
+    assert torch.allclose(obs[:, 42:45], parts["command"])
+    assert torch.allclose(obs[:, 27:30], env.projected_gravity(env.state))
+    priv = QuadrupedWalk(2, privileged=True, dtype=torch.float64)
+    assert priv.reset(seed=0).shape == (2, 51) and priv.state.dtype == torch.float64
+
+
+def test_nominal_action_stands_upright():
+    env = QuadrupedWalk(4, command_ranges=FORWARD, autoreset=False)
+    env.reset(seed=1)
+    with torch.no_grad():
+        for _ in range(50):  # 1 s
+            _, _, term, _, _ = env.step(torch.zeros(4, 12))
+            assert not term.any()
+    s = env.split(env.state)
+    # Settled on its feet near the documented standing height, at rest and upright.
+    assert torch.allclose(s["q"][:, 2], torch.full((4,), env.stand_height), atol=0.02)
+    assert env.projected_gravity(env.state)[:, 2].max() < -0.99
+    assert s["v"][:, :3].norm(dim=-1).max() < 0.05
+    assert s["contact"].min() > 0.5  # every foot loaded (normal force > 7 N)
+
+
+def test_reward_gradient_matches_finite_differences_float64():
+    env = QuadrupedWalk(1, dtype=torch.float64, command_ranges=FORWARD, autoreset=False)
+    env.reset(seed=2)
+    s0 = env.state.clone()
+    gen = torch.Generator().manual_seed(0)
+    a0 = 0.3 * torch.rand(3, 1, 12, generator=gen, dtype=torch.float64) - 0.15
+
+    def window(actions):
+        env.set_state(s0)
+        total = 0.0
+        for t in range(actions.shape[0]):
+            _, r, _, _, _ = env.step(actions[t])
+            total = total + r.sum()
+        return total
+
+    a = a0.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(window(a), a)
+    assert torch.isfinite(g).all() and g.abs().max() > 1e-3
+    eps = 1e-6
+    for t, j in [(0, 1), (0, 5), (1, 2), (2, 10)]:
+        d = torch.zeros_like(a0)
+        d[t, 0, j] = eps
+        with torch.no_grad():
+            fd = (window(a0 + d) - window(a0 - d)) / (2 * eps)
+        assert float(g[t, 0, j]) == pytest.approx(float(fd), rel=1e-4, abs=1e-6)
+
+
+def test_bad_input_gets_typed_errors():
+    env = QuadrupedWalk(2, command_ranges={"vx": (0.0, 1.0)})
+    env.reset(seed=0)
+    with pytest.raises(InputError, match="shape"):
+        env.step(torch.zeros(2, 11))
+    with pytest.raises(InputError, match="float32"):
+        env.step(torch.zeros(2, 12, dtype=torch.float64))
+    with pytest.raises(InputError, match=r"command vx = 1\.5 .*\[0\.0, 1\.0\]"):
+        env.set_command(torch.tensor([1.5, 0.0, 0.0]))
+    with pytest.raises(InputError, match="command yaw"):
+        env.set_command(torch.tensor([0.5, 0.0, 2.0]))
+    with pytest.raises(InputError, match="unknown reward term 'speed'"):
+        QuadrupedWalk(1, reward_weights={"speed": 1.0})
+    with pytest.raises(InputError, match="unknown command 'vz'"):
+        QuadrupedWalk(1, command_ranges={"vz": (0, 1)})
+    with pytest.raises(InputError, match="unknown robot 'anymal'"):
+        QuadrupedWalk(1, robot="anymal")
+    with pytest.raises(InputError, match="substeps"):
+        QuadrupedWalk(1, substeps=0)
+
+
+def test_nan_in_one_env_resets_it_and_stays_out_of_the_gradient():
+    env = QuadrupedWalk(3, command_ranges=FORWARD, dtype=torch.float64)
+    env.reset(seed=3)
+    state = env.state.clone()
+    state[1, 20] = math.nan  # env 1's base velocity
+    env.set_state(state)
+    w = torch.zeros(47, 12, dtype=torch.float64, requires_grad=True)
+    obs = env.observation()
+    total = 0.0
+    for k in range(2):
+        obs, r, _, trunc, info = env.step(torch.tanh(torch.nan_to_num(obs) @ w))
+        total = total + r.sum()
+        if k == 0:
+            assert info["nonfinite"].tolist() == [False, True, False] and bool(trunc[1])
+            assert float(r[1].detach()) == 0.0 and torch.isfinite(info["final_obs"]).all()
+    assert env.nonfinite_resets == 1
+    assert torch.isfinite(env.state).all() and torch.isfinite(total)
+    (g,) = torch.autograd.grad(total, w)
+    assert torch.isfinite(g).all() and g.abs().sum() > 0
+
+
+def test_randomization_and_gymnasium_view():
+    pytest.importorskip("gymnasium")
+    env = QuadrupedWalk(1, randomization=Randomization(push_velocity=0.5, push_interval=0.02))
+    gym_env = to_gymnasium(env)
+    obs, _ = gym_env.reset(seed=0)
+    assert obs.shape == (47,) and gym_env.action_space.shape == (12,)
+    s = env.split(env.state)
+    assert 0.5 <= float(s["friction"]) <= 1.25 and 0.9 <= float(s["motor_strength"]) <= 1.1
+    obs, r, term, trunc, _ = gym_env.step(gym_env.action_space.sample() * 0)
+    assert obs.shape == (47,) and math.isfinite(r)
+    # push_interval = dt: every step pushes, so the base velocity jumps.
+    assert float(env.split(env.state)["v"][0, :2].norm()) > 0.01
+    with pytest.raises(Exception, match="push_velocity"):
+        Randomization(push_velocity=-1.0)
+
+
+def test_shipped_policy_walks_forward():
+    env, policy = QuadrupedWalk.pretrained(2)
+    assert env.privileged and env.gait_frequency > 0 and env.obs_dim == 51
+    m = env.evaluate(policy, (0.5, 0.0, 0.0), seconds=2.0, seed=5, settle=0.5)
+    # Standing in place under the trot generator gives ~0 m/s; the shipped
+    # policy walks near the commanded 0.5 m/s and stays upright.
+    assert m["upright"] == 1.0
+    assert 0.35 < m["forward_speed"] < 0.65, m["forward_speed"]
+    assert m["distance"] > 0.4  # along the start heading, in 2 s
+
+
+def test_preset_builds_its_env():
+    from backdrive.optim import PRESETS, QUADRUPED_WALK_SHAC
+    from backdrive.optim._policy.presets import get_preset
+
+    env = QUADRUPED_WALK_SHAC.make_env(num_envs=2)
+    assert isinstance(env, QuadrupedWalk) and env.privileged and env.gait_frequency == 3.0
+    assert env.command_ranges["vx"] == (0.2, 0.8)
+    assert QUADRUPED_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == []
+    assert get_preset("quadruped_walk_shac") is QUADRUPED_WALK_SHAC is PRESETS["quadruped_walk_shac"]
+    QUADRUPED_WALK_SHAC.config.check_env(env)
+
+
+def test_robot_with_another_joint_order_is_refused():
+    from backdrive.data import load
+
+    try:
+        go1 = load("example-robot-data:go1", floating_base=True, dtype=torch.float32)
+    except Exception as exc:  # example-robot-data is an optional install
+        pytest.skip(f"example-robot-data's Go1 is not installed: {exc}")
+    with pytest.raises(InputError, match="needs the joints"):
+        QuadrupedWalk(1, robot=go1)
+    with pytest.raises(InputError, match="floating-base"):
+        QuadrupedWalk(1, robot=load("quadruped", dtype=torch.float32))
