@@ -11,6 +11,7 @@ from .._errors import InputError
 from .._shapes import broadcast_shapes
 from ..dynamics import bias_forces, forward_dynamics, joint_forces, mass_matrix
 from ..kinematics import body_transforms
+from ..kinematics._paths import choose, untracked
 from ..model import RobotModel
 from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
@@ -356,6 +357,12 @@ class ContactModel:
         if scheme == "explicit":
             res = self.forces(robot, q, v)
             return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
+        if dt is not None and dt > 0 and untracked():
+            self._check(robot)
+            from . import _fast
+
+            if choose("contact_step", _batch_size(q, v, tau), _fast.fast_eligible(self, robot)):
+                return _fast.implicit_acceleration_fast(self, robot, q, v, tau, dt, gravity, extra_damping)
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity)
         A = terms._M + dt * terms.matrix
         if extra_damping is not None:
@@ -447,6 +454,15 @@ class ContactModel:
 
 
 # ---------------------------------------------------------------- kinematics
+
+
+def _batch_size(*xs: torch.Tensor) -> int:
+    """The number of samples in the broadcast batch of ``xs`` (vectors ``(..., k)``)."""
+    shape = broadcast_shapes(*(x.shape[:-1] for x in xs))
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
