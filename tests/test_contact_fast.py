@@ -121,7 +121,9 @@ def test_paths_switch_and_fallbacks():
     assert _fast.fast_eligible(cm, robot)
     sc = SelfCollision.build(robot, ContactGeometry.from_model(robot, links=feet))
     assert not _fast.fast_eligible(ContactModel(robot, cm.geometry, self_collision=sc), robot)
-    q, v, tau = _states(robot, feet, (64,))
+    from backdrive.kinematics._paths import FAST_MIN_BATCH
+
+    q, v, tau = _states(robot, feet, (FAST_MIN_BATCH["contact_step"],))
     called = []
     orig = _fast.implicit_acceleration_fast
 
@@ -132,7 +134,7 @@ def test_paths_switch_and_fallbacks():
     _fast.implicit_acceleration_fast = spy
     try:
         with torch.no_grad():
-            cm.acceleration(robot, q, v, tau, dt=DT)  # auto at 64 samples: fast
+            cm.acceleration(robot, q, v, tau, dt=DT)  # auto at the threshold: fast
         assert called == [1]
         tau_g = tau.clone().requires_grad_(True)
         a, _ = cm.acceleration(robot, q, v, tau_g, dt=DT)  # a gradient: reference
@@ -168,3 +170,23 @@ def test_fast_rollout_tracks_reference_rollout(dtype):
         out[path] = q
     err = float((out["fast"] - out["reference"]).abs().max())
     assert err < (1e-9 if dtype == torch.float64 else 1e-3)
+
+
+def test_spd_solve_backward_gradcheck_and_double_backward():
+    """The implicit step's solve with its written-out backward (``_model.spd_solve``)."""
+    from backdrive.contact._model import spd_solve
+
+    g = torch.Generator().manual_seed(5)
+    B = torch.randn(3, 6, 6, generator=g, dtype=torch.float64)
+    A = (B @ B.mT + 6 * torch.eye(6, dtype=torch.float64)).requires_grad_(True)
+    b = torch.randn(3, 6, generator=g, dtype=torch.float64, requires_grad=True)
+
+    def f(A, b):
+        return spd_solve(0.5 * (A + A.mT), b)
+
+    assert torch.autograd.gradcheck(f, (A, b))
+    assert torch.autograd.gradgradcheck(f, (A, b))
+    # A shared matrix against a batch of right-hand sides (the gradient is summed back).
+    assert torch.autograd.gradcheck(f, (A[0].detach().clone().requires_grad_(True), b))
+    x = f(A, b)
+    torch.testing.assert_close(x, torch.linalg.solve(0.5 * (A + A.mT), b[..., None])[..., 0])
