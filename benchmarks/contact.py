@@ -210,8 +210,8 @@ LAST_CPU = [float("nan")]
 
 
 def _inner(batch: int, nstep: int) -> int:
-    """Calls per timing so that each one covers at least 20,000 robot-steps."""
-    return max(1, -(-20000 // (batch * nstep)))
+    """Calls per timing so that each one covers at least 5,000 robot-steps."""
+    return max(1, -(-5000 // (batch * nstep)))
 
 
 # ----------------------------------------------------------- backdrive slots
@@ -712,6 +712,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="one repeat, batches 1 and 64 only")
     ap.add_argument("--dt", type=float, default=None,
                     help="one step for every engine, s (default: each engine's own largest accurate step)")
+    ap.add_argument("--mujoco-dt", type=float, default=None, help="with --backdrive-dt: skip the step selection")
+    ap.add_argument("--backdrive-dt", type=float, default=None, help="with --mujoco-dt: skip the step selection")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batches", nargs="+", type=int, default=None)
@@ -719,6 +721,7 @@ def main(argv=None) -> None:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="backdrive's torch threads")
     ap.add_argument("--no-gradient", action="store_true")
+    ap.add_argument("--no-native", action="store_true", help="skip the rows of MuJoCo's default contact")
     ap.add_argument("--no-retain", action="store_true",
                     help="do not call backdrive.runtime.retain_freed_memory() (large batches then page-fault)")
     ap.add_argument("--gradient-dt", type=float, default=4e-3, help="step of the gradient scenario, s")
@@ -752,7 +755,10 @@ def main(argv=None) -> None:
           f"{_load()} at the start; freed memory {'retained' if retained else 'not retained'}\n")
     summary = []
     for robot in args.robots:
-        if args.dt is None:
+        if args.mujoco_dt and args.backdrive_dt:
+            steps = {"mujoco": args.mujoco_dt, "mujoco_native": args.mujoco_dt,
+                     **{f"backdrive_{d}": args.backdrive_dt for d in args.dtypes}}
+        elif args.dt is None:
             sel = select_steps(robot, dtypes=tuple(args.dtypes))
             print(f"## {robot}: stable step sizes\n")
             print(f"Dropped 1 cm, PD-held, {SETTLE_SECONDS:g} s. Stable: max |qvel| < 0.05 and ground reaction "
@@ -772,28 +778,33 @@ def main(argv=None) -> None:
         print("| robot | engine | runner | batch | threads | step (ms) | steps/s | robot-s per wall-s "
               "| vs MuJoCo rollout, 2 threads | steps per CPU-s |")
         print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        rows = []
+        base = {}
+
+        def show(rows):  # printed as they come: a long run on a busy machine shows its progress
+            for label, runner, batch, nthread, dt, sps, cps in rows:
+                if label == "MuJoCo matched penalty" and runner == "rollout" and (nthread == 2 or batch == 1) \
+                        and not isinstance(sps, str):
+                    base[batch] = sps * dt
+            for label, runner, batch, nthread, dt, sps, cps in rows:
+                if isinstance(sps, str):
+                    print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {dt * 1e3:g} | {sps} | | | |")
+                    continue
+                rs = sps * dt
+                ratio = f"{rs / base[batch]:.2f}x" if batch in base else ""
+                print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {dt * 1e3:g} | {sps:,.0f} | {rs:,.1f} "
+                      f"| {ratio} | {cps:,.0f} |", flush=True)
+                if label.startswith("backdrive") and batch == max(batches) and ratio:
+                    summary.append((robot, label, nthread, rs / base[batch]))
+
         if steps.get("mujoco"):
-            rows += mujoco_rows(robot, steps["mujoco"], args.steps, repeats, batches)
-        if steps.get("mujoco_native"):
-            rows += mujoco_rows(robot, steps["mujoco_native"], args.steps, repeats, batches, native=True)
+            show(mujoco_rows(robot, steps["mujoco"], args.steps, repeats, batches))
+        if steps.get("mujoco_native") and not args.no_native:
+            show(mujoco_rows(robot, steps["mujoco_native"], args.steps, repeats, batches, native=True))
         for d in args.dtypes:
             if steps.get(f"backdrive_{d}"):
-                rows += backdrive_rows(robot, steps[f"backdrive_{d}"], args.steps, repeats, batches, d,
-                                       tuple(args.threads))
-        base = {b: sps * dt for label, runner, b, nt, dt, sps, _ in rows
-                if label == "MuJoCo matched penalty" and runner == "rollout" and (nt == 2 or b == 1)
-                and not isinstance(sps, str)}
-        for label, runner, batch, nthread, dt, sps, cps in rows:
-            if isinstance(sps, str):
-                print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {dt * 1e3:g} | {sps} | | | |")
-                continue
-            rs = sps * dt
-            ratio = f"{rs / base[batch]:.2f}x" if batch in base else ""
-            print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {dt * 1e3:g} | {sps:,.0f} | {rs:,.1f} "
-                  f"| {ratio} | {cps:,.0f} |")
-            if label.startswith("backdrive") and batch == max(batches) and ratio:
-                summary.append((robot, label, nthread, rs / base[batch]))
+                for b in batches:
+                    show(backdrive_rows(robot, steps[f"backdrive_{d}"], args.steps, repeats, (b,), d,
+                                        tuple(args.threads)))
         print()
     for robot in args.mjx_robots:
         for batch in args.mjx_batches:
