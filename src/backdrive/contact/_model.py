@@ -10,7 +10,11 @@ import torch
 from .._errors import InputError
 from .._shapes import broadcast_shapes
 from ..dynamics import bias_forces, forward_dynamics, joint_forces, mass_matrix
+from ..dynamics._crba import crba_core
+from ..dynamics._rnea import rnea_core
+from ..dynamics._tree import broadcast_batch, gravity_vector, kinematics, topology
 from ..kinematics import body_transforms
+from ..kinematics._paths import choose, transforms_active, untracked
 from ..model import RobotModel
 from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
@@ -223,7 +227,9 @@ class ContactModel:
 
     # ------------------------------------------------------------ forces
 
-    def forces(self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor, *, _dt: float | None = None) -> ContactResult:
+    def forces(
+        self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor, *, _dt: float | None = None, _kin=None
+    ) -> ContactResult:
         """Detect contacts at ``(q, v)`` and evaluate the force law.
 
         Args:
@@ -237,7 +243,7 @@ class ContactModel:
         robot.check_q(q)
         robot.check_vector(v, robot.nv, "v")
         g = self.geometry
-        Rb, pb = body_transforms(robot, q)
+        Rb, pb = body_transforms(robot, q) if _kin is None else (_kin.R, _kin.p)
         Rp = Rb.index_select(-3, g.point_body)  # (..., np, 3, 3)
         centre = (Rp @ g.point_local[:, :, None])[..., 0] + pb.index_select(-2, g.point_body)
         dist, n = self.terrain.query(centre)
@@ -356,17 +362,49 @@ class ContactModel:
         if scheme == "explicit":
             res = self.forces(robot, q, v)
             return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
-        terms = self.implicit_terms(robot, q, v, dt, gravity=gravity)
+        if dt is not None and dt > 0 and untracked():
+            self._check(robot)
+            from . import _fast
+
+            if choose("contact_step", _batch_size(q, v, tau), _fast.fast_eligible(self, robot)):
+                return _fast.implicit_acceleration_fast(self, robot, q, v, tau, dt, gravity, extra_damping)
+        kin = self._shared_kinematics(robot, q, v, tau)
+        terms = self.implicit_terms(robot, q, v, dt, gravity=gravity, _kin=kin)
         A = terms._M + dt * terms.matrix
         if extra_damping is not None:
             A = A + dt * torch.diag_embed(extra_damping)
-        rhs = tau + joint_forces(robot, v) - bias_forces(robot, q, v, gravity=gravity) + terms.force
-        L = torch.linalg.cholesky(A)
-        a = torch.cholesky_solve(rhs[..., None], L)[..., 0]
+        if kin is None:
+            h = bias_forces(robot, q, v, gravity=gravity)
+        else:
+            g = gravity_vector(robot, gravity)
+            _, (qb, vb, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (g, 3, "gravity"))
+            h = rnea_core(robot, topology(robot), kin if qb.shape == q.shape else kinematics(robot, topology(robot), qb), vb, None, g)
+        rhs = tau + joint_forces(robot, v) - h + terms.force
+        a = spd_solve(A, rhs)
         return a, self.applied(robot, terms, a, dt)
 
+    def _shared_kinematics(self, robot: RobotModel, q, v, tau):
+        """The dynamics' reference kinematics at ``q``, computed once for the
+        contact points, the mass matrix and the bias forces, where all three
+        would take the reference path; else ``None`` (each computes its own)."""
+        topo = topology(robot)
+        n = _batch_size(q, v, tau)
+        if choose("mass_matrix", n, topo.nm > 0) or choose("inverse_dynamics", n, topo.nm > 0) or choose(
+            "kinematics", n, robot.num_bodies > 1
+        ):
+            return None
+        robot.check_q(q)
+        return kinematics(robot, topo, q)
+
     def implicit_terms(
-        self, robot: RobotModel, q: torch.Tensor, v: torch.Tensor, dt: float, *, gravity: torch.Tensor | None = None
+        self,
+        robot: RobotModel,
+        q: torch.Tensor,
+        v: torch.Tensor,
+        dt: float,
+        *,
+        gravity: torch.Tensor | None = None,
+        _kin=None,
     ) -> ImplicitContact:
         """The contact's part of the implicit step: ``force`` and ``matrix`` such that
 
@@ -382,7 +420,7 @@ class ContactModel:
         """
         if dt is None or not dt > 0:
             raise InputError(f"the implicit contact scheme needs the step dt > 0, got {dt!r}")
-        res = self.forces(robot, q, v, _dt=dt)
+        res = self.forces(robot, q, v, _dt=dt, _kin=_kin)
         J = res.jacobian
         n = res.normal
         # Per-point 3x3 damping C and stiffness K (world frame).
@@ -399,12 +437,13 @@ class ContactModel:
         # quadruped's foot), so there the slip direction gets the lagged
         # coefficient mu f_n / s, which never overshoots.
         # gamma = |v_t|^2 / (|v_t|^2 + v*^2) blends the two.
-        M = mass_matrix(robot, q)
+        M = mass_matrix(robot, q) if _kin is None else crba_core(robot, topology(robot), _kin)
         batch = J.shape[:-3]
         M = M.expand(*batch, *M.shape[-2:])
         Jf = J.reshape(*batch, -1, J.shape[-1])  # (..., 3 np, nv)
-        X = torch.cholesky_solve(Jf.transpose(-1, -2), torch.linalg.cholesky(M))
-        inv_mass = (Jf * X.transpose(-1, -2)).sum(-1).reshape(*J.shape[:-2], 3).mean(-1)
+        # diag(J M^-1 J^T) = column sums of Y^2 with L Y = J^T, M = L L^T.
+        Y = torch.linalg.solve_triangular(torch.linalg.cholesky(M), Jf.transpose(-1, -2), upper=False)
+        inv_mass = (Y * Y).sum(-2).reshape(*J.shape[:-2], 3).mean(-1)
         vstar = dt * res._mu * torch.clamp_min(res.normal_force, 0.0) * inv_mass
         vt2 = (vt * vt).sum(-1)
         gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(vt.dtype).tiny)
@@ -414,17 +453,21 @@ class ContactModel:
         C = res._c_n[..., None, None] * nnT + fric
         K = res._k_n[..., None, None] * nnT
         CK = C + dt * K
-        matrix = torch.einsum("...pim,...pij,...pjn->...mn", J, CK, J)
+        # J^T CK J as one product of (nv, 3 np) and (3 np, nv) matrices.
+        matrix = Jf.transpose(-1, -2) @ (CK @ J).reshape(Jf.shape)
         # Predicted change of each contact point's velocity over the step,
         # beyond J dt a: the turning of the base frame (see integrate_world,
         # which moves the base with its classical acceleration a_lin + w x v).
-        Jv = (J @ v[..., None, :, None])[..., 0]  # (..., np, 3)
+        Jv = res.normal_velocity[..., None] * n + vt  # J v, (..., np, 3)
         if robot.floating_base:
-            extra = dt * (J[..., :3] @ torch.linalg.cross(v[..., 3:6], v[..., :3])[..., None, :, None])[..., 0]
+            # The base's linear columns of every point's J are R0.
+            R0 = res._bodies[0][..., 0, :, :] if res._bodies else J[..., 0, :, :3]
+            w_x_v = torch.linalg.cross(v[..., 3:6], v[..., :3])
+            extra = dt * (R0 @ w_x_v[..., None]).transpose(-1, -2)  # (..., 1, 3): the same at every point
             pred = (C @ extra[..., None])[..., 0] + (K @ (dt * (Jv + extra))[..., None])[..., 0]
         else:
             pred = (K @ (dt * Jv)[..., None])[..., 0]
-        force = torch.einsum("...pin,...pi->...n", J, res.force - pred)
+        force = (Jf.transpose(-1, -2) @ (res.force - pred).reshape(*batch, -1, 1))[..., 0]
         return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred, _M=M)
 
     def applied(self, robot: RobotModel, terms: ImplicitContact, a: torch.Tensor, dt: float) -> ContactResult:
@@ -446,7 +489,59 @@ class ContactModel:
         return f"ContactModel({self.geometry!r}, terrain={self.terrain!r})"
 
 
+# ---------------------------------------------------------------- the solve
+
+
+class _SPDSolve(torch.autograd.Function):
+    """``x = A^-1 b`` for symmetric positive definite ``A`` by a Cholesky
+    factorisation, with the backward written out: ``g_b = A^-1 g_x`` (one
+    more solve with the same factor) and ``g_A = -g_b x^T``, exact for any
+    perturbation of a symmetric ``A``. Autograd's own backward through
+    ``cholesky`` and ``cholesky_solve`` costs about twenty operations per step,
+    this one three. Under ``create_graph`` (double backward) the backward
+    refactorises ``A`` with differentiable operations."""
+
+    @staticmethod
+    def forward(ctx, A, b):
+        L = torch.linalg.cholesky(A)
+        x = torch.cholesky_solve(b[..., None], L)[..., 0]
+        ctx.save_for_backward(A, b, L, x)
+        return x
+
+    @staticmethod
+    def backward(ctx, gx):
+        A, b, L, x = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            L = torch.linalg.cholesky(A)
+        y = torch.cholesky_solve(gx[..., None], L)[..., 0]
+        gA = -y[..., :, None] * x[..., None, :]
+        return gA.sum_to_size(A.shape), y.sum_to_size(b.shape)
+
+
+def spd_solve(A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``A^-1 b`` for ``A (..., n, n)`` symmetric positive definite, ``b (..., n)``.
+
+    The hand-written backward (:class:`_SPDSolve`) where autograd records;
+    plain ``cholesky`` and ``cholesky_solve`` under ``torch.func`` transforms
+    and forward-mode AD (which a custom ``Function`` without ``jvp`` does
+    not take part in) and without autograd.
+    """
+    if transforms_active() or not (A.requires_grad or b.requires_grad) or not torch.is_grad_enabled():
+        return torch.cholesky_solve(b[..., None], torch.linalg.cholesky(A))[..., 0]
+    shape = torch.broadcast_shapes(A.shape[:-2], b.shape[:-1])
+    return _SPDSolve.apply(A.expand(*shape, *A.shape[-2:]), b.expand(*shape, b.shape[-1]))
+
+
 # ---------------------------------------------------------------- kinematics
+
+
+def _batch_size(*xs: torch.Tensor) -> int:
+    """The number of samples in the broadcast batch of ``xs`` (vectors ``(..., k)``)."""
+    shape = broadcast_shapes(*(x.shape[:-1] for x in xs))
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -474,18 +569,6 @@ def _jacobian_constants(robot: RobotModel, point_body: torch.Tensor):
     return support, coupling.to(robot.device)
 
 
-def _skew(x: torch.Tensor) -> torch.Tensor:
-    z = torch.zeros_like(x[..., 0])
-    return torch.stack(
-        [
-            torch.stack([z, -x[..., 2], x[..., 1]], -1),
-            torch.stack([x[..., 2], z, -x[..., 0]], -1),
-            torch.stack([-x[..., 1], x[..., 0], z], -1),
-        ],
-        -2,
-    )
-
-
 def _point_jacobians(robot: RobotModel, Rb, pb, point, support, coupling) -> torch.Tensor:
     """``(..., np, 3, nv)`` world linear-velocity Jacobians of world points fixed to bodies.
 
@@ -498,9 +581,11 @@ def _point_jacobians(robot: RobotModel, Rb, pb, point, support, coupling) -> tor
     batch = point.shape[:-2]
     npnt = point.shape[-2]
     if robot.floating_base:
-        R0 = Rb[..., 0:1, :, :].expand(*batch, npnt, 3, 3)
+        R0 = Rb[..., 0:1, :, :]
         r = point - pb[..., 0:1, :]
-        cols.append(torch.cat([R0, -_skew(r) @ R0], -1))
+        # Column i of -[r]x R0 is (R0 e_i) x r.
+        ang = torch.linalg.cross(R0.transpose(-1, -2), r[..., :, None, :]).transpose(-1, -2)
+        cols.append(torch.cat([R0.expand(*batch, npnt, 3, 3), ang], -1))
     if robot.num_joints:
         axes = (Rb[..., 1:, :, :] @ robot.joint_axis[1:, :, None])[..., 0]  # (..., nb-1, 3)
         r = point[..., :, None, :] - pb[..., None, 1:, :]  # (..., np, nb-1, 3)

@@ -49,6 +49,7 @@ FAST_MIN_BATCH = {
     "mass_matrix": 96,
     "forward_dynamics": 96,  # with a gradient
     "forward_dynamics_no_grad": 192,
+    "contact_step": 128,  # ContactModel.acceleration, implicit, without a gradient (docs/contact.md)
 }
 
 #: Inside the fast path, without autograd: up to this many samples a tree sum
