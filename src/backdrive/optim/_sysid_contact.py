@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._errors import ConfigError, InputError, UnknownNameError
+from .._errors import ConfigError, InputError, InvalidValueError, UnknownNameError
 from ..contact import ContactModel
 from ..dynamics import difference
 from ..model import RobotModel
@@ -429,13 +429,14 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         useg = controls[..., t.clamp_min(0), :]  # (..., S, K, nu) the commands acting at each step
 
         def fun(xi):
-            s, scale = par.build(xi)
-            u = useg if scale is None else useg * scale
             try:
+                s, scale = par.build(xi)
+                u = useg if scale is None else useg * scale
                 traj = s.rollout(state0, u, check_finite=False)
-            except torch.linalg.LinAlgError:
-                # A trial step of the solver so far off that a mass matrix
-                # lost definiteness: an infinite loss, so the step is refused.
+            except (torch.linalg.LinAlgError, InvalidValueError):
+                # A trial step of the solver so far off that a parameter
+                # overflowed or a mass matrix lost definiteness: an infinite
+                # loss, so the step is refused.
                 return torch.full((n_res,), math.inf, dtype=xi.dtype, device=xi.device)
             return _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
 
