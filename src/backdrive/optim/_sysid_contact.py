@@ -15,14 +15,14 @@ on the simulator's values (``k = k0 exp(xi)``), so they stay positive and the
 confidence intervals of :func:`identify` apply to them unchanged.
 
 The control delay is a whole number of steps and is fitted by trying each
-candidate (``ContactFit.delays``): a short fit at every delay, warm-started
-from the best one so far, then the full fit at the delay with the lowest
-loss. A fractional, differentiable delay (controls interpolated between
+candidate (``ContactFit.delays``): a short fit of every candidate from the
+same start, the full fit at the best, then short refits of its neighbours
+from the full fit's result (moving there, once, if one does better). A fractional, differentiable delay (controls interpolated between
 steps) was not chosen: a zero-order-hold controller's true delay is a whole
 number of control periods, and the loss of an interpolated delay is
 piecewise smooth with kinks at every integer, where a Gauss-Newton step
-stalls. The delay counts as identified when every other candidate's loss is
-worse by more than the 95 % quantile of a chi-square with one degree of
+stalls. The delay counts as identified when every refitted neighbour's loss
+is worse by more than the 95 % quantile of a chi-square with one degree of
 freedom (a likelihood-ratio test at the fit's residual variance).
 """
 
