@@ -283,6 +283,10 @@ def main(argv=None):
     ap.add_argument("--horizon", type=int, default=100, help="steps of each held-out prediction")
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--params", default="contact_stiffness,contact_damping,contact_friction,motor_strength",
+                    help="comma-separated parameters to fit (with the delay); e.g. add body_mass,damping "
+                         "(see the docs: from encoders and IMU alone the masses, motor strength and contact "
+                         "law share one force scale)")
     ap.add_argument("--reality", default="mujoco", choices=("mujoco", "backdrive"),
                     help="who plays the real robot: MuJoCo (the benchmark) or backdrive itself with the same "
                          "hidden draws and a hidden contact law (8 recordings of seconds/8, no pushes): the "
@@ -314,7 +318,7 @@ def main(argv=None):
     Qn, Vn = with_noise(Q, V, args.seed + 10)
 
     robot, sim0 = nominal(robot0)
-    params = ("body_mass", "damping", "contact_stiffness", "contact_damping", "contact_friction", "motor_strength")
+    params = tuple(args.params.split(","))
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -355,24 +359,27 @@ def main(argv=None):
         tr = f"{true:.4g}" if true is not None else "(other law)"
         print(f"| {label} | {tr} | {nom:.4g} | {val:.4g} | {err} | [{lo:.4g}, {hi:.4g}] | {'yes' if ok else 'NO'} |")
 
-    for b, name in enumerate(robot.body_names):
+    for b, name in enumerate(robot.body_names if "body_mass" in fit.params else ()):
         line(f"mass {name}", float(truth["mass"][b]), float(robot.body_mass[b]), float(fit.params["body_mass"][b]),
              float(fit.lower["body_mass"][b]), float(fit.upper["body_mass"][b]), bool(fit.identified["body_mass"][b]))
-    for j, name in enumerate(robot.joint_names):
+    for j, name in enumerate(robot.joint_names if "damping" in fit.params else ()):
         line(f"damping {name}", float(truth["damping"][j]), float(robot.damping[j]),
              float(fit.params["damping"][j]), float(fit.lower["damping"][j]), float(fit.upper["damping"][j]),
              bool(fit.identified["damping"][j]))
     for p, true in (("contact_friction", truth["friction"]), ("motor_strength", truth["strength"]),
                     ("contact_stiffness", truth.get("stiffness")), ("contact_damping", truth.get("contact_damping"))):
+        if p not in fit.params:
+            continue
         line(p, true, float(fit.initial[p]), float(fit.params[p]), float(fit.lower[p]), float(fit.upper[p]),
              bool(fit.identified[p]))
     print(f"| delay (steps) | {truth['delay']} | 0 | {fit.delay} | - | losses "
           f"{', '.join(f'{d}: {l:.3g}' for d, l in sorted(fit.delay_losses.items()))} "
           f"| {'yes' if 'delay' not in fit.not_identified else 'NO'} |")
-    errs = [abs(float(fit.params["body_mass"][b]) / float(truth["mass"][b]) - 1) for b in range(robot.num_bodies)]
-    ok = [e for b, e in enumerate(errs) if bool(fit.identified["body_mass"][b])]
-    print(f"\nmasses: median error {100 * float(np.median(errs)):.1f} %, {sum(e < 0.05 for e in ok)} of "
-          f"{len(ok)} identified within 5 %")
+    if "body_mass" in fit.params:
+        errs = [abs(float(fit.params["body_mass"][b]) / float(truth["mass"][b]) - 1) for b in range(robot.num_bodies)]
+        ok = [e for b, e in enumerate(errs) if bool(fit.identified["body_mass"][b])]
+        print(f"\nmasses: median error {100 * float(np.median(errs)):.1f} %, {sum(e < 0.05 for e in ok)} of "
+              f"{len(ok)} identified within 5 %")
     notes = [str(w.message) for w in caught if "torch.jit" not in str(w.message)]
     if notes:
         print("\nwarnings: " + "; ".join(notes))
