@@ -23,7 +23,10 @@ pushed every second. The recordings carry sensor noise (encoders, IMU) and
 the window start states a small state-estimator noise. backdrive starts from
 the URDF, a damping guess of 0.1 N m s/rad, its default contact law
 (k 4e4 N/m, d 1e4 N s/m, mu 0.75), motor strength 1 and no delay, and
-calibrates with ``identify(..., method=ContactFit(...))``. The pushes are not
+calibrates with ``identify(..., method=ContactFit(...))``: by default the
+contact law, the motor strength and the delay (``--params`` adds masses and
+damping; docs/simulation.md explains why fitting them all from encoders and
+IMU alone is ill-posed, and gives the measured result). The pushes are not
 modelled, so the calibration and the evaluation use the recording between
 pushes (the data are cut into segments that start 0.15 s after a push ends).
 
