@@ -11,7 +11,9 @@
   armature from recorded motion, through inverse dynamics
   (:class:`InverseDynamicsFit`) or the simulator (:class:`SimulationFit`), in
   a parametrisation that keeps them physically valid, with confidence
-  intervals and the parameters the data do not determine.
+  intervals and the parameters the data do not determine; through the
+  contact simulator (:class:`ContactFit`) also the contact law, motor
+  strength, PD gains and control delay, on encoder and IMU channels.
 """
 
 from ._costs import frame_position_error, joint_limit_violation, residual_vector
@@ -58,7 +60,9 @@ from ._solvers import (
     minimize,
 )
 from ._sysid import (
+    CONTACT_PARAMETERS,
     IDENTIFIABLE_PARAMETERS,
+    ContactFit,
     IdentificationResult,
     InverseDynamicsFit,
     SimulationFit,
@@ -97,7 +101,9 @@ __all__ = [
     "IdentificationResult",
     "InverseDynamicsFit",
     "SimulationFit",
+    "ContactFit",
     "IDENTIFIABLE_PARAMETERS",
+    "CONTACT_PARAMETERS",
     "inertia_from_cholesky",
     "cholesky_from_inertia",
     "physically_consistent",

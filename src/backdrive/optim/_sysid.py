@@ -40,13 +40,16 @@ from ..dynamics import DEFAULT_FRICTION_WIDTH, difference, inverse_dynamics, joi
 from ..model import RobotModel
 from ..sim import Simulator, State, TorqueActuator
 from ._solvers import SolverOptions, minimize, options_from_keywords
+from ._sysid_contact import CONTACT_PARAMETERS, ContactFit, _check_finite, identify_contact
 
 __all__ = [
     "identify",
     "IdentificationResult",
     "InverseDynamicsFit",
     "SimulationFit",
+    "ContactFit",
     "IDENTIFIABLE_PARAMETERS",
+    "CONTACT_PARAMETERS",
     "inertia_from_cholesky",
     "cholesky_from_inertia",
     "physically_consistent",
@@ -407,10 +410,11 @@ class SimulationFit:
 
 
 _DIFFERENTIATION = ("forward", "central")
-METHODS = {"inverse_dynamics": InverseDynamicsFit, "simulation": SimulationFit}
+METHODS = {"inverse_dynamics": InverseDynamicsFit, "simulation": SimulationFit, "contact": ContactFit}
 _METHOD_KEYWORDS = {
     "inverse_dynamics": ("differentiation", "smoothing", "a", "friction_width"),
     "simulation": ("simulator", "controls", "segment", "velocity_weight"),
+    "contact": (),
 }
 
 
@@ -458,6 +462,17 @@ class IdentificationResult:
             ``tau=None`` on driven motion).
         confidence: the level of ``lower``/``upper`` (0.95).
         options: the :class:`~backdrive.optim.SolverOptions` used.
+        simulator: (contact route) the calibrated
+            :class:`~backdrive.sim.Simulator`: fitted robot, contact law and
+            PD gains (times the motor strength). A
+            :class:`~backdrive.sim.TorqueActuator`'s motor strength is not
+            part of a simulator: multiply the controls by
+            ``params["motor_strength"]``. The fitted ``delay`` is not part
+            of it either: send each command ``delay`` steps late.
+        delay: (contact route) the fitted control delay, steps.
+        delay_losses: (contact route) mean squared residual at each
+            candidate delay (after its short fit; the chosen one after the
+            full fit).
     """
 
     robot: RobotModel
@@ -478,6 +493,10 @@ class IdentificationResult:
     implausible: list[str] = field(default_factory=list)
     confidence: float = 0.95
     options: SolverOptions | None = None
+    simulator: Simulator | None = None
+    delay: int | None = None
+    delay_losses: dict = field(default_factory=dict)
+    entry_labels: dict = field(default_factory=dict, repr=False)
 
     @property
     def reliable(self) -> bool:
@@ -502,11 +521,17 @@ class IdentificationResult:
                 flag = " NOT IDENTIFIED (the data do not determine it)" if label in names else ""
                 lines.append(f"  {label:<34} {float(value[idx]):>12.6g}  (guess {float(self.initial[p][idx]):.6g}, "
                              f"[{lo:.4g}, {hi:.4g}]){flag}")
+        if self.delay is not None:
+            flag = " NOT IDENTIFIED (the data do not determine it)" if "delay" in names else ""
+            tried = ", ".join(f"{d}: {l:.4g}" for d, l in sorted(self.delay_losses.items()))
+            lines.append(f"  {'delay (steps)':<34} {self.delay:>12d}  (loss by delay: {tried or 'not fitted'}){flag}")
         for text in self.implausible:
             lines.append(f"  IMPLAUSIBLE: {text}")
         return "\n".join(lines)
 
     def _label(self, p: str, idx: tuple) -> str:
+        if (p, idx) in self.entry_labels:
+            return self.entry_labels[(p, idx)]
         r = self.robot
         if p in _BODY:
             base = f"{p}[{r.body_names[idx[0]]}]"
@@ -549,13 +574,14 @@ def _method_from_keywords(method, deprecated: dict):
     """The fit object: ``method`` itself, or built from its name and the old
     per-method keywords (with a ``DeprecationWarning``; keywords of the other
     method are reported as ignored)."""
-    if isinstance(method, (InverseDynamicsFit, SimulationFit)):
+    if isinstance(method, (InverseDynamicsFit, SimulationFit, ContactFit)):
         name = method.name
     elif isinstance(method, str) and method in METHODS:
         name = method
     else:
         raise ConfigError(
-            f"method must be 'inverse_dynamics', 'simulation', an InverseDynamicsFit or a SimulationFit; "
+            f"method must be 'inverse_dynamics', 'simulation', an InverseDynamicsFit, a SimulationFit or a "
+            f"ContactFit; "
             f"got {method!r}"
         )
     old = {k: deprecated.pop(k) for k in list(deprecated) if any(k in v for v in _METHOD_KEYWORDS.values())}
@@ -631,7 +657,7 @@ def identify(
     params: Sequence[str] = ("body_mass", "damping"),
     bodies: Sequence | None = None,
     joints: Sequence | None = None,
-    method: str | InverseDynamicsFit | SimulationFit = "inverse_dynamics",
+    method: str | InverseDynamicsFit | SimulationFit | ContactFit = "inverse_dynamics",
     options: SolverOptions | None = None,
     actuated: Simulator | Sequence | None = None,
     **deprecated,
@@ -654,7 +680,10 @@ def identify(
             has ``simulator`` and ``controls``.
         params: which parameters to fit, from ``"body_mass"``, ``"body_com"``,
             ``"body_inertia"`` (rotational inertia about the centre of mass),
-            ``"damping"``, ``"friction"``, ``"armature"``.
+            ``"damping"``, ``"friction"``, ``"armature"``; with a
+            :class:`ContactFit` also :data:`CONTACT_PARAMETERS`:
+            ``"contact_stiffness"``, ``"contact_damping"``,
+            ``"contact_friction"``, ``"motor_strength"``, ``"kp"``, ``"kd"``.
         bodies: bodies (names or indices) whose inertial parameters are
             fitted; all moving bodies by default (with a fixed base the root
             is welded to the world and has no effect).
@@ -663,7 +692,9 @@ def identify(
         method: ``"inverse_dynamics"`` or an :class:`InverseDynamicsFit`
             (fast least squares on joint forces; needs accelerations), or
             ``"simulation"`` or a :class:`SimulationFit` (fit simulated motion
-            over segments; needs no accelerations). The object carries that
+            over segments; needs no accelerations), or a :class:`ContactFit`
+            (fit through a simulator with contact on sensor channels, with
+            contact, actuator and delay parameters). The object carries that
             route's own settings.
         options: :class:`~backdrive.optim.SolverOptions` (default
             ``"gauss_newton"``, 50 iterations; Adam's ``lr`` defaults to 0.01
@@ -695,13 +726,23 @@ def identify(
     method = fit.name
     if isinstance(params, str):
         params = (params,)
-    unknown = [p for p in params if p not in IDENTIFIABLE_PARAMETERS]
-    if unknown or not params:
-        raise InputError(
-            f"params must name some of {', '.join(IDENTIFIABLE_PARAMETERS)}; got {list(params)}"
-        )
+    valid = IDENTIFIABLE_PARAMETERS + (CONTACT_PARAMETERS if method == "contact" else ())
+    unknown = [p for p in params if p not in valid]
+    if unknown or not params or len(set(params)) != len(params):
+        extra = (f" ({', '.join(CONTACT_PARAMETERS)} need method=ContactFit(...))"
+                 if any(p in CONTACT_PARAMETERS for p in unknown) else "")
+        raise InputError(f"params must name some of {', '.join(valid)} once each; got {list(params)}{extra}")
     if not (isinstance(dt, (int, float)) and dt > 0):
         raise InputError(f"dt must be a positive number of seconds, got {dt!r}")
+    if method == "contact":
+        if tau is not None:
+            raise InputError("with ContactFit the commands go in ContactFit(controls=...); tau is not used")
+        if not (isinstance(q, torch.Tensor) and isinstance(v, torch.Tensor)):
+            raise InputError(f"q and v must be tensors, got {type(q).__name__} and {type(v).__name__}")
+        helpers = dict(resolve=_resolve, Parametrisation=_Parametrisation, minimize=minimize,
+                       uncertainty=_uncertainty, Result=IdentificationResult,
+                       IDENTIFIABLE_PARAMETERS=IDENTIFIABLE_PARAMETERS)
+        return identify_contact(robot, q, v, float(dt), tuple(params), bodies, joints, fit, opts, helpers)
     robot.check_vector(q, robot.nq, "q")
     robot.check_vector(v, robot.nv, "v")
     if q.ndim < 2 or q.shape[:-1] != v.shape[:-1] or q.shape[-2] < 3:
@@ -709,9 +750,12 @@ def identify(
             f"q and v must be (..., T + 1, nq) and (..., T + 1, nv) with the same leading shape and at "
             f"least 3 samples; got {tuple(q.shape)} and {tuple(v.shape)}"
         )
+    _check_finite(q, "q")
+    _check_finite(v, "v")
     steps = q.shape[-2] - 1
     if tau is not None:
         tau = _actuated_map(robot, tau, actuated, fit)
+        _check_finite(tau, "tau")
         robot.check_vector(tau, robot.nv, "tau")
         if tau.shape[:-2] != q.shape[:-2] or tau.shape[-2] not in (steps, steps + 1):
             raise InputError(
@@ -832,7 +876,7 @@ def _uncertainty(par: _Parametrisation, xi: torch.Tensor, J: torch.Tensor, sse: 
         upper[name] = out[name].clone()
         ident[name] = torch.zeros_like(out[name], dtype=torch.bool)
     not_identified, implausible = [], []
-    positive = ("body_mass",) + _JOINT
+    positive = ("body_mass",) + _JOINT + tuple(getattr(par, "positive", ()))
     for k, (name, idx, label) in enumerate(labels):
         val, s = float(theta[k]), float(std_theta[k])
         idxs = [idx] + ([(idx[0], idx[2], idx[1])] if name == "body_inertia" and idx[1] != idx[2] else [])

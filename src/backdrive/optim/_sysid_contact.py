@@ -1,0 +1,559 @@
+"""Calibration through the contact simulator: the ``ContactFit`` route of :func:`identify`.
+
+A legged robot's motion depends on more than its links: the ground's
+stiffness, damping and friction, the motors' strength, the PD gains and the
+delay between a command and its effect. This route fits all of them, with
+the masses, inertias and joint damping, friction and armature, by rolling the
+contact :class:`~backdrive.sim.Simulator` out over short windows of the
+recording (multiple shooting: each window starts from the recorded state, so
+a long recording never back-propagates through more than ``segment`` steps)
+and comparing what the robot's own sensors would have seen: joint encoders
+(positions and rates) and an IMU (base orientation and angular velocity).
+
+The extra parameters are positive and fitted in log coordinates as factors
+on the simulator's values (``k = k0 exp(xi)``), so they stay positive and the
+confidence intervals of :func:`identify` apply to them unchanged.
+
+The control delay is a whole number of steps and is fitted by trying each
+candidate (``ContactFit.delays``): a short fit of every candidate from the
+same start, the full fit at the best, then short refits of its neighbours
+from the full fit's result (moving there, once, if one does better). A fractional, differentiable delay (controls interpolated between
+steps) was not chosen: a zero-order-hold controller's true delay is a whole
+number of control periods, and the loss of an interpolated delay is
+piecewise smooth with kinks at every integer, where a Gauss-Newton step
+stalls. The delay counts as identified when every refitted neighbour's loss
+is worse by more than the 95 % quantile of a chi-square with one degree of
+freedom (a likelihood-ratio test at the fit's residual variance).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .._errors import ConfigError, InputError, InvalidValueError, UnknownNameError
+from ..contact import ContactModel
+from ..dynamics import difference
+from ..model import RobotModel
+from ..sim import PDActuator, Simulator, State, TorqueActuator
+
+__all__ = ["ContactFit", "CONTACT_PARAMETERS", "SENSOR_CHANNELS", "DEFAULT_NOISE"]
+
+#: Parameters only the contact route fits (besides the robot's own, see
+#: :data:`~backdrive.optim.IDENTIFIABLE_PARAMETERS`).
+CONTACT_PARAMETERS = ("contact_stiffness", "contact_damping", "contact_friction", "motor_strength", "kp", "kd")
+
+#: What a window's prediction is compared with: joint encoders, an IMU
+#: (orientation and angular velocity of the base), and, where a state
+#: estimator or motion capture gives them, the base position and velocity.
+SENSOR_CHANNELS = (
+    "joint_position",
+    "joint_velocity",
+    "base_orientation",
+    "base_angular_velocity",
+    "base_position",
+    "base_linear_velocity",
+)
+
+#: Default standard deviation of each channel's measurement noise (rad,
+#: rad/s, rad, rad/s, m, m/s): each residual is divided by it.
+DEFAULT_NOISE = {
+    "joint_position": 1e-3,
+    "joint_velocity": 1e-2,
+    "base_orientation": 1e-3,
+    "base_angular_velocity": 1e-2,
+    "base_position": 1e-3,
+    "base_linear_velocity": 1e-2,
+}
+
+_CONTACT_FIELDS = {"contact_stiffness": "stiffness", "contact_damping": "damping", "contact_friction": "friction"}
+# Step of the central differences (coordinates are log-factors, metres or
+# Cholesky entries of order 1e-2..1: the truncation error ~ h^2 and the
+# rounding error ~ 1e-16 / h balance near 1e-5..1e-6).
+_FD_STEP = 1e-6
+# A chi-square with one degree of freedom exceeds this with probability 5 %.
+_CHI2_95 = 3.841458820694124
+
+
+@dataclass(frozen=True)
+class ContactFit:
+    """Settings of the contact route of :func:`identify`: fit through a
+    :class:`~backdrive.sim.Simulator` with contact, on sensor channels, over
+    short windows, with the control delay tried step by step.
+
+    Attributes:
+        simulator: the simulator with a :class:`~backdrive.contact.ContactModel`
+            (geometry, terrain, force law), its actuator and ``dt`` (the
+            data's sample period). Its contact parameters, PD gains and
+            motor strength 1 are the starting guess; the robot comes from
+            :func:`identify`'s ``robot``.
+        controls: ``(..., T, nu)`` commands as sent (PD targets or efforts),
+            one row per sample interval, before any delay.
+        segment: steps per window (multiple shooting).
+        stride: steps between window starts (default ``segment``: windows
+            tile the recording; larger values use every ``stride``-th window,
+            for speed on long recordings).
+        observe: the channels compared (:data:`SENSOR_CHANNELS`); default
+            joint encoders and IMU (``joint_position``, ``joint_velocity``,
+            ``base_orientation``, ``base_angular_velocity``) on a floating
+            base with joints, all base channels on a floating base without
+            joints, the joint channels on a fixed base.
+        noise: standard deviation of each channel's noise (default
+            :data:`DEFAULT_NOISE`); every residual is divided by its
+            channel's value, which weighs the channels and makes the
+            confidence intervals those of the stated noise model.
+        delays: candidate control delays, whole steps (``(0,)``: no delay fit).
+            The sent command ``u[t]`` acts over step ``t + d`` (the first
+            ``d`` steps of a recording hold ``u[0]``).
+        delay_iterations: Gauss-Newton iterations of each candidate's short fit.
+        per_joint_strength: fit one motor strength per actuated joint
+            instead of one for all motors.
+        joint_names: the joint order of the recording's joint columns (of
+            ``q``, ``v``, and of ``controls`` when it has one column per
+            name), if it differs from the model's.
+        jacobian: how the Gauss-Newton Jacobian of the residuals is made:
+            ``"forward_mode"`` (exact, ``torch.func.jacfwd``) or
+            ``"differences"`` (central differences of step ``1e-6`` in the
+            log or raw coordinates, one batch of rollouts per parameter;
+            measured about 2x faster than forward mode for a handful of
+            parameters on the quadruped, where the per-step cost is mostly
+            fixed overhead, and within about 1e-8 of it).
+
+    Raises:
+        ConfigError: a setting out of range or of the wrong type.
+    """
+
+    simulator: Simulator | None = field(default=None, compare=False)
+    controls: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    segment: int = 20
+    stride: int | None = None
+    observe: tuple[str, ...] | None = None
+    noise: dict | None = None
+    delays: tuple[int, ...] = (0,)
+    delay_iterations: int = 3
+    per_joint_strength: bool = False
+    joint_names: tuple[str, ...] | None = None
+    jacobian: str = "forward_mode"
+
+    def __post_init__(self):
+        if self.jacobian not in ("forward_mode", "differences"):
+            raise ConfigError(f"ContactFit.jacobian must be 'forward_mode' or 'differences', got {self.jacobian!r}")
+        if not isinstance(self.simulator, Simulator) or self.simulator.contact is None:
+            raise ConfigError(
+                "ContactFit.simulator must be a Simulator with contact (Simulator(robot, dt, contact=ContactModel(...)))"
+                f", got {type(self.simulator).__name__ if not isinstance(self.simulator, Simulator) else 'one without'}"
+            )
+        if not isinstance(self.controls, torch.Tensor):
+            raise ConfigError(f"ContactFit.controls must be a (..., T, nu) tensor, got {type(self.controls).__name__}")
+        for name in ("segment", "delay_iterations"):
+            x = getattr(self, name)
+            if not (isinstance(x, int) and not isinstance(x, bool) and x >= 1):
+                raise ConfigError(f"ContactFit.{name} must be a positive int, got {x!r}")
+        if self.stride is not None and not (isinstance(self.stride, int) and not isinstance(self.stride, bool)
+                                            and self.stride >= 1):
+            raise ConfigError(f"ContactFit.stride must be a positive int or None, got {self.stride!r}")
+        d = self.delays
+        if (not isinstance(d, (tuple, list)) or not d
+                or any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in d) or len(set(d)) != len(d)):
+            raise ConfigError(f"ContactFit.delays must be distinct whole numbers of steps >= 0, got {d!r}")
+        if self.observe is not None:
+            bad = [c for c in self.observe if c not in SENSOR_CHANNELS]
+            if bad or not self.observe or isinstance(self.observe, str):
+                raise ConfigError(f"ContactFit.observe must name some of {', '.join(SENSOR_CHANNELS)}; got "
+                                  f"{self.observe!r}")
+        if self.noise is not None:
+            if not isinstance(self.noise, dict):
+                raise ConfigError(f"ContactFit.noise must be a dict of channel -> standard deviation, got "
+                                  f"{type(self.noise).__name__}")
+            for k, s in self.noise.items():
+                if k not in SENSOR_CHANNELS:
+                    raise ConfigError(f"ContactFit.noise: unknown channel {k!r}; valid: {', '.join(SENSOR_CHANNELS)}")
+                if not (isinstance(s, (int, float)) and not isinstance(s, bool) and math.isfinite(s) and s > 0):
+                    raise ConfigError(f"ContactFit.noise[{k!r}] must be a positive number, got {s!r}")
+
+    @property
+    def name(self) -> str:
+        return "contact"
+
+
+# ---------------------------------------------------------------------- parameters
+
+
+class _ContactParametrisation:
+    """The robot's parametrisation (:class:`~backdrive.optim._sysid._Parametrisation`)
+    followed by log-factors on the contact law, motor strength and PD gains."""
+
+    positive = CONTACT_PARAMETERS
+
+    def __init__(self, base, sim: Simulator, robot: RobotModel, params: Sequence[str], per_joint_strength: bool):
+        self.base = base
+        self.robot = robot
+        self.sim = sim
+        self.nr = base.xi0.numel() if base is not None else 0
+        dtype, device = robot.dtype, robot.device
+        act = sim.actuator
+        nu = sim.nu
+        names = [robot.joint_names[j] for j in sim.actuated]
+        cp = sim.contact.params
+        shapes = [s.link for s in sim.contact.geometry.shapes]
+        self.extras = []  # (name, nominal (n,) or (), free size, labels)
+        for p in CONTACT_PARAMETERS:
+            if p not in params:
+                continue
+            if p in _CONTACT_FIELDS:
+                if p == "contact_friction" and sim.contact.terrain.friction is not None:
+                    raise InputError("contact_friction cannot be fitted while the terrain sets its own friction "
+                                     "(GroundPlane(friction=...)); give the friction in ContactParameters instead")
+                nom = torch.as_tensor(getattr(cp, _CONTACT_FIELDS[p]), dtype=dtype, device=device).detach()
+                if nom.ndim > 1:
+                    raise InputError(f"{p}: the simulator's value has batch axes {tuple(nom.shape)}; give one value "
+                                     "or one per shape")
+                labels = [p] if nom.ndim == 0 else [f"{p}[{s}]" for s in shapes]
+                free = 1
+            elif p == "motor_strength":
+                nom = torch.ones(nu, dtype=dtype, device=device) if per_joint_strength else torch.ones(
+                    (), dtype=dtype, device=device)
+                labels = [f"motor_strength[{n}]" for n in names] if per_joint_strength else ["motor_strength"]
+                free = nu if per_joint_strength else 1
+            else:
+                if not isinstance(act, PDActuator):
+                    raise InputError(f"{p} is a gain of a PDActuator; the simulator has a {type(act).__name__}")
+                nom = torch.as_tensor(getattr(act, p), dtype=dtype, device=device).detach().expand(nu).clone()
+                labels = [f"{p}[{n}]" for n in names]
+                free = 1
+            if bool((nom <= 0).any()):
+                raise InputError(f"{p} starts at {nom.tolist()}; a fitted {p} needs a positive starting value")
+            self.extras.append((p, nom, free, labels))
+        self.xi0 = torch.cat([base.xi0 if base is not None else robot.body_mass.new_zeros(0)]
+                             + [nom.new_zeros(free) for _, nom, free, _ in self.extras])
+        self.params = tuple(base.params if base is not None else ()) + tuple(e[0] for e in self.extras)
+
+    def extra_values(self, xi: torch.Tensor) -> dict:
+        out, k = {}, self.nr
+        for name, nom, free, _ in self.extras:
+            out[name] = nom * torch.exp(xi[k: k + free] if free > 1 else xi[k])
+            k += free
+        return out
+
+    def physical(self, xi: torch.Tensor) -> torch.Tensor:
+        parts = [self.base.physical(xi[: self.nr])] if self.base is not None else []
+        parts += [v.reshape(-1) for v in self.extra_values(xi).values()]
+        return torch.cat(parts)
+
+    def labels(self) -> list:
+        out = list(self.base.labels()) if self.base is not None else []
+        for name, nom, _, labels in self.extras:
+            out += [(name, (i,) if nom.ndim else (), lab) for i, lab in enumerate(labels)]
+        return out
+
+    def build(self, xi: torch.Tensor) -> tuple[Simulator, torch.Tensor | None]:
+        """The simulator with the parameters ``xi`` and the factor on the
+        controls (a torque actuator's motor strength), or ``None``."""
+        robot = self.base.model(xi[: self.nr]) if self.base is not None else self.robot
+        ex = self.extra_values(xi)
+        sim, c = self.sim, self.sim.contact
+        changes = {field_: ex[p] for p, field_ in _CONTACT_FIELDS.items() if p in ex}
+        cp = c.params.replace(**changes) if changes else c.params
+        contact = ContactModel(robot, c.geometry, c.terrain, cp, c.self_collision)
+        act, scale = sim.actuator, None
+        strength = ex.get("motor_strength")
+        if isinstance(act, PDActuator):
+            if strength is not None or "kp" in ex or "kd" in ex:
+                kp = ex.get("kp", act.kp)
+                kd = ex.get("kd", act.kd)
+                if strength is not None:
+                    kp, kd = strength * _gain(kp, robot), strength * _gain(kd, robot)
+                act = PDActuator(kp=kp, kd=kd, joints=act.joints, effort_limit=act.effort_limit)
+        elif strength is not None:
+            scale = strength
+        return sim.replace(robot=robot, contact=contact, actuator=act), scale
+
+    def output(self, xi: torch.Tensor) -> tuple[dict, dict]:
+        """Fitted and initial extra values, detached."""
+        return ({k: v.detach() for k, v in self.extra_values(xi).items()},
+                {k: v.detach() for k, v in self.extra_values(self.xi0).items()})
+
+
+def _gain(x, robot):
+    return x if isinstance(x, torch.Tensor) else torch.as_tensor(float(x), dtype=robot.dtype, device=robot.device)
+
+
+# ---------------------------------------------------------------------- data
+
+
+def _check_finite(x: torch.Tensor, name: str) -> None:
+    """A typed error naming the first recording and sample holding a NaN or inf."""
+    bad = ~torch.isfinite(x)
+    if bool(bad.any()):
+        where = torch.nonzero(bad.reshape(-1, *x.shape[-2:]).any(-1))[0].tolist()
+        rec = f"recording {where[0]}, " if x.ndim > 2 else ""
+        raise InputError(f"{name} has a non-finite value ({rec}sample {where[1]}); drop or repair that sample "
+                         "before identifying (a NaN would poison every gradient)")
+
+
+def _reorder(robot: RobotModel, sim: Simulator, q, v, controls, names):
+    """Columns of the recording in the model's joint order."""
+    if names is None:
+        return q, v, controls
+    names = list(names)
+    for n in names:
+        if n not in robot.joint_names:
+            raise UnknownNameError("joint", n, robot.joint_names, context="in ContactFit.joint_names")
+    if len(set(names)) != len(names):
+        raise InputError(f"ContactFit.joint_names repeats a name: {names}")
+    missing = [n for n in robot.joint_names if n not in names]
+    if missing:
+        raise InputError(f"the recording has no column for joints {missing} of robot {robot.name!r}")
+    nj = robot.num_joints
+    if q.shape[-1] != robot.nq - nj + len(names) or v.shape[-1] != robot.nv - nj + len(names):
+        raise InputError(f"ContactFit.joint_names names {len(names)} joints; q and v have "
+                         f"{q.shape[-1] - (robot.nq - nj)} and {v.shape[-1] - (robot.nv - nj)} joint columns")
+    perm = torch.tensor([names.index(n) for n in robot.joint_names], dtype=torch.long, device=q.device)
+    oq, ov = robot.nq - nj, robot.nv - nj
+    q = torch.cat([q[..., :oq], q[..., oq:].index_select(-1, perm)], -1)
+    v = torch.cat([v[..., :ov], v[..., ov:].index_select(-1, perm)], -1)
+    if controls.shape[-1] == len(names) and controls.shape[-1] == sim.nu:
+        cols = torch.tensor([names.index(robot.joint_names[j]) for j in sim.actuated], dtype=torch.long,
+                            device=q.device)
+        controls = controls.index_select(-1, cols)
+    return q, v, controls
+
+
+def _channels(robot: RobotModel, observe, q_sim, v_sim, q_rec, v_rec, noise) -> torch.Tensor:
+    """Residuals of the observed channels, each divided by its noise, flattened."""
+    nj = robot.num_joints
+    oq, ov = robot.nq - nj, robot.nv - nj
+    parts = []
+    base_diff = None
+    if robot.floating_base and ("base_orientation" in observe):
+        base_diff = difference(robot, q_rec, q_sim)
+    for c in observe:
+        if c == "joint_position":
+            x = q_sim[..., oq:] - q_rec[..., oq:]
+        elif c == "joint_velocity":
+            x = v_sim[..., ov:] - v_rec[..., ov:]
+        elif c == "base_orientation":
+            x = base_diff[..., 3:6]
+        elif c == "base_angular_velocity":
+            x = v_sim[..., 3:6] - v_rec[..., 3:6]
+        elif c == "base_position":
+            x = q_sim[..., :3] - q_rec[..., :3]
+        else:
+            x = v_sim[..., :3] - v_rec[..., :3]
+        parts.append((x / noise[c]).reshape(-1))
+    return torch.cat(parts)
+
+
+def _channel_size(robot: RobotModel, channel: str) -> int:
+    return robot.num_joints if channel.startswith("joint_") else 3
+
+
+def _default_observe(robot: RobotModel) -> tuple[str, ...]:
+    if not robot.floating_base:
+        return ("joint_position", "joint_velocity")
+    if robot.num_joints == 0:
+        return ("base_orientation", "base_angular_velocity", "base_position", "base_linear_velocity")
+    return ("joint_position", "joint_velocity", "base_orientation", "base_angular_velocity")
+
+
+# ---------------------------------------------------------------------- the route
+
+
+def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, opts, helpers):
+    """The contact route of :func:`identify` (``helpers`` carries the shared
+    pieces of :mod:`._sysid` to avoid a circular import)."""
+    sim = fit.simulator
+    observe = tuple(fit.observe) if fit.observe is not None else _default_observe(robot)
+    if not robot.floating_base and any(c.startswith("base_") for c in observe):
+        raise ConfigError(f"observe={observe!r}: robot {robot.name!r} has a fixed base, so no base channels")
+    if robot.floating_base and robot.num_joints == 0 and any(c.startswith("joint_") for c in observe):
+        raise ConfigError(f"observe={observe!r}: robot {robot.name!r} has no joints")
+    noise = {**DEFAULT_NOISE, **(fit.noise or {})}
+    if sim.robot is None or sim.robot.nq != robot.nq or sim.robot.joint_names != robot.joint_names:
+        raise InputError(f"ContactFit.simulator simulates {getattr(sim.robot, 'name', None)!r}, not robot {robot.name!r}")
+    if abs(sim.dt - dt) > 1e-12 * dt:
+        raise InputError(f"the simulator's dt {sim.dt} differs from the data's dt {dt}")
+    controls = fit.controls
+    if controls.ndim < 2:
+        raise InputError(f"ContactFit.controls must be (..., T, nu), got {tuple(controls.shape)}")
+    q, v, controls = _reorder(robot, sim, q, v, controls, fit.joint_names)
+    robot.check_vector(q, robot.nq, "q")
+    robot.check_vector(v, robot.nv, "v")
+    if q.shape[-2] != v.shape[-2]:
+        raise InputError(f"q has {q.shape[-2]} samples but v has {v.shape[-2]}: the recordings must have the same "
+                         "length (one row per sample time)")
+    if q.shape[:-2] != v.shape[:-2]:
+        raise InputError(f"q and v hold different numbers of recordings: {tuple(q.shape[:-2])} and "
+                         f"{tuple(v.shape[:-2])}")
+    steps = q.shape[-2] - 1
+    if controls.shape[:-2] != q.shape[:-2] or controls.shape[-2] not in (steps, steps + 1) or \
+            controls.shape[-1] != sim.nu:
+        raise InputError(f"controls must be (..., T, nu) = {(*q.shape[:-2], steps, sim.nu)} for recordings of "
+                         f"{steps + 1} samples (T = {steps} intervals), got {tuple(controls.shape)}")
+    if controls.dtype != robot.dtype or controls.device != robot.device:
+        raise InputError(f"controls must be {robot.dtype} on {robot.device}, got {controls.dtype} on {controls.device}")
+    for x, name in ((q, "q"), (v, "v"), (controls, "controls")):
+        _check_finite(x, name)
+    controls = controls[..., :steps, :].detach()
+    q, v = q.detach(), v.detach()
+    K = fit.segment
+    if steps < K:
+        raise InputError(f"recordings of {steps} intervals are shorter than one window (segment={K})")
+    stride = fit.stride or K
+    starts = torch.arange(0, steps - K + 1, stride, device=q.device)
+    idx = starts[:, None] + torch.arange(K + 1, device=q.device)  # (S, K + 1)
+    qseg, vseg = q[..., idx, :], v[..., idx, :]
+    state0 = State(qseg[..., 0, :], vseg[..., 0, :])
+    q_rec, v_rec = qseg[..., 1:, :], vseg[..., 1:, :]
+
+    robot_params = [p for p in params if p not in CONTACT_PARAMETERS]
+    base = None
+    if robot_params:
+        fixed_default = list(range(0 if robot.floating_base else 1, robot.num_bodies))
+        body_idx = helpers["resolve"](robot, bodies, "body", fixed_default)
+        joint_idx = helpers["resolve"](robot, joints, "joint", list(range(robot.num_joints)))
+        base = helpers["Parametrisation"](robot, robot_params, body_idx, joint_idx)
+    par = _ContactParametrisation(base, sim, robot, params, fit.per_joint_strength)
+
+    n_res = sum(int(q_rec[..., 0].numel()) * _channel_size(robot, c) for c in observe)
+    # Levenberg-Marquardt's first steps start cautious here: a wild trial step
+    # through stiff contact costs a rollout and is refused anyway.
+    opts = opts.with_defaults(damping=1.0)
+
+    def problem(delay: int):
+        t = idx[:, :-1] - delay
+        useg = controls[..., t.clamp_min(0), :]  # (..., S, K, nu) the commands acting at each step
+
+        def fun(xi):
+            try:
+                s, scale = par.build(xi)
+                u = useg if scale is None else useg * scale
+                traj = s.rollout(state0, u, check_finite=False)
+            except (torch.linalg.LinAlgError, InvalidValueError):
+                # A trial step of the solver so far off that a parameter
+                # overflowed or a mass matrix lost definiteness: an infinite
+                # loss, so the step is refused.
+                return torch.full((n_res,), math.inf, dtype=xi.dtype, device=xi.device)
+            return _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
+
+        def jac(xi):
+            xi = xi.detach()
+            with torch.no_grad():
+                r = fun(xi)
+                if fit.jacobian == "differences":
+                    cols = []
+                    for i in range(xi.numel()):
+                        e = torch.zeros_like(xi)
+                        e[i] = _FD_STEP
+                        cols.append((fun(xi + e) - fun(xi - e)) / (2 * _FD_STEP))
+                    return r, torch.stack(cols, -1)
+            return r, torch.func.jacfwd(fun)(xi)
+
+        return fun, jac
+
+    minimize = helpers["minimize"]
+
+    def solve(d, start, options):
+        fun, jac = problem(d)
+        return minimize(fun, start.clone(), options, jacobian_fun=jac, label=f"identify[contact, delay {d}]"), jac
+
+    delay_losses = {}
+    if len(fit.delays) > 1:
+        # Every candidate gets the same short fit from the same start, so
+        # that none wins by having had more iterations; the full fit runs at
+        # the best, then the others are refitted briefly from its result (a
+        # fair comparison near the optimum, and the losses of the
+        # likelihood-ratio test). Should one of them do better, the full fit
+        # moves there, once.
+        short = opts.replace(iterations=min(fit.delay_iterations, opts.get("iterations")))
+        first = {d: solve(d, par.xi0, short)[0].losses[-1] for d in fit.delays}
+        delay = min(first, key=first.get)
+        res, jac = solve(delay, par.xi0, opts)
+        for attempt in range(2):
+            compared = {delay: res.losses[-1]}
+            # The loss of a zero-order-hold delay is close to convex in the
+            # delay: the neighbours of the best candidate decide whether it is.
+            near = [d for d in fit.delays if d != delay and abs(d - delay) <= 1] or [
+                d for d in fit.delays if d != delay]
+            others = {d: solve(d, res.x, short)[0] for d in near}
+            compared.update({d: r.losses[-1] for d, r in others.items()})
+            better = min(compared, key=compared.get)
+            if better == delay or attempt == 1:
+                break
+            delay = better
+            res, jac = solve(delay, others[better].x, opts)
+        # Reported: the short fits from the start, replaced by the refits
+        # near the optimum where there are some.
+        delay_losses = {**first, **compared}
+    else:
+        delay = fit.delays[0]
+        res, jac = solve(delay, par.xi0, opts)
+    J = res.jacobian if res.jacobian is not None else jac(res.x)[1]
+    count = J.shape[0]
+    names = [p for p in helpers["IDENTIFIABLE_PARAMETERS"] if p in robot_params]
+    fitted_robot = base.model(res.x[: par.nr]) if base is not None else robot
+    out = {p: getattr(fitted_robot, p).detach() for p in names}
+    initial = {p: getattr(robot, p).detach() for p in names}
+    ex_out, ex_init = par.output(res.x)
+    out.update(ex_out)
+    initial.update(ex_init)
+    fitted_robot = robot.replace(**{p: out[p] for p in names}) if names else robot
+    stats = helpers["uncertainty"](par, res.x, J, res.losses[-1], count, out, initial)
+    with torch.no_grad():
+        sim_fit, _ = par.build(res.x)
+    delay_identified = True
+    if len(fit.delays) > 1:
+        rank_dof = max(count - int(res.x.numel()), 1)
+        # Noise-free data fit exactly: any worse candidate is then rejected.
+        sigma2 = max(res.losses[-1] / rank_dof, torch.finfo(res.x.dtype).tiny)
+        others = [l for d, l in compared.items() if d != delay]
+        delay_identified = all((l - compared[delay]) / sigma2 > _CHI2_95 for l in others)
+        if not delay_identified:
+            stats["not_identified"].append("delay")
+    labels = {(name, idx_): lab for name, idx_, lab in par.labels()}
+    result = helpers["Result"](
+        robot=fitted_robot,
+        params=out,
+        initial=initial,
+        losses=[f / count for f in res.losses],
+        rms_residual=math.sqrt(res.losses[-1] / count),
+        iterations=res.iterations,
+        evaluations=res.evaluations,
+        wall_time=res.wall_time,
+        message=res.message,
+        method="contact",
+        options=opts,
+        simulator=sim_fit.replace(robot=fitted_robot, contact=ContactModel(
+            fitted_robot, sim_fit.contact.geometry, sim_fit.contact.terrain,
+            _detached(sim_fit.contact.params), sim_fit.contact.self_collision),
+            actuator=_detached_actuator(sim_fit.actuator)),
+        delay=delay,
+        delay_losses={d: l / count for d, l in delay_losses.items()},
+        entry_labels=labels,
+        **stats,
+    )
+    if result.not_identified:
+        warnings.warn(
+            f"identify: the data do not determine {', '.join(result.not_identified[:8])}"
+            + (f" and {len(result.not_identified) - 8} more" if len(result.not_identified) > 8 else "")
+            + ": other values fit the data equally well; see IdentificationResult.identified and .summary()",
+            UserWarning,
+            stacklevel=3,
+        )
+    return result
+
+
+def _detached(cp):
+    return cp.replace(**{f: getattr(cp, f).detach() for f in ("stiffness", "damping", "friction")
+                         if isinstance(getattr(cp, f), torch.Tensor)})
+
+
+def _detached_actuator(act):
+    if isinstance(act, PDActuator):
+        d = (lambda x: x.detach() if isinstance(x, torch.Tensor) else x)
+        return PDActuator(kp=d(act.kp), kd=d(act.kd), joints=act.joints, effort_limit=act.effort_limit)
+    return act

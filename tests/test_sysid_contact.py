@@ -1,0 +1,285 @@
+"""Calibration through the contact simulator (identify with ContactFit): known
+parameters recovered from backdrive-generated data, bad recordings rejected
+with typed errors, and a parameter the data cannot determine reported."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from backdrive import InputError
+from backdrive._errors import ConfigError, UnknownNameError
+from backdrive.contact import ContactGeometry, ContactModel, ContactParameters
+from backdrive.data import load
+from backdrive.kinematics import forward_kinematics
+from backdrive.model import RobotModel
+from backdrive.optim import CONTACT_PARAMETERS, ContactFit, SolverOptions, identify
+from backdrive.sim import PDActuator, Simulator, State
+
+F64 = torch.float64
+DT = 0.002
+
+# A box on four corner spheres with a ram sliding along an inclined axis on
+# top: the ram's PD servo shakes the box, whose feet press into the ground
+# and slide. Small enough to fit in a few seconds, rich enough to excite the
+# masses, the contact stiffness, damping and friction, the motor strength
+# and the delay.
+SLED = """<robot name="sled">
+ <link name="box"><inertial><mass value="2.0"/>
+   <inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.025"/></inertial>
+  <collision><origin xyz="0.12 0.08 -0.04"/><geometry><sphere radius="0.02"/></geometry></collision>
+  <collision><origin xyz="0.12 -0.08 -0.04"/><geometry><sphere radius="0.02"/></geometry></collision>
+  <collision><origin xyz="-0.12 0.08 -0.04"/><geometry><sphere radius="0.02"/></geometry></collision>
+  <collision><origin xyz="-0.12 -0.08 -0.04"/><geometry><sphere radius="0.02"/></geometry></collision>
+ </link>
+ <joint name="ram" type="prismatic"><parent link="box"/><child link="slider"/><origin xyz="0 0 0.05"/>
+  <axis xyz="0.7071 0 0.7071"/><limit lower="-0.1" upper="0.1" effort="200" velocity="5"/></joint>
+ <link name="slider"><inertial><mass value="1.0"/>
+   <inertia ixx="0.002" ixy="0" ixz="0" iyy="0.002" iyz="0" izz="0.002"/></inertial></link>
+</robot>"""
+
+TRUTH = dict(mass=(2.3, 0.85), stiffness=3e4, damping=400.0, friction=0.55, strength=0.88, delay=2)
+GUESS = dict(stiffness=2.4e4, damping=330.0, friction=0.7)
+ALL_CHANNELS = ("joint_position", "joint_velocity", "base_orientation", "base_angular_velocity", "base_position",
+                "base_linear_velocity")
+
+
+def sled_sim(robot, stiffness, damping, friction, strength=1.0, kp=300.0, kd=8.0):
+    geom = ContactGeometry.from_model(robot)
+    cm = ContactModel(robot, geom, params=ContactParameters(stiffness=stiffness, damping=damping, friction=friction))
+    return Simulator(robot, DT, actuator=PDActuator(kp=kp * strength, kd=kd * strength), contact=cm)
+
+
+def delayed(u, d):
+    """Commands acting ``d`` steps late (the first ``d`` steps hold ``u[0]``)."""
+    return u if d == 0 else torch.cat([u[:, :1].expand(-1, d, -1), u[:, :-d]], 1)
+
+
+@pytest.fixture(scope="module")
+def sled():
+    robot = RobotModel.from_urdf(SLED, floating_base=True)
+    truth = robot.replace(body_mass=torch.tensor(TRUTH["mass"], dtype=F64))
+    sim = sled_sim(truth, TRUTH["stiffness"], TRUTH["damping"], TRUTH["friction"], TRUTH["strength"])
+    B, T = 2, 100
+    g = torch.Generator().manual_seed(0)
+    t = torch.arange(T, dtype=F64) * DT
+    freq = 3 + 4 * torch.rand(B, 1, generator=g, dtype=F64)
+    u = (0.05 * torch.sin(2 * math.pi * freq * t + 6.28 * torch.rand(B, 1, generator=g, dtype=F64)))[..., None]
+    q0 = robot.neutral().expand(B, -1).clone()
+    q0[:, 2] = 0.06 - 3e-4
+    v0 = torch.zeros(B, robot.nv, dtype=F64)
+    v0[:, 0] = torch.tensor([0.5, 0.8], dtype=F64)  # sliding
+    traj = sim.rollout(State(q0, v0), delayed(u, TRUTH["delay"]))
+    return robot, traj, u
+
+
+def fit_quiet(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
+        return identify(*args, **kwargs)
+
+
+def rel(a, b):
+    return abs(float(a) / float(b) - 1.0)
+
+
+def test_contact_law_masses_and_friction_are_recovered(sled):
+    """Start 15-25 % off on the masses and the contact law, delay and motor
+    strength known: every fitted value within 1e-4 of the truth (noise-free
+    data from the same simulator), each identified, with tight intervals."""
+    robot, traj, u = sled
+    start = robot.replace(body_mass=torch.tensor([2.0, 1.0], dtype=F64))
+    sim = sled_sim(start, GUESS["stiffness"], GUESS["damping"], GUESS["friction"], TRUTH["strength"])
+    fit = fit_quiet(start, traj.q, traj.v, dt=DT,
+                    params=("body_mass", "contact_stiffness", "contact_damping", "contact_friction"),
+                    method=ContactFit(sim, u, segment=10, observe=ALL_CHANNELS, delays=(TRUTH["delay"],),
+                                      jacobian="differences"),
+                    options=SolverOptions("gauss_newton", iterations=12, progress=False))
+    m = fit.params["body_mass"]
+    assert rel(m[0], TRUTH["mass"][0]) < 1e-4 and rel(m[1], TRUTH["mass"][1]) < 1e-4, m
+    assert rel(fit.params["contact_stiffness"], TRUTH["stiffness"]) < 1e-4
+    assert rel(fit.params["contact_damping"], TRUTH["damping"]) < 1e-4
+    assert rel(fit.params["contact_friction"], TRUTH["friction"]) < 1e-4
+    assert fit.not_identified == [] and fit.reliable
+    assert float(fit.lower["contact_friction"]) <= TRUTH["friction"] <= float(fit.upper["contact_friction"])
+    assert fit.method == "contact" and fit.delay == TRUTH["delay"]
+    # The calibrated simulator reproduces the recording.
+    tr = fit.simulator.rollout(State(traj.q[:, 0], traj.v[:, 0]), delayed(u, fit.delay))
+    assert float((tr.q - traj.q).abs().max()) < 1e-6
+    assert "contact_stiffness" in fit.summary()
+
+
+def test_motor_strength_and_delay_are_recovered(sled):
+    """The delay is found among 0-3 steps by its likelihood-ratio margin, and
+    the motor strength (start 1.0, truth 0.88) with it."""
+    robot, traj, u = sled
+    truth = robot.replace(body_mass=torch.tensor(TRUTH["mass"], dtype=F64))
+    sim = sled_sim(truth, TRUTH["stiffness"], TRUTH["damping"], TRUTH["friction"])
+    fit = fit_quiet(truth, traj.q, traj.v, dt=DT, params=("motor_strength",),
+                    method=ContactFit(sim, u, segment=10, stride=20, observe=ALL_CHANNELS, delays=(0, 1, 2, 3),
+                                      delay_iterations=2, jacobian="differences"),
+                    options=SolverOptions("gauss_newton", iterations=8, progress=False))
+    assert fit.delay == TRUTH["delay"]
+    assert rel(fit.params["motor_strength"], TRUTH["strength"]) < 1e-4
+    assert "delay" not in fit.not_identified
+    assert set(fit.delay_losses) == {0, 1, 2, 3}
+    assert min(fit.delay_losses, key=fit.delay_losses.get) == TRUTH["delay"]
+    assert fit.delay_losses[1] > 1e6 * fit.delay_losses[2]
+    assert "delay (steps)" in fit.summary()
+
+
+def test_motor_strength_with_both_pd_gains_is_not_identified(sled):
+    """Motor strength times kp and times kd is all the motion shows: fitting
+    the three together, every one of them is reported as not identified
+    (the product is), with a warning, and the fit still matches the data."""
+    robot, traj, u = sled
+    truth = robot.replace(body_mass=torch.tensor(TRUTH["mass"], dtype=F64))
+    sim = sled_sim(truth, TRUTH["stiffness"], TRUTH["damping"], TRUTH["friction"])
+    with pytest.warns(UserWarning, match="do not determine"):
+        fit = fit_quiet(truth, traj.q[:, :41], traj.v[:, :41], dt=DT, params=("motor_strength", "kp", "kd"),
+                        method=ContactFit(sim, u[:, :40], segment=10, observe=ALL_CHANNELS, delays=(TRUTH["delay"],)),
+                        options=SolverOptions("gauss_newton", iterations=6, progress=False))
+    assert "motor_strength" in fit.not_identified
+    assert any(n.startswith("kp[") for n in fit.not_identified)
+    assert any(n.startswith("kd[") for n in fit.not_identified)
+    assert not fit.identified["motor_strength"]
+    assert math.isinf(float(fit.upper["motor_strength"]))
+    # The identifiable combination is right: strength * kp = 0.88 * 300.
+    kp_eff = float(fit.params["motor_strength"]) * float(fit.params["kp"][0])
+    assert abs(kp_eff / (TRUTH["strength"] * 300.0) - 1) < 1e-4
+    assert fit.rms_residual < 1e-6
+
+
+@pytest.fixture(scope="module")
+def quadruped():
+    robot = load("quadruped", floating_base=True)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    geom = ContactGeometry.from_model(robot, links=feet)
+    qj = torch.tensor([0.0, 0.8, -1.6] * 4, dtype=F64)
+    q = robot.neutral()
+    q[7:] = qj
+    T = forward_kinematics(robot, q)
+    q[2] = -min(float(T[robot.frame_index(f), 2, 3]) for f in feet) + 0.02 - 6e-4
+
+    def sim_of(r, friction, strength):
+        cm = ContactModel(r, geom, params=ContactParameters(stiffness=4e4, damping=1e3, friction=friction))
+        return Simulator(r, DT, actuator=PDActuator(kp=60.0 * strength, kd=1.5 * strength, effort_limit=math.inf),
+                         contact=cm)
+
+    B, steps = 2, 60
+    g = torch.Generator().manual_seed(3)
+    knots = qj + 0.3 * (torch.rand(B, 4, 12, generator=g, dtype=F64) - 0.5)
+    s = torch.linspace(0, 3, steps, dtype=F64)
+    lo = s.floor().long().clamp_max(2)
+    w = (s - lo)[None, :, None]
+    u = knots[:, lo] * (1 - w) + knots[:, lo + 1] * w  # (B, steps, 12) piecewise-linear targets
+    masses = robot.body_mass.clone()
+    masses[0] = 5.6
+    truth = robot.replace(body_mass=masses)
+    v0 = torch.zeros(B, robot.nv, dtype=F64)
+    v0[:, 0] = 0.15
+    traj = sim_of(truth, 0.6, 0.9).rollout(State(q.expand(B, -1), v0), u)
+    return robot, traj, u, sim_of
+
+
+def test_quadruped_trunk_mass_friction_and_motor_strength_from_encoders_and_imu(quadruped):
+    """The shipped quadruped, 0.12 s of random PD targets, seen through joint
+    encoders and an IMU only: trunk mass (start 5.0, truth 5.6), ground
+    friction (0.8 -> 0.6) and motor strength (1.0 -> 0.9) within 1e-3."""
+    robot, traj, u, sim_of = quadruped
+    fit = fit_quiet(robot, traj.q, traj.v, dt=DT, params=("body_mass", "contact_friction", "motor_strength"),
+                    bodies=["trunk"], method=ContactFit(sim_of(robot, 0.8, 1.0), u, segment=10, jacobian="differences"),
+                    options=SolverOptions("gauss_newton", iterations=10, progress=False))
+    assert rel(fit.params["body_mass"][0], 5.6) < 1e-3
+    assert rel(fit.params["contact_friction"], 0.6) < 1e-3
+    assert rel(fit.params["motor_strength"], 0.9) < 1e-3
+    assert fit.not_identified == []
+    # Only the trunk's mass was fitted; the others keep the guess.
+    assert torch.equal(fit.params["body_mass"][1:], robot.body_mass[1:])
+
+
+def test_recording_joint_order_by_name(quadruped):
+    """A recording whose joint columns come in another order, named by
+    ContactFit.joint_names, gives the same residual as the model's order."""
+    robot, traj, u, sim_of = quadruped
+    order = list(reversed(robot.joint_names))
+    perm = torch.tensor([robot.joint_names.index(n) for n in order])
+    q = torch.cat([traj.q[..., :7], traj.q[..., 7:][..., perm]], -1)
+    v = torch.cat([traj.v[..., :6], traj.v[..., 6:][..., perm]], -1)
+    opts = SolverOptions("gauss_newton", iterations=0, progress=False)
+    a = fit_quiet(robot, traj.q[:, :11], traj.v[:, :11], dt=DT, params=("motor_strength",),
+                  method=ContactFit(sim_of(robot, 0.6, 1.0), u[:, :10], segment=10, jacobian="differences"),
+                  options=opts)
+    b = fit_quiet(robot, q[:, :11], v[:, :11], dt=DT, params=("motor_strength",),
+                  method=ContactFit(sim_of(robot, 0.6, 1.0), u[:, :10, perm], segment=10, joint_names=tuple(order),
+                                    jacobian="differences"),
+                  options=opts)
+    assert a.rms_residual > 0.01  # motor strength 1 against the data's 0.9: a visible residual
+    assert abs(a.rms_residual / b.rms_residual - 1) < 1e-12
+
+
+# ---------------------------------------------------------------------- bad input
+
+
+def test_bad_recordings_give_typed_errors(sled):
+    robot, traj, u = sled
+    sim = sled_sim(robot, 3e4, 400.0, 0.55)
+    q, v = traj.q[:, :41].clone(), traj.v[:, :41].clone()
+    uu = u[:, :40]
+    fit = ContactFit(sim, uu, segment=20)
+    opts = SolverOptions("gauss_newton", iterations=1, progress=False)
+
+    bad = q.clone()
+    bad[1, 17, 2] = math.nan
+    with pytest.raises(InputError, match=r"q has a non-finite value \(recording 1, sample 17\)"):
+        identify(robot, bad, v, dt=DT, params=("motor_strength",), method=fit, options=opts)
+    bad_u = uu.clone()
+    bad_u[0, 3, 0] = math.inf
+    with pytest.raises(InputError, match=r"controls has a non-finite value \(recording 0, sample 3\)"):
+        identify(robot, q, v, dt=DT, params=("motor_strength",), method=ContactFit(sim, bad_u), options=opts)
+    with pytest.raises(InputError, match="q has 41 samples but v has 40"):
+        identify(robot, q, v[:, :40], dt=DT, params=("motor_strength",), method=fit, options=opts)
+    with pytest.raises(InputError, match="controls must be"):
+        identify(robot, q, v, dt=DT, params=("motor_strength",), method=ContactFit(sim, uu[:, :30]), options=opts)
+    with pytest.raises(UnknownNameError, match="'rammm'.*closest: 'ram'"):
+        identify(robot, q, v, dt=DT, params=("motor_strength",),
+                 method=ContactFit(sim, uu, joint_names=("rammm",)), options=opts)
+    with pytest.raises(InputError, match="shorter than one window"):
+        identify(robot, q[:, :11], v[:, :11], dt=DT, params=("motor_strength",),
+                 method=ContactFit(sim, uu[:, :10], segment=20), options=opts)
+    with pytest.raises(InputError, match="tau is not used"):
+        identify(robot, q, v, dt=DT, tau=uu, params=("motor_strength",), method=fit, options=opts)
+    with pytest.raises(InputError, match="dt"):
+        identify(robot, q, v, dt=0.001, params=("motor_strength",), method=fit, options=opts)
+    # Contact parameters need the contact route.
+    with pytest.raises(InputError, match="need method=ContactFit"):
+        identify(robot, q, v, dt=DT, params=("contact_friction",), method="simulation")
+    # The other routes reject NaN samples too.
+    with pytest.raises(InputError, match=r"q has a non-finite value \(recording 1, sample 17\)"):
+        identify(robot, bad, v, dt=DT, tau=torch.zeros(2, 40, robot.nv, dtype=F64))
+
+
+def test_contact_fit_settings_are_checked(sled):
+    robot, traj, u = sled
+    sim = sled_sim(robot, 3e4, 400.0, 0.55)
+    with pytest.raises(ConfigError, match="Simulator with contact"):
+        ContactFit(Simulator(robot, DT), u)
+    with pytest.raises(ConfigError, match="delays"):
+        ContactFit(sim, u, delays=(0, -1))
+    with pytest.raises(ConfigError, match="observe"):
+        ContactFit(sim, u, observe=("lidar",))
+    with pytest.raises(ConfigError, match="noise"):
+        ContactFit(sim, u, noise={"joint_position": -1.0})
+    with pytest.raises(ConfigError, match="jacobian"):
+        ContactFit(sim, u, jacobian="magic")
+    # kp/kd are PD gains: a torque-controlled simulator has none.
+    from backdrive.sim import TorqueActuator
+
+    tsim = sim.replace(actuator=TorqueActuator())
+    with pytest.raises(InputError, match="PDActuator"):
+        identify(robot, traj.q[:, :41], traj.v[:, :41], dt=DT, params=("kp",),
+                 method=ContactFit(tsim, u[:, :40]), options=SolverOptions("gauss_newton", iterations=1))
+    assert set(CONTACT_PARAMETERS) >= {"contact_stiffness", "contact_damping", "contact_friction", "motor_strength"}
