@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import torch
+import torch.utils.checkpoint
 
 from .._shapes import broadcast_shapes
 from ..runtime import threads_for_batch
@@ -393,6 +395,7 @@ class Simulator:
         controls: torch.Tensor,
         *,
         truncate_every: int | None = None,
+        checkpoint_every: int | None = None,
         monitor_gradients: bool = False,
         check_finite: bool = True,
     ) -> Trajectory:
@@ -406,6 +409,17 @@ class Simulator:
                 past, no exploding products of long Jacobian chains). The
                 stored states keep their graph, so a loss on state ``t``
                 still reaches the controls of its own window.
+            checkpoint_every: if ``k``, trade recomputation for memory: the
+                forward pass keeps, of every window of ``k`` steps, only its
+                first state and the stored outputs (states, efforts, contact
+                results); ``backward`` recomputes the window's steps to get
+                the intermediate values it needs
+                (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant).
+                The gradients are those of the plain rollout (bit for bit on
+                the CPU); the backward pass costs one more forward pass, and
+                the memory of the step internals is that of ``k`` steps
+                instead of ``T`` (``docs/simulation.md``, *Memory*). Without
+                grad mode it has no effect.
             monitor_gradients: record the norm of the gradient reaching each
                 state during ``backward``; read it with
                 :meth:`Trajectory.state_gradient_norms`.
@@ -420,25 +434,34 @@ class Simulator:
         """
         q, v, controls = self._prepare(state0.q, state0.v, controls, time_axis=True)
         T = controls.shape[-2]
-        if truncate_every is not None and (not isinstance(truncate_every, int) or truncate_every < 1):
-            raise InputError(f"truncate_every must be a positive int or None, got {truncate_every!r}")
+        for name, k in (("truncate_every", truncate_every), ("checkpoint_every", checkpoint_every)):
+            if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+                raise InputError(f"{name} must be a positive int or None, got {k!r}")
         norms = None
         if monitor_gradients:
             norms = [[q.new_zeros(()), q.new_zeros(())] for _ in range(T + 1)]
         q, v = _watch(norms, 0, q, v)
         qs, vs, efforts, contacts = [q], [v], [], []
-        for t, u in enumerate(controls.unbind(-2)):
-            if truncate_every is not None and t > 0 and t % truncate_every == 0:
-                q, v = q.detach(), v.detach()
-            if self.contact is not None:
-                q, v, effort, res = self._advance_contact(q, v, u)
-                contacts.append(res)
+        steps = controls.unbind(-2)
+        window = T if checkpoint_every is None or not torch.is_grad_enabled() else checkpoint_every
+        for t0 in range(0, T, max(window, 1)):
+            part = steps[t0 : t0 + window]
+            if window < T:
+                # Non-reentrant checkpointing: the graph is the plain one, but
+                # the tensors its backward needs are dropped here and
+                # recomputed by re-running this window from (q, v), so hooks,
+                # truncation and gradients to parameters outside the inputs
+                # (contact friction, masses) behave as without it.
+                out = torch.utils.checkpoint.checkpoint(
+                    self._window, q, v, part, t0, norms, truncate_every, use_reentrant=False
+                )
             else:
-                q, v, effort = self._advance(q, v, u)
-            q, v = _watch(norms, t + 1, q, v)
-            qs.append(q)
-            vs.append(v)
-            efforts.append(effort)
+                out = self._window(q, v, part, t0, norms, truncate_every)
+            qs += out[0]
+            vs += out[1]
+            efforts += out[2]
+            contacts += out[3]
+            q, v = qs[-1], vs[-1]
         Q = torch.stack(qs, dim=-2)
         V = torch.stack(vs, dim=-2)
         E = torch.stack(efforts, dim=-2) if efforts else controls[..., :0, :]
@@ -448,6 +471,25 @@ class Simulator:
             q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms,
             contact=stack_results(contacts) if contacts else None,
         )
+
+    def _window(self, q, v, controls, t0: int, norms, truncate_every):
+        """Steps ``t0, t0 + 1, ...`` of a rollout under ``controls`` (a sequence
+        of ``(..., nu)``): lists of the new states, efforts and contact results."""
+        qs, vs, efforts, contacts = [], [], [], []
+        for t, u in enumerate(controls, start=t0):
+            if truncate_every is not None and t > 0 and t % truncate_every == 0:
+                q, v = q.detach(), v.detach()
+            if self.contact is not None:
+                q, v, effort, res = self._advance_contact(q, v, u)
+                # The body poses only serve the step's own force report.
+                contacts.append(dataclasses.replace(res, _bodies=()))
+            else:
+                q, v, effort = self._advance(q, v, u)
+            q, v = _watch(norms, t + 1, q, v)
+            qs.append(q)
+            vs.append(v)
+            efforts.append(effort)
+        return qs, vs, efforts, contacts
 
     def _diagnose(
         self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor, step: int | None = None, q_start=None
