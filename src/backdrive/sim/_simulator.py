@@ -372,10 +372,20 @@ class Simulator:
             The next :class:`State` (batch shapes broadcast).
         """
         q, v, u = self._prepare(state.q, state.v, control, time_axis=False)
-        if self.contact is not None:
-            q1, v1, _, _ = self._advance_contact(q, v, u)
-        else:
-            q1, v1, _ = self._advance(q, v, u)
+        try:
+            if self.contact is not None:
+                q1, v1, _, _ = self._advance_contact(q, v, u)
+            else:
+                q1, v1, _ = self._advance(q, v, u)
+        except torch.linalg.LinAlgError as exc:
+            culprits = _culprits(q, v, u)
+            if culprits.endswith("diverged)"):
+                culprits += "." + self._diagnose(q.reshape(-1, self.nq), v.reshape(-1, self.nv), u.reshape(-1, self.nu))
+            raise NonFiniteError(
+                f"the simulation step could not be solved ({str(exc).strip().splitlines()[0]})" + culprits,
+                step=1,
+                what="v",
+            ) from exc
         if check_finite and not bool(torch.isfinite(q1).all() & torch.isfinite(v1).all()):
             culprits = _culprits(q, v, u)
             if culprits.endswith("diverged)"):
@@ -446,17 +456,10 @@ class Simulator:
         window = T if checkpoint_every is None or not torch.is_grad_enabled() else checkpoint_every
         for t0 in range(0, T, max(window, 1)):
             part = steps[t0 : t0 + window]
-            if window < T:
-                # Non-reentrant checkpointing: the graph is the plain one, but
-                # the tensors its backward needs are dropped here and
-                # recomputed by re-running this window from (q, v), so hooks,
-                # truncation and gradients to parameters outside the inputs
-                # (contact friction, masses) behave as without it.
-                out = torch.utils.checkpoint.checkpoint(
-                    self._window, q, v, part, t0, norms, truncate_every, use_reentrant=False
-                )
-            else:
-                out = self._window(q, v, part, t0, norms, truncate_every)
+            try:
+                out = self._checkpointed_window(q, v, part, t0, norms, truncate_every, window < T)
+            except _StepFailed as failed:
+                self._report_failed_step(failed, qs + failed.qs, vs + failed.vs, controls)
             qs += out[0]
             vs += out[1]
             efforts += out[2]
@@ -472,6 +475,39 @@ class Simulator:
             contact=stack_results(contacts) if contacts else None,
         )
 
+    def _checkpointed_window(self, q, v, part, t0, norms, truncate_every, checkpointed: bool):
+        if checkpointed:
+            # Non-reentrant checkpointing: the graph is the plain one, but
+            # the tensors its backward needs are dropped here and recomputed
+            # by re-running this window from (q, v), so hooks, truncation and
+            # gradients to parameters outside the inputs (contact friction,
+            # masses) behave as without it.
+            return torch.utils.checkpoint.checkpoint(
+                self._window, q, v, part, t0, norms, truncate_every, use_reentrant=False
+            )
+        return self._window(q, v, part, t0, norms, truncate_every)
+
+    def _report_failed_step(self, failed, qs, vs, controls):
+        """Raise :class:`NonFiniteError` for a step whose solve failed (a Cholesky
+        factorisation of a matrix that is no longer positive definite)."""
+        Q = torch.stack([x.detach() for x in qs], dim=-2)
+        V = torch.stack([x.detach() for x in vs], dim=-2)
+        # A non-finite state that reached the solve: report where it began.
+        _check_trajectory(Q, V, controls, self.dt, self._diagnose)
+        t = failed.step
+        nq, nv, nu = self.nq, self.nv, self.nu
+        q = failed.q.detach().reshape(-1, nq)
+        v = failed.v.detach().reshape(-1, nv)
+        u = failed.u.detach().reshape(-1, nu)
+        reason = str(failed.error).strip().splitlines()[0] if str(failed.error).strip() else type(failed.error).__name__
+        raise NonFiniteError(
+            f"the simulation step from state {t} (t = {t * self.dt:.6g} s) to step {t + 1} could not be solved "
+            f"({reason}): the state and controls were finite, so the dynamics diverged."
+            + self._diagnose(q, v, u, t, Q[..., 0, :].reshape(-1, nq)),
+            step=t + 1,
+            what="v",
+        ) from failed.error
+
     def _window(self, q, v, controls, t0: int, norms, truncate_every):
         """Steps ``t0, t0 + 1, ...`` of a rollout under ``controls`` (a sequence
         of ``(..., nu)``): lists of the new states, efforts and contact results."""
@@ -479,13 +515,18 @@ class Simulator:
         for t, u in enumerate(controls, start=t0):
             if truncate_every is not None and t > 0 and t % truncate_every == 0:
                 q, v = q.detach(), v.detach()
-            if self.contact is not None:
-                q, v, effort, res = self._advance_contact(q, v, u)
-                # The body poses only serve the step's own force report.
-                contacts.append(dataclasses.replace(res, _bodies=()))
-            else:
-                q, v, effort = self._advance(q, v, u)
-            q, v = _watch(norms, t + 1, q, v)
+            try:
+                if self.contact is not None:
+                    q1, v1, effort, res = self._advance_contact(q, v, u)
+                    # The body poses only serve the step's own force report.
+                    contacts.append(dataclasses.replace(res, _bodies=()))
+                else:
+                    q1, v1, effort = self._advance(q, v, u)
+            except torch.linalg.LinAlgError as exc:
+                # A state grown beyond what the step can integrate makes its
+                # matrix indefinite before it makes the state non-finite.
+                raise _StepFailed(t, q, v, u, qs, vs, exc) from exc
+            q, v = _watch(norms, t + 1, q1, v1)
             qs.append(q)
             vs.append(v)
             efforts.append(effort)
@@ -644,6 +685,14 @@ _REMEDY = {
     "joint-limit stiffness": ": use softer SoftJointLimits or a smaller dt",
     "joint-limit damping": ": use a smaller SoftJointLimits damping or a smaller dt",
 }
+
+
+class _StepFailed(Exception):
+    """Internal: a step's solve failed at state ``step`` (carries what the report needs)."""
+
+    def __init__(self, step, q, v, u, qs, vs, error):
+        super().__init__(str(error))
+        self.step, self.q, self.v, self.u, self.qs, self.vs, self.error = step, q, v, u, qs, vs, error
 
 
 def _joint_force_mode(mode, integrator: str, is_robot: bool) -> str:
