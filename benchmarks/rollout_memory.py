@@ -187,6 +187,9 @@ def main() -> None:
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--saved", action="store_true", help="print saved-tensor bytes per sample-step")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=1000, help="the horizon of the checkpointed rows")
+    p.add_argument("--horizons", help="comma-separated horizons to measure instead (plain and k=10), extrapolated to --steps")
     a = p.parse_args()
     if a.one:
         print(json.dumps(one(json.loads(a.one))))
@@ -194,11 +197,12 @@ def main() -> None:
     if a.saved:
         saved_bytes()
         return
-    B, T = (16, 100) if a.quick else (256, 1000)
-    short = (T // 10, T // 5)
+    B, T = (16, 100) if a.quick else (a.batch, a.steps)
+    short = (T // 10, T // 5) if a.horizons is None else tuple(int(x) for x in a.horizons.split(","))
     rows = [dict(kind="rollout", B=B, T=t, k=None) for t in short]
     rows += [dict(kind="rollout", B=B, T=t, k=10) for t in short]
-    rows += [dict(kind="rollout", B=B, T=T, k=k) for k in (10, 50)]
+    if a.horizons is None:
+        rows += [dict(kind="rollout", B=B, T=T, k=k) for k in (10, 50)]
     results = []
     print("| rollout (quadruped, float32) | batch | steps | peak memory growth | forward (CPU s) | backward (CPU s) | total |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -214,14 +218,19 @@ def main() -> None:
             f"| {r['backward_s']:.1f} s | {r['forward_s'] + r['backward_s']:.1f} s |",
             flush=True,
         )
-    plain = [r for r in results if r["k"] is None and "error" not in r]
-    if len(plain) == 2:
-        (a1, a2) = plain
-        m1, m2 = a1["peak_mb"] - a1["base_mb"], a2["peak_mb"] - a2["base_mb"]
-        slope = (m2 - m1) / (a2["T"] - a1["T"])
-        est = m2 + slope * (T - a2["T"])
-        t_est = (a2["forward_s"] + a2["backward_s"]) * T / a2["T"]
-        print(f"| plain (extrapolated, not run) | {B} | {T} | ~{est:,.0f} MB | | | ~{t_est:.0f} s |")
+    for k in (None, 10):
+        pts = [r for r in results if r["k"] == k and r["T"] in short and "error" not in r]
+        if len(pts) == 2 and max(r["T"] for r in pts) < T:
+            a1, a2 = sorted(pts, key=lambda r: r["T"])
+            m1, m2 = a1["peak_mb"] - a1["base_mb"], a2["peak_mb"] - a2["base_mb"]
+            slope = (m2 - m1) / (a2["T"] - a1["T"])
+            est = m2 + slope * (T - a2["T"])
+            t_est = (a2["forward_s"] + a2["backward_s"]) * T / a2["T"]
+            name = "plain" if k is None else f"checkpoint_every={k}"
+            print(
+                f"| {name} (extrapolated, not run: {slope * 1e3 / B:.1f} kB per sample and step) | {B} | {T} "
+                f"| ~{est:,.0f} MB | | | ~{t_est:.0f} s |"
+            )
     print()
     print("| IK (Panda, float32, 16 iterations) | batch | peak memory growth | CPU time | success |")
     print("| --- | ---: | ---: | ---: | ---: |")
