@@ -518,8 +518,11 @@ class Simulator:
             try:
                 if self.contact is not None:
                     q1, v1, effort, res = self._advance_contact(q, v, u)
-                    # The body poses only serve the step's own force report.
-                    contacts.append(dataclasses.replace(res, _bodies=()))
+                    # The body poses only serve the step's own force report:
+                    # not kept for the whole rollout.
+                    if getattr(res, "_bodies", ()):
+                        res = dataclasses.replace(res, _bodies=())
+                    contacts.append(res)
                 else:
                     q1, v1, effort = self._advance(q, v, u)
             except torch.linalg.LinAlgError as exc:
