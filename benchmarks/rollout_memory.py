@@ -33,9 +33,12 @@ machine disturbs less than wall time.
 The graph of a plain rollout saves about 49 kB per sample and step in float32
 (98 kB in float64; counted with ``torch.autograd.graph.saved_tensors_hooks``,
 ``--saved``), so the plain gradient of 1,000 steps at batch 256 would need
-about 12.6 GB in float32: more than this shared machine can spare. Its row is
-extrapolated from the measured 100- and 200-step rows (memory grows linearly
-with the horizon) and marked so.
+about 12.6 GB in float32 by that count (7.8 GB measured by extrapolation):
+more than this shared machine can spare. Its row is extrapolated from the
+measured short rows (memory grows linearly with the horizon) and marked so.
+``docs/simulation.md``'s table comes from ``--horizons 20,60`` (plain and
+``k = 10`` at 20 and 60 steps, extrapolated to 1,000) and the 1,000-step
+``k = 10`` row of the default run.
 
 Usage::
 
