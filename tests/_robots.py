@@ -156,3 +156,102 @@ def state(robot, pos, quat=(1.0, 0.0, 0.0, 0.0), lin=(0.0, 0.0, 0.0), ang=(0.0, 
     q = torch.tensor([*pos, *quat], dtype=robot.dtype).expand(*batch, 7).clone()
     v = torch.tensor([*lin, *ang], dtype=robot.dtype).expand(*batch, 6).clone()
     return q, v
+
+
+# ---------------------------------------------------------------- a planar one-legged hopper (contact gradients)
+
+# Gym's Hopper in spirit: a torso on a planar base (slide in x, slide in z,
+# pitch about y), a thigh, a shin and a sphere foot on a fixed frame at the
+# shin's end. Fixed base: the planar coordinates are ordinary joints, so the
+# contact Jacobians go through prismatic and revolute columns alike.
+HOPPER_URDF = """<?xml version="1.0"?>
+<robot name="hopper">
+  <link name="world"/>
+  <link name="slider_x">
+    <inertial><mass value="0.05"/><inertia ixx="1e-4" iyy="1e-4" izz="1e-4" ixy="0" ixz="0" iyz="0"/></inertial>
+  </link>
+  <link name="slider_z">
+    <inertial><mass value="0.05"/><inertia ixx="1e-4" iyy="1e-4" izz="1e-4" ixy="0" ixz="0" iyz="0"/></inertial>
+  </link>
+  <link name="torso">
+    <inertial><origin xyz="0 0 0.05"/><mass value="3.5"/>
+      <inertia ixx="0.04" iyy="0.045" izz="0.01" ixy="0" ixz="0" iyz="0"/></inertial>
+    <collision><origin xyz="0 0 0.05"/><geometry><sphere radius="0.08"/></geometry></collision>
+  </link>
+  <link name="thigh">
+    <inertial><origin xyz="0 0 -0.2"/><mass value="1.0"/>
+      <inertia ixx="0.014" iyy="0.014" izz="0.001" ixy="0" ixz="0" iyz="0"/></inertial>
+  </link>
+  <link name="shin">
+    <inertial><origin xyz="0 0 -0.2"/><mass value="0.6"/>
+      <inertia ixx="0.008" iyy="0.008" izz="0.0005" ixy="0" ixz="0" iyz="0"/></inertial>
+  </link>
+  <link name="foot">
+    <inertial><mass value="0.2"/><inertia ixx="2e-4" iyy="2e-4" izz="2e-4" ixy="0" ixz="0" iyz="0"/></inertial>
+    <collision><geometry><sphere radius="0.04"/></geometry></collision>
+  </link>
+  <joint name="rootx" type="prismatic">
+    <parent link="world"/><child link="slider_x"/><axis xyz="1 0 0"/>
+    <limit lower="-10" upper="10" effort="0" velocity="10"/>
+  </joint>
+  <joint name="rootz" type="prismatic">
+    <parent link="slider_x"/><child link="slider_z"/><axis xyz="0 0 1"/>
+    <limit lower="-10" upper="10" effort="0" velocity="10"/>
+  </joint>
+  <joint name="rooty" type="continuous">
+    <parent link="slider_z"/><child link="torso"/><axis xyz="0 1 0"/>
+  </joint>
+  <joint name="hip" type="revolute">
+    <parent link="torso"/><child link="thigh"/><origin xyz="0 0 -0.05"/><axis xyz="0 1 0"/>
+    <limit lower="-2.6" upper="0.5" effort="150" velocity="10"/>
+  </joint>
+  <joint name="knee" type="revolute">
+    <parent link="thigh"/><child link="shin"/><origin xyz="0 0 -0.4"/><axis xyz="0 1 0"/>
+    <limit lower="-0.1" upper="2.6" effort="150" velocity="10"/>
+  </joint>
+  <joint name="ankle" type="fixed">
+    <parent link="shin"/><child link="foot"/><origin xyz="0 0 -0.4"/>
+  </joint>
+</robot>
+"""
+
+
+def hopper_robot(dtype=torch.float64):
+    """The planar hopper: ``q = [x, z, pitch, hip, knee]``; the foot sphere (4 cm) is
+    0.89 m below the torso origin with straight joints."""
+    return RobotModel.from_urdf(HOPPER_URDF, dtype=dtype)
+
+
+# ---------------------------------------------------------------- G1 humanoid contact shapes (example-robot-data)
+
+
+def g1_contact_geometry(robot):
+    """Contact geometry for example-robot-data's G1 (29 dof), whose URDF
+    collision shapes are meshes: the URDF's four foot spheres per foot, plus
+    spheres and capsules (radii and offsets read off its neutral pose) on the
+    pelvis, torso, head, shoulders, elbows, hands, thighs and shins, so that a
+    fall lands on the body, not through it."""
+    import numpy as np
+
+    from backdrive.contact import ContactGeometry, ContactShape
+
+    def at(x, y, z):
+        T = np.eye(4)
+        T[:3, 3] = (x, y, z)
+        return T
+
+    shapes = [
+        ContactShape("pelvis", "sphere", (0.1,)),
+        ContactShape("torso_link", "capsule", (0.1, 0.2), at(0.0, 0.0, 0.2)),
+        ContactShape("torso_link", "sphere", (0.08,), at(0.0, 0.0, 0.43)),
+    ]
+    for side in ("left", "right"):
+        shapes += [
+            ContactShape(f"{side}_hip_roll_link", "capsule", (0.06, 0.2), at(0.0, 0.0, -0.15)),
+            ContactShape(f"{side}_knee_link", "capsule", (0.05, 0.22), at(0.0, 0.0, -0.15)),
+            ContactShape(f"{side}_shoulder_roll_link", "sphere", (0.05,)),
+            ContactShape(f"{side}_elbow_link", "sphere", (0.045,)),
+            ContactShape(f"{side}_rubber_hand", "sphere", (0.04,)),
+        ]
+    feet = ContactGeometry.from_model(robot, links=["left_ankle_roll_link", "right_ankle_roll_link"])
+    return feet + ContactGeometry.from_shapes(robot, shapes)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import torch
+import torch.utils.checkpoint
 
 from .._shapes import broadcast_shapes
 from ..runtime import threads_for_batch
@@ -370,10 +372,20 @@ class Simulator:
             The next :class:`State` (batch shapes broadcast).
         """
         q, v, u = self._prepare(state.q, state.v, control, time_axis=False)
-        if self.contact is not None:
-            q1, v1, _, _ = self._advance_contact(q, v, u)
-        else:
-            q1, v1, _ = self._advance(q, v, u)
+        try:
+            if self.contact is not None:
+                q1, v1, _, _ = self._advance_contact(q, v, u)
+            else:
+                q1, v1, _ = self._advance(q, v, u)
+        except torch.linalg.LinAlgError as exc:
+            culprits = _culprits(q, v, u)
+            if culprits.endswith("diverged)"):
+                culprits += "." + self._diagnose(q.reshape(-1, self.nq), v.reshape(-1, self.nv), u.reshape(-1, self.nu))
+            raise NonFiniteError(
+                f"the simulation step could not be solved ({str(exc).strip().splitlines()[0]})" + culprits,
+                step=1,
+                what="v",
+            ) from exc
         if check_finite and not bool(torch.isfinite(q1).all() & torch.isfinite(v1).all()):
             culprits = _culprits(q, v, u)
             if culprits.endswith("diverged)"):
@@ -393,6 +405,7 @@ class Simulator:
         controls: torch.Tensor,
         *,
         truncate_every: int | None = None,
+        checkpoint_every: int | None = None,
         monitor_gradients: bool = False,
         check_finite: bool = True,
     ) -> Trajectory:
@@ -406,6 +419,17 @@ class Simulator:
                 past, no exploding products of long Jacobian chains). The
                 stored states keep their graph, so a loss on state ``t``
                 still reaches the controls of its own window.
+            checkpoint_every: if ``k``, trade recomputation for memory: the
+                forward pass keeps, of every window of ``k`` steps, only its
+                first state and the stored outputs (states, efforts, contact
+                results); ``backward`` recomputes the window's steps to get
+                the intermediate values it needs
+                (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant).
+                The gradients are those of the plain rollout (bit for bit on
+                the CPU); the backward pass costs one more forward pass, and
+                the memory of the step internals is that of ``k`` steps
+                instead of ``T`` (``docs/simulation.md``, *Memory*). Without
+                grad mode it has no effect.
             monitor_gradients: record the norm of the gradient reaching each
                 state during ``backward``; read it with
                 :meth:`Trajectory.state_gradient_norms`.
@@ -420,25 +444,27 @@ class Simulator:
         """
         q, v, controls = self._prepare(state0.q, state0.v, controls, time_axis=True)
         T = controls.shape[-2]
-        if truncate_every is not None and (not isinstance(truncate_every, int) or truncate_every < 1):
-            raise InputError(f"truncate_every must be a positive int or None, got {truncate_every!r}")
+        for name, k in (("truncate_every", truncate_every), ("checkpoint_every", checkpoint_every)):
+            if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+                raise InputError(f"{name} must be a positive int or None, got {k!r}")
         norms = None
         if monitor_gradients:
             norms = [[q.new_zeros(()), q.new_zeros(())] for _ in range(T + 1)]
         q, v = _watch(norms, 0, q, v)
         qs, vs, efforts, contacts = [q], [v], [], []
-        for t, u in enumerate(controls.unbind(-2)):
-            if truncate_every is not None and t > 0 and t % truncate_every == 0:
-                q, v = q.detach(), v.detach()
-            if self.contact is not None:
-                q, v, effort, res = self._advance_contact(q, v, u)
-                contacts.append(res)
-            else:
-                q, v, effort = self._advance(q, v, u)
-            q, v = _watch(norms, t + 1, q, v)
-            qs.append(q)
-            vs.append(v)
-            efforts.append(effort)
+        steps = controls.unbind(-2)
+        window = T if checkpoint_every is None or not torch.is_grad_enabled() else checkpoint_every
+        for t0 in range(0, T, max(window, 1)):
+            part = steps[t0 : t0 + window]
+            try:
+                out = self._checkpointed_window(q, v, part, t0, norms, truncate_every, window < T)
+            except _StepFailed as failed:
+                self._report_failed_step(failed, qs + failed.qs, vs + failed.vs, controls)
+            qs += out[0]
+            vs += out[1]
+            efforts += out[2]
+            contacts += out[3]
+            q, v = qs[-1], vs[-1]
         Q = torch.stack(qs, dim=-2)
         V = torch.stack(vs, dim=-2)
         E = torch.stack(efforts, dim=-2) if efforts else controls[..., :0, :]
@@ -448,6 +474,66 @@ class Simulator:
             q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms,
             contact=stack_results(contacts) if contacts else None,
         )
+
+    def _checkpointed_window(self, q, v, part, t0, norms, truncate_every, checkpointed: bool):
+        if checkpointed:
+            # Non-reentrant checkpointing: the graph is the plain one, but
+            # the tensors its backward needs are dropped here and recomputed
+            # by re-running this window from (q, v), so hooks, truncation and
+            # gradients to parameters outside the inputs (contact friction,
+            # masses) behave as without it.
+            return torch.utils.checkpoint.checkpoint(
+                self._window, q, v, part, t0, norms, truncate_every, use_reentrant=False, determinism_check="none"
+            )
+        return self._window(q, v, part, t0, norms, truncate_every)
+
+    def _report_failed_step(self, failed, qs, vs, controls):
+        """Raise :class:`NonFiniteError` for a step whose solve failed (a Cholesky
+        factorisation of a matrix that is no longer positive definite)."""
+        Q = torch.stack([x.detach() for x in qs], dim=-2)
+        V = torch.stack([x.detach() for x in vs], dim=-2)
+        # A non-finite state that reached the solve: report where it began.
+        _check_trajectory(Q, V, controls, self.dt, self._diagnose)
+        t = failed.step
+        nq, nv, nu = self.nq, self.nv, self.nu
+        q = failed.q.detach().reshape(-1, nq)
+        v = failed.v.detach().reshape(-1, nv)
+        u = failed.u.detach().reshape(-1, nu)
+        reason = str(failed.error).strip().splitlines()[0] if str(failed.error).strip() else type(failed.error).__name__
+        raise NonFiniteError(
+            f"the simulation step from state {t} (t = {t * self.dt:.6g} s) to step {t + 1} could not be solved "
+            f"({reason}): the state and controls were finite, so the dynamics diverged."
+            + self._diagnose(q, v, u, t, Q[..., 0, :].reshape(-1, nq)),
+            step=t + 1,
+            what="v",
+        ) from failed.error
+
+    def _window(self, q, v, controls, t0: int, norms, truncate_every):
+        """Steps ``t0, t0 + 1, ...`` of a rollout under ``controls`` (a sequence
+        of ``(..., nu)``): lists of the new states, efforts and contact results."""
+        qs, vs, efforts, contacts = [], [], [], []
+        for t, u in enumerate(controls, start=t0):
+            if truncate_every is not None and t > 0 and t % truncate_every == 0:
+                q, v = q.detach(), v.detach()
+            try:
+                if self.contact is not None:
+                    q1, v1, effort, res = self._advance_contact(q, v, u)
+                    # The body poses only serve the step's own force report:
+                    # not kept for the whole rollout.
+                    if getattr(res, "_bodies", ()):
+                        res = dataclasses.replace(res, _bodies=())
+                    contacts.append(res)
+                else:
+                    q1, v1, effort = self._advance(q, v, u)
+            except torch.linalg.LinAlgError as exc:
+                # A state grown beyond what the step can integrate makes its
+                # matrix indefinite before it makes the state non-finite.
+                raise _StepFailed(t, q, v, u, qs, vs, exc) from exc
+            q, v = _watch(norms, t + 1, q1, v1)
+            qs.append(q)
+            vs.append(v)
+            efforts.append(effort)
+        return qs, vs, efforts, contacts
 
     def _diagnose(
         self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor, step: int | None = None, q_start=None
@@ -602,6 +688,14 @@ _REMEDY = {
     "joint-limit stiffness": ": use softer SoftJointLimits or a smaller dt",
     "joint-limit damping": ": use a smaller SoftJointLimits damping or a smaller dt",
 }
+
+
+class _StepFailed(Exception):
+    """Internal: a step's solve failed at state ``step`` (carries what the report needs)."""
+
+    def __init__(self, step, q, v, u, qs, vs, error):
+        super().__init__(str(error))
+        self.step, self.q, self.v, self.u, self.qs, self.vs, self.error = step, q, v, u, qs, vs, error
 
 
 def _joint_force_mode(mode, integrator: str, is_robot: bool) -> str:

@@ -1,0 +1,251 @@
+"""Peak memory and time of back-propagation through long contact rollouts, with
+and without checkpointing, and of unrolled IK (issues 11 and 16).
+
+What is measured
+----------------
+* **Rollout**: the shipped quadruped (floating base, four foot spheres on the
+  ground, PD actuators kp 200 / kd 6, 2 ms implicit contact steps), dropped
+  2 mm onto its feet while drifting forward, at batch ``B`` for ``T`` steps
+  under PD targets that sway by 0.1 rad. One forward rollout and one backward
+  pass of a loss on every state (the mean base height over the trajectory and
+  the final state) to the ``(B, T, 12)`` targets. ``checkpoint_every=k``
+  (``Simulator.rollout``) keeps only the first state of each window of ``k``
+  steps and recomputes the window in the backward pass.
+* **IK**: ``solve_dls_ik`` on the shipped Panda, a batch of 1,000 random
+  reachable targets, 16 unrolled DLS iterations, forward only (no grad) and
+  forward + backward (the gradient of the solution with respect to the
+  targets).
+
+How
+---
+Every configuration runs in a fresh Python process (``--one``), one torch
+thread. The process first builds the model and runs a short warm-up of the
+same computation, then reads its peak resident set size (``getrusage``
+``ru_maxrss``: the operating system's high-water mark, which sees torch's
+allocations, unlike ``tracemalloc``), runs the measured computation once and
+reads the peak again. The table reports the growth of the peak, i.e. the
+memory the computation needed on top of the loaded process. glibc's mmap
+threshold is fixed at 16 kB in these processes (``MALLOC_MMAP_THRESHOLD_``,
+see :func:`measure`), so that freed arrays leave the resident set. Times are
+the process's CPU time (user + system, one thread), which a loaded shared
+machine disturbs less than wall time.
+
+The graph of a plain rollout saves about 49 kB per sample and step in float32
+(98 kB in float64; counted with ``torch.autograd.graph.saved_tensors_hooks``,
+``--saved``), so the plain gradient of 1,000 steps at batch 256 would need
+about 12.6 GB in float32 by that count (7.8 GB measured by extrapolation):
+more than this shared machine can spare. Its row is extrapolated from the
+measured short rows (memory grows linearly with the horizon) and marked so.
+``docs/simulation.md``'s table comes from ``--horizons 20,60`` (plain and
+``k = 10`` at 20 and 60 steps, extrapolated to 1,000) and the 1,000-step
+``k = 10`` row of the default run.
+
+Usage::
+
+    PYTHONPATH=src python benchmarks/rollout_memory.py            # the table of docs/simulation.md
+    PYTHONPATH=src python benchmarks/rollout_memory.py --quick    # small sizes, a smoke run
+    PYTHONPATH=src python benchmarks/rollout_memory.py --saved    # saved-tensor bytes per step
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kB
+
+
+def quadruped(dtype):
+    from backdrive.contact import ContactGeometry, ContactModel
+    from backdrive.data import load
+    from backdrive.kinematics import forward_kinematics
+    from backdrive.sim import PDActuator, Simulator
+
+    robot = load("quadruped", floating_base=True, dtype=dtype)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    sim = Simulator(robot, 2e-3, actuator=PDActuator(kp=200.0, kd=6.0), contact=cm)
+    qj = torch.tensor([0.0, 0.7, -1.4] * 4, dtype=dtype)
+    q0 = robot.neutral()
+    q0[7:] = qj
+    T = forward_kinematics(robot, q0)
+    q0[2] = -min(float(T[robot.frame_index(f), 2, 3]) for f in feet) + 0.02 + 0.002
+    v0 = torch.zeros(robot.nv, dtype=dtype)
+    v0[0] = 0.3
+    return sim, q0, v0, qj
+
+
+def rollout_gradient(sim, q0, v0, qj, B: int, T: int, k: int | None):
+    """One forward and backward pass; returns (forward s, backward s, gradient norm)."""
+    from backdrive.sim import State
+
+    t = torch.arange(T, dtype=qj.dtype)[:, None]
+    U = (qj + 0.1 * torch.sin(2 * torch.pi * t * sim.dt / 0.25)).expand(B, T, 12).clone().requires_grad_()
+    t0 = time.process_time()
+    traj = sim.rollout(State(q0, v0), U, checkpoint_every=k)
+    loss = traj.q[..., 2].mean(-1).sum() + traj.q[..., -1, :3].sum() + traj.v[..., -1, :].sum()
+    t1 = time.process_time()
+    (g,) = torch.autograd.grad(loss, U)
+    t2 = time.process_time()
+    return t1 - t0, t2 - t1, float(g.norm())
+
+
+def ik(B: int, iterations: int, backward: bool, dtype):
+    from backdrive.data import get_data_path
+    from backdrive.kinematics import DifferentiableIKCfg, SerialChainKinematics, solve_dls_ik
+
+    chain = SerialChainKinematics.from_urdf(get_data_path("panda"), end_link_name="panda_hand_tcp", dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    q = chain.lower + (chain.upper - chain.lower) * torch.rand(B, chain.dof, generator=gen, dtype=dtype)
+    target = chain.forward_kinematics(q).detach()
+    cfg = DifferentiableIKCfg(max_iterations=iterations)
+
+    def run():
+        x = target.clone().requires_grad_(backward)
+        t0 = time.process_time()
+        with torch.set_grad_enabled(backward):
+            res = solve_dls_ik(chain, x, cfg=cfg)
+            if backward:
+                torch.autograd.grad(res.qpos.sum(), x)
+        return time.process_time() - t0, float(res.success.double().mean())
+
+    return run
+
+
+def one(spec: dict) -> dict:
+    """Measure one configuration in this (fresh) process."""
+    torch.set_num_threads(1)
+    dtype = getattr(torch, spec.get("dtype", "float32"))
+    if spec["kind"] == "rollout":
+        sim, q0, v0, qj = quadruped(dtype)
+        rollout_gradient(sim, q0, v0, qj, 2, 4, spec["k"] and 2)  # warm-up: same code paths
+        base = _peak_mb()
+        fwd, bwd, gnorm = rollout_gradient(sim, q0, v0, qj, spec["B"], spec["T"], spec["k"])
+        return {**spec, "base_mb": base, "peak_mb": _peak_mb(), "forward_s": fwd, "backward_s": bwd, "grad_norm": gnorm}
+    run_small = ik(4, spec["iterations"], spec["backward"], dtype)
+    run_small()
+    run = ik(spec["B"], spec["iterations"], spec["backward"], dtype)
+    base = _peak_mb()
+    seconds, success = run()
+    return {**spec, "base_mb": base, "peak_mb": _peak_mb(), "seconds": seconds, "success": success}
+
+
+def measure(spec: dict) -> dict:
+    env = dict(os.environ)
+    # A fixed mmap threshold: glibc otherwise raises it after each large free
+    # and serves later arrays from a heap that it trims only from the top, so
+    # the peak RSS measured fragmentation more than live arrays (measured:
+    # 20 checkpointed windows of 10 `exp` on 4 MB arrays peaked 990 MB above
+    # the start with the default, 161 MB with this; 80 MB of outputs).
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", "16384")
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True, text=True, env=env, check=False
+    )
+    if out.returncode != 0:
+        return {**spec, "error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def saved_bytes() -> None:
+    from backdrive.sim import State
+
+    torch.set_num_threads(1)
+    for dtype in (torch.float32, torch.float64):
+        sim, q0, v0, qj = quadruped(dtype)
+        B, T = 16, 20
+        for k in (None, 10):
+            total = [0]
+
+            def pack(t):
+                total[0] += t.numel() * t.element_size()
+                return t
+
+            U = qj.expand(B, T, 12).clone().requires_grad_()
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                traj = sim.rollout(State(q0, v0), U, checkpoint_every=k)
+            c = traj.contact
+            kept = sum(x.numel() * x.element_size() for x in (traj.q, traj.v, traj.effort))
+            kept_contact = sum(
+                getattr(c, f).numel() * getattr(c, f).element_size()
+                for f in ("point", "normal", "penetration", "normal_velocity", "slip_velocity", "normal_force",
+                          "friction_force", "force", "f_ext", "jacobian", "_c_n", "_k_n", "_mu_fn_over_s", "_s", "_mu")
+            )
+            print(
+                f"{str(dtype)[6:]} checkpoint_every={k}: saved for backward {total[0] / B / T / 1e3:.1f} kB, "
+                f"trajectory {kept / B / T:.0f} B + contact record {kept_contact / B / T:.0f} B per sample-step"
+            )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    p.add_argument("--saved", action="store_true", help="print saved-tensor bytes per sample-step")
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--steps", type=int, default=1000, help="the horizon of the checkpointed rows")
+    p.add_argument("--horizons", help="comma-separated horizons to measure instead (plain and k=10), extrapolated to --steps")
+    a = p.parse_args()
+    if a.one:
+        print(json.dumps(one(json.loads(a.one))))
+        return
+    if a.saved:
+        saved_bytes()
+        return
+    B, T = (16, 100) if a.quick else (a.batch, a.steps)
+    short = (T // 10, T // 5) if a.horizons is None else tuple(int(x) for x in a.horizons.split(","))
+    rows = [dict(kind="rollout", B=B, T=t, k=None) for t in short]
+    rows += [dict(kind="rollout", B=B, T=t, k=10) for t in short]
+    if a.horizons is None:
+        rows += [dict(kind="rollout", B=B, T=T, k=k) for k in (10, 50)]
+    results = []
+    print("| rollout (quadruped, float32) | batch | steps | peak memory growth | forward (CPU s) | backward (CPU s) | total |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for spec in rows:
+        r = measure(spec)
+        results.append(r)
+        name = "plain" if spec["k"] is None else f"checkpoint_every={spec['k']}"
+        if "error" in r:
+            print(f"| {name} | {spec['B']} | {spec['T']} | failed: {r['error']} | | | |", flush=True)
+            continue
+        print(
+            f"| {name} | {spec['B']} | {spec['T']} | {r['peak_mb'] - r['base_mb']:,.0f} MB | {r['forward_s']:.1f} s "
+            f"| {r['backward_s']:.1f} s | {r['forward_s'] + r['backward_s']:.1f} s |",
+            flush=True,
+        )
+    for k in (None, 10):
+        pts = [r for r in results if r["k"] == k and r["T"] in short and "error" not in r]
+        if len(pts) == 2 and max(r["T"] for r in pts) < T:
+            a1, a2 = sorted(pts, key=lambda r: r["T"])
+            m1, m2 = a1["peak_mb"] - a1["base_mb"], a2["peak_mb"] - a2["base_mb"]
+            slope = (m2 - m1) / (a2["T"] - a1["T"])
+            est = m2 + slope * (T - a2["T"])
+            t_est = (a2["forward_s"] + a2["backward_s"]) * T / a2["T"]
+            name = "plain" if k is None else f"checkpoint_every={k}"
+            print(
+                f"| {name} (extrapolated, not run: {slope * 1e3 / B:.1f} kB per sample and step) | {B} | {T} "
+                f"| ~{est:,.0f} MB | | | ~{t_est:.0f} s |"
+            )
+    print()
+    print("| IK (Panda, float32, 16 iterations) | batch | peak memory growth | CPU time | success |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for backward in (False, True):
+        spec = dict(kind="ik", B=100 if a.quick else 1000, iterations=16, backward=backward)
+        r = measure(spec)
+        name = "forward + backward" if backward else "forward (no grad)"
+        if "error" in r:
+            print(f"| {name} | {spec['B']} | failed: {r['error']} | | |")
+            continue
+        print(f"| {name} | {spec['B']} | {r['peak_mb'] - r['base_mb']:,.1f} MB | {r['seconds']:.3f} s | {r['success']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
