@@ -18,7 +18,9 @@ position actuators with ``implicitfast`` integration, whose servo damping
 is implicit like backdrive's), the URDF effort limits (MuJoCo clamps at the
 limit, backdrive bends smoothly from 90 % of it), control at 50 Hz and
 MuJoCo at ``--dt`` (default 5 ms, backdrive's substep; 4 steps per control
-step). Joint limits are off in both.
+step) and at 2 ms. Joint limits are off in both. ``--sweep`` adds MuJoCo
+rows with one physical setting off nominal (friction, contact stiffness,
+servo ``kp``, over the ranges of ``backdrive.envs.Randomization``).
 
 The policy's observation is computed here from MuJoCo's ``qpos``/``qvel``
 (:func:`mujoco_observation`, independent of backdrive's ``observe``):
@@ -41,7 +43,7 @@ upright robots after the first 2 s, and the fraction that never fell
 half the standing height).
 
     python benchmarks/locomotion_transfer.py                  # 16 x 10 s
-    python benchmarks/locomotion_transfer.py --dt 0.002       # MuJoCo at 2 ms
+    python benchmarks/locomotion_transfer.py --sweep          # + friction, stiffness, kp off nominal
 
 Writes ``outputs/benchmarks/locomotion_transfer.json`` and prints a markdown table.
 """
@@ -77,7 +79,8 @@ def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
     ], -2)
 
 
-def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005):
+def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005, *, friction: float | None = None,
+          stiffness_scale: float = 1.0, motor_strength: float = 1.0):
     """The MuJoCo model of ``env``'s robot with its servos and effort limits.
 
     Args:
@@ -86,6 +89,10 @@ def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005):
         contact: ``"matched"`` (backdrive's penalty law) or ``"native"``
             (MuJoCo's default soft contact, pyramidal cone).
         dt: MuJoCo's time step, s; ``env.dt`` must be a multiple of it.
+        friction: Coulomb coefficient (``None``: the env's nominal 0.75).
+        stiffness_scale: factor on the matched contact stiffness (4e4 N/m).
+        motor_strength: factor on the servos' ``kp`` (``kd`` unchanged), as
+            :class:`backdrive.envs.Randomization`'s ``motor_strength``.
 
     Returns:
         ``(model, perm)``: ``perm`` maps MuJoCo's joint order to backdrive's
@@ -94,9 +101,10 @@ def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005):
     if contact not in ("matched", "native"):
         raise ValueError(f"contact must be 'matched' or 'native', got {contact!r}")
     p = env.nominal_contact
-    common = {"dt": dt, "kp": env.kp, "kd": env.kd, "friction": float(p.friction), "integrator": "implicitfast"}
+    mu = float(p.friction) if friction is None else float(friction)
+    common = {"dt": dt, "kp": env.kp * motor_strength, "kd": env.kd, "friction": mu, "integrator": "implicitfast"}
     if contact == "matched":
-        model = mc.build_model("quadruped", stiffness=float(p.stiffness), damping=float(p.damping),
+        model = mc.build_model("quadruped", stiffness=float(p.stiffness) * stiffness_scale, damping=float(p.damping),
                                scheme="implicit", stiction_width=float(p.stiction_width), **common)
     else:
         model = mc.build_model("quadruped", native=True, cone="pyramidal", **common)
@@ -143,11 +151,14 @@ def mujoco_observation(qpos: np.ndarray, qvel: np.ndarray, perm: np.ndarray, q_s
 
 @torch.no_grad()
 def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float = 0.005, *,
-               seconds: float = SECONDS, seed: int = SEED, settle: float = SETTLE) -> dict:
-    """``policy`` in MuJoCo from ``env``'s reset states (``seed``); metrics as ``env.evaluate``."""
+               seconds: float = SECONDS, seed: int = SEED, settle: float = SETTLE, **physics) -> dict:
+    """``policy`` in MuJoCo from ``env``'s reset states (``seed``); metrics as ``env.evaluate``.
+
+    ``physics``: :func:`build`'s ``friction``, ``stiffness_scale``, ``motor_strength``.
+    """
     import mujoco
 
-    model, perm = build(env, contact, dt)
+    model, perm = build(env, contact, dt, **physics)
     substeps = int(round(env.dt / dt))
     if abs(substeps * dt - env.dt) > 1e-9:
         raise ValueError(f"env.dt {env.dt} is not a multiple of dt {dt}")
@@ -210,24 +221,37 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=SECONDS)
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--dt", type=float, default=0.005, help="MuJoCo time step, s")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also MuJoCo with friction, contact stiffness and servo kp off nominal")
     ap.add_argument("--out", default="outputs/benchmarks/locomotion_transfer.json")
     args = ap.parse_args()
     torch.set_num_threads(1)
     env, policy = QuadrupedWalk.pretrained(args.episodes)
-    rows = {}
+    rows, labels = {}, {}
     t0 = time.perf_counter()
     rows["backdrive"] = run_backdrive(env, policy, seconds=args.seconds, seed=args.seed)
     rows["backdrive"]["wall_s"] = time.perf_counter() - t0
-    for contact in ("matched", "native"):
+    labels["backdrive"] = "backdrive (5 ms contact substeps)"
+    cases = [(f"mujoco_{c}_{dt * 1e3:g}ms", f"MuJoCo {dt * 1e3:g} ms, "
+              + ("matched contact" if c == "matched" else "MuJoCo default contact"), c, dt, {})
+             for dt in dict.fromkeys((args.dt, 0.002)) for c in ("matched", "native")]
+    if args.sweep:
+        # One physical setting off nominal at a time, matched contact otherwise:
+        # the ranges of backdrive.envs.Randomization (the policy was trained without it).
+        for label, kw in (("friction 0.5", {"friction": 0.5}), ("friction 1.25", {"friction": 1.25}),
+                          ("contact stiffness x0.5", {"stiffness_scale": 0.5}),
+                          ("contact stiffness x2", {"stiffness_scale": 2.0}),
+                          ("servo kp x0.9", {"motor_strength": 0.9}), ("servo kp x1.1", {"motor_strength": 1.1})):
+            key = "mujoco_" + label.replace(" ", "_")
+            cases.append((key, f"MuJoCo {args.dt * 1e3:g} ms, matched, {label}", "matched", args.dt, kw))
+    for key, label, contact, dt, kw in cases:
         t0 = time.perf_counter()
-        rows[f"mujoco_{contact}"] = run_mujoco(env, policy, contact, args.dt, seconds=args.seconds, seed=args.seed)
-        rows[f"mujoco_{contact}"]["wall_s"] = time.perf_counter() - t0
+        rows[key] = run_mujoco(env, policy, contact, dt, seconds=args.seconds, seed=args.seed, **kw)
+        rows[key]["wall_s"] = time.perf_counter() - t0
+        labels[key] = label
     ref = rows["backdrive"]["forward_speed"]
     for r in rows.values():
         r["gap_percent"] = 100.0 * (r["forward_speed"] - ref) / ref
-    labels = {"backdrive": "backdrive (5 ms contact substeps)",
-              "mujoco_matched": f"MuJoCo {args.dt * 1e3:g} ms, matched contact",
-              "mujoco_native": f"MuJoCo {args.dt * 1e3:g} ms, MuJoCo default contact"}
     print(f"{args.episodes} episodes x {args.seconds:g} s, command {COMMAND[0]} m/s forward, seed {args.seed}\n")
     print("| simulator | forward speed (m/s) | gap to backdrive | speed error (m/s) | upright | mean base height (m) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
