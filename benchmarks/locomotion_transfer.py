@@ -1,0 +1,269 @@
+"""Sim-to-sim transfer: the shipped quadruped policy walking in MuJoCo.
+
+The policy ``QuadrupedWalk.pretrained()`` learnt in backdrive's contact
+simulator is run, unchanged, in MuJoCo on the same URDF
+(``benchmarks/_mujoco_contact.py`` builds the model: the same 2 cm foot
+spheres, the only colliding geoms, on a plane at ``z = 0``):
+
+* ``matched`` contact: MuJoCo's soft constraint set up as backdrive's
+  penalty law (stiffness 4e4 N/m, damping 1e4 N s/m, friction 0.75,
+  ``scheme="implicit"``, the stiction slope of a 1 cm/s regularised Coulomb
+  law at the standing load), elliptic cone;
+* ``native`` contact: MuJoCo's defaults (``solref (0.02, 1)``, ``solimp
+  (0.9, 0.95, 0.001, 0.5, 2)``, pyramidal cone, ``impratio`` 1), the same
+  friction 0.75: what a MuJoCo user would run.
+
+Both with the env's servos (``kp`` 40 N m/rad, ``kd`` 1 N m s/rad, MuJoCo
+position actuators with ``implicitfast`` integration, whose servo damping
+is implicit like backdrive's), the URDF effort limits (MuJoCo clamps at the
+limit, backdrive bends smoothly from 90 % of it), control at 50 Hz and
+MuJoCo at ``--dt`` (default 5 ms, backdrive's substep; 4 steps per control
+step) and at 2 ms. Joint limits are off in both. ``--sweep`` adds MuJoCo
+rows with one physical setting off nominal (friction, contact stiffness,
+servo ``kp``, over the ranges of ``backdrive.envs.Randomization``).
+
+The policy's observation is computed here from MuJoCo's ``qpos``/``qvel``
+(:func:`mujoco_observation`, independent of backdrive's ``observe``):
+joints reordered by name and taken relative to the standing pose, MuJoCo's
+free-joint angular velocity (already in the base frame), gravity in the
+base frame from the quaternion, the last action, the command, the trot
+clock ``(cos, sin)`` advancing at the env's 3 Hz, and (the shipped policy
+is privileged) the base linear velocity turned from MuJoCo's world frame
+into the base frame and the base height. The servo targets are the env's:
+``q_stand + 0.5 a + gait_offsets(phase)``. ``tests/test_locomotion_transfer.py``
+checks the observation against ``QuadrupedWalk.observe`` for the same
+physical state.
+
+The episodes start from the env's randomised initial states (``reset(seed)``:
+yaw, joint noise, base velocity, clock phase), the same ones backdrive's
+``evaluate`` uses in the same process, under the command 0.5 m/s forward.
+Metrics as ``QuadrupedWalk.evaluate``: mean base-frame forward speed of the
+upright robots after the first 2 s, and the fraction that never fell
+(gravity more than 60 degrees off the base's -z axis, or the base below
+half the standing height).
+
+    python benchmarks/locomotion_transfer.py                  # 16 x 10 s
+    python benchmarks/locomotion_transfer.py --sweep          # + friction, stiffness, kp off nominal
+
+Writes ``outputs/benchmarks/locomotion_transfer.json`` and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _mujoco_contact as mc  # noqa: E402
+
+from backdrive.envs import QuadrupedWalk  # noqa: E402
+
+COMMAND = (0.5, 0.0, 0.0)
+EPISODES, SEED, SECONDS, SETTLE = 16, 999, 10.0, 2.0
+
+
+def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
+    """Rotation matrices ``(..., 3, 3)`` (base to world) of wxyz unit quaternions ``(..., 4)``."""
+    w, x, y, z = (quat[..., i] for i in range(4))
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+    ], -2)
+
+
+def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005, *, friction: float | None = None,
+          stiffness_scale: float = 1.0, motor_strength: float = 1.0):
+    """The MuJoCo model of ``env``'s robot with its servos and effort limits.
+
+    Args:
+        env: a :class:`QuadrupedWalk` on the shipped quadruped (its ``kp``,
+            ``kd``, nominal friction and effort limits are used).
+        contact: ``"matched"`` (backdrive's penalty law) or ``"native"``
+            (MuJoCo's default soft contact, pyramidal cone).
+        dt: MuJoCo's time step, s; ``env.dt`` must be a multiple of it.
+        friction: Coulomb coefficient (``None``: the env's nominal 0.75).
+        stiffness_scale: factor on the matched contact stiffness (4e4 N/m).
+        motor_strength: factor on the servos' ``kp`` (``kd`` unchanged), as
+            :class:`backdrive.envs.Randomization`'s ``motor_strength``.
+
+    Returns:
+        ``(model, perm)``: ``perm`` maps MuJoCo's joint order to backdrive's
+        (``mujoco_values[perm]`` is in ``env.robot.joint_names`` order).
+    """
+    if contact not in ("matched", "native"):
+        raise ValueError(f"contact must be 'matched' or 'native', got {contact!r}")
+    p = env.nominal_contact
+    mu = float(p.friction) if friction is None else float(friction)
+    common = {"dt": dt, "kp": env.kp * motor_strength, "kd": env.kd, "friction": mu, "integrator": "implicitfast"}
+    if contact == "matched":
+        model = mc.build_model("quadruped", stiffness=float(p.stiffness) * stiffness_scale, damping=float(p.damping),
+                               scheme="implicit", stiction_width=float(p.stiction_width), **common)
+    else:
+        model = mc.build_model("quadruped", native=True, cone="pyramidal", **common)
+    perm = mc.joint_permutation(model, env.robot.joint_names)
+    limit = np.empty(12)
+    limit[perm] = env.robot.effort_limit.double().numpy()
+    model.actuator_forcelimited[:] = 1
+    model.actuator_forcerange[:] = np.stack([-limit, limit], -1)
+    return model, perm
+
+
+def to_mujoco(q: np.ndarray, v: np.ndarray, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Backdrive ``(q (..., 19), v (..., 18))`` as MuJoCo ``(qpos, qvel)``:
+    joints put in MuJoCo's order, the base linear velocity into the world frame."""
+    qpos, qvel = np.array(q, dtype=float), np.array(v, dtype=float)
+    qpos[..., 7 + perm] = q[..., 7:]
+    qvel[..., 6 + perm] = v[..., 6:]
+    qvel[..., :3] = np.einsum("...ij,...j->...i", quat_to_matrix(qpos[..., 3:7]), v[..., :3])
+    return qpos, qvel
+
+
+def mujoco_observation(qpos: np.ndarray, qvel: np.ndarray, perm: np.ndarray, q_stand: np.ndarray,
+                       last_action: np.ndarray, command: np.ndarray, phase: np.ndarray,
+                       privileged: bool) -> np.ndarray:
+    """The policy's observation ``(..., 47 or 51)`` from MuJoCo's state.
+
+    Args:
+        qpos: ``(..., 19)`` MuJoCo positions (world base position, wxyz
+            quaternion, joints in MuJoCo's order). qvel: ``(..., 18)``
+            (world-frame base linear velocity, base-frame angular velocity,
+            joint rates).
+        perm: from :func:`build`. q_stand: ``(12,)`` standing pose, rad.
+        last_action: ``(..., 12)``. command: ``(..., 3)``. phase: ``(..., 1)`` rad.
+        privileged: append the base-frame linear velocity and the base height.
+    """
+    R = quat_to_matrix(qpos[..., 3:7] / np.linalg.norm(qpos[..., 3:7], axis=-1, keepdims=True))
+    gravity = -R[..., 2, :]  # R^T (0, 0, -1)
+    parts = [qpos[..., 7:][..., perm] - q_stand, qvel[..., 6:][..., perm], qvel[..., 3:6], gravity,
+             last_action, command, np.cos(phase), np.sin(phase)]
+    if privileged:
+        parts += [np.einsum("...ji,...j->...i", R, qvel[..., :3]), qpos[..., 2:3]]
+    return np.concatenate(parts, -1)
+
+
+@torch.no_grad()
+def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float = 0.005, *,
+               seconds: float = SECONDS, seed: int = SEED, settle: float = SETTLE, **physics) -> dict:
+    """``policy`` in MuJoCo from ``env``'s reset states (``seed``); metrics as ``env.evaluate``.
+
+    ``physics``: :func:`build`'s ``friction``, ``stiffness_scale``, ``motor_strength``.
+    """
+    import mujoco
+
+    model, perm = build(env, contact, dt, **physics)
+    substeps = int(round(env.dt / dt))
+    if abs(substeps * dt - env.dt) > 1e-9:
+        raise ValueError(f"env.dt {env.dt} is not a multiple of dt {dt}")
+    env.reset(seed=seed)
+    env.set_command(torch.as_tensor(COMMAND, dtype=env.dtype))
+    parts = {k: t.double().numpy().copy() for k, t in env.split(env.state).items()}
+    n = env.num_envs
+    qpos0, qvel0 = to_mujoco(parts["q"], parts["v"], perm)
+    datas = [mujoco.MjData(model) for _ in range(n)]
+    for d, qp, qv in zip(datas, qpos0, qvel0):
+        d.qpos[:], d.qvel[:] = qp, qv
+        mujoco.mj_forward(model, d)
+    q_stand = env.q_stand.double().numpy()
+    last, cmd, phase = parts["last_action"], parts["command"], parts["phase"]
+    alive = np.ones(n, dtype=bool)
+    steps = int(round(seconds / env.dt))
+    vx, heights = [], []
+    for _ in range(steps):
+        qpos = np.stack([d.qpos for d in datas])
+        qvel = np.stack([d.qvel for d in datas])
+        obs = mujoco_observation(qpos, qvel, perm, q_stand, last, cmd, phase, env.privileged)
+        action = policy(torch.as_tensor(obs, dtype=env.dtype)).clamp(-1.0, 1.0)
+        target = (env.q_stand + env.action_scale * action
+                  + env.gait_offsets(torch.as_tensor(phase, dtype=env.dtype))).double().numpy()
+        for i, d in enumerate(datas):
+            if not alive[i]:
+                continue
+            d.ctrl[perm] = target[i]
+            for _ in range(substeps):
+                mujoco.mj_step(model, d)
+        last = action.double().numpy()
+        phase = np.remainder(phase + 2 * math.pi * env.gait_frequency * env.dt, 2 * math.pi)
+        qpos = np.stack([d.qpos for d in datas])
+        qvel = np.stack([d.qvel for d in datas])
+        R = quat_to_matrix(qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=-1, keepdims=True))
+        fell = (-R[:, 2, 2] > -0.5) | (qpos[:, 2] < 0.5 * env.stand_height) | ~np.isfinite(qpos).all(-1)
+        alive &= ~fell
+        v_base = np.einsum("nji,nj->ni", R, qvel[:, :3])
+        vx.append(np.where(alive, v_base[:, 0], np.nan))
+        heights.append(np.where(alive, qpos[:, 2], np.nan))
+    V = np.array(vx)[int(round(settle / env.dt)):]
+    per_env = np.nanmean(V, 0) if alive.any() else np.full(n, np.nan)
+    return {
+        "forward_speed": float(np.nanmean(V)) if np.isfinite(V).any() else math.nan,
+        "speed_error": float(np.nanmean(np.abs(per_env - COMMAND[0]))) if alive.any() else math.nan,
+        "upright": float(alive.mean()),
+        "mean_height": float(np.nanmean(np.array(heights))),
+    }
+
+
+def run_backdrive(env: QuadrupedWalk, policy, *, seconds: float = SECONDS, seed: int = SEED) -> dict:
+    m = env.evaluate(policy, COMMAND, seconds=seconds, seed=seed, settle=SETTLE)
+    h = m["q"][1:, :, 2]
+    return {k: m[k] for k in ("forward_speed", "speed_error", "upright")} | {"mean_height": float(h.mean())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--episodes", type=int, default=EPISODES)
+    ap.add_argument("--seconds", type=float, default=SECONDS)
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--dt", type=float, default=0.005, help="MuJoCo time step, s")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also MuJoCo with friction, contact stiffness and servo kp off nominal")
+    ap.add_argument("--out", default="outputs/benchmarks/locomotion_transfer.json")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    env, policy = QuadrupedWalk.pretrained(args.episodes)
+    rows, labels = {}, {}
+    t0 = time.perf_counter()
+    rows["backdrive"] = run_backdrive(env, policy, seconds=args.seconds, seed=args.seed)
+    rows["backdrive"]["wall_s"] = time.perf_counter() - t0
+    labels["backdrive"] = "backdrive (5 ms contact substeps)"
+    cases = [(f"mujoco_{c}_{dt * 1e3:g}ms", f"MuJoCo {dt * 1e3:g} ms, "
+              + ("matched contact" if c == "matched" else "MuJoCo default contact"), c, dt, {})
+             for dt in dict.fromkeys((args.dt, 0.002)) for c in ("matched", "native")]
+    if args.sweep:
+        # One physical setting off nominal at a time, matched contact otherwise:
+        # the ranges of backdrive.envs.Randomization (the policy was trained without it).
+        for label, kw in (("friction 0.5", {"friction": 0.5}), ("friction 1.25", {"friction": 1.25}),
+                          ("contact stiffness x0.5", {"stiffness_scale": 0.5}),
+                          ("contact stiffness x2", {"stiffness_scale": 2.0}),
+                          ("servo kp x0.9", {"motor_strength": 0.9}), ("servo kp x1.1", {"motor_strength": 1.1})):
+            key = "mujoco_" + label.replace(" ", "_")
+            cases.append((key, f"MuJoCo {args.dt * 1e3:g} ms, matched, {label}", "matched", args.dt, kw))
+    for key, label, contact, dt, kw in cases:
+        t0 = time.perf_counter()
+        rows[key] = run_mujoco(env, policy, contact, dt, seconds=args.seconds, seed=args.seed, **kw)
+        rows[key]["wall_s"] = time.perf_counter() - t0
+        labels[key] = label
+    ref = rows["backdrive"]["forward_speed"]
+    for r in rows.values():
+        r["gap_percent"] = 100.0 * (r["forward_speed"] - ref) / ref
+    print(f"{args.episodes} episodes x {args.seconds:g} s, command {COMMAND[0]} m/s forward, seed {args.seed}\n")
+    print("| simulator | forward speed (m/s) | gap to backdrive | speed error (m/s) | upright | mean base height (m) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for k, r in rows.items():
+        gap = "-" if k == "backdrive" else f"{r['gap_percent']:+.1f} %"
+        print(f"| {labels[k]} | {r['forward_speed']:.3f} | {gap} | {r['speed_error']:.3f} | "
+              f"{r['upright']:.0%} | {r['mean_height']:.3f} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"args": vars(args), "command": COMMAND, "rows": rows}, indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
