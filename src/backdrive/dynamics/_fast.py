@@ -56,6 +56,7 @@ __all__ = [
     "f_ext_world_fast",
     "kinetic_energy_fast",
     "first_moment_fast",
+    "aba_fast",
 ]
 
 
@@ -962,6 +963,114 @@ def first_moment_fast(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
     com = _active(topo, model.body_com).T[:, :, None]
     c = rot(R[:, :, o:], com) + p[:, o:]
     return (c * m).sum(1)
+
+
+# ---------------------------------------------------------------------- ABA
+
+
+def aba_fast(model: RobotModel, q, v, tau, g, f_ext) -> torch.Tensor:
+    """Forward dynamics by the articulated-body algorithm on the fast path,
+    ``(..., nv)``, without autograd (models without mimic joints).
+
+    The same algorithm as the reference :func:`~backdrive.dynamics._aba.aba_core`,
+    in the world frame at the origin: articulated inertias ``(6, 6, n, N)``
+    and bias forces ``(6, n, N)`` accumulate from the leaves to the root, one
+    batched step per depth level (the level's bodies are one slice; their
+    parents get them by one ``index_add``), then the accelerations are
+    resolved from the root out. ``q``, ``v``, ``tau`` share one batch shape;
+    ``tau`` already holds every joint force.
+    """
+    with torch.no_grad():
+        topo = fast_topology(model)
+        fb = model.floating_base
+        o, nv = topo.o, model.nv
+        batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
+        vt = _to_internal(topo, v.reshape(N, nv))
+        tt = _to_internal(topo, tau.reshape(N, nv))
+        R0, p0 = K.R[:, :, 0], K.p[:, 0]
+        qd, (Jl, Ja), (Vl, Va) = _velocities(topo, K, vt, fb)
+        Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
+        # Velocity-product acceleration of each joint, c = V x (S qd).
+        cl = cross_add(cross(Vma, Jl), Vml, Ja)
+        ca = cross(Vma, Ja)
+        # Bias forces p = V x* (I V) - f_ext (and the base's applied wrench).
+        hl, ha = _inertia(K, Vl, Va)
+        pA = new((6, topo.na, N), Vl)
+        torch.linalg.cross(Va, hl, dim=0, out=pA[:3])
+        torch.linalg.cross(Va, ha, dim=0, out=pA[3:])
+        cross_add(pA[3:], Vl, hl)
+        if ft is not None:
+            pA[:3] -= ft[0]
+            pA[3:] -= ft[1]
+        if fb:
+            fl = rot(R0, tt[:3])
+            pA[:3, 0] -= fl
+            pA[3:, 0] -= rot(R0, tt[3:6]) + cross(p0, fl)
+        # Spatial inertias [[m 1, -[h]x], [[h]x, I]] at the world origin.
+        IA = K.h.new_zeros(6, 6, topo.na, N)
+        for i in range(3):
+            IA[i, i].copy_(K.m.expand(topo.na, N))
+        hx = skew(K.h, 0)
+        IA[:3, 3:] = -hx
+        IA[3:, :3] = hx
+        IA[3:, 3:] = K.I
+        S = torch.cat([K.Sl, K.Sa], 0)  # (6, nm, N)
+        c = torch.cat([cl, ca], 0)
+        tj = tt[6:] if fb else tt
+        arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
+        sched = tree_schedule(model)
+        par_all = torch.tensor(topo.parent, dtype=torch.long, device=S.device)
+        levels = []
+        for d in range(len(sched.level_slices) - 1, 0, -1):  # leaves first
+            sl = sched.level_slices[d]
+            mo = slice(sl.start - 1, sl.stop - 1)  # moving-body positions
+            ao = slice(sl.start - o, sl.stop - o)  # active-body positions
+            Sd, cd, IAd, pAd = S[:, mo], c[:, mo], IA[:, :, ao], pA[:, ao]
+            U = IAd[:, 0] * Sd[0]
+            for j in range(1, 6):
+                U.addcmul_(IAd[:, j], Sd[j])
+            D = (Sd * U).sum(0).add_(arm[mo, None])
+            u = tj[mo] - (Sd * pAd).sum(0)
+            Uo = U / D
+            par = par_all[sl] - o
+            levels.append((mo, par, Sd, cd, U, D, u))
+            if d == 1 and not fb:
+                continue  # the parent is the welded root
+            Ia = IAd.addcmul(Uo[:, None], U[None], value=-1.0)
+            pa = pAd.addcmul(Uo, u)
+            for j in range(6):
+                pa.addcmul_(Ia[:, j], cd[j])
+            IA.index_add_(2, par, Ia)
+            pA.index_add_(1, par, pa)
+        # Accelerations offset by gravity's: a_hat = a - [g; 0].
+        a = K.h.new_zeros(6, topo.na, N) if fb else None
+        grav = gt.expand(3, N)
+        if fb:
+            I0 = IA[:, :, 0].permute(2, 0, 1)
+            L = torch.linalg.cholesky_ex(I0)[0]
+            a0 = -torch.cholesky_solve(pA[:, 0].T[:, :, None], L)[..., 0].T  # (6, N)
+            a[:, 0] = a0
+            lin = a0[:3] + grav
+            base = torch.cat([rot_t(R0, lin + cross(a0[3:], p0)), rot_t(R0, a0[3:])], 0)
+        qdd = K.h.new_empty(S.shape[1], N)
+        prev_root = torch.cat([-grav, torch.zeros_like(grav)], 0)[:, None]  # a fixed root: -[g; 0]
+        am = K.h.new_empty(6, S.shape[1], N)  # accelerations of the moving bodies
+        for mo, par, Sd, cd, U, D, u in reversed(levels):
+            if fb:
+                ap = a.index_select(1, par) + cd
+            elif mo.start == 0:
+                ap = prev_root + cd
+            else:
+                ap = am.index_select(1, par) + cd  # with a fixed base, active = moving positions
+            x = (u - (U * ap).sum(0)) / D
+            qdd[mo] = x
+            ap.addcmul_(Sd, x)
+            if fb:
+                a[:, mo.start + 1 : mo.stop + 1] = ap
+            else:
+                am[:, mo] = ap
+        out = torch.cat([base, qdd], 0) if fb else qdd
+        return _from_internal(topo, out).reshape(*batch, nv)
 
 
 # ---------------------------------------------------------------------- RNEA vector-Jacobian product
