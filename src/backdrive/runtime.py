@@ -244,7 +244,7 @@ def workspace_empty(shape: tuple, like: torch.Tensor) -> torch.Tensor:
     array is large, else ``torch.empty``. Only for code that nothing records
     (no autograd): the array's old contents are overwritten."""
     ws = getattr(_ws, "current", None)
-    if ws is not None:
+    if ws is not None and not torch.compiler.is_compiling():  # traced code allocates as usual
         n = like.element_size()
         for d in shape:
             n *= d
