@@ -73,6 +73,8 @@ BATCHES = (1, 100, 10000)
 PIN_THREADS = 2
 #: Include the G1 humanoid of example-robot-data (``--no-humanoid`` leaves it out).
 HUMANOID = True
+#: ``--one-thread``: leave out the first table's rows with torch on 2 threads.
+ONE_THREAD = False
 
 
 # CPU time of the calling thread: with torch on one thread, everything but
@@ -167,6 +169,8 @@ def large_batch_table(reps: int, retain: bool = False) -> list[str]:
     settings = (("glibc default", 1), ("reuse_workspaces()", 1), ("reuse_workspaces()", 2))
     if retain:
         settings = (("retain_freed_memory()", 1), ("retain_freed_memory()", 2))
+    if ONE_THREAD:  # --one-thread: no torch rows on 2 threads (meaningless on a loaded machine)
+        settings = tuple(x for x in settings if x[1] == 1)
         runtime.retain_freed_memory()
     for allocator, threads in settings:
         clock = time.thread_time if threads == 1 and CLOCK is time.thread_time else time.perf_counter
@@ -484,11 +488,15 @@ def main() -> None:
     parser.add_argument("--wall", action="store_true", help="wall-clock time everywhere")
     parser.add_argument("--no-humanoid", action="store_true", help="leave out the G1 humanoid rows")
     parser.add_argument(
+        "--one-thread", action="store_true", help="no torch rows on 2 threads in the first table (loaded machine)"
+    )
+    parser.add_argument(
         "--no-compile", action="store_true", help="skip the compile_forward_dynamics rows (torch.compile)"
     )
     args = parser.parse_args()
-    global CLOCK, THREADS, HUMANOID
+    global CLOCK, THREADS, HUMANOID, ONE_THREAD
     HUMANOID = not args.no_humanoid
+    ONE_THREAD = args.one_thread
     THREADS = args.threads
     torch.set_num_threads(args.threads)
     if args.wall or args.threads > 1:

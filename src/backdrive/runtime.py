@@ -238,13 +238,22 @@ class _Workspace:
 _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
+def active_workspace() -> _Workspace | None:
+    """The :class:`reuse_workspaces` block active in this thread (``None``
+    outside one and in code that ``torch.compile`` traces)."""
+    ws = getattr(_ws, "current", None)
+    if ws is None or torch.compiler.is_compiling():
+        return None
+    return ws
+
+
 def workspace_empty(shape: tuple, like: torch.Tensor) -> torch.Tensor:
     """An uninitialised array for an ``out=`` kernel of the fast path: from
     the active :class:`reuse_workspaces` block when there is one and the
     array is large, else ``torch.empty``. Only for code that nothing records
     (no autograd): the array's old contents are overwritten."""
-    ws = getattr(_ws, "current", None)
-    if ws is not None and not torch.compiler.is_compiling():  # traced code allocates as usual
+    ws = active_workspace()
+    if ws is not None:
         n = like.element_size()
         for d in shape:
             n *= d

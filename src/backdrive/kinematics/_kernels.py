@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from .._shapes import broadcast_shapes
+from ..runtime import active_workspace
 from ..runtime import workspace_empty as new
 from ._paths import untracked
 
@@ -40,9 +41,11 @@ __all__ = [
 
 
 def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a * b`` (broadcasting); without autograd into a fresh array from the
-    active workspace (:class:`backdrive.runtime.reuse_workspaces`), if any."""
-    if not untracked():
+    """``a * b`` (broadcasting); without autograd and inside a
+    :class:`backdrive.runtime.reuse_workspaces` block, into an array of the
+    workspace (outside one, the plain product: the shape arithmetic would
+    only add Python time, measured 20 % at 256 samples)."""
+    if active_workspace() is None or not untracked():
         return a * b
     return torch.mul(a, b, out=new(broadcast_shapes(a.shape, b.shape), a))
 
@@ -108,8 +111,6 @@ def rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``R x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
     r0, r1, r2 = R.unbind(1)
     x0, x1, x2 = x.unbind(0)
-    if not untracked():
-        return (r0 * x0).addcmul_(r1, x1).addcmul_(r2, x2)
     return mul(r0, x0).addcmul_(r1, x1).addcmul_(r2, x2)
 
 
@@ -118,12 +119,7 @@ def rot_t(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> 
     without autograd)."""
     r0, r1, r2 = R.unbind(0)
     x0, x1, x2 = x.unbind(0)
-    if out is not None:
-        out = torch.mul(r0, x0, out=out)
-    elif untracked():
-        out = mul(r0, x0)
-    else:
-        out = r0 * x0
+    out = mul(r0, x0) if out is None else torch.mul(r0, x0, out=out)
     return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 
