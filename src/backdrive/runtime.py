@@ -194,7 +194,14 @@ class threads_for_batch(AbstractContextManager):  # noqa: N801 - used like a fun
 #: more than it saves.
 WORKSPACE_MIN_BYTES = 64 << 10
 
-_ws = threading.local()
+class _WorkspaceLocal(threading.local):
+    # A class default, so that reading it in a thread that never opened a
+    # block costs no AttributeError (getattr with a default raises and
+    # catches one: measured 20 % of forward dynamics at 256 samples).
+    current = None
+
+
+_ws = _WorkspaceLocal()
 
 
 class _Workspace:
@@ -241,7 +248,7 @@ _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
 def active_workspace() -> _Workspace | None:
     """The :class:`reuse_workspaces` block active in this thread (``None``
     outside one and in code that ``torch.compile`` traces)."""
-    ws = getattr(_ws, "current", None)
+    ws = _ws.current
     if ws is None or torch.compiler.is_compiling():
         return None
     return ws
@@ -292,7 +299,7 @@ class reuse_workspaces(AbstractContextManager):  # noqa: N801 - used like a func
         self.opened = False
 
     def __enter__(self) -> reuse_workspaces:
-        if getattr(_ws, "current", None) is None and _storage_use_count is not None:
+        if _ws.current is None and _storage_use_count is not None:
             _ws.current = _Workspace(self.max_bytes)
             self.opened = True
         return self

@@ -39,8 +39,9 @@ import torch
 
 from ..kinematics._fk import body_transforms_fast
 from ..kinematics import _paths
-from ..kinematics._kernels import cross, cross_add, mul, new, rot, rot_t, skew
+from ..kinematics._kernels import cross, cross_add, div, mul, new, rot, rot_t, rows, skew
 from ..kinematics._paths import untracked
+from ..runtime import active_workspace
 from ..kinematics._schedule import TreeSums, down, tree_schedule, tree_sums, up
 from ..model import RobotModel, geometry_constants
 
@@ -359,7 +360,7 @@ def _with_base(fb: bool, base, lin, ang):
     arrays (with a fixed base, ``(lin, ang)`` as they are)."""
     if not fb:
         return lin, ang
-    if not untracked():
+    if active_workspace() is None or not untracked():
         return torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)
     out = []
     for b, x in zip(base, (lin, ang)):
@@ -780,14 +781,12 @@ class LTDLFactor:
         N = E.shape[-1]
         for lv in sp.levels:
             n, d = lv.k.numel(), lv.d
-            X = torch.index_select(E, 0, lv.xpos, out=new((n * d, N), E))
-            Dk = torch.index_select(E, 0, lv.dpos, out=new((n, N), E))
-            Lk = torch.div(X.view(n, d, N), Dk[:, None], out=new((n, d, N), E)).view(n * d, N)
+            X = rows(E, lv.xpos)  # (n d, N)
+            Dk = rows(E, lv.dpos)  # (n, N)
+            Lk = div(X.view(n, d, N), Dk[:, None]).view(n * d, N)
             if lv.tgt.numel() < LTDL_GATHER_MAX:
                 # Few updates: two gathers, one product, one scatter.
-                m = lv.src_a.numel()
-                U = torch.index_select(Lk, 0, lv.src_a, out=new((m, N), E))
-                U.mul_(torch.index_select(X, 0, lv.src_b, out=new((m, N), E)))
+                U = rows(Lk, lv.src_a).mul_(rows(X, lv.src_b))
                 E.index_add_(0, lv.tgt, U, alpha=-1.0)
             else:
                 # Many (a floating base under every leg): one product per
@@ -809,7 +808,7 @@ class LTDLFactor:
             r.index_add_(0, lv.anc, mul(Lk.view(-1, lv.d, N), y[:, None]).view(-1, N), alpha=-1.0)
         r.div_(self.D)
         for lv, Lk in zip(reversed(levels), reversed(self.Ls)):  # L x = z, root first
-            x = torch.index_select(r, 0, lv.anc, out=new(Lk.shape, r)).mul_(Lk)
+            x = rows(r, lv.anc).mul_(Lk)
             r.index_add_(0, lv.k, x.view(-1, lv.d, N).sum(1), alpha=-1.0)
         return r
 

@@ -13,6 +13,7 @@ import torch
 from .._errors import InputError
 from ..model import RobotModel, geometry_constants
 from ..spatial import quat_to_matrix
+from ..runtime import active_workspace
 from ._kernels import new, skew
 from ._paths import choose, transforms_active, untracked
 from ._schedule import tree_schedule
@@ -334,7 +335,7 @@ def _fk_fast(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool 
     cs = torch.cos(ang)
     omc = 1.0 - cs
     # (3, 3, nb - 1, 1) constants, (nb - 1, N) angles, both in level order.
-    if untracked():
+    if untracked() and active_workspace() is not None:
         Rl = new((3, 3, nb - 1, N), qf)
         torch.addcmul(c["Rpl_L"], c["A_L"], s, out=Rl).addcmul_(c["B_L"], omc)
     else:

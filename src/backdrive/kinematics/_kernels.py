@@ -28,6 +28,8 @@ from ._paths import untracked
 __all__ = [
     "new",
     "mul",
+    "div",
+    "rows",
     "skew",
     "cross",
     "cross_add",
@@ -48,6 +50,20 @@ def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if active_workspace() is None or not untracked():
         return a * b
     return torch.mul(a, b, out=new(broadcast_shapes(a.shape, b.shape), a))
+
+
+def div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a / b``, into a workspace array as :func:`mul`."""
+    if active_workspace() is None or not untracked():
+        return a / b
+    return torch.div(a, b, out=new(broadcast_shapes(a.shape, b.shape), a))
+
+
+def rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x.index_select(0, index)``, into a workspace array as :func:`mul`."""
+    if active_workspace() is None or not untracked():
+        return x.index_select(0, index)
+    return torch.index_select(x, 0, index, out=new((index.shape[0],) + tuple(x.shape[1:]), x))
 
 
 def skew(a: torch.Tensor, dim: int = -1) -> torch.Tensor:
