@@ -33,9 +33,11 @@ the system at its end; the next call then faults every page in again.
 Measured for forward dynamics of the Panda at 10,000 samples in float32:
 about 7,400 page faults and twice the time of a call without them.
 
-:func:`retain_freed_memory` keeps that memory in the process, bounded, so
-that each call reuses the pages of the last one. It is not applied on import:
-it changes the allocator of the whole process. ``docs/dynamics.md`` ("Large
+:class:`reuse_workspaces` keeps the fast path's large arrays for reuse
+inside a block (backdrive's simulator and trainers open one), with no change
+to the allocator. :func:`retain_freed_memory` keeps all freed memory in the
+process, bounded, so that each call reuses the pages of the last one. It is
+not applied on import: it changes the allocator of the whole process. ``docs/dynamics.md`` ("Large
 batches on the CPU") has the measurements.
 """
 
