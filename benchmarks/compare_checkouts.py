@@ -38,7 +38,8 @@ def fns(D, K, robot, q, v, a, link):
         "bias": lambda: D.bias_forces(robot, q, v), "crba": lambda: D.mass_matrix(robot, q),
         "crba_grad": grad(lambda q: D.mass_matrix(robot, q), q), "fd": lambda: D.forward_dynamics(robot, q, v, a),
         "fd_grad": grad(lambda q, v, a: D.forward_dynamics(robot, q, v, a), q, v, a),
-        "aba": lambda: D.forward_dynamics(robot, q, v, a, method="aba")}
+        "aba": lambda: D.forward_dynamics(robot, q, v, a, method="aba"),
+        "ke": lambda: D.kinetic_energy(robot, q, v), "pe": lambda: D.potential_energy(robot, q)}
 print("| robot | dtype | batch | op | old ms | new ms | new/old |\n|---|---|---|---|---|---|---|", flush=True)
 for rname in ["panda", "quadruped"]:
     ro64, rn64 = lo(rname, floating_base=rname == "quadruped"), ln(rname, floating_base=rname == "quadruped")

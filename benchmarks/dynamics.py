@@ -2,8 +2,14 @@
 
 Runs inverse dynamics (RNEA), the mass matrix (CRBA) and forward dynamics at
 batch 1, 100 and 10000 for the Panda (shipped model, fingers as independent
-joints so that Pinocchio's ``aba`` accepts it: nv = 9) and the shipped
-floating-base quadruped (nv = 18), in one process, and prints a markdown table.
+joints so that Pinocchio's ``aba`` accepts it: nv = 9), the shipped
+floating-base quadruped (nv = 18) and the G1 humanoid of example-robot-data
+(floating, nv = 35; ``--no-humanoid`` leaves it out), in one process, and
+prints markdown tables. backdrive runs inside
+``backdrive.runtime.reuse_workspaces()``, as in its own loops (the first
+table also shows glibc's default and ``retain_freed_memory()``). A table
+measured with another process busy on one core compares torch on 2 threads,
+on 1, and backdrive's choice (``runtime.threads_for_batch``).
 
 * backdrive: one batched call, float32 and float64; forward dynamics by the
   default ``method="auto"`` (from 96 samples with a gradient, 192 without,
@@ -49,8 +55,11 @@ from __future__ import annotations
 import os
 
 import argparse
+import contextlib
 import platform
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -62,6 +71,10 @@ from backdrive.data import get_data_path
 
 BATCHES = (1, 100, 10000)
 PIN_THREADS = 2
+#: Include the G1 humanoid of example-robot-data (``--no-humanoid`` leaves it out).
+HUMANOID = True
+#: ``--one-thread``: leave out the first table's rows with torch on 2 threads.
+ONE_THREAD = False
 
 
 # CPU time of the calling thread: with torch on one thread, everything but
@@ -130,17 +143,18 @@ def with_threads(x, threads: int | None = None):
     return x
 
 
-def large_batch_table(reps: int) -> list[str]:
+def large_batch_table(reps: int, retain: bool = False) -> list[str]:
     """Forward dynamics at batch 10000 under the CPU settings that decide it:
-    glibc's default allocator against :func:`backdrive.runtime.retain_freed_memory`,
-    and torch on 1 or 2 threads, beside Pinocchio's ``abaInParallel`` (2
-    threads). Must run before anything calls ``retain_freed_memory`` (it
-    cannot be undone in a process)."""
+    glibc's default allocator, backdrive's own :class:`backdrive.runtime.reuse_workspaces`
+    (no change to the allocator) and, with ``retain``, the process-wide
+    :func:`backdrive.runtime.retain_freed_memory`, with torch on 1 or 2
+    threads, beside Pinocchio's ``abaInParallel`` (2 threads). ``retain``
+    cannot be undone in a process: run it last."""
     import pinocchio as pin
 
     batch = BATCHES[-1]
-    lines = [
-        "| robot | allocator | torch threads | clock | backdrive f32 | backdrive f64 | "
+    lines = [] if retain else [
+        "| robot | memory | torch threads | clock | backdrive f32 | backdrive f64 | "
         f"Pinocchio abaInParallel ({PIN_THREADS} threads, wall) | abaInParallel / f32 | abaInParallel / f64 |",
         "|" + " --- |" * 9,
     ]
@@ -152,10 +166,15 @@ def large_batch_table(reps: int) -> list[str]:
         out = np.zeros((pm.nv, batch), order="F")
         setups.append((name, rb64, (q, v, a), lambda pool=pool, Qc=Qc, Vc=Vc, Ac=Ac, out=out: pin.abaInParallel(
             PIN_THREADS, pool, Qc, Vc, Ac, out)))
-    for allocator, threads in (("glibc default", 1), ("retain_freed_memory()", 1), ("retain_freed_memory()", 2)):
-        if allocator != "glibc default":
-            runtime.retain_freed_memory()
+    settings = (("glibc default", 1), ("reuse_workspaces()", 1), ("reuse_workspaces()", 2))
+    if retain:
+        settings = (("retain_freed_memory()", 1), ("retain_freed_memory()", 2))
+    if ONE_THREAD:  # --one-thread: no torch rows on 2 threads (meaningless on a loaded machine)
+        settings = tuple(x for x in settings if x[1] == 1)
+        runtime.retain_freed_memory()
+    for allocator, threads in settings:
         clock = time.thread_time if threads == 1 and CLOCK is time.thread_time else time.perf_counter
+        ws = runtime.reuse_workspaces() if allocator == "reuse_workspaces()" else contextlib.nullcontext()
         for name, rb64, (q, v, a), parallel in setups:
             rb32 = rb64.float()
             q32, v32, a32 = q.float(), v.float(), a.float()
@@ -164,7 +183,7 @@ def large_batch_table(reps: int) -> list[str]:
                 "f64": (lambda: D.forward_dynamics(with_threads(rb64, threads), q, v, a), clock),
                 "parallel": (parallel, time.perf_counter),
             }
-            with torch.no_grad():
+            with torch.no_grad(), ws:
                 t = timeit_round_robin(fns, reps)
             lines.append(
                 f"| {name} | {allocator} | {threads} | {'thread CPU' if clock is time.thread_time else 'wall'} | "
@@ -173,6 +192,71 @@ def large_batch_table(reps: int) -> list[str]:
             )
             print(lines[-1], flush=True)
     with_threads(None)
+    return lines
+
+
+def competing_load_table(reps: int) -> list[str]:
+    """Wall-clock time with another process busy on one core (a Python loop
+    that never sleeps), as on a user's laptop: a 50-step rollout of the
+    floating-base quadruped without gradient at a small batch (64), and
+    forward dynamics at batch 10000, with torch on 2
+    threads throughout, on 1 thread, and as backdrive chooses
+    (:class:`backdrive.runtime.threads_for_batch`, which the simulator and
+    the trainers enter: one thread below ``SMALL_BATCH`` samples)."""
+    from backdrive.sim import Simulator
+
+    quad = RobotModel.from_urdf(str(get_data_path("quadruped")), floating_base=True).float()
+    sim = Simulator(quad, dt=0.002)
+    lines = [
+        "| under load (one other process busy on one core) | batch | torch 2 threads | torch 1 thread | "
+        "backdrive's choice | 2 threads / choice |",
+        "|" + " --- |" * 6,
+    ]
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        for what, batch in (("rollout, 50 steps (quadruped)", 64), ("forward_dynamics (quadruped)", 10000)):
+            q, v, a = states(quad, batch)
+            if what.startswith("rollout"):
+                s0 = sim.initial_state(q, v * 0.1)
+                u = sim.zero_controls(50, batch)
+
+                def plain(s0=s0, u=u):
+                    with torch.no_grad():
+                        runtime.adaptive_threads(False)
+                        try:
+                            sim.rollout(s0, u)
+                        finally:
+                            runtime.adaptive_threads(True)
+
+                def chosen(s0=s0, u=u):
+                    with torch.no_grad():
+                        sim.rollout(s0, u)
+            else:
+
+                def plain(q=q, v=v, a=a):
+                    with torch.no_grad():
+                        D.forward_dynamics(quad, q, v, a)
+
+                def chosen(q=q, v=v, a=a):
+                    with torch.no_grad(), runtime.threads_for_batch(batch):
+                        D.forward_dynamics(quad, q, v, a)
+
+            fns = {
+                "2": (lambda f=plain: (with_threads(None, 2), f()), time.perf_counter),
+                "1": (lambda f=plain: (with_threads(None, 1), f()), time.perf_counter),
+                "choice": (lambda f=chosen: (with_threads(None, 2), f()), time.perf_counter),
+            }
+            t = timeit_round_robin(fns, reps)
+            lines.append(
+                f"| {what} | {batch} | {fmt_time(t['2'])} | {fmt_time(t['1'])} | {fmt_time(t['choice'])} | "
+                f"{t['2'] / t['choice']:.2f} |"
+            )
+            print(lines[-1], flush=True)
+    finally:
+        busy.kill()
+        busy.wait()
+        with_threads(None)
     return lines
 
 
@@ -205,7 +289,20 @@ def robots():
     quad = RobotModel.from_urdf(quad_path, floating_base=True)
     pin_quad = pin.buildModelFromUrdf(quad_path, pin.JointModelFreeFlyer())
     assert pin_panda.nv == panda.nv and pin_quad.nv == quad.nv
-    return [("Panda (nv 9)", panda, pin_panda), ("quadruped (nv 18, floating)", quad, pin_quad)]
+    out = [("Panda (nv 9)", panda, pin_panda), ("quadruped (nv 18, floating)", quad, pin_quad)]
+    if HUMANOID:
+        try:
+            from backdrive.data._example_robot_data import example_robot_path
+
+            g1_path = str(example_robot_path("g1"))
+        except Exception as e:  # example-robot-data is not installed
+            print(f"(no G1 humanoid rows: {e})", flush=True)
+        else:
+            g1 = RobotModel.from_urdf(g1_path, floating_base=True)
+            pin_g1 = pin.buildModelFromUrdf(g1_path, pin.JointModelFreeFlyer())
+            assert pin_g1.nv == g1.nv
+            out.append(("G1 humanoid (nv 35, floating)", g1, pin_g1))
+    return out
 
 
 def states(robot: RobotModel, batch: int, seed: int = 0):
@@ -389,11 +486,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--wall", action="store_true", help="wall-clock time everywhere")
+    parser.add_argument("--no-humanoid", action="store_true", help="leave out the G1 humanoid rows")
+    parser.add_argument(
+        "--one-thread", action="store_true", help="no torch rows on 2 threads in the first table (loaded machine)"
+    )
     parser.add_argument(
         "--no-compile", action="store_true", help="skip the compile_forward_dynamics rows (torch.compile)"
     )
     args = parser.parse_args()
-    global CLOCK, THREADS
+    global CLOCK, THREADS, HUMANOID, ONE_THREAD
+    HUMANOID = not args.no_humanoid
+    ONE_THREAD = args.one_thread
     THREADS = args.threads
     torch.set_num_threads(args.threads)
     if args.wall or args.threads > 1:
@@ -409,10 +512,14 @@ def main() -> None:
         flush=True,
     )
     large = large_batch_table(8 if args.quick else 30)
-    # Everything below runs with freed memory retained (see large_batch_table).
-    runtime.retain_freed_memory()
-    table = run(args.quick, compile_fd=not args.no_compile)
-    print("\n" + "\n".join(large) + "\n\n" + table)
+    loaded = competing_load_table(3 if args.quick else 8)
+    # The main tables: glibc's default allocator, backdrive's workspaces (as
+    # in the simulator and the trainers).
+    with runtime.reuse_workspaces():
+        table = run(args.quick, compile_fd=not args.no_compile)
+    # Last: the process-wide allocator setting, which cannot be undone.
+    large += large_batch_table(8 if args.quick else 30, retain=True)
+    print("\n" + "\n".join(large) + "\n\n" + "\n".join(loaded) + "\n\n" + table)
 
 
 if __name__ == "__main__":

@@ -129,3 +129,103 @@ def test_simulator_rollout_of_a_small_batch_runs_on_one_thread():
         assert set(seen) == {2}
     finally:
         torch.set_num_threads(previous)
+
+
+# ----------------------------------------------------------------------------- workspaces
+
+
+def test_workspace_hands_out_only_arrays_nothing_else_holds():
+    like = torch.empty(1)
+    shape = (4, 50000)
+    with runtime.reuse_workspaces():
+        a = runtime.workspace_empty(shape, like)
+        ptr = a.data_ptr()
+        del a
+        b = runtime.workspace_empty(shape, like)
+        assert b.data_ptr() == ptr  # freed: reused
+        row = b[1]
+        del b
+        assert runtime.workspace_empty(shape, like).data_ptr() != ptr  # a view is alive
+        del row
+        c = runtime.workspace_empty(shape, like)
+        assert c.data_ptr() == ptr
+        w = torch.randn(shape, requires_grad=True)
+        y = c * w  # autograd saves c for the backward pass
+        del c
+        assert runtime.workspace_empty(shape, like).data_ptr() != ptr
+        del y
+        assert runtime.workspace_empty(shape, like).data_ptr() == ptr
+        small = runtime.workspace_empty((3,), like)  # below WORKSPACE_MIN_BYTES: plain torch.empty
+        assert small.shape == (3,)
+    # Outside a block every array is new.
+    x = runtime.workspace_empty(shape, like)
+    del x
+    with pytest.raises(InputError):
+        runtime.reuse_workspaces(max_bytes=-1)
+
+
+def _humanoid_states(n: int, seed: int):
+    import backdrive as bd
+
+    robot = bd.RobotModel.from_urdf(bd.data.get_data_path("quadruped"), floating_base=True)
+    g = torch.Generator().manual_seed(seed)
+    q = robot.random_q(n, generator=g)
+    v = torch.randn(n, robot.nv, generator=g, dtype=robot.dtype)
+    tau = torch.randn(n, robot.nv, generator=g, dtype=robot.dtype)
+    return robot, q, v, tau
+
+
+def test_dynamics_in_a_workspace_block_match_and_results_survive_later_calls():
+    from backdrive.dynamics import forward_dynamics, inverse_dynamics, mass_matrix
+
+    robot, q, v, tau = _humanoid_states(1500, 0)
+    _, q2, v2, tau2 = _humanoid_states(1500, 1)
+    with torch.no_grad():
+        ref = [f(*x) for f, x in ((lambda *x: forward_dynamics(robot, *x), (q, v, tau)),
+                                  (lambda *x: inverse_dynamics(robot, *x), (q, v, tau)),
+                                  (lambda q: mass_matrix(robot, q), (q,)))]
+        with runtime.reuse_workspaces():
+            got = []
+            for _ in range(2):
+                got = [forward_dynamics(robot, q, v, tau), inverse_dynamics(robot, q, v, tau), mass_matrix(robot, q)]
+                # Later calls with other inputs must not overwrite earlier results.
+                forward_dynamics(robot, q2, v2, tau2)
+                mass_matrix(robot, q2)
+                inverse_dynamics(robot, q2, v2, tau2)
+                for r, x in zip(ref, got):
+                    assert torch.equal(r, x)
+
+
+def test_gradients_in_a_workspace_block_survive_calls_between_forward_and_backward():
+    from backdrive.dynamics import forward_dynamics
+    from backdrive.kinematics import forward_kinematics
+
+    robot, q, v, tau = _humanoid_states(1500, 0)
+    _, q2, v2, tau2 = _humanoid_states(1500, 1)
+
+    def grads():
+        qq, vv, tt = (x.clone().requires_grad_(True) for x in (q, v, tau))
+        a = forward_dynamics(robot, qq, vv, tt)
+        T = forward_kinematics(robot, qq)
+        with torch.no_grad():  # other work between forward and backward
+            forward_dynamics(robot, q2, v2, tau2)
+            forward_kinematics(robot, q2)
+        (a.square().sum() + T.sum()).backward()
+        return qq.grad, vv.grad, tt.grad
+
+    ref = grads()
+    with runtime.reuse_workspaces():
+        got = grads()
+        got2 = grads()
+    for r, x, y in zip(ref, got, got2):
+        torch.testing.assert_close(x, r, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(y, r, rtol=1e-12, atol=1e-12)
+
+
+def test_threads_for_batch_opens_a_workspace():
+    like = torch.empty(1)
+    with runtime.threads_for_batch(10):
+        a = runtime.workspace_empty((4, 50000), like)
+        ptr = a.data_ptr()
+        del a
+        assert runtime.workspace_empty((4, 50000), like).data_ptr() == ptr

@@ -33,9 +33,11 @@ the system at its end; the next call then faults every page in again.
 Measured for forward dynamics of the Panda at 10,000 samples in float32:
 about 7,400 page faults and twice the time of a call without them.
 
-:func:`retain_freed_memory` keeps that memory in the process, bounded, so
-that each call reuses the pages of the last one. It is not applied on import:
-it changes the allocator of the whole process. ``docs/dynamics.md`` ("Large
+:class:`reuse_workspaces` keeps the fast path's large arrays for reuse
+inside a block (backdrive's simulator and trainers open one), with no change
+to the allocator. :func:`retain_freed_memory` keeps all freed memory in the
+process, bounded, so that each call reuses the pages of the last one. It is
+not applied on import: it changes the allocator of the whole process. ``docs/dynamics.md`` ("Large
 batches on the CPU") has the measurements.
 """
 
@@ -66,6 +68,7 @@ __all__ = [
     "adaptive_threads",
     "threads_for_batch",
     "SMALL_BATCH",
+    "reuse_workspaces",
 ]
 
 # glibc's mallopt parameters (malloc.h).
@@ -155,7 +158,8 @@ def adaptive_threads(enabled: bool | None = None) -> bool:
 
 
 class threads_for_batch(AbstractContextManager):  # noqa: N801 - used like a function
-    """One torch thread inside the block when ``batch < SMALL_BATCH`` (see :func:`adaptive_threads`).
+    """One torch thread inside the block when ``batch < SMALL_BATCH`` (see
+    :func:`adaptive_threads`), and a :class:`reuse_workspaces` block.
 
     torch's thread count is process-wide: the previous count is restored on
     exit. Nested blocks are free (the inner one finds one thread already).
@@ -167,6 +171,7 @@ class threads_for_batch(AbstractContextManager):  # noqa: N801 - used like a fun
     def __init__(self, batch: int):
         self.batch = int(batch)
         self.previous: int | None = None
+        self.workspace = reuse_workspaces()
 
     def __enter__(self) -> threads_for_batch:
         if _adaptive and self.batch < SMALL_BATCH and not torch.compiler.is_compiling():
@@ -174,12 +179,137 @@ class threads_for_batch(AbstractContextManager):  # noqa: N801 - used like a fun
             if n > 1:
                 self.previous = n
                 torch.set_num_threads(1)
+        self.workspace.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.workspace.__exit__(*exc)
         if self.previous is not None:
             torch.set_num_threads(self.previous)
             self.previous = None
+
+
+# --------------------------------------------------------------------------- workspaces
+
+#: Arrays smaller than this many bytes never come from a workspace: glibc
+#: serves them from memory it keeps anyway, and the bookkeeping would cost
+#: more than it saves.
+WORKSPACE_MIN_BYTES = 64 << 10
+
+class _WorkspaceLocal(threading.local):
+    # A class default, so that reading it in a thread that never opened a
+    # block costs no AttributeError (getattr with a default raises and
+    # catches one: measured 20 % of forward dynamics at 256 samples).
+    current = None
+
+
+_ws = _WorkspaceLocal()
+
+
+class _Workspace:
+    """Arrays of the fast path kept for reuse, by shape, dtype and device.
+
+    An array is free again when nothing but the workspace holds it: no
+    Python reference to the tensor (``sys.getrefcount``) and no other tensor
+    on its storage (a view, a saved tensor; the storage's use count). So a
+    result handed to the caller, or an array a later step still reads, is
+    never given out twice.
+    """
+
+    __slots__ = ("arrays", "bytes", "max_bytes")
+
+    def __init__(self, max_bytes: int):
+        self.arrays: dict = {}
+        self.bytes = 0
+        self.max_bytes = max_bytes
+
+    def empty(self, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        key = (shape, dtype, device)
+        kept = self.arrays.get(key)
+        if kept is None:
+            kept = self.arrays[key] = []
+        for entry in kept:
+            # Free: the only Python references are the entry, ``t`` and
+            # getrefcount's argument; nothing in C++ holds the tensor (a view's
+            # base, a tensor saved for a backward pass: ``_use_count``); its
+            # storage is held by the tensor and the kept storage object alone.
+            t = entry[0]
+            if sys.getrefcount(t) == 3 and t._use_count() == 1 and _storage_use_count(entry[1]._cdata) == 2:
+                return t
+        t = torch.empty(shape, dtype=dtype, device=device)
+        size = t.numel() * t.element_size()
+        if self.bytes + size <= self.max_bytes:
+            kept.append((t, t.untyped_storage()))
+            self.bytes += size
+        return t
+
+
+_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def active_workspace() -> _Workspace | None:
+    """The :class:`reuse_workspaces` block active in this thread (``None``
+    outside one and in code that ``torch.compile`` traces)."""
+    ws = _ws.current
+    if ws is None or torch.compiler.is_compiling():
+        return None
+    return ws
+
+
+def workspace_empty(shape: tuple, like: torch.Tensor) -> torch.Tensor:
+    """An uninitialised array for an ``out=`` kernel of the fast path: from
+    the active :class:`reuse_workspaces` block when there is one and the
+    array is large, else ``torch.empty``. Only for code that nothing records
+    (no autograd): the array's old contents are overwritten."""
+    ws = active_workspace()
+    if ws is not None:
+        n = like.element_size()
+        for d in shape:
+            n *= d
+        if n >= WORKSPACE_MIN_BYTES:
+            return ws.empty(tuple(shape), like.dtype, like.device)
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
+class reuse_workspaces(AbstractContextManager):  # noqa: N801 - used like a function
+    """Reuse the fast path's large arrays from call to call inside the block.
+
+    Large-batch calls of the dynamics without a gradient (``forward_dynamics``,
+    ``inverse_dynamics``, ``mass_matrix`` on the fast path) allocate a few
+    hundred arrays of up to several megabytes. Outside a block, each call
+    gets them from the C library afresh, and with glibc's default settings
+    the pages of one call go back to the system at its end, so the next call
+    faults them in again (about 10,000 page faults per call for the G1
+    humanoid at 10,000 samples in float32). Inside a block, the arrays the
+    kernels write into with ``out=`` are kept by shape and handed out again
+    once nothing else refers to them, so repeated calls touch the same
+    pages. Nothing changes for the process's allocator, and the memory goes
+    back when the block ends. backdrive's own loops
+    (:meth:`Simulator.rollout <backdrive.sim.Simulator.rollout>`, policy
+    training, the benchmarks) run inside one (:class:`threads_for_batch`
+    opens it). Nested blocks share the outermost one's arrays. Per thread.
+
+    Args:
+        max_bytes: the most memory the block keeps (default 1 GiB); arrays
+            beyond it are allocated as usual.
+    """
+
+    def __init__(self, max_bytes: int = 1 << 30):
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise InputError(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self.opened = False
+
+    def __enter__(self) -> reuse_workspaces:
+        if _ws.current is None and _storage_use_count is not None:
+            _ws.current = _Workspace(self.max_bytes)
+            self.opened = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.opened:
+            _ws.current = None
+            self.opened = False
 
 
 # --------------------------------------------------------------------------- non-finite checking

@@ -19,7 +19,10 @@ comparison with Pinocchio.
   innermost, every vector held component by component, bodies in the tree's
   level order; a tree-sparse ``L^T D L`` factorisation of the mass matrix
   and a hand-written reverse pass of RNEA for the gradient of forward
-  dynamics.
+  dynamics; ABA without a gradient (``aba_fast``); the energies and the
+  centre of mass (``kinetic_energy_fast``, ``first_moment_fast``). Inside
+  :class:`backdrive.runtime.reuse_workspaces` (opened by the simulator and
+  the trainers) its large arrays are reused from call to call.
 
 **One dispatch.** Each public function decides once, at its top, with
 :func:`backdrive.kinematics._paths.choose` (batch size against

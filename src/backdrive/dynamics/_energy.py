@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..kinematics._kernels import apply_inertia
+from ..kinematics._paths import choose
 from ..kinematics._schedule import down
 from ..model import RobotModel
+from ._fast import first_moment_fast, kinetic_energy_fast
 from ._tree import (
     base_motion_to_world,
     broadcast_batch,
@@ -30,8 +32,11 @@ def kinetic_energy(robot: RobotModel, q: torch.Tensor, v: torch.Tensor) -> torch
     Args:
         q: ``(..., nq)``. v: ``(..., nv)``.
     """
-    _, (q, v) = broadcast_batch(robot, q, (v, robot.nv, "v"))
+    batch, (q, v) = broadcast_batch(robot, q, (v, robot.nv, "v"))
     topo = topology(robot)
+    # The one branch point: the fast path (batch-last) or the reference below.
+    if choose("energy", batch.numel(), topo.nm > 0):
+        return kinetic_energy_fast(robot, q, v)
     kin = kinematics(robot, topo, q)
     fb = robot.floating_base
     vj = v[..., 6:] if fb else v
@@ -57,8 +62,11 @@ def potential_energy(robot: RobotModel, q: torch.Tensor, *, gravity: torch.Tenso
         q: ``(..., nq)``. gravity: optional ``(..., 3)``; ``robot.gravity`` by default.
     """
     g = gravity_vector(robot, gravity)
-    _, (q, g) = broadcast_batch(robot, q, (g, 3, "gravity"))
+    batch, (q, g) = broadcast_batch(robot, q, (g, 3, "gravity"))
     topo = topology(robot)
+    if choose("energy", batch.numel(), topo.nm > 0):
+        h = first_moment_fast(robot, q)  # (3, N)
+        return -(h.T.reshape(*batch, 3) * g).sum(-1)
     kin = kinematics(robot, topo, q, inertia=False)
     return -(kin.h.sum(-2) * g).sum(-1)
 
@@ -74,5 +82,9 @@ def center_of_mass(robot: RobotModel, q: torch.Tensor) -> torch.Tensor:
     """
     robot.check_q(q)
     topo = topology(robot)
+    batch = q.shape[:-1]
+    if choose("energy", batch.numel(), topo.nm > 0):
+        return first_moment_fast(robot, q).T.reshape(*batch, 3) / robot.body_mass[topo.o :].sum()
     kin = kinematics(robot, topo, q, inertia=False)
     return kin.h.sum(-2) / kin.m.sum()
+

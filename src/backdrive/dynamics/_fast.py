@@ -39,8 +39,9 @@ import torch
 
 from ..kinematics._fk import body_transforms_fast
 from ..kinematics import _paths
-from ..kinematics._kernels import cross, cross_add, rot, rot_t, skew
+from ..kinematics._kernels import cross, cross_add, div, mul, new, rot, rot_t, rows, skew
 from ..kinematics._paths import untracked
+from ..runtime import active_workspace
 from ..kinematics._schedule import TreeSums, down, tree_schedule, tree_sums, up
 from ..model import RobotModel, geometry_constants
 
@@ -54,6 +55,9 @@ __all__ = [
     "rnea_vjp_fast",
     "LTDLFactor",
     "f_ext_world_fast",
+    "kinetic_energy_fast",
+    "first_moment_fast",
+    "aba_fast",
 ]
 
 
@@ -215,7 +219,7 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
     packed = None
     if untracked():
         N = qf.shape[0]
-        packed = R.new_empty(13, topo.na, N)
+        packed = new((13, topo.na, N), R)
         packed[0].copy_(m.expand(topo.na, N))
     h, I = world_inertia_fast(R[:, :, o:], p[:, o:], m, com, Ib, packed)
     return FastKin(R, p, Sl, Sa, m, h, I, packed=packed)
@@ -244,11 +248,11 @@ def world_inertia_fast(Rt, pt, m, com, Ib, packed=None):
     r0, r1, r2 = Rt.unbind(1)  # columns of R, (3, k, N) each
     b0, b1, b2 = Ib.permute(1, 2, 0)[:, :, :, None].unbind(0)  # rows of Ib, (3, k, 1)
     # Y = R Ib, Y[i, j] = sum_l R[i, l] Ib[l, j]; then I = Y R^T.
-    Y = r0[:, None] * b0[None]
+    Y = mul(r0[:, None], b0[None])
     Y.addcmul_(r1[:, None], b1[None]).addcmul_(r2[:, None], b2[None])
     y0, y1, y2 = Y.unbind(1)
     if packed is None:
-        I = y0[:, None] * r0[None]
+        I = mul(y0[:, None], r0[None])
     else:
         I = torch.mul(y0[:, None], r0[None], out=packed[4:].view(3, 3, *ct.shape[1:]))
     I.addcmul_(y1[:, None], r1[None]).addcmul_(y2[:, None], r2[None])
@@ -292,7 +296,7 @@ def _inertia(K: FastKin, xl: torch.Tensor, xa: torch.Tensor, parts: list | None 
         # In place on the fresh cross products (also under autograd: their
         # backward does not read them): a large array less each.
         u = cross(xa, K.c).add_(xl)
-        fl = K.m * u
+        fl = mul(K.m, u)
         Ra = K.R[:, :, _first_active(K) :]
         RLx = rot(Ra, rot(K.Ib, rot_t(Ra, xa)))
         if parts is not None:
@@ -350,6 +354,36 @@ def _coordinate_forces(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     return x.new_zeros(topo.G.shape[1], x.shape[-1]).index_add(0, topo.coord, x * topo.mult[:, None])
 
 
+def _with_base(fb: bool, base, lin, ang):
+    """Prepend the floating base's column ``base`` (a pair of ``(3, 1, N)``)
+    to the joints' ``(lin, ang)`` ``(3, nm, N)``: a fresh pair of ``(3, na, N)``
+    arrays (with a fixed base, ``(lin, ang)`` as they are)."""
+    if not fb:
+        return lin, ang
+    if active_workspace() is None or not untracked():
+        return torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)
+    out = []
+    for b, x in zip(base, (lin, ang)):
+        y = new((3, x.shape[1] + 1, x.shape[2]), x)
+        y[:, :1].copy_(b)
+        y[:, 1:].copy_(x)
+        out.append(y)
+    return tuple(out)
+
+
+def _velocities(topo: FastTopo, K: FastKin, vt: torch.Tensor, fb: bool):
+    """Each moving body's joint rate ``qd (nm, N)``, its joint's twist
+    ``J = S qd`` and every active body's world twist ``V`` (the sum of ``J``
+    over its ancestors and the base's), pairs of ``(3, k, N)`` halves."""
+    qd = _body_rates(topo, vt)
+    Jl, Ja = mul(K.Sl, qd), mul(K.Sa, qd)
+    base = _base_to_world(K.R[:, :, 0], K.p[:, 0], vt[:6]) if fb else None
+    Vl, Va = _with_base(fb, base, Jl, Ja)
+    # down() works in place above a few hundred samples: on fresh arrays.
+    Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
+    return qd, (Jl, Ja), (Vl, Va)
+
+
 def rnea_fast(
     model: RobotModel,
     topo: FastTopo,
@@ -371,8 +405,8 @@ def rnea_fast(
     R0, p0 = K.R[:, :, 0], K.p[:, 0]
     grav = -gt[:, None]  # (3, 1, N or 1): gravity is an upward acceleration of the world
 
-    def with_base(base, lin, ang):  # prepend the floating base's column
-        return (torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)) if fb else (lin, ang)
+    def with_base(base, lin, ang):
+        return _with_base(fb, base, lin, ang)
 
     arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
     # keep["replay"]: keep every intermediate the reverse pass needs
@@ -381,13 +415,12 @@ def rnea_fast(
     parts = [] if replay else None
     qdd = None
     if vt is not None:
-        qd = _body_rates(topo, vt)
-        Jl, Ja = Sl * qd, Sa * qd
         if keep is not None and "V" in keep:
+            qd = _body_rates(topo, vt)
+            Jl, Ja = mul(Sl, qd), mul(Sa, qd)
             Vl, Va = keep["V"]
         else:
-            Vl, Va = with_base(_base_to_world(R0, p0, vt[:6]) if fb else None, Jl, Ja)
-            Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
+            qd, (Jl, Ja), (Vl, Va) = _velocities(topo, K, vt, fb)
         if keep is not None:
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
@@ -682,7 +715,7 @@ def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastK
     Sl, Sa = K.Sl, K.Sa
     npairs = sum(run[3] for run in sp.runs)
     # Every entry is written into one array: [base block; base-joint; joint pairs].
-    E = Sl.new_empty(sp.nnz, N)
+    E = new((sp.nnz, N), Sl)
     P = E[sp.nnz - npairs :]
     if len(sp.runs) > 2 and N <= _paths.LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
@@ -748,19 +781,19 @@ class LTDLFactor:
         N = E.shape[-1]
         for lv in sp.levels:
             n, d = lv.k.numel(), lv.d
-            X = E.index_select(0, lv.xpos)  # (n d, N)
-            Dk = E.index_select(0, lv.dpos)  # (n, N)
-            Lk = (X.view(n, d, N) / Dk[:, None]).view(n * d, N)
+            X = rows(E, lv.xpos)  # (n d, N)
+            Dk = rows(E, lv.dpos)  # (n, N)
+            Lk = div(X.view(n, d, N), Dk[:, None]).view(n * d, N)
             if lv.tgt.numel() < LTDL_GATHER_MAX:
                 # Few updates: two gathers, one product, one scatter.
-                U = Lk.index_select(0, lv.src_a).mul_(X.index_select(0, lv.src_b))
+                U = rows(Lk, lv.src_a).mul_(rows(X, lv.src_b))
                 E.index_add_(0, lv.tgt, U, alpha=-1.0)
             else:
                 # Many (a floating base under every leg): one product per
                 # ancestor a of strided views, no gathered copies.
                 L3, X3 = Lk.view(n, d, N), X.view(n, d, N)
                 for a, tgt in enumerate(lv.tgt_by_a):
-                    E.index_add_(0, tgt, (L3[:, a : a + 1] * X3[:, : a + 1]).view(-1, N), alpha=-1.0)
+                    E.index_add_(0, tgt, mul(L3[:, a : a + 1], X3[:, : a + 1]).view(-1, N), alpha=-1.0)
             Ls.append(Lk)
         self.Ls = Ls
         self.D = E.index_select(0, sp.dpos)
@@ -772,10 +805,10 @@ class LTDLFactor:
         levels = self.sp.levels
         for lv, Lk in zip(levels, self.Ls):  # L^T y = r, leaves first
             y = r.index_select(0, lv.k)
-            r.index_add_(0, lv.anc, (Lk.view(-1, lv.d, N) * y[:, None]).view(-1, N), alpha=-1.0)
+            r.index_add_(0, lv.anc, mul(Lk.view(-1, lv.d, N), y[:, None]).view(-1, N), alpha=-1.0)
         r.div_(self.D)
         for lv, Lk in zip(reversed(levels), reversed(self.Ls)):  # L x = z, root first
-            x = r.index_select(0, lv.anc).mul_(Lk)
+            x = rows(r, lv.anc).mul_(Lk)
             r.index_add_(0, lv.k, x.view(-1, lv.d, N).sum(1), alpha=-1.0)
         return r
 
@@ -891,6 +924,152 @@ def inverse_dynamics_fast(model: RobotModel, q, v, a, g, f_ext=None) -> torch.Te
     at = None if a is None else _to_internal(topo, a.reshape(N, nv))
     tau = rnea_fast(model, topo, K, vt, at, gt, ft)
     return _from_internal(topo, tau).reshape(*batch, nv)
+
+
+# ---------------------------------------------------------------------- energies and centre of mass
+
+
+def kinetic_energy_fast(model: RobotModel, q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``0.5 v^T M v`` ``(...)`` on the fast path: every active body's
+    ``0.5 V . (I V)`` (through its centre of mass) plus the rotors'
+    ``0.5 armature v_j^2``; differentiable by autograd. ``q``, ``v`` share
+    one batch shape."""
+    topo = fast_topology(model)
+    fb = model.floating_base
+    batch = q.shape[:-1]
+    qf = q.reshape(-1, q.shape[-1])
+    N = qf.shape[0]
+    K = kinematics_fast(model, topo, qf, origin=False)
+    vt = _to_internal(topo, v.reshape(N, model.nv))
+    _, _, (Vl, Va) = _velocities(topo, K, vt, fb)
+    fl, fa = _inertia(K, Vl, Va)
+    ke = 0.5 * ((Vl * fl).sum((0, 1)) + (Va * fa).sum((0, 1)))
+    ke = ke.reshape(batch)
+    if model.num_joints:
+        vj = v[..., 6:] if fb else v
+        ke = ke + 0.5 * (model.armature * vj * vj).sum(-1)
+    return ke
+
+
+def first_moment_fast(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
+    """``sum_b m_b c_b`` over the active bodies (world frame), ``(3, N)`` for
+    ``q (..., nq)`` flattened; differentiable by autograd."""
+    topo = fast_topology(model)
+    qf = q.reshape(-1, q.shape[-1])
+    R, p = body_transforms_fast(model, qf, level_order=True)
+    o = topo.o
+    m = _active(topo, model.body_mass)[:, None]
+    com = _active(topo, model.body_com).T[:, :, None]
+    c = rot(R[:, :, o:], com) + p[:, o:]
+    return (c * m).sum(1)
+
+
+# ---------------------------------------------------------------------- ABA
+
+
+def aba_fast(model: RobotModel, q, v, tau, g, f_ext) -> torch.Tensor:
+    """Forward dynamics by the articulated-body algorithm on the fast path,
+    ``(..., nv)``, without autograd (models without mimic joints).
+
+    The same algorithm as the reference :func:`~backdrive.dynamics._aba.aba_core`,
+    in the world frame at the origin: articulated inertias ``(6, 6, n, N)``
+    and bias forces ``(6, n, N)`` accumulate from the leaves to the root, one
+    batched step per depth level (the level's bodies are one slice; their
+    parents get them by one ``index_add``), then the accelerations are
+    resolved from the root out. ``q``, ``v``, ``tau`` share one batch shape;
+    ``tau`` already holds every joint force.
+    """
+    with torch.no_grad():
+        topo = fast_topology(model)
+        fb = model.floating_base
+        o, nv = topo.o, model.nv
+        batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
+        vt = _to_internal(topo, v.reshape(N, nv))
+        tt = _to_internal(topo, tau.reshape(N, nv))
+        R0, p0 = K.R[:, :, 0], K.p[:, 0]
+        qd, (Jl, Ja), (Vl, Va) = _velocities(topo, K, vt, fb)
+        Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
+        # Velocity-product acceleration of each joint, c = V x (S qd).
+        cl = cross_add(cross(Vma, Jl), Vml, Ja)
+        ca = cross(Vma, Ja)
+        # Bias forces p = V x* (I V) - f_ext (and the base's applied wrench).
+        hl, ha = _inertia(K, Vl, Va)
+        pA = new((6, topo.na, N), Vl)
+        torch.linalg.cross(Va, hl, dim=0, out=pA[:3])
+        torch.linalg.cross(Va, ha, dim=0, out=pA[3:])
+        cross_add(pA[3:], Vl, hl)
+        if ft is not None:
+            pA[:3] -= ft[0]
+            pA[3:] -= ft[1]
+        if fb:
+            fl = rot(R0, tt[:3])
+            pA[:3, 0] -= fl
+            pA[3:, 0] -= rot(R0, tt[3:6]) + cross(p0, fl)
+        # Spatial inertias [[m 1, -[h]x], [[h]x, I]] at the world origin.
+        IA = K.h.new_zeros(6, 6, topo.na, N)
+        for i in range(3):
+            IA[i, i].copy_(K.m.expand(topo.na, N))
+        hx = skew(K.h, 0)
+        IA[:3, 3:] = -hx
+        IA[3:, :3] = hx
+        IA[3:, 3:] = K.I
+        S = torch.cat([K.Sl, K.Sa], 0)  # (6, nm, N)
+        c = torch.cat([cl, ca], 0)
+        tj = tt[6:] if fb else tt
+        arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
+        sched = tree_schedule(model)
+        par_all = torch.tensor(topo.parent, dtype=torch.long, device=S.device)
+        levels = []
+        for d in range(len(sched.level_slices) - 1, 0, -1):  # leaves first
+            sl = sched.level_slices[d]
+            mo = slice(sl.start - 1, sl.stop - 1)  # moving-body positions
+            ao = slice(sl.start - o, sl.stop - o)  # active-body positions
+            Sd, cd, IAd, pAd = S[:, mo], c[:, mo], IA[:, :, ao], pA[:, ao]
+            U = IAd[:, 0] * Sd[0]
+            for j in range(1, 6):
+                U.addcmul_(IAd[:, j], Sd[j])
+            D = (Sd * U).sum(0).add_(arm[mo, None])
+            u = tj[mo] - (Sd * pAd).sum(0)
+            Uo = U / D
+            par = par_all[sl] - o
+            levels.append((mo, par, Sd, cd, U, D, u))
+            if d == 1 and not fb:
+                continue  # the parent is the welded root
+            Ia = IAd.addcmul(Uo[:, None], U[None], value=-1.0)
+            pa = pAd.addcmul(Uo, u)
+            for j in range(6):
+                pa.addcmul_(Ia[:, j], cd[j])
+            IA.index_add_(2, par, Ia)
+            pA.index_add_(1, par, pa)
+        # Accelerations offset by gravity's: a_hat = a - [g; 0].
+        a = K.h.new_zeros(6, topo.na, N) if fb else None
+        grav = gt.expand(3, N)
+        if fb:
+            I0 = IA[:, :, 0].permute(2, 0, 1)
+            L = torch.linalg.cholesky_ex(I0)[0]
+            a0 = -torch.cholesky_solve(pA[:, 0].T[:, :, None], L)[..., 0].T  # (6, N)
+            a[:, 0] = a0
+            lin = a0[:3] + grav
+            base = torch.cat([rot_t(R0, lin + cross(a0[3:], p0)), rot_t(R0, a0[3:])], 0)
+        qdd = K.h.new_empty(S.shape[1], N)
+        prev_root = torch.cat([-grav, torch.zeros_like(grav)], 0)[:, None]  # a fixed root: -[g; 0]
+        am = K.h.new_empty(6, S.shape[1], N)  # accelerations of the moving bodies
+        for mo, par, Sd, cd, U, D, u in reversed(levels):
+            if fb:
+                ap = a.index_select(1, par) + cd
+            elif mo.start == 0:
+                ap = prev_root + cd
+            else:
+                ap = am.index_select(1, par) + cd  # with a fixed base, active = moving positions
+            x = (u - (U * ap).sum(0)) / D
+            qdd[mo] = x
+            ap.addcmul_(Sd, x)
+            if fb:
+                a[:, mo.start + 1 : mo.stop + 1] = ap
+            else:
+                am[:, mo] = ap
+        out = torch.cat([base, qdd], 0) if fb else qdd
+        return _from_internal(topo, out).reshape(*batch, nv)
 
 
 # ---------------------------------------------------------------------- RNEA vector-Jacobian product

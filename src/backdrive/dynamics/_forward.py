@@ -9,7 +9,7 @@ from ..kinematics._paths import choose
 from ..model import RobotModel
 from ._aba import aba_core
 from ._crba import crba_core
-from ._fast import forward_fast, inverse_dynamics_fast, rnea_vjp_fast
+from ._fast import aba_fast, forward_fast, inverse_dynamics_fast, rnea_vjp_fast
 from ._rnea import fast_eligible, rnea_core
 from ._tree import broadcast_batch, check_f_ext, f_ext_to_world, gravity_vector, kinematics, topology
 
@@ -129,13 +129,15 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
             "use method='crba'"
         )
     tau = tau + _joint_forces(robot, v, friction_width)
-    if method == "aba":
-        kin = kinematics(robot, topo, q)
-        fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
-        return aba_core(robot, topo, kin, v, tau, g, fw)
     params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
     inputs = (q, v, tau, g, f_ext) + params
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
+    if method == "aba":
+        if not needs_grad and choose("forward_dynamics_no_grad", batch.numel(), fast_eligible(topo, batch, f_ext)):
+            return aba_fast(robot, q, v, tau, g, f_ext)
+        kin = kinematics(robot, topo, q)
+        fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
+        return aba_core(robot, topo, kin, v, tau, g, fw)
     # The one branch point: the reference path (CRBA, RNEA and a Cholesky
     # solve, batch-first, plain autograd) or the fast path (batch-last,
     # tree-sparse factorisation, analytic backward).

@@ -243,14 +243,14 @@ class SerialChainKinematics:
         """
         self.check_q(qpos)
         self._check_tcp(tcp)
-        if qpos.ndim == 1:
-            return self._fk_single(qpos, tcp)
+        if qpos.ndim == 1:  # one sample: no batch bookkeeping (measured 20 us of 60)
+            return self._fk_small(qpos[None], tcp)[0]
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
         # Small batches: the pairwise 4x4 reduction (fewer, larger dispatches);
         # from FAST_MIN_BATCH["serial_chain"] the batch-last pass wins.
         if not choose("serial_chain", q.shape[0]):
-            T = self._fk_tree(q, tcp)
+            T = self._fk_small(q, tcp)
         else:
             RT, p, _ = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=False)
             T = fast_to_homogeneous(RT, p)
@@ -308,40 +308,32 @@ class SerialChainKinematics:
         self._tool_cache = (tcp, tcp._version, tool)
         return tool
 
-    def _fk_single(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
-        """Pose-only FK of one configuration ``(dof,)``: the fewest dispatches."""
-        theta = q if self._identity_coupling else q[self._coord] * self._mult + self._offset
-        ang = theta * self._rev_mask if self._any_pri else theta
-        coef = torch.sin(ang[:, None] + self._phase)  # (n, 2): sin, cos
-        if self._any_pri:
-            coef = torch.cat([coef, (theta * self._pri_mask)[:, None]], dim=1)
-        T = torch.baddbmm(self._local_base[:, None, :], coef[:, None, :], self._local_coef)
-        return torch.linalg.multi_dot([*T.view(self._n, 4, 4).unbind(0), self._tool(tcp)])
-
-    def _fk_tree(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
-        """Pose-only FK for small batches: all local 4x4 transforms at once,
-        then a pairwise product tree (one :func:`torch.linalg.multi_dot` for a
-        single sample)."""
+    def _fk_small(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
+        """Pose-only FK for small batches ``q (N, dof)``: every local 4x4
+        transform in one batched product (batched over the joints), then a
+        pairwise product tree over the joints (one
+        :func:`torch.linalg.multi_dot` for a single sample)."""
         theta = q if self._identity_coupling else q[:, self._coord] * self._mult + self._offset
-        N, n = theta.shape
+        N = theta.shape[0]
+        n = self._n
         ang = theta * self._rev_mask if self._any_pri else theta
         # [sin, cos] in one call: sin(theta + (0, pi/2)).
-        coef = torch.sin(ang[..., None] + self._phase)
+        coef = torch.sin(ang[..., None] + self._phase)  # (N, n, 2)
         if self._any_pri:
             coef = torch.cat([coef, (theta * self._pri_mask)[..., None]], dim=-1)
-        # T_local = (T_pl + B4) + sin A4 - cos B4 + d C4, as one small matmul.
-        T = torch.matmul(coef[..., None, :], self._local_coef)[..., 0, :] + self._local_base
-        T = T.view(N, n, 4, 4)
+        # T_local = (T_pl + B4) + sin A4 - cos B4 + d C4: one product per joint,
+        # batched over the joints, (n, N, 16).
+        T = torch.baddbmm(self._local_base[:, None, :], coef.transpose(0, 1), self._local_coef)
         tool = self._tool(tcp)
         if N == 1:
-            return torch.linalg.multi_dot([*T[0].unbind(0), tool])[None]
-        mats = torch.cat([T, tool.expand(N, 1, 4, 4)], dim=1)
-        while mats.shape[1] > 1:
-            k = mats.shape[1]
+            return torch.linalg.multi_dot([*T.view(n, 4, 4).unbind(0), tool])[None]
+        mats = torch.cat([T.view(n, N, 4, 4), tool.expand(1, N, 4, 4)], dim=0)
+        while mats.shape[0] > 1:
+            k = mats.shape[0]
             even = k - (k % 2)
-            prod = mats[:, 0:even:2] @ mats[:, 1:even:2]
-            mats = torch.cat([prod, mats[:, even:]], dim=1) if k % 2 else prod
-        return mats[:, 0]
+            prod = mats[0:even:2] @ mats[1:even:2]
+            mats = torch.cat([prod, mats[even:]], dim=0) if k % 2 else prod
+        return mats[0]
 
     def fast_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
         """Serial FK (and Jacobian) in a batch-last layout; see :meth:`fast_plain`.

@@ -13,7 +13,8 @@ import torch
 from .._errors import InputError
 from ..model import RobotModel, geometry_constants
 from ..spatial import quat_to_matrix
-from ._kernels import skew
+from ..runtime import active_workspace
+from ._kernels import new, skew
 from ._paths import choose, transforms_active, untracked
 from ._schedule import tree_schedule
 
@@ -334,7 +335,11 @@ def _fk_fast(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool 
     cs = torch.cos(ang)
     omc = 1.0 - cs
     # (3, 3, nb - 1, 1) constants, (nb - 1, N) angles, both in level order.
-    Rl = torch.addcmul(torch.addcmul(c["Rpl_L"], c["A_L"], s), c["B_L"], omc)
+    if untracked() and active_workspace() is not None:
+        Rl = new((3, 3, nb - 1, N), qf)
+        torch.addcmul(c["Rpl_L"], c["A_L"], s, out=Rl).addcmul_(c["B_L"], omc)
+    else:
+        Rl = torch.addcmul(torch.addcmul(c["Rpl_L"], c["A_L"], s), c["B_L"], omc)
     if c["has_pri"]:
         pl = torch.addcmul(c["ppl_L"], c["Raxis_L"], theta * c["is_pri_L"])
     else:
@@ -356,7 +361,7 @@ def _levels(c: dict, nb: int, N: int, R0, p0, Rl, pl, into: bool):
     level is a new array and they are concatenated.
     """
     if into:
-        R, p = Rl.new_empty(3, 3, nb, N), Rl.new_empty(3, nb, N)
+        R, p = new((3, 3, nb, N), Rl), new((3, nb, N), Rl)
         R[:, :, :1].copy_(R0)
         p[:, :1].copy_(p0)
     Rs, ps = [R0], [p0]

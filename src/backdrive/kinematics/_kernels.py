@@ -21,9 +21,15 @@ from __future__ import annotations
 import torch
 
 from .._shapes import broadcast_shapes
+from ..runtime import active_workspace
+from ..runtime import workspace_empty as new
 from ._paths import untracked
 
 __all__ = [
+    "new",
+    "mul",
+    "div",
+    "rows",
     "skew",
     "cross",
     "cross_add",
@@ -34,6 +40,30 @@ __all__ = [
     "apply_inertia",
     "apply_inertia_columns",
 ]
+
+
+def mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a * b`` (broadcasting); without autograd and inside a
+    :class:`backdrive.runtime.reuse_workspaces` block, into an array of the
+    workspace (outside one, the plain product: the shape arithmetic would
+    only add Python time, measured 20 % at 256 samples)."""
+    if active_workspace() is None or not untracked():
+        return a * b
+    return torch.mul(a, b, out=new(broadcast_shapes(a.shape, b.shape), a))
+
+
+def div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a / b``, into a workspace array as :func:`mul`."""
+    if active_workspace() is None or not untracked():
+        return a / b
+    return torch.div(a, b, out=new(broadcast_shapes(a.shape, b.shape), a))
+
+
+def rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x.index_select(0, index)``, into a workspace array as :func:`mul`."""
+    if active_workspace() is None or not untracked():
+        return x.index_select(0, index)
+    return torch.index_select(x, 0, index, out=new((index.shape[0],) + tuple(x.shape[1:]), x))
 
 
 def skew(a: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -70,7 +100,7 @@ def cross(a: torch.Tensor, b: torch.Tensor, dim: int = 0) -> torch.Tensor:
             ],
             dim,
         )
-    out = torch.empty(broadcast_shapes(a.shape, b.shape), dtype=a.dtype, device=a.device)
+    out = new(broadcast_shapes(a.shape, b.shape), a)
     o0, o1, o2 = out.unbind(0)
     torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
     torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
@@ -97,8 +127,7 @@ def rot(R: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``R x`` for ``R (3, 3, ...)`` and ``x (3, ...)``."""
     r0, r1, r2 = R.unbind(1)
     x0, x1, x2 = x.unbind(0)
-    out = r0 * x0
-    return out.addcmul_(r1, x1).addcmul_(r2, x2)
+    return mul(r0, x0).addcmul_(r1, x1).addcmul_(r2, x2)
 
 
 def rot_t(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,7 +135,7 @@ def rot_t(R: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None) -> 
     without autograd)."""
     r0, r1, r2 = R.unbind(0)
     x0, x1, x2 = x.unbind(0)
-    out = r0 * x0 if out is None else torch.mul(r0, x0, out=out)
+    out = mul(r0, x0) if out is None else torch.mul(r0, x0, out=out)
     return out.addcmul_(r1, x1).addcmul_(r2, x2)
 
 

@@ -137,16 +137,37 @@ def _build_sums(model: RobotModel, o: int, level_order: bool) -> TreeSums:
         if d == 0 or s.parent_pos[lo] < o:  # the root, or children of the welded root
             continue
         pars = [s.parent_pos[k] - o for k in range(lo, hi)]
-        child = slice(lo - o, hi - o)
-        if len(set(pars)) == 1:
-            plan.append((child, slice(pars[0], pars[0] + 1), n > 1))
-            continue
-        step = pars[1] - pars[0]
-        if len(set(pars)) != n or step <= 0 or pars != [pars[0] + step * k for k in range(n)]:
-            plan = None
-            break
-        plan.append((child, slice(pars[0], pars[-1] + 1, step), False))
+        plan.extend(_level_pieces(lo - o, pars))
     return TreeSums(s.anc_level[o:, o:].contiguous(), None if plan is None else tuple(plan))
+
+
+def _level_pieces(start: int, pars: list) -> list:
+    """Split one level (children at ``start, start + 1, ...`` with parents
+    ``pars``) into pieces that are each one in-place add: consecutive children
+    whose parents are one shared body, or step through the bodies with one
+    positive stride (a strided slice). A level whose parents follow no single
+    pattern (the humanoid's: a waist and two legs, then two arms under the
+    torso) becomes a few pieces instead of a product with the dense ancestor
+    matrix (measured for the G1 at 10,000 samples: 7 such products took
+    27 ms of a 95 ms forward dynamics call)."""
+    pieces = []
+    k, n = 0, len(pars)
+    while k < n:
+        j = k + 1
+        if j < n and pars[j] == pars[k]:
+            while j < n and pars[j] == pars[k]:
+                j += 1
+            pieces.append((slice(start + k, start + j), slice(pars[k], pars[k] + 1), True))
+        else:
+            step = pars[j] - pars[k] if j < n else 1
+            if step > 0:
+                while j < n and pars[j] - pars[j - 1] == step:
+                    j += 1
+            else:  # a lone child
+                step, j = 1, k + 1
+            pieces.append((slice(start + k, start + j), slice(pars[k], pars[j - 1] + 1, step), False))
+        k = j
+    return pieces
 
 
 def down(sums: TreeSums, x: torch.Tensor) -> torch.Tensor:
