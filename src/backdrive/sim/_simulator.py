@@ -458,7 +458,10 @@ class Simulator:
             part = steps[t0 : t0 + window]
             try:
                 out = self._checkpointed_window(q, v, part, t0, norms, truncate_every, window < T)
-            except _StepFailed as failed:
+            except torch.linalg.LinAlgError as exc:
+                failed = getattr(exc, "_backdrive_failed_step", None)
+                if failed is None:
+                    raise
                 self._report_failed_step(failed, qs + failed.qs, vs + failed.vs, controls)
             qs += out[0]
             vs += out[1]
@@ -528,7 +531,8 @@ class Simulator:
             except torch.linalg.LinAlgError as exc:
                 # A state grown beyond what the step can integrate makes its
                 # matrix indefinite before it makes the state non-finite.
-                raise _StepFailed(t, q, v, u, qs, vs, exc) from exc
+                exc._backdrive_failed_step = _FailedStep(t, q, v, u, qs, vs, exc)
+                raise
             q, v = _watch(norms, t + 1, q1, v1)
             qs.append(q)
             vs.append(v)
@@ -690,11 +694,12 @@ _REMEDY = {
 }
 
 
-class _StepFailed(Exception):
-    """Internal: a step's solve failed at state ``step`` (carries what the report needs)."""
+class _FailedStep:
+    """Internal: what the report of a step whose solve failed needs. It rides on
+    the solver's ``LinAlgError`` (every exception class of backdrive lives in
+    ``backdrive._errors``; this is a record, not another exception)."""
 
     def __init__(self, step, q, v, u, qs, vs, error):
-        super().__init__(str(error))
         self.step, self.q, self.v, self.u, self.qs, self.vs, self.error = step, q, v, u, qs, vs, error
 
 
