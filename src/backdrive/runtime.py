@@ -229,12 +229,16 @@ class _Workspace:
         if kept is None:
             kept = self.arrays[key] = []
         for entry in kept:
-            # Free: the only Python references are the entry, ``t`` and
-            # getrefcount's argument; nothing in C++ holds the tensor (a view's
-            # base, a tensor saved for a backward pass: ``_use_count``); its
-            # storage is held by the tensor and the kept storage object alone.
+            # Free: no Python reference beyond the workspace's own (the count
+            # an unshared entry gives, measured once at import: interpreters
+            # differ in how many references a call adds); nothing in C++ holds
+            # the tensor (a view's base, a tensor saved for a backward pass:
+            # ``_use_count``); its storage is held by the tensor and the kept
+            # storage object alone.
+            if _python_refs(entry) != _FREE_REFS:
+                continue
             t = entry[0]
-            if sys.getrefcount(t) == 3 and t._use_count() == 1 and _storage_use_count(entry[1]._cdata) == 2:
+            if t._use_count() == 1 and _storage_use_count(entry[1]._cdata) == 2:
                 return t
         t = torch.empty(shape, dtype=dtype, device=device)
         size = t.numel() * t.element_size()
@@ -244,7 +248,20 @@ class _Workspace:
         return t
 
 
+def _python_refs(entry: tuple) -> int:
+    """Python references to ``entry[0]``, counted the same way for every entry."""
+    t = entry[0]
+    return sys.getrefcount(t)
+
+
+# What an entry nobody else refers to counts (3 on CPython 3.10-3.13; an
+# interpreter that borrows references counts fewer, so measure, never assume).
+_FREE_REFS = _python_refs((torch.empty(0), None))
+
+# Private torch counters; without either, reuse_workspaces keeps nothing.
 _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+if not hasattr(torch.Tensor, "_use_count"):
+    _storage_use_count = None
 
 
 def active_workspace() -> _Workspace | None:
