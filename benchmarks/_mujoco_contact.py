@@ -472,6 +472,16 @@ def drop_state(model, robot: str, drop: float = 0.05) -> tuple[np.ndarray, np.nd
     return qpos, ctrl
 
 
+def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
+    """Rotation matrices ``(..., 3, 3)`` (base to world) of wxyz unit quaternions ``(..., 4)``."""
+    w, x, y, z = (quat[..., i] for i in range(4))
+    return np.stack([
+        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+    ], -2)
+
+
 def joint_permutation(model, joint_names) -> np.ndarray:
     """Indices ``perm`` with ``mujoco_joint_values[perm]`` in the order of
     ``joint_names`` (e.g. ``robot.joint_names`` of a backdrive model): apply

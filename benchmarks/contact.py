@@ -263,13 +263,7 @@ def to_backdrive_state(model, bd, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.n
     import torch
 
     perm = mc.joint_permutation(model, bd.joint_names)
-    quat = qpos[..., 3:7]
-    w, x, y, z = (quat[..., i] for i in range(4))
-    R = np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-    ], -2)
+    R = mc.quat_to_matrix(qpos[..., 3:7])
     lin_base = np.einsum("...ji,...j->...i", R, qvel[..., :3])
     q = np.concatenate([qpos[..., :7], qpos[..., 7:][..., perm]], -1)
     v = np.concatenate([lin_base, qvel[..., 3:6], qvel[..., 6:][..., perm]], -1)

@@ -69,16 +69,6 @@ COMMAND = (0.5, 0.0, 0.0)
 EPISODES, SEED, SECONDS, SETTLE = 16, 999, 10.0, 2.0
 
 
-def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
-    """Rotation matrices ``(..., 3, 3)`` (base to world) of wxyz unit quaternions ``(..., 4)``."""
-    w, x, y, z = (quat[..., i] for i in range(4))
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-        np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-        np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-    ], -2)
-
-
 def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005, *, friction: float | None = None,
           stiffness_scale: float = 1.0, motor_strength: float = 1.0):
     """The MuJoCo model of ``env``'s robot with its servos and effort limits.
@@ -122,7 +112,7 @@ def to_mujoco(q: np.ndarray, v: np.ndarray, perm: np.ndarray) -> tuple[np.ndarra
     qpos, qvel = np.array(q, dtype=float), np.array(v, dtype=float)
     qpos[..., 7 + perm] = q[..., 7:]
     qvel[..., 6 + perm] = v[..., 6:]
-    qvel[..., :3] = np.einsum("...ij,...j->...i", quat_to_matrix(qpos[..., 3:7]), v[..., :3])
+    qvel[..., :3] = np.einsum("...ij,...j->...i", mc.quat_to_matrix(qpos[..., 3:7]), v[..., :3])
     return qpos, qvel
 
 
@@ -140,7 +130,7 @@ def mujoco_observation(qpos: np.ndarray, qvel: np.ndarray, perm: np.ndarray, q_s
         last_action: ``(..., 12)``. command: ``(..., 3)``. phase: ``(..., 1)`` rad.
         privileged: append the base-frame linear velocity and the base height.
     """
-    R = quat_to_matrix(qpos[..., 3:7] / np.linalg.norm(qpos[..., 3:7], axis=-1, keepdims=True))
+    R = mc.quat_to_matrix(qpos[..., 3:7] / np.linalg.norm(qpos[..., 3:7], axis=-1, keepdims=True))
     gravity = -R[..., 2, :]  # R^T (0, 0, -1)
     parts = [qpos[..., 7:][..., perm] - q_stand, qvel[..., 6:][..., perm], qvel[..., 3:6], gravity,
              last_action, command, np.cos(phase), np.sin(phase)]
@@ -193,7 +183,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         phase = np.remainder(phase + 2 * math.pi * env.gait_frequency * env.dt, 2 * math.pi)
         qpos = np.stack([d.qpos for d in datas])
         qvel = np.stack([d.qvel for d in datas])
-        R = quat_to_matrix(qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=-1, keepdims=True))
+        R = mc.quat_to_matrix(qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=-1, keepdims=True))
         fell = (-R[:, 2, 2] > -0.5) | (qpos[:, 2] < 0.5 * env.stand_height) | ~np.isfinite(qpos).all(-1)
         alive &= ~fell
         v_base = np.einsum("nji,nj->ni", R, qvel[:, :3])
