@@ -14,6 +14,7 @@ from ..dynamics._crba import crba_core
 from ..dynamics._rnea import rnea_core
 from ..dynamics._tree import broadcast_batch, gravity_vector, kinematics, topology
 from ..kinematics import body_transforms
+from ..kinematics._fk import point_jacobians, point_support
 from ..kinematics._paths import choose, transforms_active, untracked
 from ..model import RobotModel
 from ._geometry import ContactGeometry
@@ -154,15 +155,15 @@ class ContactModel:
             self._p["friction"] = mu
         self._fingerprint = robot.fingerprint
         self._dtype, self._device = robot.dtype, robot.device
-        self._support, self._coupling = _jacobian_constants(robot, geometry.point_body)
+        self._support = point_support(robot, geometry.point_body)
         if self_collision is not None:
             if not isinstance(self_collision, SelfCollision):
                 raise InputError(f"self_collision must be a SelfCollision, got {type(self_collision).__name__}")
             if self_collision.fingerprint != robot.fingerprint:
                 raise InputError(f"self_collision was built for robot {self_collision.robot_name!r}, not {robot.name!r}")
             self._pair_p = self_collision.resolved(robot)
-            self._support_a, _ = _jacobian_constants(robot, self_collision.body_a)
-            self._support_b, _ = _jacobian_constants(robot, self_collision.body_b)
+            self._support_a = point_support(robot, self_collision.body_a)
+            self._support_b = point_support(robot, self_collision.body_b)
         self.self_collision = self_collision
 
 
@@ -250,15 +251,13 @@ class ContactModel:
         radius = g.point_radius
         phi = radius - dist
         point = centre - radius[:, None] * n
-        J = _point_jacobians(robot, Rb, pb, point, self._support, self._coupling)
+        J = point_jacobians(robot, Rb, pb, point, self._support)
         p, ps = self._p, g.point_shape
         law = {k: per_point(p[k], ps) for k in ("stiffness", "damping", "friction", "normal_width", "stiction_width")}
         sc = self.self_collision
         if sc is not None and sc.num_pairs:
             pp, n_, phi_ = sc.detect(Rb, pb)
-            J_ = _point_jacobians(robot, Rb, pb, pp, self._support_a, self._coupling) - _point_jacobians(
-                robot, Rb, pb, pp, self._support_b, self._coupling
-            )
+            J_ = point_jacobians(robot, Rb, pb, pp, self._support_a) - point_jacobians(robot, Rb, pb, pp, self._support_b)
             batch = broadcast_shapes(point.shape[:-2], pp.shape[:-2])
             point = torch.cat([point.expand(*batch, *point.shape[-2:]), pp.expand(*batch, *pp.shape[-2:])], -2)
             n = torch.cat([n.expand(*batch, *n.shape[-2:]), n_.expand(*batch, *n_.shape[-2:])], -2)
@@ -547,55 +546,6 @@ def _batch_size(*xs: torch.Tensor) -> int:
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """A per-row parameter ``()``, ``(..., 1)`` or ``(..., n)`` as ``(..., n)``."""
     return t.expand(n) if t.ndim == 0 else t.expand(*t.shape[:-1], n)
-
-
-def _jacobian_constants(robot: RobotModel, point_body: torch.Tensor):
-    """``support (np, nb - 1)``: 1 where moving body ``j`` carries point ``p``;
-    ``coupling (nb - 1, nj)``: body joint rates from joint coordinates."""
-    nb, nj = robot.num_bodies, robot.num_joints
-    parent = robot.parent.tolist()
-    anc = torch.zeros(nb, nb, dtype=robot.dtype)
-    for b in range(nb):
-        a = b
-        while a >= 0:
-            anc[b, a] = 1.0
-            a = parent[a]
-    support = anc[point_body.cpu()][:, 1:].to(robot.device)
-    coupling = torch.zeros(max(nb - 1, 0), nj, dtype=robot.dtype)
-    jc = robot.joint_coordinate.tolist()
-    mult = robot.joint_multiplier.tolist()
-    for b in range(1, nb):
-        coupling[b - 1, jc[b]] = mult[b]
-    return support, coupling.to(robot.device)
-
-
-def _point_jacobians(robot: RobotModel, Rb, pb, point, support, coupling) -> torch.Tensor:
-    """``(..., np, 3, nv)`` world linear-velocity Jacobians of world points fixed to bodies.
-
-    Column of moving body ``j`` for a point ``c`` it carries: ``a_j x (c - p_j)``
-    (revolute) or ``a_j`` (prismatic), with ``a_j`` the world joint axis;
-    mimic multipliers through ``coupling``. Floating base: ``[R0, -[c - p0]x R0]``
-    for the base-frame twist.
-    """
-    cols = []
-    batch = point.shape[:-2]
-    npnt = point.shape[-2]
-    if robot.floating_base:
-        R0 = Rb[..., 0:1, :, :]
-        r = point - pb[..., 0:1, :]
-        # Column i of -[r]x R0 is (R0 e_i) x r.
-        ang = torch.linalg.cross(R0.transpose(-1, -2), r[..., :, None, :]).transpose(-1, -2)
-        cols.append(torch.cat([R0.expand(*batch, npnt, 3, 3), ang], -1))
-    if robot.num_joints:
-        axes = (Rb[..., 1:, :, :] @ robot.joint_axis[1:, :, None])[..., 0]  # (..., nb-1, 3)
-        r = point[..., :, None, :] - pb[..., None, 1:, :]  # (..., np, nb-1, 3)
-        ax = axes[..., None, :, :].expand_as(r)
-        lin = torch.where(robot.joint_is_prismatic[1:, None] > 0, ax, torch.cross(ax, r, dim=-1))
-        lin = lin * support[..., None]
-        cols.append(lin.transpose(-1, -2) @ coupling)  # (..., np, 3, nj)
-    if not cols:
-        return point.new_zeros(*batch, npnt, 3, 0)
-    return torch.cat(cols, -1)
 
 
 def _body_wrenches(robot: RobotModel, Rb, pb, point, force, point_body) -> torch.Tensor:

@@ -8,9 +8,12 @@ builds on it. Poses are kept as rotation ``(..., 3, 3)`` plus translation
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .._errors import InputError
+from .._shapes import broadcast_shapes
 from ..model import RobotModel, geometry_constants
 from ..spatial import quat_to_matrix
 from ..runtime import active_workspace
@@ -26,6 +29,9 @@ __all__ = [
     "forward_kinematics",
     "frame_jacobian",
     "body_axes_world",
+    "PointSupport",
+    "point_support",
+    "point_jacobians",
     "to_homogeneous",
     "resolve_frame",
 ]
@@ -473,44 +479,94 @@ def frame_jacobian(model: RobotModel, q: torch.Tensor, frame, *, bodies=None) ->
     f = resolve_frame(model, frame)
     Rb, pb = body_transforms(model, q) if bodies is None else bodies
     _, pf = frame_transforms(model, q, [f], bodies=(Rb, pb))
-    pf = pf[..., 0, :]
+    support = geometry_constants(model, f"jacobian.frame.{f}", lambda m: point_support(m, m.frame_body[f : f + 1]))
+    return point_jacobians(model, Rb, pb, pf, support, angular=True)[..., 0, :, :]
+
+
+class PointSupport(NamedTuple):
+    """What :func:`point_jacobians` needs to know of the points' bodies
+    (built once per set of points, :func:`point_support`).
+
+    Attributes:
+        mask: ``(np, nb - 1)``, 1 where moving body ``j`` carries point ``p``
+            (``j`` is the point's body or one of its ancestors), else 0.
+        coupling: ``(nb - 1, nj)`` body joint rates from joint coordinate
+            rates (mimic multipliers included).
+        has_pri: whether any joint is prismatic.
+    """
+
+    mask: torch.Tensor
+    coupling: torch.Tensor
+    has_pri: bool
+
+
+def point_support(model: RobotModel, point_body: torch.Tensor) -> PointSupport:
+    """The :class:`PointSupport` of points fixed to the bodies ``point_body (np,)`` (long)."""
+    anc = tree_schedule(model).anc  # anc[b, d] = 1 when d is b or an ancestor of b
+    mask = anc.index_select(0, point_body.to(anc.device))[:, 1:].contiguous()
+    return PointSupport(mask, _coupling(model), bool(model.joint_is_prismatic[1:].any()))
+
+
+def _coupling(model: RobotModel) -> torch.Tensor:
+    def build(m: RobotModel) -> torch.Tensor:
+        G = torch.zeros(m.num_bodies - 1, m.num_joints, dtype=m.dtype, device=m.device)
+        rows = torch.arange(m.num_bodies - 1, device=m.device)
+        G[rows, m.joint_coordinate[1:]] = m.joint_multiplier[1:]
+        return G
+
+    return geometry_constants(model, "jacobian.coupling", build)
+
+
+def point_jacobians(
+    model: RobotModel, Rb: torch.Tensor, pb: torch.Tensor, point: torch.Tensor, support: PointSupport, *, angular: bool = False
+) -> torch.Tensor:
+    """Geometric Jacobians of world points fixed to bodies: the one Jacobian
+    kernel of the reference path (:func:`frame_jacobian`, the contact points
+    of :class:`backdrive.contact.ContactModel`).
+
+    Column of moving body ``j`` for a point ``c`` it carries: linear
+    ``a_j x (c - p_j)`` (revolute) or ``a_j`` (prismatic), angular ``a_j``
+    (revolute) or 0, with ``a_j`` the joint's world axis; joint coordinates
+    through ``support.coupling`` (mimic joints). A floating base's twist,
+    in the base frame, has the columns ``[R0, -[c - p0]x R0]`` (linear) and
+    ``[0, R0]`` (angular).
+
+    Args:
+        Rb, pb: ``(..., nb, 3, 3)``, ``(..., nb, 3)`` world body poses
+            (:func:`body_transforms`).
+        point: ``(..., np, 3)`` world points, m.
+        support: :func:`point_support` of the points' bodies.
+        angular: also the angular rows.
+
+    Returns:
+        ``(..., np, 3, nv)`` linear rows, or ``(..., np, 6, nv)``
+        ``[linear; angular]`` with ``angular``.
+    """
     cols = []
+    npnt = point.shape[-2]
+    batch = broadcast_shapes(point.shape[:-2], Rb.shape[:-3])
     if model.floating_base:
-        R0 = Rb[..., 0, :, :]
-        r = pf - pb[..., 0, :]
-        top = torch.cat([R0, -skew(r) @ R0], dim=-1)
-        bottom = torch.cat([torch.zeros_like(R0), R0], dim=-1)
-        cols.append(torch.cat([top, bottom], dim=-2))
+        R0 = Rb[..., 0:1, :, :]
+        r = point - pb[..., 0:1, :]
+        # Column i of -[r]x R0 is (R0 e_i) x r.
+        lin = torch.linalg.cross(R0.transpose(-1, -2), r[..., :, None, :]).transpose(-1, -2)
+        R0 = R0.expand(*batch, npnt, 3, 3)
+        base = torch.cat([R0, lin.expand(*batch, npnt, 3, 3)], -1)
+        if angular:
+            base = torch.cat([base, torch.cat([torch.zeros_like(R0), R0], -1)], -2)
+        cols.append(base)
     if model.num_joints:
-        J_bodies = _body_columns(model, Rb, pb, pf)  # (..., 6, nb-1)
-        cols.append(J_bodies @ _coupling(model, f))
-    return torch.cat(cols, dim=-1)
-
-
-def _body_columns(model, Rb, pb, point) -> torch.Tensor:
-    """Motion columns ``(..., 6, nb - 1)`` of every moving body for a world point."""
-    axes = body_axes_world(model, Rb)
-    is_pri = model.joint_is_prismatic[1:, None]
-    r = point[..., None, :] - pb[..., 1:, :]
-    lin = torch.where(is_pri > 0, axes, torch.linalg.cross(axes, r))
-    ang = axes * (1.0 - is_pri)
-    return torch.cat([lin, ang], dim=-1).transpose(-1, -2)
-
-
-def _coupling(model: RobotModel, frame: int) -> torch.Tensor:
-    """``(nb - 1, nj)`` map from body joint rates to joint coordinates for the
-    bodies supporting ``frame`` (mimic multipliers included)."""
-    nb, nj = model.num_bodies, model.num_joints
-    parent = model.parent.tolist()
-    support = torch.zeros(nb, dtype=model.dtype, device=model.device)
-    b = int(model.frame_body[frame])
-    chain = []
-    while b > 0:
-        chain.append(b)
-        b = parent[b]
-    if chain:
-        support[torch.tensor(chain, device=model.device)] = 1.0
-    G = torch.zeros(nb - 1, nj, dtype=model.dtype, device=model.device)
-    rows = torch.arange(nb - 1, device=model.device)
-    G[rows, model.joint_coordinate[1:]] = model.joint_multiplier[1:] * support[1:]
-    return G
+        axes = body_axes_world(model, Rb)  # (..., nb-1, 3)
+        r = point[..., :, None, :] - pb[..., None, 1:, :]  # (..., np, nb-1, 3)
+        ax = axes[..., None, :, :].expand_as(r)
+        lin = torch.linalg.cross(ax, r)
+        if support.has_pri:
+            lin = torch.where(model.joint_is_prismatic[1:, None] > 0, ax, lin)
+        if angular:
+            ang = ax * (1.0 - model.joint_is_prismatic[1:, None]) if support.has_pri else ax
+            lin = torch.cat([lin, ang], -1)
+        J = lin * support.mask[..., None]
+        cols.append(J.transpose(-1, -2) @ support.coupling)  # (..., np, 3 or 6, nj)
+    if not cols:
+        return point.new_zeros(*batch, npnt, 6 if angular else 3, 0)
+    return torch.cat(cols, -1)
