@@ -1,5 +1,6 @@
 """backdrive.runtime: the allocator setting for large CPU batches."""
 
+import contextlib
 import ctypes
 import ctypes.util
 import json
@@ -80,6 +81,79 @@ def test_retain_freed_memory_returns_false_without_glibc(monkeypatch):
 # ----------------------------------------------------------------------------- thread count
 
 
+@contextlib.contextmanager
+def _load(others: float, cores: int = 2):
+    """Mock what the thread policy reads: other processes' load and the cores."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runtime, "other_load", lambda: others)
+        mp.setattr(runtime, "available_cores", lambda: cores)
+        yield
+
+
+def test_threads_for_load_leaves_the_cores_other_processes_take():
+    from backdrive.runtime import BUSY_CORE_SHARE, threads_for_load
+
+    assert threads_for_load(2, 2, 0.0) == 2  # quiet
+    assert threads_for_load(2, 2, BUSY_CORE_SHARE) == 2  # a light competitor takes no core
+    assert threads_for_load(2, 2, 0.3) == 1  # one that keeps a core busy a third of the time does
+    assert threads_for_load(2, 2, 1.0) == 1
+    assert threads_for_load(2, 2, 9.0) == 1  # never below one thread
+    assert threads_for_load(8, 8, 1.2) == 7
+    assert threads_for_load(8, 8, 1.3) == 6
+    assert threads_for_load(4, 8, 2.0) == 4  # never above torch's count
+    assert threads_for_load(1, 8, 0.0) == 1
+
+
+def test_threads_for_batch_takes_one_thread_for_a_large_batch_under_load_and_restores():
+    from backdrive.runtime import SMALL_BATCH, threads_for_batch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _load(1.0), threads_for_batch(10 * SMALL_BATCH):  # another process busy on one of 2 cores
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with _load(0.1), threads_for_batch(10 * SMALL_BATCH):
+            assert torch.get_num_threads() == 2
+        with _load(1.0, cores=4), threads_for_batch(10 * SMALL_BATCH):  # 3 cores free, torch has 2 threads
+            assert torch.get_num_threads() == 2
+        runtime.adaptive_threads(False)
+        try:
+            with _load(5.0), threads_for_batch(10 * SMALL_BATCH):
+                assert torch.get_num_threads() == 2
+        finally:
+            runtime.adaptive_threads(True)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_other_load_subtracts_this_process_and_averages_over_probes(monkeypatch):
+    # 5 runnable tasks system-wide, 2 of them this process's threads: 3 others now.
+    monkeypatch.setattr(runtime, "_runnable_now", lambda: (5, 2))
+    monkeypatch.setattr(runtime, "_others", runtime._LoadAverage())
+    assert runtime.other_load() == 3.0
+    avg = runtime._LoadAverage()
+    assert avg.update(1.0, now=0.0) == 1.0
+    # The competitor pauses: the instant count is 0, the average still holds it.
+    held = avg.update(0.0, now=1.0)
+    assert 0.8 < held < 1.0
+    # Long after, it has decayed; a competitor busy now always counts in full.
+    assert avg.update(0.0, now=100.0) < 1e-3
+    assert avg.update(2.0, now=100.5) == 2.0
+    # Without /proc: the 1-minute load average less this process's own core.
+    monkeypatch.setattr(runtime, "_runnable_now", lambda: None)
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (2.5, 2.0, 1.0))
+    assert runtime.other_load() == 1.5
+
+
+def test_runnable_now_reads_this_process_on_linux():
+    if not runtime.sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    running, own = runtime._runnable_now()
+    assert running >= 1 and own >= 1  # the reading thread runs (both are snapshots: no order between them)
+    assert 1 <= runtime.available_cores() <= (runtime.os.cpu_count() or 1)
+
+
 def test_threads_for_batch_uses_one_thread_for_small_batches_and_restores():
     from backdrive.runtime import SMALL_BATCH, adaptive_threads, threads_for_batch
 
@@ -92,7 +166,7 @@ def test_threads_for_batch_uses_one_thread_for_small_batches_and_restores():
                 assert torch.get_num_threads() == 1
             assert torch.get_num_threads() == 1
         assert torch.get_num_threads() == 2
-        with threads_for_batch(SMALL_BATCH):
+        with _load(0.0), threads_for_batch(SMALL_BATCH):  # a quiet machine: torch's count stays
             assert torch.get_num_threads() == 2
         assert adaptive_threads(False) is True
         try:
@@ -125,8 +199,13 @@ def test_simulator_rollout_of_a_small_batch_runs_on_one_thread():
         assert torch.get_num_threads() == 2
         seen.clear()
         big = 2048
-        sim.rollout(sim.initial_state(torch.zeros(big, 1, dtype=torch.float64)), sim.zero_controls(2, big))
+        with _load(0.0):  # a quiet machine: a large batch keeps torch's count
+            sim.rollout(sim.initial_state(torch.zeros(big, 1, dtype=torch.float64)), sim.zero_controls(2, big))
         assert set(seen) == {2}
+        seen.clear()
+        with _load(1.0):  # another process busy on one of the two cores
+            sim.rollout(sim.initial_state(torch.zeros(big, 1, dtype=torch.float64)), sim.zero_controls(2, big))
+        assert set(seen) == {1} and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(previous)
 

@@ -45,7 +45,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import os
 import sys
+import time
 
 import functools
 import inspect
@@ -68,6 +71,10 @@ __all__ = [
     "adaptive_threads",
     "threads_for_batch",
     "SMALL_BATCH",
+    "BUSY_CORE_SHARE",
+    "threads_for_load",
+    "other_load",
+    "available_cores",
     "reuse_workspaces",
 ]
 
@@ -131,16 +138,24 @@ def retain_freed_memory(max_bytes: int = 256 << 20) -> bool:
 #: SHAC preset took 7.6 s on one thread and 53.5 s on two.
 SMALL_BATCH = 1024
 
+#: A core counts as taken by other processes when they keep it busy more than
+#: this share of the time (see :func:`threads_for_load`): a parallel region
+#: waits for its slowest thread, so even a part-time competitor on a core
+#: stalls every region whose thread it displaces.
+BUSY_CORE_SHARE = 0.25
+
 _adaptive = True
 
 
 def adaptive_threads(enabled: bool | None = None) -> bool:
-    """Whether backdrive's loops run small batches on one thread; set it with ``enabled``.
+    """Whether backdrive's loops choose their torch thread count; set it with ``enabled``.
 
     On by default. When on, :class:`threads_for_batch` lowers torch's
-    intra-op thread count to 1 for the duration of a rollout or a training
-    run whose batch is below :data:`SMALL_BATCH` samples, and restores it
-    afterwards. Turn it off to keep ``torch.get_num_threads()`` untouched.
+    intra-op thread count for the duration of a rollout or a training run:
+    to 1 when its batch is below :data:`SMALL_BATCH` samples, and for larger
+    batches to the cores that other processes leave free
+    (:func:`threads_for_load`); it restores the count afterwards. Turn it
+    off to keep ``torch.get_num_threads()`` untouched.
 
     Args:
         enabled: the new setting, or ``None`` to only read it.
@@ -157,12 +172,109 @@ def adaptive_threads(enabled: bool | None = None) -> bool:
     return previous
 
 
-class threads_for_batch(AbstractContextManager):  # noqa: N801 - used like a function
-    """One torch thread inside the block when ``batch < SMALL_BATCH`` (see
-    :func:`adaptive_threads`), and a :class:`reuse_workspaces` block.
+def threads_for_load(threads: int, cores: int, others: float) -> int:
+    """The thread count for a large batch when other processes keep ``others``
+    cores busy: the free cores, at least 1 and at most ``threads``.
 
-    torch's thread count is process-wide: the previous count is restored on
-    exit. Nested blocks are free (the inner one finds one thread already).
+    A core counts as taken from a share :data:`BUSY_CORE_SHARE` of it on
+    (``others = 0.3`` takes one core, ``1.2`` one, ``1.3`` two). Why: torch's
+    parallel regions wait for their slowest thread, and a thread that shares
+    its core with another process's is descheduled for whole time slices.
+    Measured on 2 cores with other jobs running: a 64-sample rollout took
+    16 s on 2 threads and 2.8 s on 1 (``docs/dynamics.md``, "Threads").
+
+    Args:
+        threads: torch's thread count (the most to use).
+        cores: the cores this process may run on.
+        others: cores' worth of runnable work of other processes (see
+            :func:`other_load`).
+    """
+    taken = max(0, math.ceil(others - BUSY_CORE_SHARE))
+    return max(1, min(threads, cores - taken))
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system
+    tells, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _runnable_now() -> tuple[int, int] | None:
+    """``(runnable tasks system-wide, this process's runnable threads)`` at
+    this instant (Linux ``/proc``), or ``None`` where the system does not tell."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        own = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    # The state follows the command name, which is in parentheses.
+                    own += f.read().rpartition(")")[2].split()[0] == "R"
+            except (OSError, IndexError):  # the thread ended meanwhile
+                continue
+        return running, max(own, 1)  # the reading thread itself runs
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _LoadAverage:
+    """Other processes' runnable work, averaged over this process's probes
+    with a 10 s time constant (an intermittent competitor counts at its
+    average; one busy now counts in full)."""
+
+    TIME_CONSTANT = 10.0
+
+    def __init__(self):
+        self.time: float | None = None
+        self.value = 0.0
+
+    def update(self, sample: float, now: float) -> float:
+        if self.time is None:
+            self.value = sample
+        else:
+            w = math.exp(-max(now - self.time, 0.0) / self.TIME_CONSTANT)
+            self.value = w * self.value + (1.0 - w) * sample
+        self.time = now
+        return max(sample, self.value)
+
+
+_others = _LoadAverage()
+
+
+def other_load() -> float:
+    """Cores' worth of work that other processes keep runnable, re-read at each call.
+
+    On Linux: the runnable tasks at this instant (``/proc/loadavg``) less this
+    process's own runnable threads (``/proc/self/task``), averaged over the
+    calls of the last seconds (the larger of the average and the instant
+    counts), about 50 us a call. Elsewhere: the 1-minute load average less
+    one core (this process's own share, roughly), or ``0.0`` where the system
+    tells neither.
+    """
+    now = _runnable_now()
+    if now is not None:
+        return _others.update(float(max(now[0] - now[1], 0)), time.monotonic())
+    try:
+        return max(os.getloadavg()[0] - 1.0, 0.0)
+    except (AttributeError, OSError):
+        return 0.0
+
+
+class threads_for_batch(AbstractContextManager):  # noqa: N801 - used like a function
+    """backdrive's thread policy for a block of work on ``batch`` samples
+    (see :func:`adaptive_threads`), and a :class:`reuse_workspaces` block.
+
+    One torch thread when ``batch < SMALL_BATCH``; for larger batches
+    :func:`threads_for_load` of torch's count, the available cores and the
+    other processes' load at entry (:func:`other_load`, re-read at every
+    entry). The count is only ever lowered. torch's thread count is
+    process-wide: the previous count is restored on exit. Nested blocks
+    are cheap (an inner block finds the count already lowered or probes
+    again).
 
     Args:
         batch: number of samples the block works on.
@@ -174,11 +286,13 @@ class threads_for_batch(AbstractContextManager):  # noqa: N801 - used like a fun
         self.workspace = reuse_workspaces()
 
     def __enter__(self) -> threads_for_batch:
-        if _adaptive and self.batch < SMALL_BATCH and not torch.compiler.is_compiling():
+        if _adaptive and not torch.compiler.is_compiling():
             n = torch.get_num_threads()
             if n > 1:
-                self.previous = n
-                torch.set_num_threads(1)
+                want = 1 if self.batch < SMALL_BATCH else threads_for_load(n, available_cores(), other_load())
+                if want < n:
+                    self.previous = n
+                    torch.set_num_threads(want)
         self.workspace.__enter__()
         return self
 

@@ -543,15 +543,13 @@ def point_jacobians(
         ``[linear; angular]`` with ``angular``.
     """
     cols = []
-    npnt = point.shape[-2]
-    batch = broadcast_shapes(point.shape[:-2], Rb.shape[:-3])
     if model.floating_base:
         R0 = Rb[..., 0:1, :, :]
         r = point - pb[..., 0:1, :]
         # Column i of -[r]x R0 is (R0 e_i) x r.
-        lin = torch.linalg.cross(R0.transpose(-1, -2), r[..., :, None, :]).transpose(-1, -2)
-        R0 = R0.expand(*batch, npnt, 3, 3)
-        base = torch.cat([R0, lin.expand(*batch, npnt, 3, 3)], -1)
+        lin = torch.linalg.cross(R0.transpose(-1, -2), r[..., :, None, :]).transpose(-1, -2)  # (..., np, 3, 3)
+        R0 = R0.expand_as(lin)
+        base = torch.cat([R0, lin], -1)
         if angular:
             base = torch.cat([base, torch.cat([torch.zeros_like(R0), R0], -1)], -2)
         cols.append(base)
@@ -568,5 +566,6 @@ def point_jacobians(
         J = lin * support.mask[..., None]
         cols.append(J.transpose(-1, -2) @ support.coupling)  # (..., np, 3 or 6, nj)
     if not cols:
-        return point.new_zeros(*batch, npnt, 6 if angular else 3, 0)
+        batch = broadcast_shapes(point.shape[:-2], Rb.shape[:-3])
+        return point.new_zeros(*batch, point.shape[-2], 6 if angular else 3, 0)
     return torch.cat(cols, -1)
