@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..kinematics._fk import body_transforms_fast
+from ..kinematics._fk import body_transforms_fast, coupling_matrix
 from ..kinematics import _paths
 from ..kinematics._kernels import cross, cross_add, div, mul, new, rot, rot_t, rows, skew
 from ..kinematics._paths import untracked
@@ -134,10 +134,8 @@ def _build_fast_topology(model: RobotModel) -> FastTopo:
             inv[c] = k
         dof_perm, dof_inv, arm_perm = t(perm), t(inv), t(moving)
     is_pri = model.joint_is_prismatic[1:][t(moving)]
-    # Coordinates from the moving bodies (level order): G[k, coord] = multiplier.
-    G = torch.zeros(nm, model.num_joints, dtype=dtype, device=device)
-    for k, b in enumerate(moving):
-        G[k, coord[b]] += mult[b]
+    # Coordinates from the moving bodies, in level order.
+    G = coupling_matrix(model).index_select(0, t(moving))
     # upper[j, i] = 1 when moving body j is i or one of its ancestors (level order).
     upper = sched.anc_level[1:, 1:].T.contiguous()
     return FastTopo(

@@ -22,7 +22,7 @@ import torch
 
 from .._shapes import broadcast_shapes
 from .._errors import InputError
-from ..kinematics._fk import body_transforms_reference
+from ..kinematics._fk import body_transforms_reference, coupling_matrix
 from ..kinematics._schedule import TreeSums, tree_schedule, tree_sums
 from ..model import RobotModel, geometry_constants
 
@@ -89,7 +89,7 @@ def topology(model: RobotModel) -> Topology:
 
 
 def _build_topology(model: RobotModel) -> Topology:
-    nm, nj = model.num_bodies - 1, model.num_joints
+    nm = model.num_bodies - 1
     dtype, device = model.dtype, model.device
     o = 0 if model.floating_base else 1
     anc = tree_schedule(model).anc
@@ -99,9 +99,7 @@ def _build_topology(model: RobotModel) -> Topology:
     coord_list = model.joint_coordinate[1:].tolist()
     mult_list = model.joint_multiplier[1:].tolist()
     coupled = coord_list != list(range(nm)) or any(m != 1.0 for m in mult_list)
-    G = torch.zeros(nm, nj, dtype=dtype, device=device)
-    for b, (c, m) in enumerate(zip(coord_list, mult_list)):
-        G[b, c] = m
+    G = coupling_matrix(model)
     return Topology(
         o=o,
         na=model.num_bodies - o,

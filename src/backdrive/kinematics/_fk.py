@@ -32,6 +32,7 @@ __all__ = [
     "PointSupport",
     "point_support",
     "point_jacobians",
+    "coupling_matrix",
     "to_homogeneous",
     "resolve_frame",
 ]
@@ -504,17 +505,22 @@ def point_support(model: RobotModel, point_body: torch.Tensor) -> PointSupport:
     """The :class:`PointSupport` of points fixed to the bodies ``point_body (np,)`` (long)."""
     anc = tree_schedule(model).anc  # anc[b, d] = 1 when d is b or an ancestor of b
     mask = anc.index_select(0, point_body.to(anc.device))[:, 1:].contiguous()
-    return PointSupport(mask, _coupling(model), bool(model.joint_is_prismatic[1:].any()))
+    return PointSupport(mask, coupling_matrix(model), bool(model.joint_is_prismatic[1:].any()))
 
 
-def _coupling(model: RobotModel) -> torch.Tensor:
-    def build(m: RobotModel) -> torch.Tensor:
-        G = torch.zeros(m.num_bodies - 1, m.num_joints, dtype=m.dtype, device=m.device)
-        rows = torch.arange(m.num_bodies - 1, device=m.device)
-        G[rows, m.joint_coordinate[1:]] = m.joint_multiplier[1:]
-        return G
+def coupling_matrix(model: RobotModel) -> torch.Tensor:
+    """``G (nb - 1, nj)``: the moving bodies' joint rates from the joint
+    coordinates' rates, ``G[b - 1, coordinate_b] = multiplier_b`` (the identity
+    without mimic joints); built once per model layout. Body order; the
+    dynamics' fast path takes its rows in level order."""
+    return geometry_constants(model, "coupling", _build_coupling)
 
-    return geometry_constants(model, "jacobian.coupling", build)
+
+def _build_coupling(m: RobotModel) -> torch.Tensor:
+    G = torch.zeros(m.num_bodies - 1, m.num_joints, dtype=m.dtype, device=m.device)
+    rows = torch.arange(m.num_bodies - 1, device=m.device)
+    G[rows, m.joint_coordinate[1:]] = m.joint_multiplier[1:]
+    return G
 
 
 def point_jacobians(
