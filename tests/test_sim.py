@@ -276,6 +276,38 @@ def test_nan_control_names_the_step():
         sim.step(msd_state(), u[7])
 
 
+def test_a_failed_solve_is_reported_alike_by_step_and_rollout(monkeypatch):
+    # A step's matrix that stops being positive definite raises LinAlgError in
+    # the solve (the contact step's Cholesky); step and rollout report it with
+    # one wording, naming the step and a non-finite input when there is one.
+    sim = Simulator(MassSpringDamper(), 0.01)
+    real, calls = sim._advance, []
+
+    def failing(q, v, u):
+        calls.append(1)
+        if len(calls) == 4:
+            raise torch.linalg.LinAlgError("linalg.cholesky: The factorization could not be completed")
+        return real(q, v, u)
+
+    monkeypatch.setattr(sim, "_advance", failing)
+    solve = r"could not be solved \(linalg.cholesky: The factorization could not be completed\)"
+    with pytest.raises(NonFiniteError, match=r"from state 3 \(t = 0.03 s\) to step 4 " + solve) as info:
+        sim.rollout(msd_state(), sim.zero_controls(10))
+    assert info.value.step == 4 and "the state and controls were finite, so the dynamics diverged" in str(info.value)
+    calls[:] = [1, 1, 1]
+    with pytest.raises(NonFiniteError, match=r"from state 0 \(t = 0 s\) to step 1 " + solve) as info:
+        sim.step(msd_state(), torch.zeros(1, dtype=F64))
+    assert info.value.step == 1 and "the state and controls were finite, so the dynamics diverged" in str(info.value)
+    calls[:] = [1, 1, 1]
+    with pytest.raises(NonFiniteError, match=solve + r" \(non-finite input: control\)"):
+        sim.step(msd_state(), torch.full((1,), math.nan, dtype=F64))
+    u = sim.zero_controls(10)
+    u[3] = math.nan
+    calls.clear()
+    with pytest.raises(NonFiniteError, match=r"to step 4 " + solve + r" \(non-finite input: control\)"):
+        sim.rollout(msd_state(), u)
+
+
 def test_divergence_names_the_step():
     # Semi-implicit Euler is unstable for dt * sqrt(k / m) > 2.
     sim = Simulator(MassSpringDamper(stiffness=1e6, damping=0.0), 0.01)

@@ -378,14 +378,7 @@ class Simulator:
             else:
                 q1, v1, _ = self._advance(q, v, u)
         except torch.linalg.LinAlgError as exc:
-            culprits = _culprits(q, v, u)
-            if culprits.endswith("diverged)"):
-                culprits += "." + self._diagnose(q.reshape(-1, self.nq), v.reshape(-1, self.nv), u.reshape(-1, self.nu))
-            raise NonFiniteError(
-                f"the simulation step could not be solved ({str(exc).strip().splitlines()[0]})" + culprits,
-                step=1,
-                what="v",
-            ) from exc
+            self._report_failed_step(_FailedStep(0, q, v, u, [], [], exc), [q], [v], u[..., None, :])
         if check_finite and not bool(torch.isfinite(q1).all() & torch.isfinite(v1).all()):
             culprits = _culprits(q, v, u)
             if culprits.endswith("diverged)"):
@@ -492,7 +485,12 @@ class Simulator:
 
     def _report_failed_step(self, failed, qs, vs, controls):
         """Raise :class:`NonFiniteError` for a step whose solve failed (a Cholesky
-        factorisation of a matrix that is no longer positive definite)."""
+        factorisation of a matrix that is no longer positive definite): the one
+        report of a failed solve, for :meth:`step` and :meth:`rollout`.
+
+        ``qs``, ``vs``: the states up to the failed step's start; ``controls``
+        ``(..., T, nu)``, the failed step's control included.
+        """
         Q = torch.stack([x.detach() for x in qs], dim=-2)
         V = torch.stack([x.detach() for x in vs], dim=-2)
         # A non-finite state that reached the solve: report where it began.
@@ -503,10 +501,14 @@ class Simulator:
         v = failed.v.detach().reshape(-1, nv)
         u = failed.u.detach().reshape(-1, nu)
         reason = str(failed.error).strip().splitlines()[0] if str(failed.error).strip() else type(failed.error).__name__
+        cause = _culprits(q, v, u)
+        if cause.endswith("diverged)"):
+            cause = ": the state and controls were finite, so the dynamics diverged." + self._diagnose(
+                q, v, u, t, Q[..., 0, :].reshape(-1, nq)
+            )
         raise NonFiniteError(
             f"the simulation step from state {t} (t = {t * self.dt:.6g} s) to step {t + 1} could not be solved "
-            f"({reason}): the state and controls were finite, so the dynamics diverged."
-            + self._diagnose(q, v, u, t, Q[..., 0, :].reshape(-1, nq)),
+            f"({reason}){cause}",
             step=t + 1,
             what="v",
         ) from failed.error
