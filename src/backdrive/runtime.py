@@ -251,7 +251,7 @@ def other_load() -> float:
     On Linux: the runnable tasks at this instant (``/proc/loadavg``) less this
     process's own runnable threads (``/proc/self/task``), averaged over the
     calls of the last seconds (the larger of the average and the instant
-    counts), about 50 us a call. Elsewhere: the 1-minute load average less
+    counts), about 0.1 ms of CPU a call. Elsewhere: the 1-minute load average less
     one core (this process's own share, roughly), or ``0.0`` where the system
     tells neither.
     """
