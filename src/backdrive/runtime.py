@@ -181,7 +181,7 @@ def threads_for_load(threads: int, cores: int, others: float) -> int:
     parallel regions wait for their slowest thread, and a thread that shares
     its core with another process's is descheduled for whole time slices.
     Measured on 2 cores with other jobs running: a 64-sample rollout took
-    16 s on 2 threads and 2.8 s on 1 (``docs/dynamics.md``, "Threads").
+    16 s on 2 threads and 2.8 s on 1 (``docs/dynamics.md``, "Large batches on the CPU").
 
     Args:
         threads: torch's thread count (the most to use).

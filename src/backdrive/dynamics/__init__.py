@@ -37,6 +37,40 @@ composite inertias), and share one module of small kernels
 (``backdrive.kinematics._kernels``: skew matrices, cross products, inertia
 products).
 
+**Each algorithm, its two implementations** (reference; fast), audited
+across ``src/`` with ``backdrive.contact`` and ``backdrive.sim`` included:
+
+* forward kinematics of the tree: ``kinematics._fk.body_transforms_reference``;
+  ``body_transforms_fast`` (backward ``fk_vjp_fast``);
+* point and frame Jacobians: ``kinematics._fk.point_jacobians`` (behind
+  ``frame_jacobian`` and the contact points of ``ContactModel.forces``);
+  the contact fast step's columns from ``_fast.motion_subspace_fast``
+  (``contact._fast.implicit_acceleration_fast``);
+* world poses, motion subspaces and world inertias: ``_tree.kinematics``;
+  ``_fast.kinematics_fast`` (``motion_subspace_fast``, ``world_inertia_fast``);
+* RNEA: ``_rnea.rnea_core``; ``_fast.rnea_fast`` (reverse pass ``rnea_vjp_fast``);
+* CRBA: ``_crba.crba_core``; ``_fast._composite_forces`` assembled as packed
+  tree-sparse entries (``crba_entries_fast``) or, with mimic joints, dense
+  (``dense_mass_matrix_fast``);
+* the solve: batched Cholesky (``_forward._plain_crba``, the contact step's
+  ``contact._model.spd_solve``); ``_fast.LTDLFactor`` (``DenseFactor`` with
+  mimic joints);
+* ABA: ``_aba.aba_core`` (also the gradient); ``_fast.aba_fast`` (no gradient);
+* energies and centre of mass: ``_energy.kinetic_energy``,
+  ``potential_energy``, ``center_of_mass``; ``_fast.kinetic_energy_fast``,
+  ``first_moment_fast``;
+* the implicit contact step: ``ContactModel.implicit_terms``;
+  ``contact._fast.implicit_acceleration_fast``.
+
+Written once and shared: the tree schedule and its sums
+(``kinematics._schedule``), the joint coupling matrix
+(``kinematics._fk.coupling_matrix``), the skew, cross and inertia kernels of
+both layouts (``kinematics._kernels``), quaternions and the SO(3) log
+(``backdrive.spatial``; ``so3_log_parts(batch_last=True)`` for the IK's
+batch-last layout). The serial chain (``SerialChainKinematics``) keeps its
+own pose and Jacobian pass, two implementations (``_fk_small``, ``fast_pass``;
+see ``docs/dynamics.md``).
+
 Following :func:`forward_dynamics`: ``_forward._forward_dynamics`` checks and
 broadcasts the inputs and adds the joints' damping and friction, then
 branches once. Reference: ``_plain_crba`` (``kinematics`` -> ``crba_core``
