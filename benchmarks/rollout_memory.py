@@ -67,7 +67,6 @@ def _peak_mb() -> float:
 def quadruped(dtype):
     from backdrive.contact import ContactGeometry, ContactModel
     from backdrive.data import load
-    from backdrive.kinematics import forward_kinematics
     from backdrive.sim import PDActuator, Simulator
 
     robot = load("quadruped", floating_base=True, dtype=dtype)
@@ -77,8 +76,7 @@ def quadruped(dtype):
     qj = torch.tensor([0.0, 0.7, -1.4] * 4, dtype=dtype)
     q0 = robot.neutral()
     q0[7:] = qj
-    T = forward_kinematics(robot, q0)
-    q0[2] = -min(float(T[robot.frame_index(f), 2, 3]) for f in feet) + 0.02 + 0.002
+    q0 = cm.place_on_terrain(robot, q0, clearance=0.002)  # the feet 2 mm above the ground
     v0 = torch.zeros(robot.nv, dtype=dtype)
     v0[0] = 0.3
     return sim, q0, v0, qj

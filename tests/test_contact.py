@@ -233,6 +233,72 @@ def test_point_jacobian_and_wrenches_match_dynamics():
     assert torch.allclose(via_fext, res.generalized_force(), atol=1e-9)
 
 
+@pytest.mark.parametrize("floating", [False, True])
+def test_point_jacobians_match_finite_differences_with_prismatic_and_mimic_joints(floating):
+    # The one Jacobian kernel behind ContactModel's points and frame_jacobian,
+    # on a tree with a tilted axis, a prismatic joint, a branch and a mimic joint.
+    from _robots import SMALL_URDF
+
+    from backdrive.kinematics import body_transforms, frame_jacobian
+    from backdrive.kinematics._fk import point_jacobians, point_support
+
+    robot = RobotModel.from_urdf(SMALL_URDF, floating_base=floating)
+    gen = torch.Generator().manual_seed(5)
+    body = torch.arange(robot.num_bodies).repeat(2)  # two points on every body
+    local = torch.randn(body.shape[0], 3, generator=gen, dtype=robot.dtype) * 0.1
+    q = robot.random_q(3, generator=gen)
+    v = torch.randn(3, robot.nv, generator=gen, dtype=robot.dtype)
+
+    def points(q):
+        Rb, pb = body_transforms(robot, q)
+        return (Rb[..., body, :, :] @ local[:, :, None])[..., 0] + pb[..., body, :]
+
+    Rb, pb = body_transforms(robot, q)
+    J = point_jacobians(robot, Rb, pb, points(q), point_support(robot, body), angular=True)  # (3, np, 6, nv)
+    eps = 1e-6
+    fd = (points(integrate(robot, q, v, eps)) - points(integrate(robot, q, v, -eps))) / (2 * eps)
+    torch.testing.assert_close(J[..., :3, :] @ v[:, None, :, None], fd[..., None], atol=1e-8, rtol=0)
+    # The linear rows alone are the first three rows; a frame's Jacobian is its origin's.
+    lin = point_jacobians(robot, Rb, pb, points(q), point_support(robot, body))
+    assert torch.equal(lin, J[..., :3, :])
+    for f in range(robot.num_frames):
+        b = int(robot.frame_body[f])
+        Tf = robot.frame_placement[f]
+        origin = (Rb[..., b, :, :] @ Tf[:3, 3:4])[..., 0] + pb[..., b, :]
+        Jf = point_jacobians(robot, Rb, pb, origin[..., None, :], point_support(robot, robot.frame_body[f : f + 1]), angular=True)
+        torch.testing.assert_close(frame_jacobian(robot, q, f), Jf[..., 0, :, :], atol=1e-15, rtol=0)
+    # The contact points' Jacobians are this kernel's (mimic joints included).
+    cm = ContactModel(robot, ContactGeometry.spheres(robot, {robot.link_names[-1]: 0.05}))
+    res = cm.forces(robot, q, v)
+    Jc = point_jacobians(robot, Rb, pb, res.point, point_support(robot, cm.geometry.point_body))
+    assert torch.equal(res.jacobian, Jc)
+
+
+def test_place_on_terrain_touches_at_the_lowest_shape():
+    from backdrive.data import load
+
+    robot = load("quadruped", floating_base=True)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    q = robot.random_q(4, generator=torch.Generator().manual_seed(2))
+    zero = torch.zeros(robot.nv, dtype=robot.dtype)
+    slope = torch.tensor([[0.0, 0.0, 0.0], [0.1, 0.3, 0.5]], dtype=robot.dtype).repeat_interleave(2, 0)
+    for terrain in (None, GroundPlane(height=0.3, normal=(0.2, 0.0, 1.0)), Heightfield(slope, spacing=1.0, origin=(-1.0, -1.0))):
+        cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet), terrain=terrain)
+        for clearance in (0.0, 0.01, -0.002):
+            placed = cm.place_on_terrain(robot, q, clearance=clearance)
+            assert torch.equal(placed[:, :2], q[:, :2]) and torch.equal(placed[:, 3:], q[:, 3:])
+            pen = cm.forces(robot, placed, zero).penetration  # (4, np)
+            torch.testing.assert_close(pen.amax(-1), torch.full((4,), -clearance, dtype=robot.dtype), atol=1e-12, rtol=0)
+    q0 = q[0].clone().requires_grad_()
+    cm.place_on_terrain(robot, q0)[2].backward()
+    assert q0.grad is not None and bool(torch.isfinite(q0.grad).all())
+    with pytest.raises(InputError, match="clearance"):
+        cm.place_on_terrain(robot, q, clearance=float("nan"))
+    fixed = load("quadruped")
+    with pytest.raises(InputError, match="fixed base"):
+        ContactModel(fixed, ContactGeometry.from_model(fixed, links=feet)).place_on_terrain(fixed, fixed.neutral())
+
+
 def test_heightfield_matches_plane_on_a_slope_and_steps():
     slope = 0.3
     xs = torch.linspace(-1.0, 1.0, 21, dtype=torch.float64)

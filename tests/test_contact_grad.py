@@ -280,7 +280,6 @@ def test_hopper_stick_slip_transition_parameter_gradients():
 def _quadruped_landing(dtype=torch.float64):
     from backdrive.contact import ContactGeometry
     from backdrive.data import load
-    from backdrive.kinematics import forward_kinematics
     from backdrive.sim import PDActuator, Simulator
 
     robot = load("quadruped", floating_base=True, dtype=dtype)
@@ -290,8 +289,7 @@ def _quadruped_landing(dtype=torch.float64):
     qj = torch.tensor([0.0, 0.7, -1.4] * 4, dtype=dtype)
     q0 = robot.neutral()
     q0[7:] = qj
-    T = forward_kinematics(robot, q0)
-    q0[2] = -min(float(T[robot.frame_index(f), 2, 3]) for f in feet) + 0.02 + 0.002
+    q0 = cm.place_on_terrain(robot, q0, clearance=0.002)  # the feet 2 mm above the ground
     v0 = torch.zeros(robot.nv, dtype=dtype)
     v0[0], v0[4] = 0.3, 0.3  # drifting forward and pitching: the feet land one pair first, sliding
     return sim, q0, v0, qj

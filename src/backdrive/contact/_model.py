@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -245,8 +246,7 @@ class ContactModel:
         robot.check_vector(v, robot.nv, "v")
         g = self.geometry
         Rb, pb = body_transforms(robot, q) if _kin is None else (_kin.R, _kin.p)
-        Rp = Rb.index_select(-3, g.point_body)  # (..., np, 3, 3)
-        centre = (Rp @ g.point_local[:, :, None])[..., 0] + pb.index_select(-2, g.point_body)
+        centre = self._centres(Rb, pb)
         dist, n = self.terrain.query(centre)
         radius = g.point_radius
         phi = radius - dist
@@ -292,6 +292,47 @@ class ContactModel:
             _mu=torch.broadcast_to(law["friction"], phi.shape),
             _bodies=(Rb, pb),
         )
+
+    def _centres(self, Rb: torch.Tensor, pb: torch.Tensor) -> torch.Tensor:
+        """``(..., np, 3)`` world centres of the geometry's points from the body poses."""
+        g = self.geometry
+        Rp = Rb.index_select(-3, g.point_body)  # (..., np, 3, 3)
+        return (Rp @ g.point_local[:, :, None])[..., 0] + pb.index_select(-2, g.point_body)
+
+    def place_on_terrain(self, robot: RobotModel, q: torch.Tensor, *, clearance: float = 0.0) -> torch.Tensor:
+        """``q`` with the floating base moved vertically so that the contact
+        shapes nearest the terrain are ``clearance`` above it.
+
+        The set-up of a drop or a stance: the lowest shape touches the terrain
+        at ``clearance = 0``, is ``clearance`` m clear of it (along the terrain
+        normal) when positive and sunk in when negative; every other shape is
+        at least as far. Exact on the ground plane and on the heightfield: a
+        vertical shift ``dz`` changes a point's signed distance by
+        ``dz n_z``. Self-collision pairs play no part.
+
+        Args:
+            robot: the model (floating base).
+            q: ``(..., nq)`` configuration; its base height is replaced.
+            clearance: m.
+
+        Returns:
+            ``(..., nq)``, a new tensor (differentiable in ``q``).
+
+        Raises:
+            InputError: a fixed-base robot, a geometry without points, or a
+                clearance that is not a finite number.
+        """
+        self._check(robot)
+        robot.check_q(q)
+        if not robot.floating_base:
+            raise InputError(f"place_on_terrain moves the floating base; robot {robot.name!r} has a fixed base")
+        if self.geometry.num_points == 0:
+            raise InputError("place_on_terrain needs contact shapes; this ContactModel's geometry has none")
+        if isinstance(clearance, bool) or not isinstance(clearance, (int, float)) or not math.isfinite(clearance):
+            raise InputError(f"clearance must be a finite number of metres, got {clearance!r}")
+        dist, n = self.terrain.query(self._centres(*body_transforms(robot, q)))
+        lift = ((clearance + self.geometry.point_radius - dist) / n[..., 2]).amax(-1)  # (...)
+        return torch.cat([q[..., :2], q[..., 2:3] + lift[..., None], q[..., 3:]], -1)
 
     def _wrenches(self, robot, Rb, pb, point, force) -> torch.Tensor:
         """Body wrenches ``(..., nb, 6)`` of the ground rows and the pair rows."""
