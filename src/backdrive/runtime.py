@@ -1,4 +1,5 @@
-"""Process settings: fast large CPU batches, and an opt-in check for NaN and inf.
+"""Process settings: fast large CPU batches, the thread count of backdrive's
+loops (:class:`threads_for_batch`), and an opt-in check for NaN and inf.
 
 Non-finite checking
 -------------------
@@ -180,8 +181,9 @@ def threads_for_load(threads: int, cores: int, others: float) -> int:
     (``others = 0.3`` takes one core, ``1.2`` one, ``1.3`` two). Why: torch's
     parallel regions wait for their slowest thread, and a thread that shares
     its core with another process's is descheduled for whole time slices.
-    Measured on 2 cores with other jobs running: a 64-sample rollout took
-    16 s on 2 threads and 2.8 s on 1 (``docs/dynamics.md``, "Large batches on the CPU").
+    Measured on 2 cores with other jobs running: forward dynamics of the
+    quadruped at 10,000 samples took 7.5 s on 2 threads and 0.54 s on 1
+    (medians; ``docs/dynamics.md``, "Large batches on the CPU").
 
     Args:
         threads: torch's thread count (the most to use).
@@ -253,7 +255,9 @@ def other_load() -> float:
     calls of the last seconds (the larger of the average and the instant
     counts), about 0.1 ms of CPU a call. Elsewhere: the 1-minute load average less
     one core (this process's own share, roughly), or ``0.0`` where the system
-    tells neither.
+    tells neither. In a container ``/proc/loadavg`` counts the host's tasks,
+    so the policy errs towards one thread there (``adaptive_threads(False)``
+    keeps torch's count).
     """
     now = _runnable_now()
     if now is not None:
