@@ -202,7 +202,8 @@ def competing_load_table(reps: int) -> list[str]:
     forward dynamics at batch 10000, with torch on 2
     threads throughout, on 1 thread, and as backdrive chooses
     (:class:`backdrive.runtime.threads_for_batch`, which the simulator and
-    the trainers enter: one thread below ``SMALL_BATCH`` samples)."""
+    the trainers enter: one thread below ``SMALL_BATCH`` samples, above it
+    the cores other processes leave free)."""
     from backdrive.sim import Simulator
 
     quad = RobotModel.from_urdf(str(get_data_path("quadruped")), floating_base=True).float()
