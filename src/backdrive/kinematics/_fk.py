@@ -494,9 +494,9 @@ class PointSupport(NamedTuple):
         coupling: ``(nb - 1, nj)`` body joint rates from joint coordinate
             rates (mimic multipliers included).
         has_pri: whether any joint is prismatic.
-        folded: for a single point, ``coupling`` with the mask folded in
-            (one product instead of a mask over the whole batch: measured
-            10 % of the Panda's ``frame_jacobian`` at 10,000 samples), else ``None``.
+        folded: for a single point (:func:`frame_jacobian`), ``coupling``
+            with the mask folded in, so that the batch needs no mask
+            product; else ``None``.
     """
 
     mask: torch.Tensor
