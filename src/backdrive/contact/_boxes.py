@@ -13,16 +13,21 @@ Rows per pair:
 - sphere-box: 1 (the exact signed distance of the centre to the box);
 - capsule-box: 3 (each end cap as a sphere, and the axis against the box
   edge it crosses, for a capsule lying across an edge);
-- box-box: 17 (each box's 8 corners against the other box, and one
-  edge-edge row from the separating-axis test).
+- box-box: 25 (each box's 8 corners against the other box, the 8 deepest
+  crossings of an edge of one inside the other and an edge of the other
+  inside the one, and for separated boxes one edge-edge row from the
+  separating-axis test).
 
 Where the contact set switches, and why (see ``docs/contact.md``): a point
 inside a box is pushed out through its *nearest* face, so its normal jumps
 where two faces are equally near (half-way into the box); the capsule's
-crossing row exists only while the closest point of its axis to a box edge
-lies strictly inside both; the box-box edge row is active only while an
-edge-edge axis separates the boxes least (penetrates least) of the 15 axes
-of the separating-axis test (Gottschalk, Lin and Manocha, *OBBTree*, 1996;
+crossing row exists only while the point of its axis nearest a box edge lies
+strictly inside the axis (the end caps take over at the ends); an edge
+crossing exists while both closest points are strictly inside their edges
+and inside the other box (or outside by a tenth of its depth), and only the 8 deepest count (a ninth crossing
+can take the place of the eighth); the separated boxes' edge row exists
+only while an edge-edge axis separates the boxes most of the 15 axes of the
+separating-axis test (Gottschalk, Lin and Manocha, *OBBTree*, 1996;
 Ericson, *Real-Time Collision Detection*, 4.4.1), with a margin favouring
 the face axes so that aligned stacks never switch on rounding. Away from
 these sets every row is smooth in the poses.
@@ -33,7 +38,7 @@ from __future__ import annotations
 import torch
 
 
-__all__ = ["INACTIVE", "closest_points_segments", "box_signed_distance", "sphere_box_rows", "capsule_box_rows", "box_box_rows"]
+__all__ = ["INACTIVE", "BOX_BOX_ROWS", "EDGE_CROSSINGS", "closest_points_segments", "box_signed_distance", "sphere_box_rows", "capsule_box_rows", "box_box_rows"]
 
 #: Penetration given to rows that cannot touch, m (the force law's
 #: softplus is then 0 to machine precision for any normal width below 1 cm).
@@ -165,12 +170,12 @@ def capsule_box_rows(p0, p1, radius, R, c, half, margin: float = 1e-9):
     Rows 0 and 1 are the end caps as spheres. Row 2 is the capsule's axis
     against the box edge it lies across: for every edge, the closest points
     of the axis and the edge; the row is the most penetrating pair whose
-    closest points lie strictly inside both segments (by ``margin`` of their
-    lengths) with the axis point outside the box, else inactive. Together
-    the rows attain the exact distance of the capsule to the box: a segment's
-    nearest point to a convex box is an end point, or an interior point
-    nearest to an edge (nearest to a face's interior only when parallel to
-    it, where the end points are as near).
+    closest point on the axis lies strictly inside it (by ``margin`` of its
+    length; the end caps are rows 0 and 1) and outside the box, else
+    inactive. Together the rows attain the exact distance of the capsule to
+    the box: a segment's nearest point to a convex box is an end point, or an
+    interior point nearest to an edge or a corner (nearest to a face's
+    interior only when parallel to it, where the end points are as near).
 
     Returns:
         ``point (..., 3, 3)``, ``normal (..., 3, 3)``, ``penetration (..., 3)``.
@@ -186,7 +191,7 @@ def capsule_box_rows(p0, p1, radius, R, c, half, margin: float = 1e-9):
     diff = cs - ce
     d2 = (diff * diff).sum(-1)
     sd_axis = box_signed_distance(_to_local(R, c, cs), half[..., None, :])[0]
-    ok = (s > margin) & (s < 1 - margin) & (t > margin) & (t < 1 - margin) & (d2 > 0) & (sd_axis > 0)
+    ok = (s > margin) & (s < 1 - margin) & (d2 > 0) & (sd_axis > 0)
     d = torch.sqrt(torch.where(ok, d2, torch.ones_like(d2)))
     phi_e = torch.where(ok, radius[..., None] - d, torch.full_like(d, INACTIVE))
     n_e = torch.where(ok[..., None], diff / d[..., None], _unit_z(diff))
@@ -199,26 +204,44 @@ def capsule_box_rows(p0, p1, radius, R, c, half, margin: float = 1e-9):
     return torch.cat([pt_c, pt_x], -2), torch.cat([n_c, n_x], -2), torch.cat([phi_c, phi_x], -1)
 
 
+#: Edge-crossing rows of a box-box pair (a face on a face turned against it
+#: crosses in up to 8 points, the octagon of two squares at 45 degrees).
+EDGE_CROSSINGS = 8
+
+#: How far outside the other box an edge crossing's closest point may lie,
+#: as a fraction of the crossing's depth (see ``_crossing_rows``).
+CROSSING_SLACK = 0.1
+
+#: Rows of a box-box pair.
+BOX_BOX_ROWS = 16 + EDGE_CROSSINGS + 1
+
+
 def box_box_rows(RA, cA, hA, RB, cB, hB, margin: float = 1e-5):
-    """Seventeen rows: box A (first shape) against box B (second).
+    """Twenty-five rows: box A (first shape) against box B (second).
 
     Rows 0-7: A's corners against B (normal out of B). Rows 8-15: B's
-    corners against A (normal into A, i.e. from B to A). Row 16: the
-    edge-edge contact of the separating-axis test, active only when one of
-    the 9 edge-edge axes ``u_i x w_j`` has the least overlap of all 15 axes
-    by more than ``margin`` times the sum of the half extents; its point is
-    the midpoint of the closest points of the two supporting edges, its
-    penetration the overlap along that axis (when separated: minus the
-    distance of the two edges). For separated boxes the largest row
-    penetration is then minus their exact distance.
+    corners against A (from B into A). Rows 16-23: edge crossings, the 8
+    most penetrating of the 144 pairs of an edge of A and an edge of B whose
+    closest points lie strictly inside both edges (by ``margin`` of their
+    lengths), each inside the other box or outside it by at most a tenth of
+    the crossing's depth (on the side faces where a face rests on a face); the penetration is the distance of
+    the two closest points and the normal runs along it (the edges'
+    common perpendicular). Row 24: for separated boxes only, the edge-edge
+    axis of the separating-axis test when it separates them most (by more
+    than ``margin`` times the sum of the half extents over every face axis):
+    minus the distance of the two supporting edges, so that the largest
+    penetration of all rows is minus the exact distance of separated boxes
+    and the contact onset is smooth.
 
-    A box resting on another face to face touches through the corners of
-    the smaller face (4 rows; 8 when the faces coincide), which is the
-    polygon that clipping the incident face against the reference face gives
-    whenever one face lies within the other.
+    Corners and crossings give the contact polygon that clipping one face
+    against the other gives: a box resting face to face on another touches
+    through the corners of the smaller face where one face lies within the
+    other (4 rows; 8 where they coincide), and through corners and edge
+    crossings where they overlap otherwise (a square on a square turned 45
+    degrees: 8 crossings).
 
     Returns:
-        ``point (..., 17, 3)``, ``normal (..., 17, 3)``, ``penetration (..., 17)``.
+        ``point (..., 25, 3)``, ``normal (..., 25, 3)``, ``penetration (..., 25)``.
     """
     S = _CORNERS.to(dtype=cA.dtype, device=cA.device)
     zero = torch.zeros_like(cA[..., 0])
@@ -226,8 +249,45 @@ def box_box_rows(RA, cA, hA, RB, cB, hB, margin: float = 1e-5):
     cornB = (S * hB[..., None, :]) @ RB.transpose(-1, -2) + cB[..., None, :]
     pA, nA, phA = _points_box(cornA, zero[..., None].expand(*zero.shape, 8), RB, cB, hB)
     pB, nB, phB = _points_box(cornB, zero[..., None].expand(*zero.shape, 8), RA, cA, hA)
+    pt_x, n_x, ph_x = _crossing_rows(RA, cA, hA, RB, cB, hB, margin)
     pt_e, n_e, ph_e = _edge_row(RA, cA, hA, RB, cB, hB, margin)
-    return torch.cat([pA, pB, pt_e], -2), torch.cat([nA, -nB, n_e], -2), torch.cat([phA, phB, ph_e], -1)
+    return (
+        torch.cat([pA, pB, pt_x, pt_e], -2),
+        torch.cat([nA, -nB, n_x, n_e], -2),
+        torch.cat([phA, phB, ph_x, ph_e], -1),
+    )
+
+
+def _crossing_rows(RA, cA, hA, RB, cB, hB, margin):
+    """The :data:`EDGE_CROSSINGS` deepest edge crossings (see :func:`box_box_rows`)."""
+    E = _EDGES.to(dtype=cA.dtype, device=cA.device)
+    EA = (E * hA[..., None, None, :]) @ RA[..., None, :, :].transpose(-1, -2) + cA[..., None, None, :]  # (..., 12, 2, 3)
+    EB = (E * hB[..., None, None, :]) @ RB[..., None, :, :].transpose(-1, -2) + cB[..., None, None, :]
+    a0, a1 = EA[..., :, None, 0, :], EA[..., :, None, 1, :]  # (..., 12, 1, 3)
+    b0, b1 = EB[..., None, :, 0, :], EB[..., None, :, 1, :]  # (..., 1, 12, 3)
+    ca, cb = closest_points_segments(a0, a1, b0, b1)  # (..., 12, 12, 3)
+    s, t = _param(ca, a0, a1), _param(cb, b0, b1)
+    ca, cb = ca.flatten(-3, -2), cb.flatten(-3, -2)  # (..., 144, 3)
+    s, t = s.flatten(-2), t.flatten(-2)
+    diff = cb - ca  # A's edge is inside B: A leaves along c_b - c_a
+    d2 = (diff * diff).sum(-1)
+    d = torch.sqrt(torch.where(d2 > 0, d2, torch.ones_like(d2)))
+    # Each closest point inside the other box, or outside by at most a tenth
+    # of the crossing's depth. Not strictly inside: where a face rests on a
+    # face the crossings lie on the side faces of both boxes (signed distance
+    # 0, or a little more under a small tilt). Pairs of edges that only pass
+    # each other lie half (an upper edge of one over a lower edge of the
+    # other) to a whole depth (a side edge of a box standing on a larger
+    # one) outside a box, and are rejected.
+    in_b = box_signed_distance(_to_local(RB, cB, ca), hB[..., None, :])[0] < CROSSING_SLACK * d
+    in_a = box_signed_distance(_to_local(RA, cA, cb), hA[..., None, :])[0] < CROSSING_SLACK * d
+    ok = (s > margin) & (s < 1 - margin) & (t > margin) & (t < 1 - margin) & in_a & in_b & (d2 > 0)
+    phi = torch.where(ok, d, torch.full_like(d, INACTIVE))
+    n = torch.where(ok[..., None], diff / d[..., None], _unit_z(diff))
+    phi, idx = phi.topk(EDGE_CROSSINGS, dim=-1)
+    ix = idx[..., None].expand(*idx.shape, 3)
+    point = 0.5 * (ca.gather(-2, ix) + cb.gather(-2, ix))
+    return point, n.gather(-2, ix), phi
 
 
 def _edge_row(RA, cA, hA, RB, cB, hB, margin):
@@ -277,7 +337,9 @@ def _edge_row(RA, cA, hA, RB, cB, hB, margin):
     gap2 = ((ca - cb) ** 2).sum(-1)
     sep = best_e < 0
     gap = torch.sqrt(torch.where(sep & (gap2 > 0), gap2, torch.ones_like(gap2)))
-    best_e = torch.where(sep, torch.where(gap2 > 0, -gap, torch.zeros_like(gap)), best_e)
+    best_e = torch.where(gap2 > 0, -gap, torch.zeros_like(gap))
+    # Overlapping boxes touch through corners and edge crossings instead.
+    active = active & sep
     best_e = torch.where(active, best_e, torch.full_like(best_e, INACTIVE))
     n = torch.where(active[..., None], Lb, _unit_z(Lb))
     return point[..., None, :], n[..., None, :], best_e[..., None]

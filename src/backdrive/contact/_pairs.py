@@ -22,7 +22,7 @@ import torch
 
 from .._errors import InputError
 from ..model import RobotModel
-from ._boxes import box_box_rows, capsule_box_rows, closest_points_segments, sphere_box_rows
+from ._boxes import BOX_BOX_ROWS, box_box_rows, capsule_box_rows, closest_points_segments, sphere_box_rows
 from ._geometry import ContactApproximationWarning, ContactGeometry, _as_pose
 from ._law import ContactParameters, resolve_parameters
 
@@ -69,7 +69,7 @@ def _local_shape(model: RobotModel, shape, boxes: str = "exact", stacklevel: int
 
 #: Rows each pair kind contributes: swept sphere-swept sphere, sphere-box,
 #: capsule-box, box-box (``_boxes.py``).
-ROWS_PER_PAIR = {"ss": 1, "sb": 1, "cb": 3, "bb": 17}
+ROWS_PER_PAIR = {"ss": 1, "sb": 1, "cb": 3, "bb": BOX_BOX_ROWS}
 _GROUP_ORDER = ("ss", "sb", "cb", "bb")
 BOX_MODES = ("exact", "capsule")
 
@@ -80,7 +80,7 @@ class ShapePairs:
     Built from ``(body_a, shape_a, body_b, shape_b, label)`` entries whose
     shapes are :func:`_local_shape` tuples; a pair of a box and a swept
     sphere is stored box second. Rows: the ``"ss"`` pairs first (one row
-    each), then ``"sb"`` (1), ``"cb"`` (3) and ``"bb"`` (17), each group in
+    each), then ``"sb"`` (1), ``"cb"`` (3) and ``"bb"`` (25), each group in
     entry order. ``labels``, ``body_a`` and ``body_b`` give each row's pair.
     """
 
@@ -220,12 +220,12 @@ class SelfCollision:
         adjacent: also test shapes whose bodies are parent and child (by
             default excluded: their shapes usually overlap at the joint).
         boxes: ``"exact"`` (default): boxes collide as boxes (sphere-box 1
-            row, capsule-box 3 rows, box-box 17 rows, ``_boxes.py``);
+            row, capsule-box 3 rows, box-box 25 rows, ``_boxes.py``);
             ``"capsule"``: as the capsule along their longest axis (1 row
             per pair, with a warning).
 
     Shapes on the same body are never tested. A pair of rows has one entry
-    in :attr:`pairs` per row (a box-box pair appears 17 times).
+    in :attr:`pairs` per row (a box-box pair appears 25 times).
 
     Raises:
         UnknownNameError: an excluded link is not a link of the robot.
@@ -290,7 +290,7 @@ class SelfCollision:
 
     @property
     def num_pairs(self) -> int:
-        """The number of contact rows (a box-box pair has 17)."""
+        """The number of contact rows (a box-box pair has 25)."""
         return len(self.pairs)
 
     def resolved(self, robot: RobotModel) -> dict:

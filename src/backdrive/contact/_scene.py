@@ -133,7 +133,7 @@ class PairResult:
     """The contact rows between systems (``nr`` rows, world frame).
 
     Attributes:
-        labels: ``(link_a, link_b)`` of each row (a box-box pair has 17 rows).
+        labels: ``(link_a, link_b)`` of each row (a box-box pair has 25 rows).
         point, normal: ``(..., nr, 3)``; the normal points from the second
             shape into the first.
         penetration: ``(..., nr)`` m. normal_velocity: ``(..., nr)`` m/s
