@@ -362,13 +362,16 @@ def test_self_collision_with_exact_boxes_steps_and_gradchecks():
     assert float(res.penetration[-1]) == pytest.approx(F / k, rel=1e-3)
     assert torch.allclose(res.normal[-1], t(1.0, 0, 0))  # out of the box a (second) into the sphere b (first)
     # one step with the box-box pair in contact (c turned into a's side)
-    q = t(0.12, -0.02, 2.6)
-    sc = SelfCollision.build(robot, geom, params=ContactParameters(stiffness=2e4, damping=50.0))
+    # (c's corner 5 mm into a's +x face; the sphere b, inside a, excluded)
+    q = t(0.12, -0.1343, 0.3)
+    sc = SelfCollision.build(robot, geom, params=ContactParameters(stiffness=2e4, damping=50.0), exclude=[("a", "b")])
+    assert sc.pairs == (("a", "c"),) * 25
     cm = ContactModel(robot, geom, GroundPlane(height=-10.0), self_collision=sc)
-    assert float(cm.forces(robot, q, torch.zeros(3, dtype=F64)).penetration[-25:].max()) > 0
+    pen = cm.forces(robot, q, torch.zeros(3, dtype=F64)).penetration[-25:]
+    assert 0.001 < float(pen.max()) < 0.01 and int((pen > 0).sum()) == 2  # c's two corners at that end
 
     def f(q, v, k):
-        sc = SelfCollision.build(robot, geom, params=ContactParameters(stiffness=k, damping=50.0))
+        sc = SelfCollision.build(robot, geom, params=ContactParameters(stiffness=k, damping=50.0), exclude=[("a", "b")])
         cm = ContactModel(robot, geom, GroundPlane(height=-10.0), self_collision=sc)
         q1, v1, res = contact_step(robot, cm, q, v, torch.zeros_like(v), 1e-3)
         return q1, v1, res.normal_force

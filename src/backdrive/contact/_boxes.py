@@ -13,19 +13,19 @@ Rows per pair:
 - sphere-box: 1 (the exact signed distance of the centre to the box);
 - capsule-box: 3 (each end cap as a sphere, and the axis against the box
   edge it crosses, for a capsule lying across an edge);
-- box-box: 25 (each box's 8 corners against the other box, the 8 deepest
-  crossings of an edge of one inside the other and an edge of the other
-  inside the one, and for separated boxes one edge-edge row from the
-  separating-axis test).
+- box-box: 25 (each box's 8 corners against the other box, the crossings
+  of the edges of the two faces that face each other, and for separated
+  boxes one edge-edge row from the separating-axis test).
 
 Where the contact set switches, and why (see ``docs/contact.md``): a point
 inside a box is pushed out through its *nearest* face, so its normal jumps
 where two faces are equally near (half-way into the box); the capsule's
 crossing row exists only while the point of its axis nearest a box edge lies
 strictly inside the axis (the end caps take over at the ends); an edge
-crossing exists while both closest points are strictly inside their edges
-and inside the other box (or outside by a tenth of its depth), and only the 8 deepest count (a ninth crossing
-can take the place of the eighth); the separated boxes' edge row exists
+crossing is sought between the edges of the two faces that face each other
+along the least-overlapping face axis (the faces switch with that axis),
+and exists while both closest points are strictly inside their edges and
+inside the other box (or outside by a tenth of its depth); the separated boxes' edge row exists
 only while an edge-edge axis separates the boxes most of the 15 axes of the
 separating-axis test (Gottschalk, Lin and Manocha, *OBBTree*, 1996;
 Ericson, *Real-Time Collision Detection*, 4.4.1), with a margin favouring
@@ -221,12 +221,13 @@ def box_box_rows(RA, cA, hA, RB, cB, hB, margin: float = 1e-5):
 
     Rows 0-7: A's corners against B (normal out of B). Rows 8-15: B's
     corners against A (from B into A). Rows 16-23: edge crossings, the 8
-    most penetrating of the 144 pairs of an edge of A and an edge of B whose
-    closest points lie strictly inside both edges (by ``margin`` of their
-    lengths), each inside the other box or outside it by at most a tenth of
-    the crossing's depth (on the side faces where a face rests on a face); the penetration is the distance of
-    the two closest points and the normal runs along it (the edges'
-    common perpendicular). Row 24: for separated boxes only, the edge-edge
+    most penetrating of the 16 pairs of an edge of A's face towards B and
+    an edge of B's face towards A (the reference and incident faces of the
+    least-overlapping face axis) whose closest points lie strictly inside
+    both edges (by ``margin`` of their lengths) and inside the other box
+    (see ``_crossing_rows``); the penetration is the distance of the two
+    closest points and the normal runs along it (the edges' common
+    perpendicular). Row 24: for separated boxes only, the edge-edge
     axis of the separating-axis test when it separates them most (by more
     than ``margin`` times the sum of the half extents over every face axis):
     minus the distance of the two supporting edges, so that the largest
@@ -249,8 +250,9 @@ def box_box_rows(RA, cA, hA, RB, cB, hB, margin: float = 1e-5):
     cornB = (S * hB[..., None, :]) @ RB.transpose(-1, -2) + cB[..., None, :]
     pA, nA, phA = _points_box(cornA, zero[..., None].expand(*zero.shape, 8), RB, cB, hB)
     pB, nB, phB = _points_box(cornB, zero[..., None].expand(*zero.shape, 8), RA, cA, hA)
-    pt_x, n_x, ph_x = _crossing_rows(RA, cA, hA, RB, cB, hB, margin)
-    pt_e, n_e, ph_e = _edge_row(RA, cA, hA, RB, cB, hB, margin)
+    sat = _sat(RA, cA, hA, RB, cB, hB, margin)
+    pt_x, n_x, ph_x = _crossing_rows(RA, cA, hA, RB, cB, hB, sat, margin)
+    pt_e, n_e, ph_e = _edge_row(RA, cA, hA, RB, cB, hB, sat)
     return (
         torch.cat([pA, pB, pt_x, pt_e], -2),
         torch.cat([nA, -nB, n_x, n_e], -2),
@@ -258,39 +260,78 @@ def box_box_rows(RA, cA, hA, RB, cB, hB, margin: float = 1e-5):
     )
 
 
-def _crossing_rows(RA, cA, hA, RB, cB, hB, margin):
-    """The :data:`EDGE_CROSSINGS` deepest edge crossings (see :func:`box_box_rows`)."""
+def _face_edges() -> torch.Tensor:
+    """``(3, 2, 4)`` indices into :data:`_EDGES` of the 4 edges of face ``(axis, side)``."""
+    E = _edges()
+    out = torch.zeros(3, 2, 4, dtype=torch.long)
+    for k in range(3):
+        for side, sgn in enumerate((-1.0, 1.0)):
+            # an edge of face k lies along another axis, with coordinate k at the face
+            idx = [e for e in range(12) if E[e, 0, k] == sgn and E[e, 1, k] == sgn]
+            out[k, side] = torch.tensor(idx)
+    return out
+
+
+_FACE_EDGES = _face_edges()
+
+
+def _facing(R, N, sign):
+    """The face of a box whose outward normal is nearest ``sign * N``: the
+    indices ``(..., 4)`` of its edges."""
+    c = (R * N[..., :, None]).sum(-2)  # (..., 3): axis_k . N
+    k = c.abs().argmax(-1)
+    side = ((sign * c.gather(-1, k[..., None])[..., 0]) >= 0).long()
+    table = _FACE_EDGES.to(k.device)
+    return table[k, side]
+
+
+def _crossing_rows(RA, cA, hA, RB, cB, hB, sat, margin):
+    """The :data:`EDGE_CROSSINGS` deepest edge crossings (see :func:`box_box_rows`).
+
+    Candidates are the 16 pairs of an edge of A's face towards B and an edge
+    of B's face towards A, the faces whose normals are nearest the face axis
+    of the separating-axis test that overlaps least (oriented from B to A),
+    the reference and incident faces of clipping (the edge axis where it
+    overlaps least). A crossing counts where
+    both closest points lie strictly inside their edges and each lies inside
+    the other box, or outside by at most :data:`CROSSING_SLACK` of the
+    crossing's depth (where a face rests on a face the crossings lie on the
+    side faces of both boxes: signed distance 0, a little more under a tilt).
+    """
+    # The axis: the SAT's least-overlapping face axis, or its edge axis
+    # where that wins (two edges crossing: their faces then tie and either
+    # pair holds the crossing edges).
+    N = torch.where(sat["edge_wins"][..., None], sat["L"], sat["N"])
+    ia, ib = _facing(RA, N, -1.0), _facing(RB, N, 1.0)  # (..., 4) each
     E = _EDGES.to(dtype=cA.dtype, device=cA.device)
-    EA = (E * hA[..., None, None, :]) @ RA[..., None, :, :].transpose(-1, -2) + cA[..., None, None, :]  # (..., 12, 2, 3)
-    EB = (E * hB[..., None, None, :]) @ RB[..., None, :, :].transpose(-1, -2) + cB[..., None, None, :]
-    a0, a1 = EA[..., :, None, 0, :], EA[..., :, None, 1, :]  # (..., 12, 1, 3)
-    b0, b1 = EB[..., None, :, 0, :], EB[..., None, :, 1, :]  # (..., 1, 12, 3)
-    ca, cb = closest_points_segments(a0, a1, b0, b1)  # (..., 12, 12, 3)
+    EA = (E[ia] * hA[..., None, None, :]) @ RA[..., None, :, :].transpose(-1, -2) + cA[..., None, None, :]  # (..., 4, 2, 3)
+    EB = (E[ib] * hB[..., None, None, :]) @ RB[..., None, :, :].transpose(-1, -2) + cB[..., None, None, :]
+    a0, a1 = EA[..., :, None, 0, :], EA[..., :, None, 1, :]  # (..., 4, 1, 3)
+    b0, b1 = EB[..., None, :, 0, :], EB[..., None, :, 1, :]  # (..., 1, 4, 3)
+    ca, cb = closest_points_segments(a0, a1, b0, b1)  # (..., 4, 4, 3)
     s, t = _param(ca, a0, a1), _param(cb, b0, b1)
-    ca, cb = ca.flatten(-3, -2), cb.flatten(-3, -2)  # (..., 144, 3)
+    ca, cb = ca.flatten(-3, -2), cb.flatten(-3, -2)  # (..., 16, 3)
     s, t = s.flatten(-2), t.flatten(-2)
     diff = cb - ca  # A's edge is inside B: A leaves along c_b - c_a
     d2 = (diff * diff).sum(-1)
-    d = torch.sqrt(torch.where(d2 > 0, d2, torch.ones_like(d2)))
-    # Each closest point inside the other box, or outside by at most a tenth
-    # of the crossing's depth. Not strictly inside: where a face rests on a
-    # face the crossings lie on the side faces of both boxes (signed distance
-    # 0, or a little more under a small tilt). Pairs of edges that only pass
-    # each other lie half (an upper edge of one over a lower edge of the
-    # other) to a whole depth (a side edge of a box standing on a larger
-    # one) outside a box, and are rejected.
-    in_b = box_signed_distance(_to_local(RB, cB, ca), hB[..., None, :])[0] < CROSSING_SLACK * d
-    in_a = box_signed_distance(_to_local(RA, cA, cb), hA[..., None, :])[0] < CROSSING_SLACK * d
+    dd = torch.sqrt(torch.where(d2 > 0, d2, torch.ones_like(d2)))
+    in_b = box_signed_distance(_to_local(RB, cB, ca), hB[..., None, :])[0] < CROSSING_SLACK * dd
+    in_a = box_signed_distance(_to_local(RA, cA, cb), hA[..., None, :])[0] < CROSSING_SLACK * dd
     ok = (s > margin) & (s < 1 - margin) & (t > margin) & (t < 1 - margin) & in_a & in_b & (d2 > 0)
-    phi = torch.where(ok, d, torch.full_like(d, INACTIVE))
-    n = torch.where(ok[..., None], diff / d[..., None], _unit_z(diff))
+    phi = torch.where(ok, dd, torch.full_like(dd, INACTIVE))
+    n = torch.where(ok[..., None], diff / dd[..., None], _unit_z(diff))
     phi, idx = phi.topk(EDGE_CROSSINGS, dim=-1)
     ix = idx[..., None].expand(*idx.shape, 3)
     point = 0.5 * (ca.gather(-2, ix) + cb.gather(-2, ix))
     return point, n.gather(-2, ix), phi
 
 
-def _edge_row(RA, cA, hA, RB, cB, hB, margin):
+def _sat(RA, cA, hA, RB, cB, hB, margin):
+    """The separating-axis test's 15 overlaps (Ericson 4.4.1): the face axes
+    ``u_k`` of A and ``w_k`` of B and the edge axes ``u_i x w_j`` (oriented
+    from B towards A). Returns the least overlap of the face axes with its
+    axis, and of the edge axes with their index and axes, and whether the
+    edge axis wins (by ``margin`` times the sum of the half extents)."""
     u = RA.transpose(-1, -2)  # (..., 3, 3): row i is A's axis u_i
     w = RB.transpose(-1, -2)
     d = cA - cB
@@ -311,14 +352,24 @@ def _edge_row(RA, cA, hA, RB, cB, hB, margin):
     du, dw = (u * d[..., None, :]).sum(-1), (w * d[..., None, :]).sum(-1)
     face_a = hA + (uw.abs() * hB[..., None, :]).sum(-1) - du.abs()
     face_b = hB + (uw.abs().transpose(-1, -2) * hA[..., None, :]).sum(-1) - dw.abs()
-    face = torch.minimum(face_a.min(-1).values, face_b.min(-1).values)
+    face, best_f = torch.cat([face_a, face_b], -1).min(-1)
+    axes = torch.cat([u, w], -2)  # (..., 6, 3)
+    N = axes.gather(-2, best_f[..., None, None].expand(*best_f.shape, 1, 3))[..., 0, :]
+    N = N * torch.where((N * d).sum(-1) >= 0, 1.0, -1.0).to(d.dtype)[..., None]  # from B towards A
     best_e, idx = depth_e.min(-1)
     scale = hA.sum(-1) + hB.sum(-1)
-    active = best_e < face - margin * scale
+    edge_wins = best_e < face - margin * scale
+    Lb = Ln.flatten(-3, -2).gather(-2, idx[..., None, None].expand(*idx.shape, 1, 3))[..., 0, :]
+    return {"u": u, "w": w, "face": face, "N": N, "best_e": best_e, "idx": idx, "L": Lb, "edge_wins": edge_wins}
+
+
+def _edge_row(RA, cA, hA, RB, cB, hB, sat):
+    u, w, idx, best_e, Lb = sat["u"], sat["w"], sat["idx"], sat["best_e"], sat["L"]
+    d = cA - cB
+    active = sat["edge_wins"]
     i, j = idx // 3, idx % 3
     # Supporting edges: A's edge along u_i at the corner furthest towards B
     # (along -L), B's along w_j furthest towards A (along +L).
-    Lb = Ln.flatten(-3, -2).gather(-2, idx[..., None, None].expand(*idx.shape, 1, 3))[..., 0, :]
     uLb = (u * Lb[..., None, :]).sum(-1)
     wLb = (w * Lb[..., None, :]).sum(-1)
     oh_i = torch.nn.functional.one_hot(i, 3).to(d.dtype)
