@@ -108,11 +108,12 @@ def free_body(
     if not (math.isfinite(float(mass)) and float(mass) > 0):
         raise InvalidValueError(f"object {name!r} must have a finite positive mass, got {mass!r}")
     ixx, iyy, izz = _solid_inertia(kind, size, float(mass))
-    geom = {
-        "box": f'<box size="{size[0]!r} {size[1]!r} {size[2]!r}"/>',
-        "sphere": f'<sphere radius="{size[0]!r}"/>',
-        "capsule": f'<cylinder radius="{size[0]!r}" length="{size[1]!r}"/>',
-    }[kind]
+    if kind == "box":
+        geom = f'<box size="{size[0]!r} {size[1]!r} {size[2]!r}"/>'
+    elif kind == "sphere":
+        geom = f'<sphere radius="{size[0]!r}"/>'
+    else:
+        geom = f'<cylinder radius="{size[0]!r}" length="{size[1]!r}"/>'
     urdf = (
         f'<?xml version="1.0"?><robot name="{name}"><link name="{name}">'
         f'<inertial><mass value="{float(mass)!r}"/><inertia ixx="{ixx!r}" iyy="{iyy!r}" izz="{izz!r}" '
