@@ -191,3 +191,53 @@ def test_final_box_position_gradient_wrt_pusher_velocity_matches_central_differe
     assert float(g) == pytest.approx(float(fd), rel=1e-6)
     # about the push time plus the slide's v / (mu g), a contact-rich but smooth function
     assert 0.5 * (push + 0.4 / (0.5 * G)) < float(g) < 2 * (push + 0.4 / (0.5 * G))
+
+
+def test_batched_scene_equals_single_runs_and_a_scene_step_gradchecks():
+    dt = 2e-3
+    scene, q, v = push_scene(0.5)
+    vc = t(0.3, 0.4)[:, None]
+
+    def controller(step, q, v):
+        target = vc * min(max((0.1 + 0.05 - step * dt) / 0.05, 0.0), 1.0)
+        tau = torch.cat([500.0 * (target - v[..., :1]), torch.zeros_like(v[..., 1:])], -1)
+        damp = torch.cat([torch.full_like(v[..., :1], 500.0), torch.zeros_like(v[..., 1:])], -1)
+        return tau, damp
+
+    qs, vs, res = scene.rollout(q.expand(2, -1), v.expand(2, -1), 60, dt, controller)
+    assert qs.shape == (2, 61, 8) and res[-1].pairs.normal_force.shape == (2, 1)
+    for i in range(2):
+        qs1, _, _ = scene.rollout(q, v, 60, dt, velocity_servo(vc[i, 0], 0.1, dt))
+        assert torch.allclose(qs[i], qs1, atol=1e-12, rtol=0)
+    # one step of the finger pressing into the box (pair and ground rows active),
+    # w.r.t. the state, the force and the pair's stiffness and friction
+    qp, vp = qs[1, 40].clone(), vs[1, 40].clone()
+    assert float(res[39].pairs.penetration[1, 0]) > 0
+    box = scene.models[1]
+
+    def step(q, v, tau, k, mu):
+        P = ContactParameters(stiffness=k, damping=200.0, friction=mu, stiction_width=1e-3, normal_width=1e-6)
+        sc = Scene([(scene.models[0], scene.contacts[0]), (box, scene.contacts[1])], params=P)
+        q1, v1, r = sc.step(q, v, tau, dt)
+        return q1, v1, r.pairs.force, r.systems[1].force
+
+    inputs = (qp.requires_grad_(), vp.requires_grad_(), torch.zeros(7, dtype=F64).requires_grad_(), t(1e4).requires_grad_(), t(0.3).requires_grad_())
+    assert torch.autograd.gradcheck(step, inputs, eps=1e-7, atol=1e-6, rtol=1e-5)
+
+
+def test_float32_cube_on_a_turned_cube_rests_on_its_octagon():
+    k, m = 1e5, 2.0
+    top = free_body("top", "box", (0.2, 0.2, 0.2), m, dtype=torch.float32)
+    bot = free_body("bot", "box", (0.2, 0.2, 0.2), 5.0, dtype=torch.float32)
+    P = ContactParameters(stiffness=k, damping=2.0 * math.sqrt(k * m) * 4, friction=0.5, normal_width=1e-7)
+    scene = Scene([(bot, Scene.object_contact(bot, params=P)), (top, Scene.object_contact(top, params=P))], params=P)
+    qb, qt = bot.neutral(), top.neutral()
+    qb[2], qt[2] = 0.1 - 7 * G / (4 * k), 0.3
+    qt[3:7] = torch.tensor([math.cos(math.pi / 8), 0.0, 0.0, math.sin(math.pi / 8)])
+    z = torch.zeros(6)
+    q, v = scene.initial((qb, z), (qt, z))
+    qs, vs, res = scene.rollout(q, v, 300, 1e-3)
+    fn = res[-1].pairs.normal_force
+    assert float(fn[:16].abs().max()) == 0.0 and float(fn[24]) == 0.0
+    assert torch.allclose(fn[16:24], torch.full((8,), m * G / 8), rtol=1e-3)
+    assert abs(float(qs[-1, 9]) - (0.3 - 7 * G / (4 * k) - m * G / (8 * k))) < 2e-6
