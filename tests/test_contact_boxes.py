@@ -388,3 +388,43 @@ def test_bad_box_modes_and_exclusions_raise_typed_errors():
         SelfCollision.build(robot, boxes="mesh")
     with pytest.raises(InputError, match="pairs of link names"):
         SelfCollision.build(robot, exclude=["ac"])
+
+
+def test_random_drops_of_boxes_capsules_and_spheres_stay_finite_forward_and_backward():
+    # 32 random tumbling drops of a box, a capsule and a sphere onto a box
+    # and each other (edges, corners, deep overlaps, parallel faces included):
+    # states, forces and gradients finite.
+    gen = torch.Generator().manual_seed(7)
+    n = 32
+    base = free_body("base", "box", (0.4, 0.3, 0.2), 5.0)
+    objs = [free_body("b", "box", (0.2, 0.1, 0.15), 1.0), free_body("c", "capsule", (0.04, 0.2), 0.8), free_body("s", "sphere", (0.06,), 0.5)]
+    P = ContactParameters(stiffness=2e4, damping=300.0, friction=0.6)
+    systems = [(base, Scene.object_contact(base, params=P))] + [(o, Scene.object_contact(o, params=P)) for o in objs]
+    scene = Scene(systems, params=P)
+    # base-b box-box, base-c capsule-box, base-s sphere-box, b-c, b-s, c-s capsule-sphere
+    assert scene.num_pair_rows == 25 + 3 + 1 + 3 + 1 + 1
+    states = []
+    qb = base.neutral().expand(n, 7).clone()
+    qb[:, 2] = 0.1
+    states.append((qb, torch.zeros(n, 6, dtype=F64)))
+    for i, o in enumerate(objs):
+        q = o.neutral().expand(n, 7).clone()
+        q[:, :2] = 0.15 * torch.randn(n, 2, generator=gen, dtype=F64)
+        q[:, 2] = 0.25 + 0.12 * i + 0.05 * torch.rand(n, generator=gen, dtype=F64)
+        quat = torch.randn(n, 4, generator=gen, dtype=F64)
+        q[:, 3:7] = quat / quat.norm(dim=-1, keepdim=True)
+        q[: n // 4, 3:7] = t(1.0, 0, 0, 0)  # some exactly aligned (parallel faces and edges)
+        v = torch.randn(n, 6, generator=gen, dtype=F64)
+        v[:, 2] -= 1.0
+        states.append((q, v))
+    q0, v0 = scene.initial(*states)
+    v0 = v0.clone().requires_grad_()
+    qs, vs, res = scene.rollout(q0, v0, 40, 2e-3)
+    assert bool(torch.isfinite(qs).all() and torch.isfinite(vs).all())
+    fn = torch.stack([r.pairs.normal_force for r in res])
+    assert bool(torch.isfinite(fn).all()) and float(fn.detach().max()) > 0
+    touched = (fn > 0).any(0).any(0)
+    assert int(touched.sum()) >= 20  # most rows saw contact in some sample
+    loss = qs[:, -1, :3].square().sum() + fn.sum() * 1e-3
+    (g,) = torch.autograd.grad(loss, v0)
+    assert bool(torch.isfinite(g).all()) and float(g.abs().max()) > 0
