@@ -39,7 +39,7 @@ from ..kinematics import body_transforms
 from ..model import RobotModel
 from ._geometry import ContactGeometry, ContactShape
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
-from ._model import ContactModel, ContactResult, _jacobian_constants, _point_jacobians, spd_solve
+from ._model import ContactModel, ContactResult, _jacobian_constants, _point_jacobians, row_matrices, spd_solve
 from ._pairs import BOX_MODES, ShapePairs, _local_shape
 from ._step import integrate_world
 from ._terrain import GroundPlane, Terrain
@@ -449,23 +449,11 @@ class Scene:
         law = {k: per_point(pp[k], idx) for k in ("stiffness", "damping", "friction", "normal_width", "stiction_width")}
         f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=pp["clamp_normal"], dt=dt, **law)
         force = f_n[..., None] * n + f_t
-        # Per-row damping C and stiffness K as in ContactModel.implicit_terms:
-        # friction's exact Jacobian blended towards the lagged coefficient below
-        # the one-step stopping speed, with the effective mass of the pair
-        # (both systems' inverse inertia along the row).
-        nnT = n[..., :, None] * n[..., None, :]
-        eye = torch.eye(3, dtype=n.dtype, device=n.device)
+        # Per-row damping and stiffness as in ContactModel.implicit_terms,
+        # with the pair's effective mass from both systems (block-diagonal M).
         Jf = J.reshape(*J.shape[:-3], -1, J.shape[-1])
-        Y = torch.linalg.solve_triangular(torch.linalg.cholesky(M), Jf.transpose(-1, -2), upper=False)
-        inv_mass = (Y * Y).sum(-2).reshape(*J.shape[:-2], 3).mean(-1)
         mu = torch.broadcast_to(law["friction"], phi.shape)
-        vstar = dt * mu * torch.clamp_min(f_n, 0.0) * inv_mass
-        vt2 = (v_t * v_t).sum(-1)
-        gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
-        mu_fn_s = mu * torch.clamp_min(f_n, 0.0) / s
-        fric = mu_fn_s[..., None, None] * (eye - nnT - (gamma / (s * s))[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
-        C = c_n[..., None, None] * nnT + fric
-        K = k_n[..., None, None] * nnT
+        C, K = row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt)
         CK = C + dt * K
         Jv = v_c
         pred = (C @ extra[..., None])[..., 0] + (K @ (dt * (Jv + extra))[..., None])[..., 0]
