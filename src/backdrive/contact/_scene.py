@@ -26,7 +26,6 @@ Each system then moves by :func:`integrate_world`.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -37,9 +36,9 @@ from .._errors import InputError, InvalidValueError, UnknownNameError
 from ..dynamics import bias_forces, joint_forces, mass_matrix
 from ..kinematics import body_transforms
 from ..model import RobotModel
-from ._geometry import ContactGeometry, ContactShape
+from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
-from ._model import ContactModel, ContactResult, _jacobian_constants, _point_jacobians, row_matrices, spd_solve
+from ._model import ContactModel, _jacobian_constants, _point_jacobians, row_matrices, spd_solve
 from ._pairs import BOX_MODES, ShapePairs, _local_shape
 from ._step import integrate_world
 from ._terrain import GroundPlane, Terrain
