@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from backdrive import InputError, InvalidValueError, RobotModel, UnknownNameError
-from backdrive.contact import ContactModel, ContactParameters, GroundPlane, Scene, free_body, restitution
+from backdrive.contact import ContactGeometry, ContactModel, ContactParameters, GroundPlane, Scene, free_body, restitution
 from backdrive.contact._scene import _solid_inertia
 
 torch.set_num_threads(1)
@@ -241,3 +241,48 @@ def test_float32_cube_on_a_turned_cube_rests_on_its_octagon():
     assert float(fn[:16].abs().max()) == 0.0 and float(fn[24]) == 0.0
     assert torch.allclose(fn[16:24], torch.full((8,), m * G / 8), rtol=1e-3)
     assert abs(float(qs[-1, 9]) - (0.3 - 7 * G / (4 * k) - m * G / (8 * k))) < 2e-6
+
+
+def test_quadruped_stands_on_a_free_platform_that_carries_it_to_the_ground():
+    # A floating-base robot on a free object: the shipped quadruped, PD-held,
+    # dropped 1 cm onto a 10 kg platform box lying on the ground. Its feet
+    # touch the platform (sphere-box rows), the platform the ground.
+    from backdrive.data import load
+    from backdrive.kinematics import forward_kinematics
+
+    robot = load("quadruped", floating_base=True)
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    feet_geom = ContactGeometry.from_model(robot, links=feet)
+    plat = free_body("platform", "box", (0.8, 0.6, 0.1), 10.0)
+    P = ContactParameters()  # DiffRL's values for the feet on the platform
+    # the platform's corners on the ground less damped (d / k = 0.05 s, not
+    # DiffRL's 0.25 s) so that it has settled within the 0.8 s
+    Pg = P.replace(damping=2e3)
+    scene = Scene([(robot, ContactModel(robot, feet_geom)), (plat, Scene.object_contact(plat, params=Pg))], params=P)
+    assert scene.pair_labels == tuple((f, "platform") for f in feet)
+    qj = torch.tensor([0.0, 0.7, -1.4] * 4, dtype=F64)
+    qr = robot.neutral()
+    qr[7:] = qj
+    T = forward_kinematics(robot, qr)
+    qr[2] = 0.1 - min(float(T[robot.frame_index(f), 2, 3]) for f in feet) + 0.02 + 0.01
+    qp = plat.neutral()
+    qp[2] = 0.05
+    q, v = scene.initial((qr, torch.zeros(18, dtype=F64)), (qp, torch.zeros(6, dtype=F64)))
+    kp, kd = 200.0, 6.0
+    damp = torch.cat([torch.zeros(6, dtype=F64), torch.full((12,), kd, dtype=F64), torch.zeros(6, dtype=F64)])
+
+    def controller(step, q, v):
+        tau = torch.cat([torch.zeros(6, dtype=F64), kp * (qj - q[7:19]) - kd * v[6:18], torch.zeros(6, dtype=F64)])
+        return tau, damp
+
+    qs, vs, res = scene.rollout(q, v, 400, 2e-3, controller)
+    w_robot, w_plat = float(robot.total_mass) * G, 10.0 * G
+    last = res[-1]
+    assert float(last.pairs.force[:, 2].sum()) == pytest.approx(w_robot, rel=0.01)
+    assert bool((last.pairs.normal_force > 0.1 * w_robot / 4).all())  # every foot carries load
+    assert float(last.systems[1].force[:, 2].sum()) == pytest.approx(w_robot + w_plat, rel=0.01)
+    assert float(last.systems[0].normal_force.abs().max()) == 0.0  # the feet never reach the ground
+    # the platform stays put, sunk (w_robot + w_plat) / (4 k) on its lower corners; the robot settles on it
+    assert float(qs[-1, 19:21].norm()) < 1e-4
+    assert 0.05 - float(qs[-1, 21]) == pytest.approx((w_robot + w_plat) / (4 * 4e4), rel=0.02)
+    assert float(qs[-100:, 2].max() - qs[-100:, 2].min()) < 1e-3 and float(vs[-1].abs().max()) < 0.02
