@@ -69,11 +69,13 @@ def test_closest_points_of_segments_match_brute_force():
 def test_filter_excludes_same_body_adjacent_and_named_pairs():
     robot = sliders()
     with pytest.warns(ContactApproximationWarning, match="'c'.*capsule"):
-        sc = SelfCollision.build(robot)
+        sc = SelfCollision.build(robot, boxes="capsule")
     assert sc.pairs == (("a", "b"), ("a", "c"))  # b-c are parent and child
+    sc = SelfCollision.build(robot)  # boxes exact by default: sphere-box is one row, no warning
+    assert sc.pairs == (("a", "b"), ("a", "c"))
     with pytest.warns(ContactApproximationWarning):
-        assert SelfCollision.build(robot, adjacent=True).pairs == (("a", "b"), ("a", "c"), ("b", "c"))
-        assert SelfCollision.build(robot, exclude=[("c", "a")]).pairs == (("a", "b"),)
+        assert SelfCollision.build(robot, adjacent=True, boxes="capsule").pairs == (("a", "b"), ("a", "c"), ("b", "c"))
+        assert SelfCollision.build(robot, exclude=[("c", "a")], boxes="capsule").pairs == (("a", "b"),)
         with pytest.raises(UnknownNameError, match="'cc'"):
             SelfCollision.build(robot, exclude=[("a", "cc")])
 

@@ -5,14 +5,16 @@ per contact point the position, normal, penetration, normal and slip
 velocity, normal and friction forces, and the body wrenches ``f_ext`` that
 :func:`backdrive.dynamics.forward_dynamics` takes. ``acceleration`` adds the
 dynamics, explicitly or with the contact damping and stiffness treated
-implicitly. Every parameter is a tensor that may require grad. See
+implicitly. ``Scene`` steps a robot together with free objects
+(``free_body``) that it pushes. Every parameter is a tensor that may require grad. See
 ``docs/contact.md`` for the equations, the parameter guide and the validation.
 """
 
 from ._geometry import MESH_RULES, SHAPE_KINDS, ContactApproximationWarning, ContactGeometry, ContactShape
 from ._law import DEFAULT_CONTACT, ContactParameters, contact_law, restitution
 from ._model import CONTACT_SCHEMES, ContactModel, ContactResult, ImplicitContact, stack_results
-from ._pairs import SelfCollision, closest_points_segments
+from ._pairs import BOX_MODES, SelfCollision, closest_points_segments
+from ._scene import OBJECT_KINDS, PairResult, Scene, SceneResult, free_body
 from ._step import contact_step, integrate_world
 from ._terrain import GroundPlane, Heightfield, Terrain
 
@@ -24,6 +26,12 @@ __all__ = [
     "ContactShape",
     "ContactParameters",
     "SelfCollision",
+    "Scene",
+    "SceneResult",
+    "PairResult",
+    "free_body",
+    "OBJECT_KINDS",
+    "BOX_MODES",
     "closest_points_segments",
     "ContactApproximationWarning",
     "GroundPlane",

@@ -464,34 +464,12 @@ class ContactModel:
         J = res.jacobian
         n = res.normal
         # Per-point 3x3 damping C and stiffness K (world frame).
-        nnT = n[..., :, None] * n[..., None, :]
-        eye = torch.eye(3, dtype=n.dtype, device=n.device)
         vt = res.slip_velocity
-        s = res._s
-        # Friction damping: the exact Jacobian mu f_n (P_t / s - v_t v_t^T / s^3)
-        # along the slip only where one step cannot reverse the slip. Below
-        # the one-step stopping speed v* = dt mu f_n / m_eff (m_eff: the
-        # contact's effective mass, 1 / (J M^-1 J^T) averaged over its three
-        # directions) the linearised step would overshoot (period-2 chatter
-        # of the slip sign: measured on a rolling sphere and on a standing
-        # quadruped's foot), so there the slip direction gets the lagged
-        # coefficient mu f_n / s, which never overshoots.
-        # gamma = |v_t|^2 / (|v_t|^2 + v*^2) blends the two.
         M = mass_matrix(robot, q) if _kin is None else crba_core(robot, topology(robot), _kin)
         batch = J.shape[:-3]
         M = M.expand(*batch, *M.shape[-2:])
         Jf = J.reshape(*batch, -1, J.shape[-1])  # (..., 3 np, nv)
-        # diag(J M^-1 J^T) = column sums of Y^2 with L Y = J^T, M = L L^T.
-        Y = torch.linalg.solve_triangular(torch.linalg.cholesky(M), Jf.transpose(-1, -2), upper=False)
-        inv_mass = (Y * Y).sum(-2).reshape(*J.shape[:-2], 3).mean(-1)
-        vstar = dt * res._mu * torch.clamp_min(res.normal_force, 0.0) * inv_mass
-        vt2 = (vt * vt).sum(-1)
-        gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(vt.dtype).tiny)
-        fric = res._mu_fn_over_s[..., None, None] * (
-            eye - nnT - (gamma / (s * s))[..., None, None] * vt[..., :, None] * vt[..., None, :]
-        )
-        C = res._c_n[..., None, None] * nnT + fric
-        K = res._k_n[..., None, None] * nnT
+        C, K = row_matrices(n, vt, res._s, res._mu, res.normal_force, res._c_n, res._k_n, Jf, M, dt)
         CK = C + dt * K
         # J^T CK J as one product of (nv, 3 np) and (3 np, nv) matrices.
         matrix = Jf.transpose(-1, -2) @ (CK @ J).reshape(Jf.shape)
@@ -527,6 +505,40 @@ class ContactModel:
 
     def __repr__(self) -> str:
         return f"ContactModel({self.geometry!r}, terrain={self.terrain!r})"
+
+
+def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt):
+    """Per-row damping ``C`` and stiffness ``K`` ``(..., r, 3, 3)`` of the implicit step.
+
+    ``C = c_n n n^T + friction damping``, ``K = k_n n n^T``. The friction
+    damping is the exact Jacobian ``mu f_n (P_t / s - v_t v_t^T / s^3)``
+    along the slip only where one step cannot reverse the slip. Below the
+    one-step stopping speed ``v* = dt mu f_n / m_eff`` (``m_eff``: the row's
+    effective mass, ``1 / (J M^-1 J^T)`` averaged over its three directions)
+    the linearised step would overshoot (period-2 chatter of the slip sign:
+    measured on a rolling sphere and on a standing quadruped's foot), so
+    there the slip direction gets the lagged coefficient ``mu f_n / s``,
+    which never overshoots; ``gamma = |v_t|^2 / (|v_t|^2 + v*^2)`` blends the
+    two. Shared by :meth:`ContactModel.implicit_terms` and the scenes of
+    ``_scene.py`` (whose ``M`` is block-diagonal over their systems).
+
+    Args:
+        n: ``(..., r, 3)`` normals. v_t: ``(..., r, 3)`` slip. s, mu, f_n,
+            c_n, k_n: ``(..., r)`` (``s`` and the derivatives from
+            :func:`contact_law`). Jf: ``(..., 3 r, nv)`` the rows' stacked
+            Jacobians. M: ``(..., nv, nv)`` mass matrix. dt: s.
+    """
+    nnT = n[..., :, None] * n[..., None, :]
+    eye = torch.eye(3, dtype=n.dtype, device=n.device)
+    # diag(J M^-1 J^T) = column sums of Y^2 with L Y = J^T, M = L L^T.
+    Y = torch.linalg.solve_triangular(torch.linalg.cholesky(M), Jf.transpose(-1, -2), upper=False)
+    inv_mass = (Y * Y).sum(-2).reshape(*n.shape[:-1], 3).mean(-1)
+    fn_pos = torch.clamp_min(f_n, 0.0)
+    vstar = dt * mu * fn_pos * inv_mass
+    vt2 = (v_t * v_t).sum(-1)
+    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
+    fric = (mu * fn_pos / s)[..., None, None] * (eye - nnT - (gamma / (s * s))[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
+    return c_n[..., None, None] * nnT + fric, k_n[..., None, None] * nnT
 
 
 # ---------------------------------------------------------------- the solve
