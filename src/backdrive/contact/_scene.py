@@ -38,7 +38,8 @@ from ..kinematics import body_transforms
 from ..model import RobotModel
 from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
-from ._model import ContactModel, _jacobian_constants, _point_jacobians, row_matrices, spd_solve
+from ..kinematics._fk import point_jacobians, point_support
+from ._model import ContactModel, row_matrices, spd_solve
 from ._pairs import BOX_MODES, ShapePairs, _local_shape
 from ._step import integrate_world
 from ._terrain import GroundPlane, Terrain
@@ -279,7 +280,7 @@ class Scene:
                     if entries:
                         sp = ShapePairs(entries, dt, dev)
                         self._links.append(
-                            (first, second, sp, _jacobian_constants(models[first], sp.body_a), _jacobian_constants(models[second], sp.body_b))
+                            (first, second, sp, point_support(models[first], sp.body_a), point_support(models[second], sp.body_b))
                         )
                         labels_all += list(sp.labels)
         self.pair_labels = tuple(labels_all)
@@ -422,8 +423,8 @@ class Scene:
         for i, j, sp, const_i, const_j in self._links:
             # normal from j's shape into i's; force +F on i's body, -F on j's
             pt, n, phi = sp.detect(*kin[i], *kin[j])
-            J_i = _point_jacobians(self.models[i], *kin[i], pt, *const_i)
-            J_j = _point_jacobians(self.models[j], *kin[j], pt, *const_j)
+            J_i = point_jacobians(self.models[i], *kin[i], pt, const_i)
+            J_j = point_jacobians(self.models[j], *kin[j], pt, const_j)
             rows = pt.shape[-2]
             cols = []
             for s, m in enumerate(self.models):
