@@ -100,7 +100,7 @@ def main() -> None:
         updates=args.updates,
         seed=args.seed,
         eval_fn=eval_fn,
-        eval_every=25,
+        eval_every=50,
         log_csv=log,
         checkpoint=ckpt,
         checkpoint_every=25,

@@ -49,7 +49,7 @@ def test_shapes_and_observation(g1_32):
     priv = HumanoidBalance(3, robot=g1_32, privileged=True)
     o = priv.reset(seed=0)
     assert o.shape == (3, 86)
-    assert torch.allclose(o[:, 85], priv.state[:, 2])  # the pelvis height
+    assert torch.allclose(o[:, 85], 10.0 * (priv.state[:, 2] - priv.stand_height))  # the pelvis height
     assert len(g1_contact_geometry(g1_32).shapes) == 21
     assert tuple(g1_32.joint_names) == G1_JOINTS
 

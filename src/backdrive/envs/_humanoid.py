@@ -51,17 +51,21 @@ _GAINS = (
     ("", 40.0, 1.0),  # shoulders, elbows, wrist roll
 )
 
+#: Factors on the observation's parts (joint velocity, base angular and linear
+#: velocity, and the pelvis height's offset from standing): about unit size.
+OBS_SCALES: dict[str, float] = {"joint_vel": 0.05, "ang_vel": 0.25, "lin_vel": 2.0, "height": 10.0}
+
 #: Default reward weights (see :class:`HumanoidBalance` for each term).
 HUMANOID_REWARD_WEIGHTS: dict[str, float] = {
     "tracking_lin": 1.0,
     "tracking_yaw": 0.5,
     "lin_vel_z": 1.0,
-    "ang_vel_xy": 0.05,
+    "ang_vel_xy": 0.2,
     "orientation": 5.0,
     "height": 20.0,
     "pose": 0.1,
     "torque": 1e-5,
-    "action_rate": 0.01,
+    "action_rate": 0.1,
 }
 
 
@@ -137,11 +141,13 @@ class HumanoidBalance(DiffEnv):
     (3).
 
     Observation ``(N, 82)``, what the robot measures: joint positions
-    relative to the standing pose (29), joint velocities (29), base angular
-    velocity in the base frame (3), gravity's direction in the base frame
-    (3), the last action (15) and the command (3). ``privileged=True``
-    appends the base linear velocity (base frame, 3) and height (1), as a
-    state estimator would give them.
+    relative to the standing pose (29, rad), joint velocities (29, times
+    0.05 s/rad), base angular velocity in the base frame (3, times 0.25),
+    gravity's direction in the base frame (3), the last action (15) and the
+    command (3). ``privileged=True`` appends the base linear velocity (base
+    frame, 3, times 2 s/m) and the pelvis height's offset from
+    :attr:`STAND_HEIGHT` (1, times 10 /m), as a state estimator would give
+    them. The factors (:data:`OBS_SCALES`) make every part about unit size.
 
     Pushes (``push_velocity > 0``): at each control step, with probability
     ``dt / push_interval`` (random times, on average every
@@ -417,10 +423,13 @@ class HumanoidBalance(DiffEnv):
     def observe(self, state: torch.Tensor) -> torch.Tensor:
         p = self.split(state)
         q, v = p["q"], p["v"]
-        parts = [q[..., 7:] - self.q_stand, v[..., 6:], v[..., 3:6], self.projected_gravity(state),
-                 p["last_action"], p["command"]]
+        # Fixed scales bring every part to about unit size, so a policy needs no
+        # running normaliser (whose statistics blow up parts that barely vary
+        # while standing, such as the held arm joints, into large inputs).
+        parts = [q[..., 7:] - self.q_stand, OBS_SCALES["joint_vel"] * v[..., 6:],
+                 OBS_SCALES["ang_vel"] * v[..., 3:6], self.projected_gravity(state), p["last_action"], p["command"]]
         if self.privileged:
-            parts += [v[..., :3], q[..., 2:3]]
+            parts += [OBS_SCALES["lin_vel"] * v[..., :3], OBS_SCALES["height"] * (q[..., 2:3] - self.stand_height)]
         return torch.cat(parts, -1)
 
     def is_terminal(self, state: torch.Tensor) -> torch.Tensor:
