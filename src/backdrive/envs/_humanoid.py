@@ -456,12 +456,22 @@ class HumanoidBalance(DiffEnv):
 
         Returns:
             ``(env, policy)``; ``policy(obs)`` gives the actions.
+
+        Raises:
+            FileNotFoundError: no policy ships (none has beaten the PD baseline yet).
         """
         from importlib.resources import as_file, files
 
         from ..optim._policy.checkpoints import load_policy, read_checkpoint
 
-        with as_file(files("backdrive.data").joinpath(cls.SHIPPED_POLICY)) as path:
+        resource = files("backdrive.data").joinpath(cls.SHIPPED_POLICY)
+        if not resource.is_file():
+            raise FileNotFoundError(
+                f"no shipped humanoid policy ({cls.SHIPPED_POLICY} in backdrive.data): no training run has beaten "
+                "the zero-action baseline yet (docs/locomotion.md, HumanoidBalance); "
+                "`python examples/humanoid_balance.py --ship` writes one"
+            )
+        with as_file(resource) as path:
             ckpt = read_checkpoint(path)
             policy = load_policy(path)
         kwargs = dict(ckpt.get("env_kwargs", {}))
