@@ -22,7 +22,7 @@ action (the PD servos alone). Writes to ``outputs/examples/``:
 test episodes), the CSV log, the checkpoint and a browser preview
 (``humanoid_balance.html``, with the ``viz`` extra). ``--ship`` writes the
 policy (weights, settings and env keywords, read with ``weights_only=True``)
-to ``src/backdrive/data/policies/humanoid_balance.pt``.
+to ``src/backdrive/data/policies/humanoid_balance.pt`` if it beats zero action.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None,
                         help="also stop training after this wall time (the shipped policy: the preset's updates)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--episodes", type=int, default=TEST_EPISODES, help="test episodes of 10 s")
     parser.add_argument("--out", type=Path, default=Path("outputs/examples"))
     parser.add_argument("--ship", action="store_true", help=f"write the shipped policy to {SHIPPED}")
     args = parser.parse_args()
@@ -113,14 +114,17 @@ def main() -> None:
           f"{trainer.wall_s / 60:.1f} min training wall time ({cpu / 60:.1f} min CPU with evaluations)")
 
     policy = load_policy(ckpt)
-    test = test_env(TEST_EPISODES)
+    test = test_env(args.episodes)
     m = test.evaluate(policy, seconds=10.0, seed=TEST_SEED)
-    base = test_env(TEST_EPISODES).evaluate(None, seconds=10.0, seed=TEST_SEED)
+    base = test_env(args.episodes).evaluate(None, seconds=10.0, seed=TEST_SEED)
     for name, r in (("trained policy", m), ("zero action (PD only)", base)):
-        print(f"{name}: {TEST_EPISODES} test episodes of 10 s with pushes up to 0.5 m/s: upright "
+        print(f"{name}: {args.episodes} test episodes of 10 s with pushes up to 0.5 m/s: upright "
               f"{r['upright'] * 100:.0f}% ({r['pushes']:.1f} pushes per episode, {r['pushes_survived'] * 100:.0f}% "
               f"of pushes survived), mean base speed {r['base_speed']:.3f} m/s, pelvis height {r['height']:.3f} m")
-    if args.ship:
+    if args.ship and m["upright"] <= base["upright"]:
+        print(f"not shipped: the trained policy ({m['upright'] * 100:.0f}% upright) does not beat zero action "
+              f"({base['upright'] * 100:.0f}%)")
+    elif args.ship:
         SHIPPED.parent.mkdir(parents=True, exist_ok=True)
         slim_checkpoint(ckpt, SHIPPED, dict(HUMANOID_BALANCE_SHAC.env_kwargs),
                         {**{k: v for k, v in m.items() if isinstance(v, float)},
