@@ -503,7 +503,7 @@ class HumanoidBalance(DiffEnv):
             base-frame speed of the upright copies, m/s), ``height`` (mean
             pelvis height of the upright copies, m), ``q`` ``(T + 1, N, 36)``,
             ``push`` ``(T, N)`` (push magnitudes, m/s), ``fall_step`` ``(N,)``
-            (-1: never) and ``rewards`` ``(T, N)``.
+            (-1: never) and ``rewards`` ``(T, N)`` (zero after a copy's fall).
 
         Raises:
             InputError: a command outside :attr:`command_ranges`.
@@ -520,13 +520,14 @@ class HumanoidBalance(DiffEnv):
             qs, vel, pushes, rewards = [self.state[:, :36].clone()], [], [], []
             for t in range(steps):
                 obs, r, term, _, _ = self.step(zero if policy is None else policy(obs))
+                # The episode ends at a fall: later rewards (of a robot lying down) do not count.
+                rewards.append(torch.where(alive, r, torch.zeros_like(r)))
                 fall_step = torch.where(alive & term, torch.full_like(fall_step, t), fall_step)
                 alive &= ~term
                 pushes.append(torch.linalg.vector_norm(self.last_push, dim=-1) * alive
                               if self.push_velocity > 0 else torch.zeros_like(r))
                 qs.append(self.state[:, :36].clone())
                 vel.append(torch.where(alive[:, None], self.state[:, 36:39], torch.nan))
-                rewards.append(r)
         finally:
             self.autoreset = autoreset
         q = torch.stack(qs)
