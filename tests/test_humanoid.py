@@ -178,3 +178,16 @@ def test_pretrained_policy_beats_zero_action():
     assert trained["pushes"] > 2.0
     assert trained["upright"] >= 0.8
     assert trained["upright"] > base["upright"]
+
+
+def test_gymnasium_view(g1_32):
+    import numpy as np
+
+    from backdrive.envs import to_gymnasium
+
+    g = to_gymnasium(HumanoidBalance(1, robot=g1_32, push_velocity=0.0))
+    obs, _ = g.reset(seed=0)
+    assert obs.shape == (82,) and g.action_space.shape == (15,) and g.observation_space.shape == (82,)
+    obs, reward, terminated, truncated, _ = g.step(np.zeros(15, dtype=np.float32))
+    assert obs.shape == (82,) and np.isfinite(obs).all()
+    assert 1.0 < reward < 1.6 and not terminated and not truncated  # standing: most terms near their best
