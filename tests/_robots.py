@@ -225,33 +225,5 @@ def hopper_robot(dtype=torch.float64):
 # ---------------------------------------------------------------- G1 humanoid contact shapes (example-robot-data)
 
 
-def g1_contact_geometry(robot):
-    """Contact geometry for example-robot-data's G1 (29 dof), whose URDF
-    collision shapes are meshes: the URDF's four foot spheres per foot, plus
-    spheres and capsules (radii and offsets read off its neutral pose) on the
-    pelvis, torso, head, shoulders, elbows, hands, thighs and shins, so that a
-    fall lands on the body, not through it."""
-    import numpy as np
-
-    from backdrive.contact import ContactGeometry, ContactShape
-
-    def at(x, y, z):
-        T = np.eye(4)
-        T[:3, 3] = (x, y, z)
-        return T
-
-    shapes = [
-        ContactShape("pelvis", "sphere", (0.1,)),
-        ContactShape("torso_link", "capsule", (0.1, 0.2), at(0.0, 0.0, 0.2)),
-        ContactShape("torso_link", "sphere", (0.08,), at(0.0, 0.0, 0.43)),
-    ]
-    for side in ("left", "right"):
-        shapes += [
-            ContactShape(f"{side}_hip_roll_link", "capsule", (0.06, 0.2), at(0.0, 0.0, -0.15)),
-            ContactShape(f"{side}_knee_link", "capsule", (0.05, 0.22), at(0.0, 0.0, -0.15)),
-            ContactShape(f"{side}_shoulder_roll_link", "sphere", (0.05,)),
-            ContactShape(f"{side}_elbow_link", "sphere", (0.045,)),
-            ContactShape(f"{side}_rubber_hand", "sphere", (0.04,)),
-        ]
-    feet = ContactGeometry.from_model(robot, links=["left_ankle_roll_link", "right_ankle_roll_link"])
-    return feet + ContactGeometry.from_shapes(robot, shapes)
+# One copy, in the env module (backdrive.envs._humanoid); re-exported for the contact tests.
+from backdrive.envs._humanoid import g1_contact_geometry  # noqa: E402,F401

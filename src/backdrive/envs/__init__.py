@@ -8,6 +8,7 @@ state; :meth:`DiffEnv.detach` truncates backpropagation between windows.
 from ._adapter import to_gymnasium
 from ._base import DiffEnv
 from ._cartpole import CartPoleSwingUp
+from ._humanoid import HumanoidBalance
 from ._panda import PandaReach
 from ._pendulum import Pendulum, angle_normalize
 from ._quadruped import QuadrupedWalk, Randomization
@@ -18,6 +19,7 @@ __all__ = [
     "CartPoleSwingUp",
     "PandaReach",
     "QuadrupedWalk",
+    "HumanoidBalance",
     "Randomization",
     "angle_normalize",
     "to_gymnasium",

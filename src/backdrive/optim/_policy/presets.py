@@ -259,3 +259,42 @@ def recommended_preset(env: DiffEnv, algo: str | None = None) -> Preset | None:
     fits = [p for p in PRESETS.values() if isinstance(env, p.env_type)]
     same_algo = [p for p in fits if p.config.algo == algo]
     return (same_algo or fits or [None])[0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# HumanoidBalance (G1) — appended block (issue 12's humanoid part)
+# ----------------------------------------------------------------------------------------------------
+
+from ...envs import HumanoidBalance  # noqa: E402
+
+#: SHAC that teaches example-robot-data's G1 (``HumanoidBalance``) to stand
+#: and recover from random pushes: 32 robots, 50 Hz PD offsets on legs and
+#: waist with 2 x 10 ms contact substeps, pushes of up to 0.5 m/s every 2 s
+#: on average during training (the evaluation: every 4 s), the base velocity
+#: and height observed (``privileged``, scaled observations without a
+#: running normaliser), 8-step (0.16 s) windows, actor lr 5e-4, gradient
+#: norm clipped to 1, 300 updates (76,800 env steps). ``docs/locomotion.md`` (*HumanoidBalance*) gives what
+#: it reaches. Used by ``examples/humanoid_balance.py``, the shipped policy
+#: and ``benchmarks/humanoid_balance.py``.
+HUMANOID_BALANCE_SHAC = Preset(
+    name="humanoid_balance_shac",
+    env_type=HumanoidBalance,
+    env_kwargs={"num_envs": 32, "privileged": True, "push_velocity": 0.5, "push_interval": 2.0},
+    config=PolicyTrainerConfig(
+        algo="shac",
+        horizon=8,
+        lr=5e-4,
+        critic_lr=1e-3,
+        gamma=0.99,
+        hidden=(128, 128),
+        max_grad_norm=1.0,
+        action_noise=0.1,
+        # The env scales its observations; a running normaliser would blow the
+        # parts that barely vary while standing (the held arms) up into large inputs.
+        normalize_obs=False,
+    ),
+    updates=300,
+    summary="see docs/locomotion.md (HumanoidBalance)",
+)
+PRESETS[HUMANOID_BALANCE_SHAC.name] = HUMANOID_BALANCE_SHAC
+__all__.append("HUMANOID_BALANCE_SHAC")

@@ -1,0 +1,559 @@
+"""A humanoid that keeps its balance through backdrive's contact simulator: ``HumanoidBalance``.
+
+The robot is the Unitree G1 (29 dof) of example-robot-data, on a floating
+base, with contact spheres and capsules on its feet and body
+(:func:`g1_contact_geometry`). ``docs/locomotion.md`` (*HumanoidBalance*)
+gives the measurements behind the settings.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+
+import torch
+
+from .._errors import InputError
+from ..spatial import quat_apply, quat_conjugate
+from ._base import DiffEnv
+from ._quadruped import COMMAND_RANGES, QuadrupedWalk
+
+__all__ = ["HumanoidBalance", "g1_contact_geometry", "HUMANOID_REWARD_WEIGHTS", "G1_JOINTS"]
+
+#: The G1's joints in example-robot-data's order (legs, waist, arms).
+G1_JOINTS: tuple[str, ...] = tuple(
+    [f"{s}_{j}_joint" for s in ("left", "right")
+     for j in ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch", "ankle_roll")]
+    + [f"waist_{j}_joint" for j in ("yaw", "roll", "pitch")]
+    + [f"{s}_{j}_joint" for s in ("left", "right")
+       for j in ("shoulder_pitch", "shoulder_roll", "shoulder_yaw", "elbow", "wrist_roll", "wrist_pitch", "wrist_yaw")]
+)
+
+#: The joints the policy drives (legs and waist, the first 15); the arms are held at the standing pose.
+NUM_ACTUATED = 15
+
+# Standing pose: knees bent so that the PD servos alone hold the robot up
+# (with straight knees, hip -0.1 / knee 0.3 / ankle -0.2 rad, it tips
+# forward under the same gains), feet flat (hip + knee + ankle pitch = 0),
+# elbows bent. Radians; joints not named are 0.
+_STAND = {"hip_pitch": -0.3, "knee": 0.6, "ankle_pitch": -0.3, "elbow": 0.9}
+
+# PD gains (kp N m/rad, kd N m s/rad) by joint-name fragment, first match wins.
+# The legs and waist are stiffer than Unitree's RL gains (100-150 N m/rad):
+# the lean of a 33 kg body 0.7 m above the ankles needs a stiffness above
+# m g h = 227 N m/rad through hips, knees and ankles in series, and at 100-200
+# N m/rad the robot falls over under zero action (measured, docs/locomotion.md).
+_GAINS = (
+    ("wrist_pitch", 10.0, 0.5), ("wrist_yaw", 10.0, 0.5),
+    ("ankle", 300.0, 7.5),
+    ("hip", 500.0, 12.5), ("knee", 500.0, 12.5), ("waist", 500.0, 12.5),
+    ("", 40.0, 1.0),  # shoulders, elbows, wrist roll
+)
+
+#: Factors on the observation's parts (joint velocity, base angular and linear
+#: velocity, and the pelvis height's offset from standing): about unit size.
+OBS_SCALES: dict[str, float] = {"joint_vel": 0.05, "ang_vel": 0.25, "lin_vel": 2.0, "height": 10.0}
+
+#: Default reward weights (see :class:`HumanoidBalance` for each term).
+HUMANOID_REWARD_WEIGHTS: dict[str, float] = {
+    "tracking_lin": 1.0,
+    "tracking_yaw": 0.5,
+    "lin_vel_z": 1.0,
+    "ang_vel_xy": 0.2,
+    "orientation": 5.0,
+    "height": 20.0,
+    "pose": 0.1,
+    "torque": 1e-5,
+    "action_rate": 0.1,
+}
+
+
+def g1_contact_geometry(robot):
+    """Contact geometry for example-robot-data's G1, whose URDF collision shapes are meshes.
+
+    The URDF's four foot spheres per foot (its only primitive collision
+    shapes), plus spheres and capsules (radii and offsets read off its
+    neutral pose) on the pelvis, torso, head, shoulders, elbows, hands,
+    thighs and shins, so that a fall lands on the body, not through it.
+
+    Args:
+        robot: the G1 RobotModel (``load("example-robot-data:g1", ...)``).
+
+    Returns:
+        A :class:`~backdrive.contact.ContactGeometry` of 21 shapes.
+    """
+    from ..contact import ContactGeometry, ContactShape
+
+    def at(x, y, z):
+        T = torch.eye(4, dtype=torch.float64)
+        T[:3, 3] = torch.tensor([x, y, z], dtype=torch.float64)
+        return T.numpy()
+
+    shapes = [
+        ContactShape("pelvis", "sphere", (0.1,)),
+        ContactShape("torso_link", "capsule", (0.1, 0.2), at(0.0, 0.0, 0.2)),
+        ContactShape("torso_link", "sphere", (0.08,), at(0.0, 0.0, 0.43)),
+    ]
+    for side in ("left", "right"):
+        shapes += [
+            ContactShape(f"{side}_hip_roll_link", "capsule", (0.06, 0.2), at(0.0, 0.0, -0.15)),
+            ContactShape(f"{side}_knee_link", "capsule", (0.05, 0.22), at(0.0, 0.0, -0.15)),
+            ContactShape(f"{side}_shoulder_roll_link", "sphere", (0.05,)),
+            ContactShape(f"{side}_elbow_link", "sphere", (0.045,)),
+            ContactShape(f"{side}_rubber_hand", "sphere", (0.04,)),
+        ]
+    feet = ContactGeometry.from_model(robot, links=["left_ankle_roll_link", "right_ankle_roll_link"])
+    return feet + ContactGeometry.from_shapes(robot, shapes)
+
+
+def _load_g1(dtype: torch.dtype, device: torch.device):
+    from ..data import load
+
+    with warnings.catch_warnings():
+        # The G1's collision meshes are not used (g1_contact_geometry replaces them).
+        warnings.simplefilter("ignore")
+        return load("example-robot-data:g1", floating_base=True, dtype=dtype, device=device)
+
+
+class HumanoidBalance(DiffEnv):
+    r"""The Unitree G1 humanoid standing and recovering from pushes, differentiable through contact.
+
+    The G1 of example-robot-data (29 dof, 33.3 kg) on a floating base, with
+    :func:`g1_contact_geometry` on a flat ground (the default contact law:
+    4e4 N/m, 1e4 N s/m, friction 0.75), simulated by
+    :class:`backdrive.sim.Simulator` with ``contact=`` (the implicit contact
+    step, ``docs/contact.md``).
+
+    Control at ``1 / dt`` Hz (default 50 Hz) with ``substeps`` physics steps
+    (default 2 of 10 ms: standing, and recovering from pushes of up to 0.5
+    m/s, agree with 2 ms steps within 3 mm of base position after 1 s;
+    ``docs/locomotion.md``). The policy drives the 12 leg joints and the 3
+    waist joints: the action ``a`` in ``[-1, 1]^15`` sets their PD targets
+    ``q_stand + action_scale * a``; the 14 arm joints are held at the
+    standing pose by the same kind of servo (a smaller action space; the arms
+    of the G1 carry 15 % of its mass). Servos ``tau = kp (target - q) - kd
+    qdot`` with the URDF's effort limits (smoothly saturated), ``kd``
+    treated implicitly; gains in ``docs/locomotion.md``.
+
+    State ``(N, 89)`` (:meth:`split`): ``q (36)``, ``v (35)`` (base twist in
+    the base frame), the last action (15) and the command ``(vx, vy, yaw)``
+    (3).
+
+    Observation ``(N, 82)``, what the robot measures: joint positions
+    relative to the standing pose (29, rad), joint velocities (29, times
+    0.05 s/rad), base angular velocity in the base frame (3, times 0.25),
+    gravity's direction in the base frame (3), the last action (15) and the
+    command (3). ``privileged=True`` appends the base linear velocity (base
+    frame, 3, times 2 s/m) and the pelvis height's offset from
+    :attr:`STAND_HEIGHT` (1, times 10 /m), as a state estimator would give
+    them. The factors (:data:`OBS_SCALES`) make every part about unit size.
+
+    Pushes (``push_velocity > 0``): at each control step, with probability
+    ``dt / push_interval`` (random times, on average every
+    ``push_interval`` s), the base's horizontal world velocity changes by a
+    vector of uniform direction and of magnitude uniform in
+    ``[0, push_velocity]`` (the whole body moves with it: joint rates are
+    unchanged). :attr:`last_push` holds the change of the last step.
+
+    Command: standing still by default (every range ``(0, 0)``); a forward
+    velocity command (``command_ranges={"vx": (0.0, 0.3)}``) turns it into
+    the next level, walking. The checks are :class:`QuadrupedWalk`'s.
+
+    Reward per step (weights :data:`HUMANOID_REWARD_WEIGHTS`, all smooth):
+
+    * ``tracking_lin * exp(-|v_xy - cmd_xy|^2 / 0.25)``: base-frame
+      velocity (standing: a small base velocity);
+    * ``tracking_yaw * exp(-(w_z - cmd_yaw)^2 / 0.25)``;
+    * ``- lin_vel_z * v_z^2 - ang_vel_xy * |w_xy|^2``;
+    * ``- orientation * |g_xy|^2`` (gravity's tilt in the base frame);
+    * ``- height * (z - z_stand)^2``;
+    * ``- pose * |q_legs,waist - q_stand|^2``;
+    * ``- torque * |tau|^2`` (mean over the substeps);
+    * ``- action_rate * |a - a_prev|^2``.
+
+    Episodes end by a fall (gravity more than 60 degrees from the pelvis's
+    -z axis, or the pelvis below ``0.6 z_stand``) or after
+    ``max_episode_steps`` (default 500, 10 s). There is no fall penalty or
+    bonus: a fall ends the stream of (mostly positive) rewards.
+
+    Args:
+        num_envs: copies N.
+        robot: ``None`` (example-robot-data's G1, which needs that package)
+            or a floating-base RobotModel with the joints :data:`G1_JOINTS`
+            and the G1's link names.
+        dt: control period, s. substeps: physics steps per control period.
+        action_scale: rad of target offset per unit of action.
+        push_velocity: largest push, m/s (0: no pushes).
+        push_interval: mean time between pushes, s.
+        command_ranges: ``{"vx": (lo, hi), "vy": ..., "yaw": ...}``, missing
+            keys ``(0, 0)``.
+        reward_weights: overrides of :data:`HUMANOID_REWARD_WEIGHTS`.
+        privileged: also observe the base linear velocity and height.
+        init_noise: half-width of the uniform joint-angle noise at reset, rad.
+        max_episode_steps: truncation length.
+        dtype, device, autoreset: see :class:`DiffEnv`.
+    """
+
+    action_dim = NUM_ACTUATED
+    state_dim = 36 + 35 + NUM_ACTUATED + 3
+
+    #: Standing pelvis height, m: the settled height of the standing pose
+    #: under zero action (0.7604 m at 2, 5 and 10 ms steps).
+    STAND_HEIGHT = 0.760
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        robot=None,
+        dt: float = 0.02,
+        substeps: int = 2,
+        action_scale: float = 0.25,
+        push_velocity: float = 0.5,
+        push_interval: float = 4.0,
+        command_ranges: Mapping[str, tuple[float, float]] | None = None,
+        reward_weights: Mapping[str, float] | None = None,
+        privileged: bool = False,
+        init_noise: float = 0.05,
+        max_episode_steps: int = 500,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        autoreset: bool = True,
+    ) -> None:
+        super().__init__(num_envs, dtype=dtype, device=device, autoreset=autoreset)
+        from ..contact import ContactModel, ContactParameters
+        from ..model import RobotModel
+        from ..sim import PDActuator, Simulator
+
+        if robot is None:
+            robot = _load_g1(self.dtype, self.device)
+        elif isinstance(robot, RobotModel):
+            if robot.dtype != self.dtype or robot.device != self.device:
+                raise InputError(f"robot is {robot.dtype} on {robot.device}, the env {self.dtype} on {self.device}")
+        else:
+            raise InputError(f"robot must be None (example-robot-data's G1) or a RobotModel, got {type(robot).__name__}")
+        if not robot.floating_base:
+            raise InputError("HumanoidBalance needs a floating-base robot (load(..., floating_base=True))")
+        if tuple(robot.joint_names) != G1_JOINTS:
+            raise InputError(f"HumanoidBalance needs the G1's 29 joints in this order: {G1_JOINTS}, "
+                             f"got {tuple(robot.joint_names)}")
+        for k, (x, what) in {"dt": (dt, "s"), "action_scale": (action_scale, "rad"),
+                             "push_interval": (push_interval, "s")}.items():
+            if isinstance(x, bool) or not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0):
+                raise InputError(f"{k} must be a positive number ({what}), got {x!r}")
+        for k, x in (("push_velocity", push_velocity), ("init_noise", init_noise)):
+            if isinstance(x, bool) or not (isinstance(x, (int, float)) and math.isfinite(x) and x >= 0):
+                raise InputError(f"{k} must be a number >= 0, got {x!r}")
+        for k, x in (("substeps", substeps), ("max_episode_steps", max_episode_steps)):
+            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                raise InputError(f"{k} must be a positive int, got {x!r}")
+        ranges = {k: (0.0, 0.0) for k in COMMAND_RANGES}
+        for k, r in dict(command_ranges or {}).items():
+            if k not in COMMAND_RANGES:
+                raise InputError(f"unknown command {k!r}; valid: {', '.join(map(repr, COMMAND_RANGES))}")
+            lo, hi = (float(x) for x in r)
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise InputError(f"command range {k} must be (low, high) with low <= high, got {r!r}")
+            ranges[k] = (lo, hi)
+        weights = dict(HUMANOID_REWARD_WEIGHTS)
+        for k, w in dict(reward_weights or {}).items():
+            if k not in HUMANOID_REWARD_WEIGHTS:
+                raise InputError(f"unknown reward term {k!r}; valid: {', '.join(map(repr, HUMANOID_REWARD_WEIGHTS))}")
+            if isinstance(w, bool) or not (isinstance(w, (int, float)) and math.isfinite(w)):
+                raise InputError(f"reward weight {k} must be a finite number, got {w!r}")
+            weights[k] = float(w)
+
+        self.robot = robot
+        self.dt = float(dt)
+        self.substeps = substeps
+        self.physics_dt = self.dt / substeps
+        self.action_scale = float(action_scale)
+        self.push_velocity = float(push_velocity)
+        self.push_interval = float(push_interval)
+        self.command_ranges = ranges
+        self.reward_weights = weights
+        self.privileged = bool(privileged)
+        self.init_noise = float(init_noise)
+        self.max_episode_steps = max_episode_steps
+        self.obs_dim = 82 + (4 if self.privileged else 0)
+        self.stand_height = self.STAND_HEIGHT
+        kw = {"dtype": self.dtype, "device": self.device}
+        self.q_stand = torch.tensor(
+            [next((v for k, v in _STAND.items() if k in n), 0.0) for n in G1_JOINTS], **kw)
+        self.kp = torch.tensor([next(kp for k, kp, _ in _GAINS if k in n) for n in G1_JOINTS], **kw)
+        self.kd = torch.tensor([next(kd for k, _, kd in _GAINS if k in n) for n in G1_JOINTS], **kw)
+        self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
+        self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
+        self.geometry = g1_contact_geometry(robot)
+        self.contact = ContactModel(robot, self.geometry, params=ContactParameters())
+        self.sim = Simulator(robot, self.physics_dt, actuator=PDActuator(kp=self.kp, kd=self.kd),
+                             contact=self.contact)
+        self.last_push = torch.zeros(num_envs, 3, **kw)
+        self._aux = None
+
+    # ------------------------------------------------------------- layout
+    @staticmethod
+    def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The named parts of a state ``(..., 89)`` (views)."""
+        names = (("q", 36), ("v", 35), ("last_action", NUM_ACTUATED), ("command", 3))
+        out, i = {}, 0
+        for k, n in names:
+            out[k] = state[..., i:i + n]
+            i += n
+        return out
+
+    @property
+    def action_low(self) -> torch.Tensor:
+        return torch.full((NUM_ACTUATED,), -1.0, dtype=self.dtype, device=self.device)
+
+    @property
+    def action_high(self) -> torch.Tensor:
+        return torch.full((NUM_ACTUATED,), 1.0, dtype=self.dtype, device=self.device)
+
+    # The command checks are the quadruped's (same (vx, vy, yaw) layout and messages).
+    check_command = QuadrupedWalk.check_command
+    set_command = QuadrupedWalk.set_command
+
+    # ------------------------------------------------------------ dynamics
+    def initial_state(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        kw = {"dtype": self.dtype, "device": self.device}
+        yaw = self._uniform(-math.pi, math.pi, (n,), generator)
+        zero = torch.zeros_like(yaw)
+        quat = torch.stack([torch.cos(yaw / 2), zero, zero, torch.sin(yaw / 2)], -1)
+        pos = torch.zeros(n, 3, **kw)
+        pos[:, 2] = self.stand_height + 0.005
+        joints = self.q_stand + self._uniform(-self.init_noise, self.init_noise, (n, 29), generator)
+        # Feet flat: the ankle pitch takes up the hip and knee noise (a foot on its
+        # toe or heel at reset would be a push of its own).
+        for leg in (0, 6):
+            joints[:, leg + 4] = -(joints[:, leg] + joints[:, leg + 3])
+        v = torch.zeros(n, 35, **kw)
+        v[:, :2] = self._uniform(-0.05, 0.05, (n, 2), generator)
+        cmd = self._uniform(self._cmd_low, self._cmd_high, (n, 3), generator)
+        return torch.cat([pos, quat, joints, v, torch.zeros(n, NUM_ACTUATED, **kw), cmd], -1)
+
+    def draw_push(self, n: int) -> torch.Tensor:
+        """This step's pushes: world-frame base velocity changes ``(n, 3)``, m/s (rows of zeros: no push)."""
+        g, kw = self._generator, {"dtype": self.dtype, "device": self.device}
+        hit = torch.rand(n, generator=g, **kw) < min(self.dt / self.push_interval, 1.0)
+        angle = self._uniform(0.0, 2 * math.pi, (n,), g)
+        size = self._uniform(0.0, self.push_velocity, (n,), g) * hit
+        return torch.stack([size * torch.cos(angle), size * torch.sin(angle), torch.zeros_like(size)], -1)
+
+    @staticmethod
+    def push(state: torch.Tensor, dv_world: torch.Tensor) -> torch.Tensor:
+        """``state`` ``(N, 89)`` with the base's world velocity changed by ``dv_world`` ``(N, 3)``, m/s."""
+        q, v = state[..., :36], state[..., 36:71]
+        dv_base = quat_apply(quat_conjugate(q[..., 3:7]), dv_world)
+        return torch.cat([q, v[..., :3] + dv_base, state[..., 39:]], -1)
+
+    def transition(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        from ..sim import State
+
+        action = action.clamp(-1.0, 1.0)
+        if self.push_velocity > 0:
+            dv = self.draw_push(state.shape[0])
+            self.last_push = dv
+            state = self.push(state, dv)
+        p = self.split(state)
+        q, v = p["q"], p["v"]
+        target = torch.cat([self.q_stand[:NUM_ACTUATED] + self.action_scale * action,
+                            self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
+        # A non-finite copy would stop the whole batch (the contact step's
+        # factorisation raises), so between substeps its rows are the standing
+        # pose; at the end they are NaN again, and DiffEnv.step resets them and
+        # keeps them out of the gradient (as QuadrupedWalk does).
+        bad = ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1) & torch.isfinite(target).all(-1))
+        safe_q = torch.cat([q.new_tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0]), self.q_stand])
+        safe_q = safe_q.expand_as(q)
+        effort2 = q.new_zeros(q.shape[0])
+        for _ in range(self.substeps):
+            q = torch.where(bad[:, None], safe_q, q)
+            v = torch.where(bad[:, None], torch.zeros_like(v), v)
+            u = torch.where(bad[:, None], self.q_stand.expand_as(target), target)
+            traj = self.sim.rollout(State(q, v), u[:, None, :], check_finite=False)
+            q, v = traj.q[:, -1], traj.v[:, -1]
+            effort2 = effort2 + (traj.effort[:, -1, :NUM_ACTUATED] ** 2).sum(-1) / self.substeps
+            bad = bad | ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1))
+        nan = torch.full_like(q, math.nan)
+        q1 = torch.where(bad[:, None], nan, q)
+        v1 = torch.where(bad[:, None], nan[:, :35], v)
+        out = torch.cat([q1, v1, action, p["command"]], -1)
+        self._aux = {"effort2": effort2, "next": out}
+        return out
+
+    def reward_terms(
+        self, state: torch.Tensor, action: torch.Tensor, next_state: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Each reward term ``(N,)`` before weighting (signs as added), for logging and plots."""
+        aux = self._aux
+        if aux is None or aux["next"] is not next_state:
+            raise InputError(
+                "HumanoidBalance.reward needs the transition it scores: call it right after transition() "
+                "with that call's result (the effort is taken from the physics substeps)"
+            )
+        p = self.split(next_state)
+        q, v, cmd = p["q"], p["v"], p["command"]
+        g = self.projected_gravity(next_state)
+        world_vz = quat_apply(q[:, 3:7], v[:, :3])[:, 2]
+        return {
+            "tracking_lin": torch.exp(-((v[:, :2] - cmd[:, :2]) ** 2).sum(-1) / 0.25),
+            "tracking_yaw": torch.exp(-((v[:, 5] - cmd[:, 2]) ** 2) / 0.25),
+            "lin_vel_z": -world_vz ** 2,
+            "ang_vel_xy": -(v[:, 3:5] ** 2).sum(-1),
+            "orientation": -(g[:, :2] ** 2).sum(-1),
+            "height": -(q[:, 2] - self.stand_height) ** 2,
+            "pose": -((q[:, 7:7 + NUM_ACTUATED] - self.q_stand[:NUM_ACTUATED]) ** 2).sum(-1),
+            "torque": -aux["effort2"],
+            "action_rate": -((action.clamp(-1.0, 1.0) - self.split(state)["last_action"]) ** 2).sum(-1),
+        }
+
+    def reward(self, state: torch.Tensor, action: torch.Tensor, next_state: torch.Tensor) -> torch.Tensor:
+        terms = self.reward_terms(state, action, next_state)
+        w = self.reward_weights
+        return sum(w[k] * t for k, t in terms.items())
+
+    def projected_gravity(self, state: torch.Tensor) -> torch.Tensor:
+        """Gravity's direction in the pelvis frame ``(..., 3)`` (``(0, 0, -1)`` upright)."""
+        quat = state[..., 3:7]
+        down = torch.tensor([0.0, 0.0, -1.0], dtype=state.dtype, device=state.device).expand(quat.shape[:-1] + (3,))
+        return quat_apply(quat_conjugate(quat), down)
+
+    def observe(self, state: torch.Tensor) -> torch.Tensor:
+        p = self.split(state)
+        q, v = p["q"], p["v"]
+        # Fixed scales bring every part to about unit size, so a policy needs no
+        # running normaliser (whose statistics blow up parts that barely vary
+        # while standing, such as the held arm joints, into large inputs).
+        parts = [q[..., 7:] - self.q_stand, OBS_SCALES["joint_vel"] * v[..., 6:],
+                 OBS_SCALES["ang_vel"] * v[..., 3:6], self.projected_gravity(state), p["last_action"], p["command"]]
+        if self.privileged:
+            parts += [OBS_SCALES["lin_vel"] * v[..., :3], OBS_SCALES["height"] * (q[..., 2:3] - self.stand_height)]
+        return torch.cat(parts, -1)
+
+    def is_terminal(self, state: torch.Tensor) -> torch.Tensor:
+        tilted = self.projected_gravity(state)[..., 2] > -0.5
+        low = state[..., 2] < 0.6 * self.stand_height
+        return tilted | low
+
+    # ------------------------------------------------------ shipped policy
+    #: The policy file ``examples/humanoid_balance.py --ship`` writes.
+    SHIPPED_POLICY = "policies/humanoid_balance.pt"
+
+    @classmethod
+    def pretrained(cls, num_envs: int = 1, **overrides):
+        """The shipped balancing policy and an env built as it was trained.
+
+        The file (``backdrive/data/policies/humanoid_balance.pt``) holds the
+        policy's weights, its training settings and the env keywords, read
+        with ``torch.load(weights_only=True)``; ``examples/humanoid_balance.py
+        --ship`` reproduces it. Needs example-robot-data (the G1 model).
+
+        Args:
+            num_envs: copies of the env.
+            **overrides: env keywords to change (e.g. ``dtype``, ``push_velocity``).
+
+        Returns:
+            ``(env, policy)``; ``policy(obs)`` gives the actions.
+
+        Raises:
+            FileNotFoundError: no policy ships (none has beaten the PD baseline yet).
+        """
+        from importlib.resources import as_file, files
+
+        from ..optim._policy.checkpoints import load_policy, read_checkpoint
+
+        resource = files("backdrive.data").joinpath(cls.SHIPPED_POLICY)
+        if not resource.is_file():
+            raise FileNotFoundError(
+                f"no shipped humanoid policy ({cls.SHIPPED_POLICY} in backdrive.data): no training run has beaten "
+                "the zero-action baseline yet (docs/locomotion.md, HumanoidBalance); "
+                "`python examples/humanoid_balance.py --ship` writes one"
+            )
+        with as_file(resource) as path:
+            ckpt = read_checkpoint(path)
+            policy = load_policy(path)
+        kwargs = dict(ckpt.get("env_kwargs", {}))
+        if "command_ranges" in kwargs:
+            kwargs["command_ranges"] = {k: tuple(v) for k, v in kwargs["command_ranges"].items()}
+        env = cls(num_envs, **{**kwargs, **overrides})
+        return env, policy.to(dtype=env.dtype, device=env.device)
+
+    # ---------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self, policy=None, command=(0.0, 0.0, 0.0), *, seconds: float = 10.0, seed: int = 0) -> dict:
+        """Run ``policy`` (``None``: zero action, the PD servos alone) in every copy and measure the balance.
+
+        The env is reset (``seed``) and autoreset is off for the run (restored
+        after); a copy that falls stays fallen.
+
+        Args:
+            policy: ``obs (N, obs_dim) -> action (N, 15)``, or ``None``.
+            command: ``(vx, vy, yaw)`` within :attr:`command_ranges`.
+            seconds: episode length, s.
+            seed: the reset's and the pushes' seed.
+
+        Returns:
+            dict with ``upright`` (fraction of copies that never fell),
+            ``fell`` (how many fell), ``pushes`` (mean pushes per copy),
+            ``pushes_survived`` (fraction of pushes after which the copy did
+            not fall within 2 s), ``forward_speed`` (mean base-frame ``vx`` of
+            the upright copies, m/s), ``base_speed`` (mean horizontal
+            base-frame speed of the upright copies, m/s), ``height`` (mean
+            pelvis height of the upright copies, m), ``q`` ``(T + 1, N, 36)``,
+            ``push`` ``(T, N)`` (push magnitudes, m/s), ``fall_step`` ``(N,)``
+            (-1: never) and ``rewards`` ``(T, N)`` (zero after a copy's fall).
+
+        Raises:
+            InputError: a command outside :attr:`command_ranges`.
+        """
+        autoreset = self.autoreset
+        self.autoreset = False
+        try:
+            self.reset(seed=seed)
+            obs = self.set_command(torch.as_tensor(command, dtype=self.dtype, device=self.device))
+            steps = int(round(seconds / self.dt))
+            alive = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+            fall_step = torch.full((self.num_envs,), -1, dtype=torch.long, device=self.device)
+            zero = torch.zeros(self.num_envs, NUM_ACTUATED, dtype=self.dtype, device=self.device)
+            qs, vel, pushes, rewards = [self.state[:, :36].clone()], [], [], []
+            for t in range(steps):
+                obs, r, term, _, _ = self.step(zero if policy is None else policy(obs))
+                # The episode ends at a fall: later rewards (of a robot lying down) do not count.
+                rewards.append(torch.where(alive, r, torch.zeros_like(r)))
+                fall_step = torch.where(alive & term, torch.full_like(fall_step, t), fall_step)
+                alive &= ~term
+                pushes.append(torch.linalg.vector_norm(self.last_push, dim=-1) * alive
+                              if self.push_velocity > 0 else torch.zeros_like(r))
+                qs.append(self.state[:, :36].clone())
+                vel.append(torch.where(alive[:, None], self.state[:, 36:39], torch.nan))
+        finally:
+            self.autoreset = autoreset
+        q = torch.stack(qs)
+        V = torch.stack(vel)
+        P = torch.stack(pushes)
+        hit = P > 0
+        # A push is survived when its copy does not fall within 2 s of it.
+        t_idx = torch.arange(P.shape[0], device=P.device)[:, None].expand_as(P)
+        window = int(round(2.0 / self.dt))
+        fell_after = (fall_step[None, :] >= 0) & (fall_step[None, :] - t_idx <= window)
+        n_push = int(hit.sum())
+        z = torch.where(torch.isfinite(V[..., 0]), q[1:, :, 2], torch.nan)
+        return {
+            "upright": float(alive.double().mean()),
+            "fell": int((~alive).sum()),
+            "pushes": n_push / self.num_envs,
+            "pushes_survived": float((hit & ~fell_after).sum()) / n_push if n_push else math.nan,
+            "forward_speed": float(torch.nanmean(V[..., 0])),
+            "base_speed": float(torch.nanmean(torch.linalg.vector_norm(V[..., :2], dim=-1))),
+            "height": float(torch.nanmean(z)),
+            "q": q,
+            "push": P,
+            "fall_step": fall_step,
+            "rewards": torch.stack(rewards),
+        }
+
+    def __repr__(self) -> str:
+        return (f"HumanoidBalance(num_envs={self.num_envs}, dt={self.dt}, substeps={self.substeps}, "
+                f"push_velocity={self.push_velocity}, dtype={self.dtype})")

@@ -1,0 +1,193 @@
+"""HumanoidBalance: the G1 standing through backdrive's contact simulator, its pushes, errors and gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from backdrive import InputError
+from backdrive.envs import HumanoidBalance
+from backdrive.envs._humanoid import G1_JOINTS, g1_contact_geometry
+
+
+@pytest.fixture(scope="module")
+def g1():
+    try:
+        from backdrive.envs._humanoid import _load_g1
+
+        return _load_g1(torch.float64, torch.device("cpu"))
+    except Exception as exc:  # noqa: BLE001 - the data package is optional
+        pytest.skip(f"example-robot-data G1 not available: {exc}")
+
+
+@pytest.fixture(scope="module")
+def g1_32(g1):
+    return g1.to(dtype=torch.float32)
+
+
+def world_velocity(state):
+    from backdrive.spatial import quat_apply
+
+    return quat_apply(state[:, 3:7], state[:, 36:39])
+
+
+def test_shapes_and_observation(g1_32):
+    env = HumanoidBalance(3, robot=g1_32, push_velocity=0.0)
+    obs = env.reset(seed=0)
+    assert env.action_dim == 15 and env.state_dim == 89 and env.obs_dim == 82
+    assert obs.shape == (3, 82) and env.state.shape == (3, 89)
+    assert torch.isfinite(obs).all()
+    # joint positions relative to the standing pose: the reset noise (ankles take up hip and knee noise)
+    assert obs[:, :29].abs().max() <= 2 * env.init_noise + 1e-6
+    assert obs[:, :29].abs().max() > 0
+    # gravity in the pelvis frame: upright at reset (yaw only)
+    assert torch.allclose(obs[:, 61:64], torch.tensor([0.0, 0.0, -1.0]).expand(3, 3), atol=1e-6)
+    assert torch.equal(obs[:, 64:79], torch.zeros(3, 15))  # last action
+    assert torch.equal(obs[:, 79:82], torch.zeros(3, 3))  # standing command
+    priv = HumanoidBalance(3, robot=g1_32, privileged=True)
+    o = priv.reset(seed=0)
+    assert o.shape == (3, 86)
+    assert torch.allclose(o[:, 85], 10.0 * (priv.state[:, 2] - priv.stand_height))  # the pelvis height
+    assert len(g1_contact_geometry(g1_32).shapes) == 21
+    assert tuple(g1_32.joint_names) == G1_JOINTS
+
+
+def test_stands_two_seconds_under_zero_action(g1_32):
+    env = HumanoidBalance(2, robot=g1_32, push_velocity=0.0)
+    m = env.evaluate(None, seconds=2.0, seed=3)
+    assert m["upright"] == 1.0 and m["fell"] == 0
+    z = m["q"][-1, :, 2]
+    assert (z - env.stand_height).abs().max() < 0.01, z
+    # standing still: the pelvis stays within 2 cm of where it started
+    drift = (m["q"][-1, :, :2] - m["q"][0, :, :2]).norm(dim=-1)
+    assert drift.max() < 0.02, drift
+    assert env.nonfinite_resets == 0
+
+
+def test_push_changes_base_velocity_by_the_drawn_amount(g1_32):
+    env = HumanoidBalance(64, robot=g1_32, push_velocity=0.5, push_interval=0.02)  # a push every step
+    env.reset(seed=1)
+    dv = env.draw_push(64)
+    size = dv.norm(dim=-1)
+    assert (size <= 0.5 + 1e-6).all() and size.max() > 0.35 and (dv[:, 2] == 0).all()
+    pushed = env.push(env.state, dv)
+    assert torch.allclose(world_velocity(pushed) - world_velocity(env.state), dv, atol=1e-6)
+    assert torch.equal(pushed[:, 39:71], env.state[:, 39:71])  # joint rates unchanged
+    assert torch.equal(pushed[:, :36], env.state[:, :36])
+    # Through a step: against the same step without the push, the base moves by the push (less
+    # the 20 ms of friction and servo response), in its direction.
+    quiet = HumanoidBalance(64, robot=g1_32, push_velocity=0.0)
+    quiet.set_state(env.state.clone())
+    zero = torch.zeros(64, 15)
+    env.step(zero)
+    quiet.step(zero)
+    diff = world_velocity(env.state) - world_velocity(quiet.state)
+    drawn = env.last_push
+    assert (drawn.norm(dim=-1) > 0).all()
+    cos = (diff[:, :2] * drawn[:, :2]).sum(-1) / (diff[:, :2].norm(dim=-1) * drawn[:, :2].norm(dim=-1))
+    big = drawn.norm(dim=-1) > 0.1
+    assert (cos[big] > 0.9).all()
+    assert torch.allclose(diff[:, :2].norm(dim=-1), drawn[:, :2].norm(dim=-1), atol=0.15)
+    # rare pushes: on average one per push_interval
+    rare = HumanoidBalance(256, robot=g1_32, push_velocity=0.5, push_interval=1.0)
+    rare.reset(seed=2)
+    rate = sum(float((rare.draw_push(256).norm(dim=-1) > 0).double().mean()) for _ in range(20)) / 20
+    assert 0.01 < rate < 0.035  # dt / interval = 0.02
+
+
+def test_typed_errors(g1_32):
+    env = HumanoidBalance(2, robot=g1_32)
+    env.reset(seed=0)
+    with pytest.raises(InputError, match="shape"):
+        env.step(torch.zeros(2, 12))
+    with pytest.raises(InputError, match="float32"):
+        env.step(torch.zeros(2, 15, dtype=torch.float64))
+    with pytest.raises(InputError, match=r"vx = 0.3.*\[0.0, 0.0\]"):
+        env.set_command(torch.tensor([0.3, 0.0, 0.0]))
+    walk = HumanoidBalance(2, robot=g1_32, command_ranges={"vx": (0.0, 0.3)})
+    walk.reset(seed=0)
+    obs = walk.set_command(torch.tensor([0.3, 0.0, 0.0]))
+    assert torch.allclose(obs[:, 79], torch.full((2,), 0.3))
+    with pytest.raises(InputError, match="vx = 0.5"):
+        walk.set_command(torch.tensor([0.5, 0.0, 0.0]))
+    with pytest.raises(InputError, match="unknown command 'speed'"):
+        HumanoidBalance(1, robot=g1_32, command_ranges={"speed": (0, 1)})
+    with pytest.raises(InputError, match="push_velocity"):
+        HumanoidBalance(1, robot=g1_32, push_velocity=-0.1)
+    with pytest.raises(InputError, match="unknown reward term 'alive'"):
+        HumanoidBalance(1, robot=g1_32, reward_weights={"alive": 1.0})
+    with pytest.raises(InputError, match="float64"):
+        HumanoidBalance(1, robot=g1_32, dtype=torch.float64)
+    with pytest.raises(InputError, match="RobotModel"):
+        HumanoidBalance(1, robot="g1")
+
+
+def test_nonfinite_copy_is_reset_and_counted(g1_32):
+    env = HumanoidBalance(3, robot=g1_32, push_velocity=0.0)
+    env.reset(seed=0)
+    state = env.state.clone()
+    state[1, 40] = math.nan
+    env.set_state(state)
+    action = torch.zeros(3, 15, requires_grad=True)
+    obs, reward, term, trunc, info = env.step(action)
+    assert info["nonfinite"].tolist() == [False, True, False]
+    assert env.nonfinite_resets == 1 and bool(trunc[1]) and torch.isfinite(obs).all()
+    reward.sum().backward()
+    assert torch.isfinite(action.grad).all() and (action.grad[1] == 0).all()
+
+
+def test_gradient_through_control_steps_float64(g1):
+    """d(return of 3 control steps)/d(actions) is finite and matches central differences."""
+    env = HumanoidBalance(2, robot=g1, push_velocity=0.0, dtype=torch.float64)
+    env.reset(seed=4)
+    start = env.state.clone()
+    gen = torch.Generator().manual_seed(0)
+    actions = 0.3 * torch.randn(3, 2, 15, generator=gen, dtype=torch.float64)
+
+    def ret(a):
+        env.set_state(start)
+        return sum(env.step(a[t])[1].sum() for t in range(3))
+
+    a = actions.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(ret(a), a)
+    assert torch.isfinite(grad).all() and grad.abs().max() > 0
+    direction = torch.randn(actions.shape, generator=gen, dtype=torch.float64)
+    eps = 1e-6
+    with torch.no_grad():
+        fd = (ret(actions + eps * direction) - ret(actions - eps * direction)) / (2 * eps)
+    ad = (grad * direction).sum()
+    assert abs(float(ad - fd)) <= 1e-4 * max(1.0, abs(float(fd))), (float(ad), float(fd))
+
+
+def test_pretrained_policy_beats_zero_action():
+    from importlib.resources import files
+
+    if not files("backdrive.data").joinpath(HumanoidBalance.SHIPPED_POLICY).is_file():
+        with pytest.raises(FileNotFoundError, match="zero-action baseline"):
+            HumanoidBalance.pretrained(1)
+        pytest.skip("no shipped humanoid policy (docs/locomotion.md: none beat the PD baseline yet)")
+    try:
+        env, policy = HumanoidBalance.pretrained(16, push_velocity=0.5, push_interval=1.0)
+    except Exception as exc:  # noqa: BLE001 - the data package is optional
+        pytest.skip(f"example-robot-data G1 not available: {exc}")
+    # Harder than the target (a push every second on average) and shorter (4 s), to keep the test quick.
+    trained = env.evaluate(policy, seconds=4.0, seed=7)
+    base = env.evaluate(None, seconds=4.0, seed=7)
+    assert trained["pushes"] > 2.0
+    assert trained["upright"] >= 0.8
+    assert trained["upright"] > base["upright"]
+
+
+def test_gymnasium_view(g1_32):
+    import numpy as np
+
+    from backdrive.envs import to_gymnasium
+
+    g = to_gymnasium(HumanoidBalance(1, robot=g1_32, push_velocity=0.0))
+    obs, _ = g.reset(seed=0)
+    assert obs.shape == (82,) and g.action_space.shape == (15,) and g.observation_space.shape == (82,)
+    obs, reward, terminated, truncated, _ = g.step(np.zeros(15, dtype=np.float32))
+    assert obs.shape == (82,) and np.isfinite(obs).all()
+    assert 1.0 < reward < 1.6 and not terminated and not truncated  # standing: most terms near their best
