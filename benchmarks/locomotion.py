@@ -66,18 +66,62 @@ def evaluate(act) -> dict:
     }
 
 
-def run_shac(seed: int, minutes: float) -> dict:
+#: Observation entries a robot does not measure directly: the privileged
+#: base linear velocity (base frame) and height, the last 4 of 51.
+PRIVILEGED = slice(47, 51)
+
+
+def blind_actor(env) -> torch.nn.Module:
+    """The preset's policy network with its inputs from the privileged observations cut.
+
+    Asymmetric actor-critic: the critic still sees all 51 observations, the
+    actor only the 47 a robot measures. The first layer's weights from the
+    privileged inputs start at zero and their gradient is zeroed, so Adam
+    never moves them (a zero gradient leaves Adam's moments and the weight
+    at zero): the saved policy is a plain ``MLPPolicy`` that ignores them.
+    """
+    from backdrive.optim._policy.networks import MLPPolicy
+
+    c = QUADRUPED_WALK_SHAC.config
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(c.seed)
+        policy = MLPPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation,
+                           c.squash)
+    first = policy.net[0].weight
+    with torch.no_grad():
+        first[:, PRIVILEGED] = 0.0
+
+    def cut(grad):
+        grad = grad.clone()
+        grad[:, PRIVILEGED] = 0.0
+        return grad
+
+    first.register_hook(cut)
+    return policy
+
+
+def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None) -> dict:
     cpu0 = time.process_time()
+    env = QUADRUPED_WALK_SHAC.make_env()
     trainer = train_policy(
-        QUADRUPED_WALK_SHAC.make_env(), preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
+        env, preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
+        policy=blind_actor(env) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
         callback=lambda row: row["wall_s"] > 60.0 * minutes,
     )
     cpu = time.process_time() - cpu0
+    if checkpoint is not None:
+        trainer.save(checkpoint)
     policy = trainer.policy.eval()
     with torch.no_grad():
         result = evaluate(policy)
-    return {"method": "shac", "seed": seed, "env_steps": trainer.env_steps, "train_wall_s": trainer.wall_s,
-            "train_cpu_s": cpu, **result}
+        if blind:
+            # The actor ignores the privileged inputs: changing them changes no action.
+            obs = torch.randn(8, 51)
+            obs2 = obs.clone()
+            obs2[:, PRIVILEGED] += 1.0
+            result["blind_check"] = float((policy(obs) - policy(obs2)).abs().max())
+    return {"method": "shac (blind actor)" if blind else "shac", "seed": seed, "env_steps": trainer.env_steps,
+            "train_wall_s": trainer.wall_s, "train_cpu_s": cpu, "updates": trainer.updates_done, **result}
 
 
 def run_ppo(seed: int, minutes: float, log_std_init: float | None = None) -> dict:
@@ -188,6 +232,9 @@ def main() -> None:
                         help="JSON output (default outputs/benchmarks/locomotion.json, locomotion_reach.json with --reach)")
     parser.add_argument("--ppo-log-std", type=float, default=None,
                         help="SB3 PPO's log_std_init (default: SB3's 0, an action std of 1 on the [-1, 1] range)")
+    parser.add_argument("--blind-actor", action="store_true",
+                        help="SHAC with an actor that does not see the base velocity and height (critic does)")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="SHAC: write its checkpoint here")
     parser.add_argument("--reach", action="store_true",
                         help="SHAC's env steps and CPU to reach PPO's final return (see the module docstring)")
     parser.add_argument("--ppo-json", type=Path, default=None,
@@ -222,7 +269,10 @@ def main() -> None:
     rows = []
     for seed in args.seeds:
         for method in args.methods:
-            row = run_shac(seed, args.minutes) if method == "shac" else run_ppo(seed, args.minutes, args.ppo_log_std)
+            if method == "shac":
+                row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint)
+            else:
+                row = run_ppo(seed, args.minutes, args.ppo_log_std)
             print(json.dumps({k: v for k, v in row.items()}), flush=True)
             rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
