@@ -237,6 +237,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, default=None, help="SHAC: write its checkpoint here")
     parser.add_argument("--reach", action="store_true",
                         help="SHAC's env steps and CPU to reach PPO's final return (see the module docstring)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="with --reach: this return instead of PPO's best final return")
     parser.add_argument("--ppo-json", type=Path, default=None,
                         help="with --reach: take PPO's returns from this output of a PPO run instead of the recorded ones")
     args = parser.parse_args()
@@ -245,14 +247,15 @@ def main() -> None:
         ppo = PPO_RECORDED
         if args.ppo_json is not None:
             ppo = [r for r in json.loads(args.ppo_json.read_text()) if r["method"] == "ppo"]
-        target = max(r["return"] for r in ppo)  # the best PPO run
+        target = max(r["return"] for r in ppo) if args.target is None else args.target  # default: the best PPO run
         out = args.out or Path("outputs/benchmarks/locomotion_reach.json")
         rows = [run_shac_reach(seed, target) for seed in args.seeds]
-        start = ppo_untrained(args.seeds[0])
+        start = ppo_untrained(args.seeds[0]) if args.target is None else None
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"ppo": ppo, "ppo_untrained": start, "shac": rows}, indent=1))
-        print(f"SB3 PPO before any update (seed {start['seed']}): return {start['return']:,.0f}, "
-              f"upright {start['upright'] * 100:.0f}%, forward speed {start['forward_speed']:.3f} m/s")
+        if start is not None:
+            print(f"SB3 PPO before any update (seed {start['seed']}): return {start['return']:,.0f}, "
+                  f"upright {start['upright'] * 100:.0f}%, forward speed {start['forward_speed']:.3f} m/s")
         print(f"| method | seed | final return | env steps to reach {target:,.0f} | CPU s to reach it |")
         print("| --- | ---: | ---: | ---: | ---: |")
         for r in ppo:
