@@ -237,3 +237,28 @@ def test_base_mass_randomization_per_copy():
     assert torch.allclose(total, g * torch.tensor([m0, heavy, heavy, m0]), rtol=0.02), total
     with pytest.raises(Exception, match="base_mass"):
         Randomization(base_mass=(1.0, -1.0))
+
+
+def test_base_mass_groups_gradient_matches_finite_differences_float64():
+    rand = Randomization(friction=None, stiffness_scale=None, motor_strength=None, push_velocity=0.0,
+                         base_mass=(0.8, 1.3))
+    env = QuadrupedWalk(3, dtype=torch.float64, command_ranges=FORWARD, randomization=rand, autoreset=False)
+    env.reset(seed=4)
+    s0 = env.state.clone()
+    env.split(s0)["mass_scale"][:, 0] = torch.tensor([1.3, 0.8, 1.3], dtype=torch.float64)
+    a0 = 0.1 * torch.ones(3, 12, dtype=torch.float64)
+
+    def loss(a):
+        env.set_state(s0)
+        _, r, _, _, _ = env.step(a)
+        return (r * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).sum()
+
+    a = a0.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(loss(a), a)
+    eps = 1e-6
+    for i, j in [(0, 1), (1, 4), (2, 8)]:  # a joint of each copy: rows come back to their own copy
+        d = torch.zeros_like(a0)
+        d[i, j] = eps
+        with torch.no_grad():
+            fd = (loss(a0 + d) - loss(a0 - d)) / (2 * eps)
+        assert abs(float(fd)) > 1e-4 and float(g[i, j]) == pytest.approx(float(fd), rel=1e-4, abs=1e-7)
