@@ -275,7 +275,8 @@ QUADRUPED_WALK_SHAC_DR = dataclasses.replace(
     QUADRUPED_WALK_SHAC,
     name="quadruped_walk_shac_dr",
     env_kwargs={**QUADRUPED_WALK_SHAC.env_kwargs, "randomization": Randomization()},
-    summary="QUADRUPED_WALK_SHAC trained under domain randomisation (docs/locomotion.md, Transfer to MuJoCo)",
+    summary="seed 0: 0.382 m/s at a 0.5 m/s command in nominal backdrive (error 0.118 m/s), 0.435 m/s in MuJoCo "
+    "(matched contact, +13.8 %), 16/16 upright; not shipped (docs/locomotion.md, Transfer to MuJoCo)",
 )
 PRESETS[QUADRUPED_WALK_SHAC_DR.name] = QUADRUPED_WALK_SHAC_DR
 __all__.append("QUADRUPED_WALK_SHAC_DR")
