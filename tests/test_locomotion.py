@@ -153,6 +153,10 @@ def test_preset_builds_its_env():
     assert QUADRUPED_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == []
     assert get_preset("quadruped_walk_shac") is QUADRUPED_WALK_SHAC is PRESETS["quadruped_walk_shac"]
     QUADRUPED_WALK_SHAC.config.check_env(env)
+    dr = get_preset("quadruped_walk_shac_dr")
+    assert dr.config == QUADRUPED_WALK_SHAC.config and dr.updates == QUADRUPED_WALK_SHAC.updates
+    dr_env = dr.make_env(num_envs=2)
+    assert dr_env.randomization == Randomization() and dr.mismatches(dr.make_env()) == []
 
 
 def _go1():
