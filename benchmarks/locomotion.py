@@ -20,6 +20,8 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
     python benchmarks/locomotion.py --minutes 5 --seeds 0    # a quick look
     python benchmarks/locomotion.py --methods shac           # without PPO
     python benchmarks/locomotion.py --reach --seeds 0 1 2    # SHAC's env steps and CPU to reach PPO's return
+    python benchmarks/locomotion.py --methods shac --blind-actor --seeds 0
+                                                             # an actor without base velocity and height
 
 ``--reach`` answers issue 12's "env steps and CPU seconds each method needs
 to reach PPO's final return": it trains SHAC and evaluates it (the same
