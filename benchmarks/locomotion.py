@@ -19,6 +19,18 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
     python benchmarks/locomotion.py                          # 3 seeds x (SHAC, PPO), 15 min each
     python benchmarks/locomotion.py --minutes 5 --seeds 0    # a quick look
     python benchmarks/locomotion.py --methods shac           # without PPO
+    python benchmarks/locomotion.py --reach --seeds 0 1 2    # SHAC's env steps and CPU to reach PPO's return
+    python benchmarks/locomotion.py --methods shac --blind-actor --seeds 0
+                                                             # an actor without base velocity and height
+
+``--reach`` answers issue 12's "env steps and CPU seconds each method needs
+to reach PPO's final return": it trains SHAC and evaluates it (the same
+``evaluate`` as the table: 16 episodes of 10 s at 0.5 m/s, seed 999, return
+= the mean over episodes of the summed rewards of all 500 steps) before the
+first update and after updates 1, 2, 5, 10, 20, 40 and 60, and reports the
+first evaluation at or above the target return (default: the PPO runs of
+``docs/locomotion.md``, or the PPO rows of ``--ppo-json``), with the env
+steps and the training CPU seconds (evaluations excluded) spent until then.
 
 Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
 Run it on a quiet machine: the budget is wall time.
@@ -56,30 +68,77 @@ def evaluate(act) -> dict:
     }
 
 
-def run_shac(seed: int, minutes: float) -> dict:
+#: Observation entries a robot does not measure directly: the privileged
+#: base linear velocity (base frame) and height, the last 4 of 51.
+PRIVILEGED = slice(47, 51)
+
+
+def blind_actor(env) -> torch.nn.Module:
+    """The preset's policy network with its inputs from the privileged observations cut.
+
+    Asymmetric actor-critic: the critic still sees all 51 observations, the
+    actor only the 47 a robot measures. The first layer's weights from the
+    privileged inputs start at zero and their gradient is zeroed, so Adam
+    never moves them (a zero gradient leaves Adam's moments and the weight
+    at zero): the saved policy is a plain ``MLPPolicy`` that ignores them.
+    """
+    from backdrive.optim._policy.networks import MLPPolicy
+
+    c = QUADRUPED_WALK_SHAC.config
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(c.seed)
+        policy = MLPPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation,
+                           c.squash)
+    first = policy.net[0].weight
+    with torch.no_grad():
+        first[:, PRIVILEGED] = 0.0
+
+    def cut(grad):
+        grad = grad.clone()
+        grad[:, PRIVILEGED] = 0.0
+        return grad
+
+    first.register_hook(cut)
+    return policy
+
+
+def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None) -> dict:
     cpu0 = time.process_time()
+    env = QUADRUPED_WALK_SHAC.make_env()
     trainer = train_policy(
-        QUADRUPED_WALK_SHAC.make_env(), preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
+        env, preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
+        policy=blind_actor(env) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
         callback=lambda row: row["wall_s"] > 60.0 * minutes,
     )
     cpu = time.process_time() - cpu0
+    if checkpoint is not None:
+        trainer.save(checkpoint)
     policy = trainer.policy.eval()
     with torch.no_grad():
         result = evaluate(policy)
-    return {"method": "shac", "seed": seed, "env_steps": trainer.env_steps, "train_wall_s": trainer.wall_s,
-            "train_cpu_s": cpu, **result}
+        if blind:
+            # The actor ignores the privileged inputs: changing them changes no action.
+            obs = torch.randn(8, 51)
+            obs2 = obs.clone()
+            obs2[:, PRIVILEGED] += 1.0
+            result["blind_check"] = float((policy(obs) - policy(obs2)).abs().max())
+    return {"method": "shac (blind actor)" if blind else "shac", "seed": seed, "env_steps": trainer.env_steps,
+            "train_wall_s": trainer.wall_s, "train_cpu_s": cpu, "updates": trainer.updates_done, **result}
 
 
-def run_ppo(seed: int, minutes: float) -> dict:
+def run_ppo(seed: int, minutes: float, log_std_init: float | None = None) -> dict:
     from learning_cartpole import sb3_vec_env
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecNormalize
 
     venv = VecNormalize(sb3_vec_env(QuadrupedWalk(16, **env_kwargs())), gamma=0.99)
+    policy_kwargs = {"net_arch": [128, 128]}
+    if log_std_init is not None:
+        policy_kwargs["log_std_init"] = log_std_init
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, n_steps=128, batch_size=512,
                 n_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.0,
-                policy_kwargs={"net_arch": [128, 128]})
+                policy_kwargs=policy_kwargs)
     start = time.perf_counter()
     cpu0 = time.process_time()
 
@@ -95,7 +154,60 @@ def run_ppo(seed: int, minutes: float) -> dict:
         return torch.as_tensor(np.asarray(a), dtype=torch.float32)
 
     return {"method": "ppo", "seed": seed, "env_steps": int(model.num_timesteps), "train_wall_s": wall,
-            "train_cpu_s": cpu, **evaluate(act)}
+            "train_cpu_s": cpu, "log_std_init": log_std_init, **evaluate(act)}
+
+
+#: PPO's final evaluation returns (``evaluate``'s definition) of the two SB3
+#: PPO runs in ``docs/locomotion.md`` (14.4 min of wall time each), with
+#: their env steps and training CPU seconds.
+PPO_RECORDED = [
+    {"method": "ppo", "seed": 0, "return": -2838.0, "env_steps": 230_896, "train_cpu_s": 8.6 * 60},
+    {"method": "ppo", "seed": 1, "return": -2856.0, "env_steps": 227_088, "train_cpu_s": 11.5 * 60},
+]
+REACH_UPDATES = (1, 2, 5, 10, 20, 40, 60)
+
+
+def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
+    """SHAC's evaluation curve and the first point at or above ``target`` return."""
+    env = QUADRUPED_WALK_SHAC.make_env()
+    cpu0 = time.process_time()
+    trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, updates=0, seed=seed, num_threads=1)
+    cpu = time.process_time() - cpu0
+    curve = []
+    for k in (0, *updates):
+        t0 = time.process_time()
+        trainer.train(k)
+        cpu += time.process_time() - t0
+        with torch.no_grad():
+            m = evaluate(trainer.policy.eval())
+        trainer.policy.train()
+        curve.append({"update": k, "env_steps": trainer.env_steps, "train_cpu_s": cpu, **m})
+        print(json.dumps(curve[-1]), flush=True)
+        if m["return"] >= target:
+            break
+    hit = next((c for c in curve if c["return"] >= target), None)
+    return {"method": "shac", "seed": seed, "target_return": target, "curve": curve,
+            "reached_at_update": None if hit is None else hit["update"],
+            "env_steps_to_target": None if hit is None else hit["env_steps"],
+            "cpu_s_to_target": None if hit is None else hit["train_cpu_s"]}
+
+
+def ppo_untrained(seed: int) -> dict:
+    """``evaluate`` of SB3 PPO's policy before any update (as ``run_ppo`` builds it): PPO's own start."""
+    from learning_cartpole import sb3_vec_env
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    venv = VecNormalize(sb3_vec_env(QuadrupedWalk(16, **env_kwargs())), gamma=0.99)
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, n_steps=128, batch_size=512,
+                n_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.0,
+                policy_kwargs={"net_arch": [128, 128]})
+
+    def act(obs):
+        a = model.predict(venv.normalize_obs(obs.numpy()), deterministic=True)[0]
+        return torch.as_tensor(np.asarray(a), dtype=torch.float32)
+
+    return {"method": "ppo (untrained)", "seed": seed, "env_steps": 0, **evaluate(act)}
 
 
 def table(rows: list[dict]) -> str:
@@ -118,13 +230,54 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=15.0, help="training wall-time budget per run")
     parser.add_argument("--methods", nargs="+", default=["shac", "ppo"], choices=["shac", "ppo"])
-    parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/locomotion.json"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON output (default outputs/benchmarks/locomotion.json, locomotion_reach.json with --reach)")
+    parser.add_argument("--ppo-log-std", type=float, default=None,
+                        help="SB3 PPO's log_std_init (default: SB3's 0, an action std of 1 on the [-1, 1] range)")
+    parser.add_argument("--blind-actor", action="store_true",
+                        help="SHAC with an actor that does not see the base velocity and height (critic does)")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="SHAC: write its checkpoint here")
+    parser.add_argument("--reach", action="store_true",
+                        help="SHAC's env steps and CPU to reach PPO's final return (see the module docstring)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="with --reach: this return instead of PPO's best final return")
+    parser.add_argument("--ppo-json", type=Path, default=None,
+                        help="with --reach: take PPO's returns from this output of a PPO run instead of the recorded ones")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.reach:
+        ppo = PPO_RECORDED
+        if args.ppo_json is not None:
+            ppo = [r for r in json.loads(args.ppo_json.read_text()) if r["method"] == "ppo"]
+        target = max(r["return"] for r in ppo) if args.target is None else args.target  # default: the best PPO run
+        out = args.out or Path("outputs/benchmarks/locomotion_reach.json")
+        rows = [run_shac_reach(seed, target) for seed in args.seeds]
+        start = ppo_untrained(args.seeds[0]) if args.target is None else None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"ppo": ppo, "ppo_untrained": start, "shac": rows}, indent=1))
+        if start is not None:
+            print(f"SB3 PPO before any update (seed {start['seed']}): return {start['return']:,.0f}, "
+                  f"upright {start['upright'] * 100:.0f}%, forward speed {start['forward_speed']:.3f} m/s")
+        print(f"| method | seed | final return | env steps to reach {target:,.0f} | CPU s to reach it |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for r in ppo:
+            print(f"| SB3 PPO | {r['seed']} | {r['return']:,.0f} | {r['env_steps']:,} (its whole run) | "
+                  f"{r['train_cpu_s']:.0f} |")
+        for r in rows:
+            c = r["curve"][-1]
+            reached = "not reached" if r["env_steps_to_target"] is None else (
+                f"{r['env_steps_to_target']:,} (update {r['reached_at_update']})")
+            cpu = "-" if r["cpu_s_to_target"] is None else f"{r['cpu_s_to_target']:.0f}"
+            print(f"| SHAC | {r['seed']} | {c['return']:,.0f} at update {c['update']} | {reached} | {cpu} |")
+        return
+    args.out = args.out or Path("outputs/benchmarks/locomotion.json")
     rows = []
     for seed in args.seeds:
         for method in args.methods:
-            row = (run_shac if method == "shac" else run_ppo)(seed, args.minutes)
+            if method == "shac":
+                row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint)
+            else:
+                row = run_ppo(seed, args.minutes, args.ppo_log_std)
             print(json.dumps({k: v for k, v in row.items()}), flush=True)
             rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,13 @@ half the standing height).
 
     python benchmarks/locomotion_transfer.py                  # 16 x 10 s
     python benchmarks/locomotion_transfer.py --sweep          # + friction, stiffness, kp off nominal
+    python benchmarks/locomotion_transfer.py --sweep --checkpoint outputs/dr/quadruped_walk.pt \
+        --preset quadruped_walk_shac_dr                       # a policy trained with domain randomisation
+
+``--checkpoint`` runs another policy (a ``train_policy`` checkpoint, e.g.
+``examples/quadruped_walk.py --preset quadruped_walk_shac_dr``'s) in the env
+of ``--preset`` without its randomisation: every row is nominal physics
+except the ``--sweep`` row's one setting.
 
 Writes ``outputs/benchmarks/locomotion_transfer.json`` and prints a markdown table.
 """
@@ -214,9 +221,19 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true",
                     help="also MuJoCo with friction, contact stiffness and servo kp off nominal")
     ap.add_argument("--out", default="outputs/benchmarks/locomotion_transfer.json")
+    ap.add_argument("--checkpoint", default=None, help="a train_policy checkpoint (default: the shipped policy)")
+    ap.add_argument("--preset", default="quadruped_walk_shac", help="with --checkpoint: the env it was trained in")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    env, policy = QuadrupedWalk.pretrained(args.episodes)
+    if args.checkpoint is None:
+        env, policy = QuadrupedWalk.pretrained(args.episodes)
+    else:
+        from backdrive.optim import load_policy
+        from backdrive.optim._policy.presets import get_preset
+
+        kwargs = {k: v for k, v in get_preset(args.preset).env_kwargs.items() if k not in ("num_envs", "randomization")}
+        env = QuadrupedWalk(args.episodes, **kwargs)
+        policy = load_policy(args.checkpoint).to(dtype=env.dtype)
     rows, labels = {}, {}
     t0 = time.perf_counter()
     rows["backdrive"] = run_backdrive(env, policy, seconds=args.seconds, seed=args.seed)

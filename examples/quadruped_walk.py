@@ -11,6 +11,8 @@ forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
     python examples/quadruped_walk.py                  # the preset's run (420 updates, ~15 min)
     python examples/quadruped_walk.py --minutes 5      # stop after 5 min of training
     python examples/quadruped_walk.py --ship           # also write the shipped policy file
+    python examples/quadruped_walk.py --preset quadruped_walk_shac_dr --out outputs/examples/dr
+                                                       # the same recipe under domain randomisation
 
 The shipped policy is this run with the defaults (seed 0, 420 updates);
 training on one thread is deterministic, so ``--ship`` reproduces it.
@@ -35,6 +37,7 @@ import torch
 
 from backdrive.envs import QuadrupedWalk
 from backdrive.optim import QUADRUPED_WALK_SHAC, load_policy, train_policy
+from backdrive.optim._policy.presets import PRESETS
 from backdrive.optim._policy.checkpoints import read_checkpoint, write_checkpoint
 
 SHIPPED = Path(__file__).resolve().parents[1] / "src" / "backdrive" / "data" / "policies" / "quadruped_walk.pt"
@@ -54,25 +57,35 @@ def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=QUADRUPED_WALK_SHAC.updates)
+    parser.add_argument("--preset", default=QUADRUPED_WALK_SHAC.name,
+                        choices=[k for k in PRESETS if k.startswith("quadruped_walk")],
+                        help="the training settings (evaluation always runs the nominal physics)")
+    parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
     parser.add_argument("--minutes", type=float, default=None,
                         help="also stop training after this wall time (the shipped policy: the preset's updates)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("outputs/examples"))
     parser.add_argument("--ship", action="store_true", help=f"write the shipped policy to {SHIPPED}")
     args = parser.parse_args()
+    preset = PRESETS[args.preset]
+    if args.updates is None:
+        args.updates = preset.updates
+    if args.ship and preset.env_kwargs.get("randomization") is not None:
+        parser.error("--ship writes the env keywords into the policy file; ship a preset without randomization")
     args.out.mkdir(parents=True, exist_ok=True)
 
     torch.set_num_threads(1)
     log = args.out / "quadruped_walk.csv"
     log.unlink(missing_ok=True)
     ckpt = args.out / "quadruped_walk.pt"
-    env_kwargs = dict(QUADRUPED_WALK_SHAC.env_kwargs)
-    eval_env = QuadrupedWalk(8, **{k: v for k, v in env_kwargs.items() if k != "num_envs"})
+    env_kwargs = dict(preset.env_kwargs)
+    # Evaluations and the test run the nominal physics (no randomisation), as for the nominal preset.
+    test_kwargs = {k: v for k, v in env_kwargs.items() if k not in ("num_envs", "randomization")}
+    eval_env = QuadrupedWalk(8, **test_kwargs)
     curve: list[tuple[int, float, float, float]] = []
     start = time.perf_counter()
 
-    per_update = QUADRUPED_WALK_SHAC.env_steps // QUADRUPED_WALK_SHAC.updates
+    per_update = preset.env_steps // preset.updates
 
     def eval_fn(policy) -> float:
         # Called after an update and before its log row reaches the callback.
@@ -91,8 +104,8 @@ def main() -> None:
 
     cpu0 = time.process_time()
     trainer = train_policy(
-        QUADRUPED_WALK_SHAC.make_env(),
-        preset=QUADRUPED_WALK_SHAC,
+        preset.make_env(),
+        preset=preset,
         updates=args.updates,
         seed=args.seed,
         eval_fn=eval_fn,
@@ -109,7 +122,7 @@ def main() -> None:
           f"{trainer.wall_s / 60:.1f} min training wall time ({cpu / 60:.1f} min CPU with evaluations)")
 
     policy = load_policy(ckpt)
-    test = QuadrupedWalk(TEST_EPISODES, **{k: v for k, v in env_kwargs.items() if k != "num_envs"})
+    test = QuadrupedWalk(TEST_EPISODES, **test_kwargs)
     m = test.evaluate(policy, COMMAND, seconds=10.0, seed=TEST_SEED)
     print(f"{TEST_EPISODES} test episodes of 10 s at a {COMMAND[0]} m/s command: forward speed "
           f"{m['forward_speed']:.3f} m/s (mean |error| per episode {m['speed_error']:.3f} m/s), walked "

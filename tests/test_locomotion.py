@@ -18,7 +18,7 @@ def test_shapes_dtypes_and_layout():
     env = QuadrupedWalk(3, command_ranges=FORWARD)
     obs = env.reset(seed=0)
     assert obs.shape == (3, env.obs_dim) == (3, 47) and obs.dtype == torch.float32
-    assert env.state.shape == (3, env.state_dim) == (3, 64)
+    assert env.state.shape == (3, env.state_dim) == (3, 65)
     obs, r, te, tr, info = env.step(torch.zeros(3, 12))
     assert obs.shape == (3, 47) and r.shape == (3,) and te.dtype == torch.bool and tr.shape == (3,)
     assert info["final_obs"].shape == (3, 47) and info["nonfinite"].shape == (3,)
@@ -153,16 +153,116 @@ def test_preset_builds_its_env():
     assert QUADRUPED_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == []
     assert get_preset("quadruped_walk_shac") is QUADRUPED_WALK_SHAC is PRESETS["quadruped_walk_shac"]
     QUADRUPED_WALK_SHAC.config.check_env(env)
+    dr = get_preset("quadruped_walk_shac_dr")
+    assert dr.config == QUADRUPED_WALK_SHAC.config and dr.updates == QUADRUPED_WALK_SHAC.updates
+    dr_env = dr.make_env(num_envs=2)
+    assert dr_env.randomization == Randomization() and dr.mismatches(dr.make_env()) == []
 
 
-def test_robot_with_another_joint_order_is_refused():
+def _go1():
     from backdrive.data import load
 
     try:
-        go1 = load("example-robot-data:go1", floating_base=True, dtype=torch.float32)
+        return load("example-robot-data:go1", floating_base=True, dtype=torch.float32)
     except Exception as exc:  # example-robot-data is an optional install
         pytest.skip(f"example-robot-data's Go1 is not installed: {exc}")
-    with pytest.raises(InputError, match="needs the joints"):
-        QuadrupedWalk(1, robot=go1)
+
+
+def test_go1_legs_are_mapped_by_joint_name_and_it_stands():
+    from backdrive.data import load
+
+    go1 = _go1()
+    assert go1.joint_names[:3] == ("FR_hip_joint", "FR_thigh_joint", "FR_calf_joint")  # the URDF's order
+    env = QuadrupedWalk(2, robot=go1, command_ranges=FORWARD, init_noise=0.0, autoreset=False)
+    assert env.feet == ("FL_foot", "FR_foot", "RL_foot", "RR_foot")
+    want = [f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")]
+    assert [go1.joint_names[i] for i in env.joint_index.tolist()] == want
+    env.reset(seed=0)
+    s = env.state.clone()
+    s[:, 19:25] = 0.0  # base at rest
+    env.set_state(s)
+    base = env.observation()
+    # Perturb one named joint in the state: exactly its observation entry moves.
+    s2 = s.clone()
+    s2[:, 7 + go1.joint_index("RL_calf_joint")] += 0.3
+    s2[:, 25 + go1.joint_index("FR_hip_joint")] += 2.0  # a joint velocity
+    diff = env.observe(s2) - base
+    expect = torch.zeros(2, env.obs_dim)
+    expect[:, want.index("RL_calf_joint")] = 0.3
+    expect[:, 12 + want.index("FR_hip_joint")] = 2.0
+    assert torch.allclose(diff, expect, atol=1e-6)
+    # An action on one env joint drives that named joint of the robot.
+    a = torch.zeros(2, 12)
+    a[:, want.index("FL_thigh_joint")] = 0.5
+    env.step(a)
+    moved = (env.state[:, 7:19] - s[:, 7:19]).abs().mean(0)
+    assert int(moved.argmax()) == go1.joint_index("FL_thigh_joint")
+    # Zero action for 2 s: Go1 stays upright at its standing height, every foot loaded.
+    env.set_state(s)
+    with torch.no_grad():
+        for _ in range(100):
+            _, _, term, _, _ = env.step(torch.zeros(2, 12))
+            assert not term.any()
+    p = env.split(env.state)
+    assert torch.allclose(p["q"][:, 2], torch.full((2,), env.stand_height), atol=0.005)
+    assert env.projected_gravity(env.state)[:, 2].max() < -0.99 and p["contact"].min() > 0.5
+    assert QuadrupedWalk(1, robot="go1").robot.name == go1.name
+    with pytest.raises(InputError, match="missing"):
+        QuadrupedWalk(1, robot=load("example-robot-data:solo12", floating_base=True, dtype=torch.float32))
     with pytest.raises(InputError, match="floating-base"):
         QuadrupedWalk(1, robot=load("quadruped", dtype=torch.float32))
+
+
+def test_base_mass_randomization_per_copy():
+    rand = Randomization(friction=None, stiffness_scale=None, motor_strength=None, push_velocity=0.0,
+                         base_mass=(1.0, 1.6))
+    env = QuadrupedWalk(4, command_ranges=FORWARD, init_noise=0.0, randomization=rand, autoreset=False)
+    env.reset(seed=0)
+    s = env.state.clone()
+    s[:, 19:25] = 0.0
+    env.split(s)["mass_scale"][:, 0] = torch.tensor([1.0, 1.6, 1.6, 1.0])  # a view into s
+    env.set_state(s)
+    with torch.no_grad():
+        for _ in range(40):  # 0.8 s
+            env.step(torch.zeros(4, 12))
+    z = env.split(env.state)["q"][:, 2]
+    # The heavier base (+3 kg) settles lower; equal copies agree.
+    assert float(z[1] - z[0]) < -1e-3 and abs(float(z[1] - z[2])) < 1e-6 and abs(float(z[0] - z[3])) < 1e-6
+    # At rest the ground carries each copy's own weight (one more physics step, groups in mixed rows).
+    robot = env.robot
+    m0 = float(robot.total_mass)
+    heavy = m0 + 0.6 * float(robot.body_mass[0])
+    with torch.no_grad():
+        groups = env._simulators(env.split(env.state))
+        _, _, _, normal, _ = env._substep(groups, env.state[:, :19], env.state[:, 19:37],
+                                           env.to_robot_order(env.q_stand).expand(4, 12))
+    total = normal.sum(-1)
+    g = float(robot.gravity.norm())
+    assert torch.allclose(total, g * torch.tensor([m0, heavy, heavy, m0]), rtol=0.02), total
+    with pytest.raises(Exception, match="base_mass"):
+        Randomization(base_mass=(1.0, -1.0))
+
+
+def test_base_mass_groups_gradient_matches_finite_differences_float64():
+    rand = Randomization(friction=None, stiffness_scale=None, motor_strength=None, push_velocity=0.0,
+                         base_mass=(0.8, 1.3))
+    env = QuadrupedWalk(3, dtype=torch.float64, command_ranges=FORWARD, randomization=rand, autoreset=False)
+    env.reset(seed=4)
+    s0 = env.state.clone()
+    env.split(s0)["mass_scale"][:, 0] = torch.tensor([1.3, 0.8, 1.3], dtype=torch.float64)
+    a0 = 0.1 * torch.ones(3, 12, dtype=torch.float64)
+
+    def loss(a):
+        env.set_state(s0)
+        _, r, _, _, _ = env.step(a)
+        return (r * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).sum()
+
+    a = a0.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(loss(a), a)
+    eps = 1e-6
+    for i, j in [(0, 1), (1, 4), (2, 8)]:  # a joint of each copy: rows come back to their own copy
+        d = torch.zeros_like(a0)
+        d[i, j] = eps
+        with torch.no_grad():
+            fd = (loss(a0 + d) - loss(a0 - d)) / (2 * eps)
+        assert abs(float(fd)) > 1e-4 and float(g[i, j]) == pytest.approx(float(fd), rel=1e-4, abs=1e-7)

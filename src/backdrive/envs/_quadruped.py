@@ -14,6 +14,8 @@ from ._base import DiffEnv
 
 __all__ = ["QuadrupedWalk", "Randomization", "REWARD_WEIGHTS", "COMMAND_RANGES"]
 
+#: The env's leg order: observations, actions, contact indicators and air
+#: times come in this order whatever order the robot's URDF gives its legs.
 LEGS = ("FL", "FR", "RL", "RR")
 
 #: Default command ranges: forward ``vx`` (m/s), lateral ``vy`` (m/s) and
@@ -34,11 +36,20 @@ REWARD_WEIGHTS: dict[str, float] = {
     "air_time": 0.5,
 }
 
-# Per-robot settings: foot links, foot radius, standing joint angles (hip,
-# thigh, calf), the standing base height (measured: the settled height of
-# the nominal pose under the default PD and contact), the start height.
+#: The joints of one leg, in the env's order within a leg.
+LEG_JOINTS = ("hip", "thigh", "calf")
+
+# Per-robot settings: what ``backdrive.data.load`` calls it, the foot
+# sphere radius (the URDF's foot collision sphere), the standing joint
+# angles (hip, thigh, calf) and the standing base height (measured: the
+# settled height of the nominal pose under the default PD and contact after
+# 2 s, tests/test_locomotion.py checks it within 2 cm). Joints are
+# ``{leg}_{hip,thigh,calf}_joint`` and feet ``{leg}_foot`` on both robots.
 _ROBOTS = {
-    "quadruped": {"root": "trunk", "radius": 0.02, "stand": (0.0, 0.8, -1.6), "height": 0.277},
+    "quadruped": {"load": "quadruped", "radius": 0.02, "stand": (0.0, 0.8, -1.6), "height": 0.277},
+    # Go1 (example-robot-data, 13.1 kg): the URDF's 2 cm foot spheres, the
+    # standing pose of tests/test_contact_robots.py.
+    "go1": {"load": "example-robot-data:go1", "radius": 0.02, "stand": (0.0, 0.8, -1.5), "height": 0.311},
 }
 
 
@@ -58,6 +69,13 @@ class Randomization:
             this much per axis (m/s, uniform in ``[-p, p]``); 0: no pushes.
         push_interval: mean time between pushes, s (each control step pushes
             with probability ``dt / push_interval``).
+        base_mass: factors on the base (trunk) body's mass and rotational
+            inertia, one drawn per episode uniformly from this finite set
+            (e.g. ``(0.8, 1.0, 1.2)``), or ``None`` (nominal; the default).
+            A finite set because backdrive's dynamics take one mass per link
+            for the whole batch: the env keeps one simulator per factor and
+            steps each group of copies with its own, so every extra factor
+            adds one simulator call per physics substep.
     """
 
     friction: tuple[float, float] | None = (0.5, 1.25)
@@ -65,6 +83,7 @@ class Randomization:
     motor_strength: tuple[float, float] | None = (0.9, 1.1)
     push_velocity: float = 0.5
     push_interval: float = 4.0
+    base_mass: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("friction", "stiffness_scale", "motor_strength"):
@@ -77,14 +96,22 @@ class Randomization:
             raise InvalidValueError(f"Randomization.push_velocity must be >= 0 m/s, got {self.push_velocity!r}")
         if not (math.isfinite(self.push_interval) and self.push_interval > 0):
             raise InvalidValueError(f"Randomization.push_interval must be > 0 s, got {self.push_interval!r}")
+        if self.base_mass is not None:
+            m = self.base_mass
+            if not (isinstance(m, (tuple, list)) and len(m) >= 1
+                    and all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in m)):
+                raise InvalidValueError(f"Randomization.base_mass must be a tuple of factors > 0, got {m!r}")
+            object.__setattr__(self, "base_mass", tuple(sorted({float(x) for x in m})))
 
 
 class QuadrupedWalk(DiffEnv):
     r"""A quadruped that tracks a velocity command, differentiable through contact.
 
     The robot is the shipped 12-dof ``"quadruped"`` (12.4 kg, legs FL, FR,
-    RL, RR of hip, thigh and calf joints) or a floating-base robot with the
-    same joints in the same order, with a floating
+    RL, RR of hip, thigh and calf joints), ``"go1"`` (example-robot-data's
+    Unitree Go1, 13.1 kg, legs in the URDF order FR, FL, RR, RL) or a
+    floating-base robot with joints ``{leg}_{hip,thigh,calf}_joint`` and feet
+    ``{leg}_foot`` in any order, with a floating
     base and one contact sphere per foot on a flat ground, simulated by
     :class:`backdrive.sim.Simulator` with ``contact=`` (the implicit contact
     step, ``docs/contact.md``).
@@ -97,11 +124,20 @@ class QuadrupedWalk(DiffEnv):
     pose; the servos are ``tau = kp (target - q) - kd qdot`` with the URDF's
     effort limits (smoothly saturated), ``kd`` treated implicitly.
 
-    State ``(N, 64)`` (named parts: :meth:`split`): ``q (19)``, ``v (18)``
+    Leg order: legs are found by joint name, and the action, the joint parts
+    of the observation, the last action, the foot air times and contact
+    indicators all come in the env's fixed order :data:`LEGS` (FL, FR, RL,
+    RR), each leg (hip, thigh, calf), whatever order the robot has, so one
+    policy layout fits every robot. Only ``q`` and ``v`` of the state are in
+    the robot's own joint order (the simulator's); :attr:`joint_index` maps
+    the env's order to the robot's joint coordinates.
+
+    State ``(N, 65)`` (named parts: :meth:`split`): ``q (19)``, ``v (18)``
     (base twist in the base frame), the last action (12), the command
     ``(vx, vy, yaw)`` (3), each foot's time in the air (4, s) and contact
     indicator (4), the episode's friction, contact-stiffness factor and
-    motor strength (3), and the gait clock's phase (1, rad).
+    motor strength (3), the gait clock's phase (1, rad) and the episode's
+    base-mass factor (1).
 
     Observation ``(N, 47)``, what a real robot measures: joint positions
     relative to the standing pose (12), joint velocities (12), base angular
@@ -139,10 +175,10 @@ class QuadrupedWalk(DiffEnv):
 
     Args:
         num_envs: copies N.
-        robot: ``None`` or ``"quadruped"`` (shipped), or a floating-base
-            RobotModel with the shipped quadruped's joint order and foot
-            names (example-robot-data's Go1 orders its legs FR, FL, RR, RL
-            and is not supported yet).
+        robot: ``None`` or ``"quadruped"`` (shipped), ``"go1"`` (needs
+            example-robot-data), or a floating-base RobotModel with the
+            joints and feet named as above (the settings of the robot of
+            that name, else the shipped quadruped's).
         dt: control period, s. substeps: physics steps per control period.
         kp, kd: PD servo gains, N m/rad and N m s/rad.
         action_scale: rad of target offset per unit of action.
@@ -159,7 +195,7 @@ class QuadrupedWalk(DiffEnv):
     """
 
     action_dim = 12
-    state_dim = 64
+    state_dim = 65
 
     def __init__(
         self,
@@ -194,18 +230,24 @@ class QuadrupedWalk(DiffEnv):
             if name not in _ROBOTS:
                 raise InputError(f"unknown robot {name!r}; valid: {', '.join(map(repr, _ROBOTS))} or a RobotModel")
             spec = _ROBOTS[name]
-            robot = load(name, floating_base=True, dtype=self.dtype, device=self.device)
+            robot = load(spec["load"], floating_base=True, dtype=self.dtype, device=self.device)
         elif isinstance(robot, RobotModel):
-            spec = _ROBOTS["quadruped"]
+            spec = _ROBOTS.get(robot.name, _ROBOTS["quadruped"])
             if robot.dtype != self.dtype or robot.device != self.device:
                 raise InputError(f"robot is {robot.dtype} on {robot.device}, the env {self.dtype} on {self.device}")
         else:
             raise InputError(f"robot must be None, a name or a RobotModel, got {type(robot).__name__}")
         if not robot.floating_base:
             raise InputError("QuadrupedWalk needs a floating-base robot (load(..., floating_base=True))")
-        joints = tuple(f"{leg}_{j}_joint" for leg in LEGS for j in ("hip", "thigh", "calf"))
-        if tuple(robot.joint_names) != joints:
-            raise InputError(f"QuadrupedWalk needs the joints {joints} in this order, got {tuple(robot.joint_names)}")
+        joints = tuple(f"{leg}_{j}_joint" for leg in LEGS for j in LEG_JOINTS)
+        missing = [j for j in joints if j not in robot.joint_names]
+        if missing or len(robot.joint_names) != len(joints):
+            raise InputError(f"QuadrupedWalk needs the 12 joints {joints} (any order), got "
+                             f"{tuple(robot.joint_names)}" + (f"; missing {missing}" if missing else ""))
+        feet = tuple(f"{leg}_foot" for leg in LEGS)
+        missing = [f for f in feet if f not in robot.link_names]
+        if missing:
+            raise InputError(f"QuadrupedWalk needs the foot links {feet}; missing {missing}")
         for k, (x, what) in {
             "dt": (dt, "s"), "kp": (kp, "N m/rad"), "kd": (kd, "N m s/rad"), "action_scale": (action_scale, "rad"),
         }.items():
@@ -252,9 +294,18 @@ class QuadrupedWalk(DiffEnv):
         self.gait_frequency = float(gait_frequency)
         self.gait_amplitude = float(gait_amplitude)
         self.obs_dim = 47 + (4 if self.privileged else 0)
-        self.feet = tuple(f"{leg}_foot" for leg in LEGS)
+        self.feet = feet
         kw = {"dtype": self.dtype, "device": self.device}
+        #: ``(12,)`` int64: the robot's joint coordinate of each env joint
+        #: (env order: :data:`LEGS` x (hip, thigh, calf)).
+        self.joint_index = torch.tensor([robot.joint_names.index(j) for j in joints], device=self.device)
+        identity = bool((self.joint_index == torch.arange(12, device=self.device)).all())
+        # None when the robot's order is the env's (the shipped quadruped): no gathers.
+        self._to_env = None if identity else self.joint_index
+        self._to_robot = None if identity else torch.argsort(self.joint_index)
+        #: Standing joint angles ``(12,)``, rad, in the env's joint order.
         self.q_stand = torch.tensor(spec["stand"] * 4, **kw)
+        self._q_stand_robot = self.to_robot_order(self.q_stand)
         self.stand_height = float(spec["height"])
         self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
         self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
@@ -265,13 +316,35 @@ class QuadrupedWalk(DiffEnv):
         self._Simulator = Simulator
         self.contact = ContactModel(robot, self.geometry, params=self.nominal_contact)
         self.sim = Simulator(robot, self.physics_dt, actuator=self._actuator, contact=self.contact)
+        # One robot per base-mass factor (Randomization.base_mass): the
+        # dynamics take one mass per link for the whole batch.
+        levels = (1.0,) if randomization is None or randomization.base_mass is None else randomization.base_mass
+        self.mass_levels = torch.tensor(levels, **kw)
+        self._robots = [self._with_base_mass(f) for f in levels]
+
+    def _with_base_mass(self, factor: float):
+        """The robot with its base body's mass and rotational inertia scaled by ``factor``."""
+        if factor == 1.0:
+            return self.robot
+        mass, inertia = self.robot.body_mass.clone(), self.robot.body_inertia.clone()
+        mass[0] = mass[0] * factor  # body 0: the floating base
+        inertia[0] = inertia[0] * factor
+        return self.robot.replace(body_mass=mass, body_inertia=inertia)
+
+    def to_robot_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Joint values ``(..., 12)`` in the env's order, rearranged into the robot's joint order."""
+        return x if self._to_robot is None else x[..., self._to_robot]
+
+    def to_env_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Joint values ``(..., 12)`` in the robot's joint order, rearranged into the env's order."""
+        return x if self._to_env is None else x[..., self._to_env]
 
     # ------------------------------------------------------------- layout
     @staticmethod
     def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The named parts of a state ``(..., 64)`` (views)."""
+        """The named parts of a state ``(..., 65)`` (views)."""
         names = (("q", 19), ("v", 18), ("last_action", 12), ("command", 3), ("air_time", 4), ("contact", 4),
-                 ("friction", 1), ("stiffness_scale", 1), ("motor_strength", 1), ("phase", 1))
+                 ("friction", 1), ("stiffness_scale", 1), ("motor_strength", 1), ("phase", 1), ("mass_scale", 1))
         out, i = {}, 0
         for k, n in names:
             out[k] = state[..., i:i + n]
@@ -328,7 +401,7 @@ class QuadrupedWalk(DiffEnv):
         quat = torch.stack([torch.cos(yaw / 2), torch.zeros_like(yaw), torch.zeros_like(yaw), torch.sin(yaw / 2)], -1)
         pos = torch.zeros(n, 3, **kw)
         pos[:, 2] = self.stand_height + 0.005
-        joints = self.q_stand + self._uniform(-self.init_noise, self.init_noise, (n, 12), generator)
+        joints = self._q_stand_robot + self._uniform(-self.init_noise, self.init_noise, (n, 12), generator)
         v = torch.zeros(n, 18, **kw)
         v[:, :3] = self._uniform(-0.1, 0.1, (n, 3), generator)
         cmd = self._uniform(self._cmd_low, self._cmd_high, (n, 3), generator)
@@ -342,22 +415,63 @@ class QuadrupedWalk(DiffEnv):
                 if rng is not None:
                     dr[:, i] = self._uniform(rng[0], rng[1], (n,), generator)
         phase = self._uniform(0.0, 2 * math.pi, (n, 1), generator)
-        return torch.cat([pos, quat, joints, v, torch.zeros(n, 12, **kw), cmd, air, contact, dr, phase], -1)
+        mass = torch.ones(n, 1, **kw)
+        if len(self.mass_levels) > 1 or float(self.mass_levels[0]) != 1.0:
+            # Drawn last, so the draws above are those of an env without it.
+            pick = torch.randint(len(self.mass_levels), (n,), generator=generator, device=generator.device)
+            mass = self.mass_levels[pick.to(self.device)][:, None]
+        return torch.cat([pos, quat, joints, v, torch.zeros(n, 12, **kw), cmd, air, contact, dr, phase, mass], -1)
 
-    def _simulator(self, parts: dict[str, torch.Tensor]):
-        """The simulator of this step: the shared one, or one with this batch's contact parameters."""
-        if self.randomization is None or (self.randomization.friction is None
-                                          and self.randomization.stiffness_scale is None):
-            return self.sim
-        p = self.nominal_contact.replace(
-            friction=parts["friction"], stiffness=float(self.nominal_contact.stiffness) * parts["stiffness_scale"]
-        )
-        cm = self._ContactModel(self.robot, self.geometry, params=p)
-        return self._Simulator(self.robot, self.physics_dt, actuator=self._actuator, contact=cm)
+    def _simulators(self, parts: dict[str, torch.Tensor]) -> list:
+        """``[(rows, simulator)]`` of this step: which copies (``None``: all) each simulator steps.
 
-    def transition(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        One simulator for the whole batch (the shared one, or one with the
+        batch's contact parameters), or one per base-mass factor present.
+        """
+        r = self.randomization
+        per_copy_contact = r is not None and (r.friction is not None or r.stiffness_scale is not None)
+        if len(self._robots) == 1:
+            groups = [(None, self._robots[0])]
+        else:
+            m = parts["mass_scale"][:, 0]
+            groups = []
+            for level, robot in zip(self.mass_levels, self._robots, strict=True):
+                rows = torch.nonzero((m - level).abs() < 1e-4 * level).flatten()
+                if rows.numel():
+                    groups.append((rows, robot))
+        out = []
+        for rows, robot in groups:
+            if not per_copy_contact and robot is self.robot:
+                out.append((rows, self.sim))
+                continue
+            params = self.nominal_contact
+            if per_copy_contact:
+                fr, ks = parts["friction"], parts["stiffness_scale"]
+                if rows is not None:
+                    fr, ks = fr[rows], ks[rows]
+                params = params.replace(friction=fr, stiffness=float(self.nominal_contact.stiffness) * ks)
+            cm = self._ContactModel(robot, self.geometry, params=params)
+            out.append((rows, self._Simulator(robot, self.physics_dt, actuator=self._actuator, contact=cm)))
+        return out
+
+    @staticmethod
+    def _substep(groups, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor):
+        """One physics step of every copy: ``(q, v, effort, normal force, slip velocity)``."""
         from ..sim import State
 
+        outs = []
+        for rows, sim in groups:
+            qs, vs, us = (q, v, u) if rows is None else (q[rows], v[rows], u[rows])
+            traj = sim.rollout(State(qs, vs), us[:, None, :], check_finite=False)
+            outs.append((traj.q[:, -1], traj.v[:, -1], traj.effort[:, -1], traj.contact.normal_force[:, -1],
+                         traj.contact.slip_velocity[:, -1]))
+        if len(groups) == 1 and groups[0][0] is None:
+            return outs[0]
+        # Back into the batch's row order (differentiable gathers).
+        inverse = torch.argsort(torch.cat([rows for rows, _ in groups]))
+        return tuple(torch.cat(xs)[inverse] for xs in zip(*outs, strict=True))
+
+    def transition(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         p = self.split(state)
         action = action.clamp(-1.0, 1.0)
         q, v = p["q"], p["v"]
@@ -369,45 +483,44 @@ class QuadrupedWalk(DiffEnv):
             dv[:, :2] = self._uniform(-r.push_velocity, r.push_velocity, (n, 2), g) * hit[:, None]
             dv_base = quat_apply(quat_conjugate(q[:, 3:7]), dv)
             v = torch.cat([v[:, :3] + dv_base, v[:, 3:]], -1)
-        target = self.q_stand + self.action_scale * action + self.gait_offsets(p["phase"])
+        target = self.to_robot_order(self.q_stand + self.action_scale * action + self.gait_offsets(p["phase"]))
         if r is not None and r.motor_strength is not None:
             # kp scaled by the motor strength s: kp (q + s (t - q) - q) = s kp (t - q).
             qj = q[:, 7:]
             target = qj + p["motor_strength"] * (target - qj)
-        sim = self._simulator(p)
+        groups = self._simulators(p)
         # A non-finite copy would stop the whole batch (the mass matrix's
         # Cholesky factorisation raises), so between substeps its rows are
         # replaced by the standing pose and marked; at the end they are NaN
         # again, and DiffEnv.step resets them and keeps them out of the gradient.
         bad = ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1) & torch.isfinite(target).all(-1))
-        safe_q = torch.cat([q.new_tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0]), self.q_stand])
+        safe_q = torch.cat([q.new_tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0]), self._q_stand_robot])
         safe_q = safe_q.expand_as(q)
         effort2 = q.new_zeros(q.shape[0])
         for _ in range(self.substeps):
             q = torch.where(bad[:, None], safe_q, q)
             v = torch.where(bad[:, None], torch.zeros_like(v), v)
-            u = torch.where(bad[:, None], self.q_stand.expand_as(target), target)
-            traj = sim.rollout(State(q, v), u[:, None, :], check_finite=False)
-            q, v = traj.q[:, -1], traj.v[:, -1]
-            effort2 = effort2 + (traj.effort[:, -1] ** 2).sum(-1) / self.substeps
+            u = torch.where(bad[:, None], self._q_stand_robot.expand_as(target), target)
+            q, v, effort, fn, slip = self._substep(groups, q, v, u)
+            effort2 = effort2 + (effort ** 2).sum(-1) / self.substeps
             bad = bad | ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1))
         nan = torch.full_like(q, math.nan)
         q1 = torch.where(bad[:, None], nan, q)
         v1 = torch.where(bad[:, None], nan[:, :18], v)
-        fn = traj.contact.normal_force[:, -1]  # (N, 4), applied in the last substep
+        # fn (N, 4): applied in the last substep, feet in the env's order (self.feet).
         c = 1.0 - torch.exp(-torch.clamp_min(fn, 0.0) / 10.0)
         air = (p["air_time"] + self.dt) * (1.0 - c)
         # Kept for the reward: the mean squared effort and the slip of the last substep.
         self._aux = {
             "effort2": effort2,
-            "slip2": (traj.contact.slip_velocity[:, -1, :, :2] ** 2).sum(-1),
+            "slip2": (slip[..., :2] ** 2).sum(-1),
             "air_before": p["air_time"] + self.dt,
             "contact_before": p["contact"],
             "next": None,
         }
         phase = torch.remainder(p["phase"] + 2 * math.pi * self.gait_frequency * self.dt, 2 * math.pi)
         out = torch.cat([q1, v1, action, p["command"], air, c, p["friction"], p["stiffness_scale"],
-                         p["motor_strength"], phase], -1)
+                         p["motor_strength"], phase, p["mass_scale"]], -1)
         self._aux["next"] = out
         return out
 
@@ -460,7 +573,8 @@ class QuadrupedWalk(DiffEnv):
     def observe(self, state: torch.Tensor) -> torch.Tensor:
         p = self.split(state)
         q, v = p["q"], p["v"]
-        parts = [q[..., 7:] - self.q_stand, v[..., 6:], v[..., 3:6], self.projected_gravity(state),
+        parts = [self.to_env_order(q[..., 7:]) - self.q_stand, self.to_env_order(v[..., 6:]), v[..., 3:6],
+                 self.projected_gravity(state),
                  p["last_action"], p["command"], torch.cos(p["phase"]), torch.sin(p["phase"])]
         if self.privileged:
             parts += [v[..., :3], q[..., 2:3]]
