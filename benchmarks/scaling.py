@@ -60,7 +60,12 @@ from pathlib import Path
 
 import torch
 
-ALIASES = {"pendulum": "pendulum_shac", "cartpole": "cartpole_shac", "panda": "panda_reach_apg"}
+ALIASES = {
+    "pendulum": "pendulum_shac",
+    "cartpole": "cartpole_shac",
+    "panda": "panda_reach_apg",
+    "quadruped": "quadruped_walk_shac",
+}
 
 
 def _preset(name: str):
