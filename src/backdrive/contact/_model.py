@@ -442,7 +442,10 @@ class ContactModel:
         M = M.expand(*batch, *M.shape[-2:])
         Jf = J.reshape(*batch, -1, J.shape[-1])  # (..., 3 np, nv)
         # diag(J M^-1 J^T) = column sums of Y^2 with L Y = J^T, M = L L^T.
-        Y = torch.linalg.solve_triangular(torch.linalg.cholesky(M), Jf.transpose(-1, -2), upper=False)
+        # cholesky_ex: no error check, so no host synchronisation on a GPU; a
+        # mass matrix that is not positive definite makes the step's own
+        # solve (and so the state) non-finite, which the rollout reports.
+        Y = torch.linalg.solve_triangular(torch.linalg.cholesky_ex(M)[0], Jf.transpose(-1, -2), upper=False)
         inv_mass = (Y * Y).sum(-2).reshape(*J.shape[:-2], 3).mean(-1)
         vstar = dt * res._mu * torch.clamp_min(res.normal_force, 0.0) * inv_mass
         vt2 = (vt * vt).sum(-1)
