@@ -180,8 +180,11 @@ def compile_step(
     detection, the force law, the implicit solve, the integration) traced
     into one graph. Gradients flow through it as through the eager step
     (``torch.compile`` traces the backward pass too). The results equal the
-    eager step's to rounding (tested: 1e-6 relative in float32, 1e-12 in
-    float64, states and gradients).
+    eager step's to rounding (tested one step at a time, relative to the
+    largest entry: 1e-12 in float64, states and gradients; 1e-5 in float32,
+    where the contact force, a stiffness times a millimetre-sized
+    difference of two heights, keeps few bits in either path: measured
+    2.1e-6, and no further from the float64 step than eager float32 is).
 
     Compilation happens on the first call with each new batch shape, dtype,
     device or grad pattern (``dynamic=False``) and is slow on the CPU:
