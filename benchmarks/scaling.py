@@ -298,6 +298,8 @@ def compile_step_bench(args) -> None:
             ref, got = run(sim.step), run(step)
             compile_wall, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
             err = max(float((got.q - ref.q).abs().max()), float((got.v - ref.v).abs().max()))
+            rel = max(float((got.q - ref.q).abs().max() / ref.q.abs().max()),
+                      float((got.v - ref.v).abs().max() / ref.v.abs().max()))
             eager, compiled = [], []
             for _ in range(args.compile_reps):
                 eager.append(timed(sim.step))
@@ -307,14 +309,15 @@ def compile_step_bench(args) -> None:
                 "compiled": step.compiled, "eager_reason": step.eager_reason,
                 "compile_wall_s": compile_wall, "compile_cpu_s": compile_cpu, "eager_first_s": eager_first,
                 "eager_s": statistics.median(eager), "compiled_s": statistics.median(compiled),
-                "max_abs_diff": err, "load_average": os.getloadavg()[0],
+                "max_abs_diff": err, "max_rel_diff": rel, "load_average": os.getloadavg()[0],
             }
             row["compiled_over_eager"] = row["compiled_s"] / row["eager_s"]
             rows.append(row)
             print(f"batch {batch} {args.dtype} {'forward+backward' if grad else 'forward'}: eager "
                   f"{row['eager_s'] * 1e3:.2f} ms, compiled {row['compiled_s'] * 1e3:.2f} ms (ratio "
                   f"{row['compiled_over_eager']:.2f}; compiled={step.compiled}), compile {compile_cpu:.0f} CPU s "
-                  f"({compile_wall:.0f} s wall), max |diff| {err:.2e}, load {row['load_average']:.1f}", flush=True)
+                  f"({compile_wall:.0f} s wall), max |diff| {err:.2e} ({rel:.1e} of the largest entry), load "
+                  f"{row['load_average']:.1f}", flush=True)
             (out / "compile_step.json").write_text(json.dumps(rows, indent=1))
 
 
