@@ -39,6 +39,7 @@ published bandwidths used for GPU and multi-node estimates.
     python benchmarks/scaling.py --env pendulum --procs 1 2 4
     python benchmarks/scaling.py --env cartpole --num-envs 256 --updates 20
     python benchmarks/scaling.py --device auto --procs 1 2 4 8  # one GPU per process (nccl)
+    python benchmarks/scaling.py --compile-step --compile-batches 64 1024   # compile_step vs eager, one process
 
 Every process runs one torch thread (``OMP_NUM_THREADS=1``), so 2 processes
 use 2 cores where 1 process uses 1: on a shared machine the ratio is only
@@ -60,7 +61,12 @@ from pathlib import Path
 
 import torch
 
-ALIASES = {"pendulum": "pendulum_shac", "cartpole": "cartpole_shac", "panda": "panda_reach_apg"}
+ALIASES = {
+    "pendulum": "pendulum_shac",
+    "cartpole": "cartpole_shac",
+    "panda": "panda_reach_apg",
+    "quadruped": "quadruped_walk_shac",
+}
 
 
 def _preset(name: str):
@@ -244,6 +250,77 @@ def worker(args) -> None:
         Path(args.result).write_text(json.dumps(result, indent=1))
 
 
+# ------------------------------------------------------- compiled contact step
+def compile_step_bench(args) -> None:
+    """Eager ``Simulator.step`` against :func:`backdrive.sim.compile_step`, on the quadruped's contact step.
+
+    For each batch: the compile time (the first compiled call, minus an
+    eager step), then ``--reps`` rounds of eager and compiled steps
+    interleaved (CPU seconds, one torch thread), without and with a
+    backward pass; medians and their ratio. Each row is printed and appended
+    to ``--out``/compile_step.json as soon as it is measured (compilation
+    can take minutes on a CPU).
+    """
+    torch.set_num_threads(1)
+    from backdrive.envs import QuadrupedWalk
+    from backdrive.sim import State, compile_step
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
+    for batch in args.compile_batches:
+        env = QuadrupedWalk(batch, gait_frequency=3.0, gait_amplitude=0.15, dtype=dtype, device=_device(args.device))
+        env.reset(seed=0)
+        sim = env.sim
+        p = env.split(env.state)
+        q, v = p["q"].clone(), p["v"].clone()
+        u = (env.q_stand + 0.1).expand(batch, 12).clone()
+        for grad in (False, True):
+            step = compile_step(sim, backend=args.compile_backend)
+            qg, vg, ug = (x.clone().requires_grad_(grad) for x in (q, v, u))
+
+            def run(fn):
+                s1 = fn(State(qg, vg), ug, check_finite=False)
+                if grad:
+                    (s1.q.sum() + s1.v.sum()).backward()
+                return s1
+
+            def timed(fn):
+                _sync(q.device)
+                t0 = time.process_time()
+                run(fn)
+                _sync(q.device)
+                return time.process_time() - t0
+
+            eager_first = timed(sim.step)
+            t0, c0 = time.perf_counter(), time.process_time()
+            ref, got = run(sim.step), run(step)
+            compile_wall, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
+            err = max(float((got.q - ref.q).abs().max()), float((got.v - ref.v).abs().max()))
+            rel = max(float((got.q - ref.q).abs().max() / ref.q.abs().max()),
+                      float((got.v - ref.v).abs().max() / ref.v.abs().max()))
+            eager, compiled = [], []
+            for _ in range(args.compile_reps):
+                eager.append(timed(sim.step))
+                compiled.append(timed(step))
+            row = {
+                "batch": batch, "dtype": args.dtype, "backward": grad, "backend": args.compile_backend,
+                "compiled": step.compiled, "eager_reason": step.eager_reason,
+                "compile_wall_s": compile_wall, "compile_cpu_s": compile_cpu, "eager_first_s": eager_first,
+                "eager_s": statistics.median(eager), "compiled_s": statistics.median(compiled),
+                "max_abs_diff": err, "max_rel_diff": rel, "load_average": os.getloadavg()[0],
+            }
+            row["compiled_over_eager"] = row["compiled_s"] / row["eager_s"]
+            rows.append(row)
+            print(f"batch {batch} {args.dtype} {'forward+backward' if grad else 'forward'}: eager "
+                  f"{row['eager_s'] * 1e3:.2f} ms, compiled {row['compiled_s'] * 1e3:.2f} ms (ratio "
+                  f"{row['compiled_over_eager']:.2f}; compiled={step.compiled}), compile {compile_cpu:.0f} CPU s "
+                  f"({compile_wall:.0f} s wall), max |diff| {err:.2e} ({rel:.1e} of the largest entry), load "
+                  f"{row['load_average']:.1f}", flush=True)
+            (out / "compile_step.json").write_text(json.dumps(rows, indent=1))
+
+
 # ------------------------------------------------------------------ parent
 def _launch(args, nproc: int, out: Path) -> dict:
     result = out / f"scaling_{args.env}_{nproc}p.json"
@@ -302,11 +379,20 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, or auto (cuda:LOCAL_RANK when CUDA exists)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", default="outputs/scaling")
+    ap.add_argument("--compile-step", action="store_true",
+                    help="instead: eager vs compile_step on the quadruped's contact step (one process)")
+    ap.add_argument("--compile-batches", type=int, nargs="+", default=[64, 1024])
+    ap.add_argument("--compile-reps", type=int, default=15)
+    ap.add_argument("--compile-backend", default="inductor")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="of --compile-step")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        return
+    if args.compile_step:
+        compile_step_bench(args)
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -116,7 +116,9 @@ def main() -> None:
         callback=callback,
         num_threads=1,
     )
-    trainer.save(ckpt)
+    trainer.save(ckpt)  # under torchrun every rank calls it; rank 0 writes
+    if not trainer.data_parallel.is_main:
+        return  # under torchrun the test episodes, plots and files are rank 0's
     cpu = time.process_time() - cpu0
     print(f"trained: {trainer.updates_done} updates, {trainer.env_steps:,} env steps, "
           f"{trainer.wall_s / 60:.1f} min training wall time ({cpu / 60:.1f} min CPU with evaluations)")

@@ -361,3 +361,93 @@ def test_one_process_training_on_the_test_device(device):
     assert {p.device for p in t.policy.parameters()} == {env.device}
     assert t.policy.normalizer.mean.device == env.device
     assert math.isfinite(t.history[-1]["actor_loss"])
+
+
+# ------------------------------------------------------------ real torchrun
+# The same training as the spawned tests, but started by the launcher users
+# run: `python -m torch.distributed.run --standalone --nproc_per_node 2 <this
+# file> --torchrun-job OUT`. Each worker records every file it opens for
+# writing or renames (a sys.addaudithook: it sees open, os.open and
+# os.replace, whoever calls them), so the test can tell which rank wrote the
+# log and the checkpoint.
+TORCHRUN_DEADLINE_S = 120  # the launcher and both workers are killed after this
+TORCHRUN_UPDATES = 3
+
+
+def _torchrun_job(out_dir: str) -> None:
+    import sys
+
+    rank = int(os.environ["RANK"])
+    writes: list[tuple[str, str]] = []
+    out_dir = os.path.realpath(out_dir)
+
+    def audit(event, args):
+        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            path, mode, flags = (list(args) + [None, None])[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+            if writing:
+                writes.append(("open", os.fsdecode(path)))
+        elif event == "os.rename" and args:
+            writes.append(("rename", os.fsdecode(args[1])))
+
+    sys.addaudithook(audit)
+    torch.set_num_threads(1)
+    t = train_policy(_env(), updates=TORCHRUN_UPDATES, checkpoint=os.path.join(out_dir, "run.pt"),
+                     checkpoint_every=TORCHRUN_UPDATES, log_csv=os.path.join(out_dir, "run.csv"),
+                     timeout_s=60, progress=False, **SETTINGS)
+    result = {"rank": rank, "world": t.data_parallel.world_size, "local_envs": t.env.num_envs,
+              "params": _flat(t), "history": t.history,
+              "writes": [(kind, os.path.basename(p)) for kind, p in writes
+                         if os.path.dirname(os.path.realpath(p)) == out_dir]}
+    torch.save(result, os.path.join(out_dir, f"result{rank}.pt"))  # after the list was taken: not in it
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_match_one_process(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    import backdrive
+
+    src = os.path.dirname(os.path.dirname(backdrive.__file__))
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "--max-restarts", "0", os.path.abspath(__file__), "--torchrun-job", str(tmp_path)]
+    # A session of its own, so a hung run is killed with every worker.
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=TORCHRUN_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"torchrun still running after {TORCHRUN_DEADLINE_S} s:\n{output.decode()[-3000:]}")
+    assert proc.returncode == 0, output.decode()[-3000:]
+    r0, r1 = (torch.load(tmp_path / f"result{r}.pt", weights_only=False) for r in range(2))
+    assert (r0["rank"], r1["rank"]) == (0, 1)
+    assert r0["world"] == r1["world"] == 2 and r0["local_envs"] == r1["local_envs"] == B // 2
+    # The 2-process run is the 1-process run with the whole batch (the same data).
+    assert torch.equal(r0["params"], r1["params"])
+    torch.testing.assert_close(r0["params"], _flat(_reference(TORCHRUN_UPDATES)), rtol=1e-9, atol=1e-10)
+    want = [row["actor_loss"] for row in _reference(TORCHRUN_UPDATES).history]
+    assert [row["actor_loss"] for row in r1["history"]] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    # Rank 0 alone wrote the log and the checkpoint (through a temporary file renamed over it).
+    assert r1["writes"] == []
+    assert ("open", "run.csv") in r0["writes"] and ("rename", "run.pt") in r0["writes"]
+    assert sorted(p for p in os.listdir(tmp_path) if not p.startswith("result")) == ["run.csv", "run.pt"]
+    with open(tmp_path / "run.csv") as f:
+        assert [int(r["update"]) for r in csv.DictReader(f)] == list(range(1, TORCHRUN_UPDATES + 1))
+    assert ckpt_mod.read_checkpoint(tmp_path / "run.pt")["world_size"] == 2
+
+
+if __name__ == "__main__":  # a worker of test_torchrun_two_processes_match_one_process
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--torchrun-job":
+        _torchrun_job(sys.argv[2])

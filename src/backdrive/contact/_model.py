@@ -531,7 +531,10 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt):
     nnT = n[..., :, None] * n[..., None, :]
     eye = torch.eye(3, dtype=n.dtype, device=n.device)
     # diag(J M^-1 J^T) = column sums of Y^2 with L Y = J^T, M = L L^T.
-    Y = torch.linalg.solve_triangular(torch.linalg.cholesky(M), Jf.transpose(-1, -2), upper=False)
+    # cholesky_ex: no error check, so no host synchronisation on a GPU; a
+    # mass matrix that is not positive definite makes the step's own solve
+    # (and so the state) non-finite, which the rollout reports.
+    Y = torch.linalg.solve_triangular(torch.linalg.cholesky_ex(M)[0], Jf.transpose(-1, -2), upper=False)
     inv_mass = (Y * Y).sum(-2).reshape(*n.shape[:-1], 3).mean(-1)
     fn_pos = torch.clamp_min(f_n, 0.0)
     vstar = dt * mu * fn_pos * inv_mass

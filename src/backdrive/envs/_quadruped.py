@@ -307,6 +307,8 @@ class QuadrupedWalk(DiffEnv):
         self.q_stand = torch.tensor(spec["stand"] * 4, **kw)
         self._q_stand_robot = self.to_robot_order(self.q_stand)
         self.stand_height = float(spec["height"])
+        # The standing pose a non-finite copy is stepped from (made once: not a host-to-device copy per step).
+        self._safe_q = torch.cat([torch.tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0], **kw), self._q_stand_robot])
         self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
         self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
         self.nominal_contact = ContactParameters()
@@ -494,8 +496,7 @@ class QuadrupedWalk(DiffEnv):
         # replaced by the standing pose and marked; at the end they are NaN
         # again, and DiffEnv.step resets them and keeps them out of the gradient.
         bad = ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1) & torch.isfinite(target).all(-1))
-        safe_q = torch.cat([q.new_tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0]), self._q_stand_robot])
-        safe_q = safe_q.expand_as(q)
+        safe_q = self._safe_q.expand_as(q)
         effort2 = q.new_zeros(q.shape[0])
         for _ in range(self.substeps):
             q = torch.where(bad[:, None], safe_q, q)
@@ -687,7 +688,7 @@ class QuadrupedWalk(DiffEnv):
         per_env = torch.nanmean(V, 0)
         cmd = float(torch.as_tensor(command)[0])
         # Displacement along the initial heading (the base x axis at t = 0).
-        heading = quat_apply(q[0, :, 3:7], torch.tensor([1.0, 0.0, 0.0], dtype=q.dtype).expand(self.num_envs, 3))
+        heading = quat_apply(q[0, :, 3:7], q.new_tensor([1.0, 0.0, 0.0]).expand(self.num_envs, 3))
         dist = ((q[-1, :, :3] - q[0, :, :3]) * heading).sum(-1)
         return {
             "forward_speed": float(torch.nanmean(V)),

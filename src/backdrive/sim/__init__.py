@@ -9,12 +9,15 @@ controls, actuator gains and the robot's physical parameters.
 from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
 from ._integrators import INTEGRATORS, explicit_euler, rk4, semi_implicit_euler
 from ._simulator import JOINT_FORCE_MODES, Simulator
+from ._compile import CompiledStep, compile_step
 from ._state import NonFiniteError, SimulationError, State, Trajectory
 from ._systems import MassSpringDamper, RobotSystem, System, as_system
 
 __all__ = [
     "Simulator",
     "JOINT_FORCE_MODES",
+    "compile_step",
+    "CompiledStep",
     "State",
     "Trajectory",
     "System",

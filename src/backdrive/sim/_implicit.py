@@ -182,7 +182,9 @@ class ImplicitJointForces:
         w = self.width
         K = self.dt * A * F  # (..., nf, nf): response of v1 to g
         Bm = K + w * self._eye_f
-        g = torch.linalg.solve(Bm, -v_free)
+        # solve_ex: linalg.solve's error check synchronises a CUDA device with
+        # the host (every substep); Bm = dt A F + w I is positive definite.
+        g = torch.linalg.solve_ex(Bm, -v_free)[0]
         slide = torch.zeros_like(g, dtype=torch.bool)
         sign = torch.zeros_like(g)
         for _ in range(FRICTION_PASSES):
@@ -200,5 +202,5 @@ class ImplicitJointForces:
             held = torch.where(slide, sign, torch.zeros_like(sign))  # the sliding joints' known g
             known = (Bm @ held[..., None])[..., 0]
             rhs = torch.where(stick, -v_free - known, held)
-            g = torch.linalg.solve(Bs, rhs)
+            g = torch.linalg.solve_ex(Bs, rhs)[0]
         return g.clamp(-1.0, 1.0)
