@@ -298,7 +298,8 @@ class HumanoidBalance(DiffEnv):
         gains = {k: 0.0 for k in BALANCE_FEEDBACK_KEYS}
         for k, w in dict(balance_feedback or {}).items():
             if k not in BALANCE_FEEDBACK_KEYS:
-                raise InputError(f"unknown balance feedback gain {k!r}; valid: {', '.join(map(repr, BALANCE_FEEDBACK_KEYS))}")
+                raise InputError(f"unknown balance feedback gain {k!r}; "
+                                 f"valid: {', '.join(map(repr, BALANCE_FEEDBACK_KEYS))}")
             if isinstance(w, bool) or not (isinstance(w, (int, float)) and math.isfinite(w)):
                 raise InputError(f"balance feedback gain {k} must be a finite number, got {w!r}")
             gains[k] = float(w)
