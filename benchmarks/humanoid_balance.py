@@ -5,7 +5,8 @@
 contact substeps, the base velocity and height observed). Each seed trains
 ``train_policy(preset=HUMANOID_BALANCE_SHAC)`` until its training wall time
 reaches the budget; every policy, the shipped one and zero action (the PD
-servos alone, the baseline) are then evaluated on the same 32 fresh
+servos alone, the baseline), and zero action with the hand-designed balance
+prior (``balance_feedback=G1_BALANCE_FEEDBACK``) are then evaluated on the same 32 fresh
 10-second episodes with pushes of up to 0.5 m/s (uniform direction and
 magnitude) at random times, on average every 4 s. Issue 12's target: the
 robot stays up in at least 90 % of episodes.
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import HumanoidBalance
+from backdrive.envs._humanoid import G1_BALANCE_FEEDBACK
 from backdrive.optim import HUMANOID_BALANCE_SHAC, train_policy
 
 EVAL_EPISODES, EVAL_SEED, EVAL_SECONDS = 32, 999, 10.0
@@ -121,6 +123,10 @@ def main() -> None:
 
     rows = [{"method": "zero action (PD only)", "seed": "-", "env_steps": 0, "train_wall_s": 0.0, "train_cpu_s": 0.0,
              **evaluate(None)}]
+    print(rows[-1], flush=True)
+    # The hand-designed balance prior (ankle feedback on the pelvis's lean), zero action on top.
+    rows.append({"method": "zero action + balance prior (hand-designed)", "seed": "-", "env_steps": 0,
+                 "train_wall_s": 0.0, "train_cpu_s": 0.0, **evaluate(None, balance_feedback=G1_BALANCE_FEEDBACK)})
     print(rows[-1], flush=True)
     try:
         shipped_env, shipped = HumanoidBalance.pretrained(1)

@@ -17,7 +17,8 @@ through the contact forces into the policy. The settings are
 Needs example-robot-data (``pip install example-robot-data``). Prints the
 fraction of 10-second test episodes (pushes up to 0.5 m/s every 4 s on
 average) in which the robot stays up, for the trained policy and for zero
-action (the PD servos alone). Writes to ``outputs/examples/``:
+action (the PD servos alone), with and without the hand-designed balance
+prior (``balance_feedback=G1_BALANCE_FEEDBACK``). Writes to ``outputs/examples/``:
 ``humanoid_balance.png`` (learning curve, base height and push times of the
 test episodes), the CSV log, the checkpoint and a browser preview
 (``humanoid_balance.html``, with the ``viz`` extra). ``--ship`` writes the
@@ -34,6 +35,7 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import HumanoidBalance
+from backdrive.envs._humanoid import G1_BALANCE_FEEDBACK
 from backdrive.optim import HUMANOID_BALANCE_SHAC, load_policy, train_policy
 from backdrive.optim._policy.checkpoints import read_checkpoint, write_checkpoint
 
@@ -43,10 +45,10 @@ TEST_EPISODES, TEST_SEED = 32, 999
 TEST_PUSHES = {"push_velocity": 0.5, "push_interval": 4.0}
 
 
-def test_env(num_envs: int) -> HumanoidBalance:
-    """The preset's env with the evaluation's pushes."""
+def test_env(num_envs: int, **overrides) -> HumanoidBalance:
+    """The preset's env with the evaluation's pushes (and ``overrides``)."""
     kwargs = {k: v for k, v in HUMANOID_BALANCE_SHAC.env_kwargs.items() if k != "num_envs"}
-    return HumanoidBalance(num_envs, **{**kwargs, **TEST_PUSHES})
+    return HumanoidBalance(num_envs, **{**kwargs, **TEST_PUSHES, **overrides})
 
 
 def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict) -> None:
@@ -117,7 +119,10 @@ def main() -> None:
     test = test_env(args.episodes)
     m = test.evaluate(policy, seconds=10.0, seed=TEST_SEED)
     base = test_env(args.episodes).evaluate(None, seconds=10.0, seed=TEST_SEED)
-    for name, r in (("trained policy", m), ("zero action (PD only)", base)):
+    # The hand-designed balance prior (ankle feedback on the pelvis's lean), for comparison.
+    prior = test_env(args.episodes, balance_feedback=G1_BALANCE_FEEDBACK).evaluate(None, seconds=10.0, seed=TEST_SEED)
+    for name, r in (("trained policy", m), ("zero action (PD only)", base),
+                    ("zero action + hand-designed balance prior", prior)):
         print(f"{name}: {args.episodes} test episodes of 10 s with pushes up to 0.5 m/s: upright "
               f"{r['upright'] * 100:.0f}% ({r['pushes']:.1f} pushes per episode, {r['pushes_survived'] * 100:.0f}% "
               f"of pushes survived), mean base speed {r['base_speed']:.3f} m/s, pelvis height {r['height']:.3f} m")

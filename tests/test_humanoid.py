@@ -191,3 +191,60 @@ def test_gymnasium_view(g1_32):
     obs, reward, terminated, truncated, _ = g.step(np.zeros(15, dtype=np.float32))
     assert obs.shape == (82,) and np.isfinite(obs).all()
     assert 1.0 < reward < 1.6 and not terminated and not truncated  # standing: most terms near their best
+
+
+def _leaning(env, pitch: float, roll: float = 0.0):
+    """``env``'s reset state with the pelvis (yaw 0) turned by ``pitch`` about y, then ``roll`` about x."""
+    s = env.state.clone()
+    cp, sp, cr, sr = math.cos(pitch / 2), math.sin(pitch / 2), math.cos(roll / 2), math.sin(roll / 2)
+    # q_pitch (x) q_roll, wxyz
+    s[:, 3:7] = torch.tensor([cp * cr, cp * sr, sp * cr, -sp * sr], dtype=s.dtype)
+    return s
+
+
+def test_balance_feedback_signs_and_errors(g1_32):
+    from backdrive.envs._humanoid import BALANCE_FEEDBACK_KEYS, G1_BALANCE_FEEDBACK
+
+    off = HumanoidBalance(1, robot=g1_32, push_velocity=0.0)
+    off.reset(seed=0)
+    assert off.balance_feedback is None
+    assert torch.equal(off.feedback_offsets(_leaning(off, 0.1)), torch.zeros(1, 15))
+
+    env = HumanoidBalance(1, robot=g1_32, push_velocity=0.0, balance_feedback={"ankle_tilt": 1.0, "hip_rate": 0.5})
+    env.reset(seed=0)
+    # a forward lean (pitch about +y) raises both ankle pitch targets (the torque that tips the body back)
+    d = env.feedback_offsets(_leaning(env, 0.1))
+    assert d[0, 4] > 0.09 and d[0, 10] > 0.09
+    assert torch.allclose(d[0, 4], d[0, 10])
+    assert d[0, [0, 1, 2, 3, 5, 6, 7, 8, 9, 11, 12, 13, 14]].abs().max() < 1e-6  # no rate: the hips stay
+    assert env.feedback_offsets(_leaning(env, -0.1))[0, 4] < -0.09  # a backward lean lowers them
+    # a lean to the right (roll about +x) moves the ankle roll targets, not the pitch ones
+    r = env.feedback_offsets(_leaning(env, 0.0, 0.1))
+    assert r[0, 5] > 0.09 and r[0, 11] > 0.09 and r[0, [4, 10]].abs().max() < 1e-6
+    # a pitch rate drives the hip pitch joints by its gain (0.5 x 0.2 rad/s, through a tanh at 0.25 rad)
+    s = _leaning(env, 0.0)
+    s[:, 36 + 4] = 0.2  # w_y, rad/s
+    expect = torch.full((2,), 0.25 * math.tanh(0.1 / 0.25))
+    assert torch.allclose(env.feedback_offsets(s)[0, [0, 6]], expect, atol=1e-5)
+    # saturated at the action scale
+    assert env.feedback_offsets(_leaning(env, 1.0))[0, 4] < env.action_scale
+
+    # physically: after a forward push of 0.3 m/s, the prior keeps the pelvis leaning forward less
+    lean = {}
+    for name, fb in (("pd", None), ("prior", G1_BALANCE_FEEDBACK)):
+        e = HumanoidBalance(1, robot=g1_32, push_velocity=0.0, init_noise=0.0, balance_feedback=fb)
+        e.reset(seed=0)
+        e.set_state(e.push(_leaning(e, 0.0), torch.tensor([[0.3, 0.0, 0.0]])))
+        peak = 0.0
+        with torch.no_grad():
+            for _ in range(25):
+                e.step(torch.zeros(1, 15))
+                peak = max(peak, float(e.projected_gravity(e.state)[0, 0]))
+        lean[name] = peak
+    assert lean["prior"] < lean["pd"], lean
+
+    with pytest.raises(InputError, match="ankle_tilt"):
+        HumanoidBalance(1, robot=g1_32, balance_feedback={"ankle": 1.0})
+    with pytest.raises(InputError, match="finite"):
+        HumanoidBalance(1, robot=g1_32, balance_feedback={"hip_rate": math.nan})
+    assert set(G1_BALANCE_FEEDBACK) <= set(BALANCE_FEEDBACK_KEYS)

@@ -19,7 +19,8 @@ from ..spatial import quat_apply, quat_conjugate
 from ._base import DiffEnv
 from ._quadruped import COMMAND_RANGES, QuadrupedWalk
 
-__all__ = ["HumanoidBalance", "g1_contact_geometry", "HUMANOID_REWARD_WEIGHTS", "G1_JOINTS"]
+__all__ = ["HumanoidBalance", "g1_contact_geometry", "HUMANOID_REWARD_WEIGHTS", "G1_JOINTS", "BALANCE_FEEDBACK_KEYS",
+           "G1_BALANCE_FEEDBACK"]
 
 #: The G1's joints in example-robot-data's order (legs, waist, arms).
 G1_JOINTS: tuple[str, ...] = tuple(
@@ -67,6 +68,28 @@ HUMANOID_REWARD_WEIGHTS: dict[str, float] = {
     "torque": 1e-5,
     "action_rate": 0.1,
 }
+
+
+#: The balance-feedback gains (``balance_feedback=``): joint group x signal.
+#: Groups: ``ankle`` (ankle pitch and roll of both legs), ``hip`` (hip pitch
+#: and roll), ``waist`` (waist pitch and roll). Signals, per lean axis (about
+#: the pelvis's x for roll, y for pitch): ``tilt`` (rad, from gravity's
+#: direction in the pelvis frame), ``rate`` (the pelvis's angular velocity,
+#: rad/s) and ``vel`` (the pelvis's horizontal velocity turned into the lean
+#: it would cause: ``(-v_y, v_x)``, m/s). Units: rad of target per rad, per
+#: rad/s and per m/s.
+BALANCE_FEEDBACK_KEYS: tuple[str, ...] = tuple(
+    f"{g}_{s}" for g in ("ankle", "hip", "waist") for s in ("tilt", "rate", "vel"))
+
+#: Hand-tuned gains of the balance prior for the G1 (ankle stiffening on the
+#: pelvis's lean and lean rate; the hip and waist terms tried did not help,
+#: docs/locomotion.md). Tuned on 4-s screening runs with a push every second,
+#: not on the evaluation's episodes.
+G1_BALANCE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_rate": 0.15}
+
+# Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
+_FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
+_FB_ROLL = {"ankle": (5, 11), "hip": (1, 7), "waist": (13,)}
 
 
 def g1_contact_geometry(robot):
@@ -191,6 +214,13 @@ class HumanoidBalance(DiffEnv):
         reward_weights: overrides of :data:`HUMANOID_REWARD_WEIGHTS`.
         privileged: also observe the base linear velocity and height.
         init_noise: half-width of the uniform joint-angle noise at reset, rad.
+        balance_feedback: ``None`` (off) or gains ``{key: gain}`` with keys
+            in :data:`BALANCE_FEEDBACK_KEYS` (missing keys 0): a
+            hand-designed balance prior added to the servo targets of the
+            ankle, hip and waist pitch and roll joints, linear in the
+            pelvis's lean, lean rate and horizontal velocity (see
+            :meth:`feedback_offsets`). The policy's action is added on top
+            (a residual policy).
         max_episode_steps: truncation length.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
@@ -216,6 +246,7 @@ class HumanoidBalance(DiffEnv):
         reward_weights: Mapping[str, float] | None = None,
         privileged: bool = False,
         init_noise: float = 0.05,
+        balance_feedback: Mapping[str, float] | None = None,
         max_episode_steps: int = 500,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
@@ -264,7 +295,17 @@ class HumanoidBalance(DiffEnv):
                 raise InputError(f"reward weight {k} must be a finite number, got {w!r}")
             weights[k] = float(w)
 
+        gains = {k: 0.0 for k in BALANCE_FEEDBACK_KEYS}
+        for k, w in dict(balance_feedback or {}).items():
+            if k not in BALANCE_FEEDBACK_KEYS:
+                raise InputError(f"unknown balance feedback gain {k!r}; "
+                                 f"valid: {', '.join(map(repr, BALANCE_FEEDBACK_KEYS))}")
+            if isinstance(w, bool) or not (isinstance(w, (int, float)) and math.isfinite(w)):
+                raise InputError(f"balance feedback gain {k} must be a finite number, got {w!r}")
+            gains[k] = float(w)
+
         self.robot = robot
+        self.balance_feedback = gains if balance_feedback is not None else None
         self.dt = float(dt)
         self.substeps = substeps
         self.physics_dt = self.dt / substeps
@@ -283,6 +324,8 @@ class HumanoidBalance(DiffEnv):
             [next((v for k, v in _STAND.items() if k in n), 0.0) for n in G1_JOINTS], **kw)
         self.kp = torch.tensor([next(kp for k, kp, _ in _GAINS if k in n) for n in G1_JOINTS], **kw)
         self.kd = torch.tensor([next(kd for k, _, kd in _GAINS if k in n) for n in G1_JOINTS], **kw)
+        # (3 groups, 3 signals); may be broadcast to (N, 3, 3) to compare gains across copies.
+        self._fb_gains = torch.tensor([gains[k] for k in BALANCE_FEEDBACK_KEYS], **kw).reshape(3, 3)
         self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
         self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
         self.geometry = g1_contact_geometry(robot)
@@ -348,6 +391,42 @@ class HumanoidBalance(DiffEnv):
         dv_base = quat_apply(quat_conjugate(q[..., 3:7]), dv_world)
         return torch.cat([q, v[..., :3] + dv_base, state[..., 39:]], -1)
 
+    def feedback_offsets(self, state: torch.Tensor) -> torch.Tensor:
+        """The balance prior's servo-target offsets ``(N, 15)``, rad (zeros when ``balance_feedback`` is off).
+
+        Per lean axis, ``signal = (lean, lean rate, horizontal velocity)``:
+        pitch (forward lean, about the pelvis's y) ``(g_x, w_y, v_x)`` and roll
+        (about its x) ``(-g_y, w_x, -v_y)``, with ``g`` gravity's direction,
+        ``w`` the angular and ``v`` the linear velocity, all in the pelvis
+        frame. Each group's pitch joints get ``gains[group] . signal_pitch``
+        and its roll joints ``gains[group] . signal_roll`` (both legs alike).
+        The joints' axes point along the pelvis's when standing, so a
+        positive ankle gain turns a forward lean into a larger ankle pitch
+        target, the torque that pushes the body back. Each offset is
+        smoothly saturated at ``action_scale`` (``a tanh(x / a)``).
+        """
+        out = state.new_zeros(state.shape[0], NUM_ACTUATED)
+        if self.balance_feedback is None:
+            return out
+        p = self.split(state)
+        v = p["v"]
+        g = self.projected_gravity(state)
+        pitch = torch.stack([g[:, 0], v[:, 4], v[:, 0]], -1)
+        roll = torch.stack([-g[:, 1], v[:, 3], -v[:, 1]], -1)
+        k = self._fb_gains.expand(state.shape[0], 3, 3)
+        dp = (k * pitch[:, None, :]).sum(-1)  # (N, 3 groups)
+        dr = (k * roll[:, None, :]).sum(-1)
+        cols_p = torch.zeros(3, NUM_ACTUATED, dtype=state.dtype, device=state.device)
+        cols_r = torch.zeros_like(cols_p)
+        for i, grp in enumerate(("ankle", "hip", "waist")):
+            cols_p[i, list(_FB_PITCH[grp])] = 1.0
+            cols_r[i, list(_FB_ROLL[grp])] = 1.0
+        # Smoothly saturated at action_scale: the prior moves the targets no further
+        # than the policy can (unbounded, a fallen robot's rates drive the targets,
+        # and the simulation, off to infinity).
+        lim = self.action_scale
+        return lim * torch.tanh((dp @ cols_p + dr @ cols_r) / lim)
+
     def transition(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         from ..sim import State
 
@@ -358,7 +437,7 @@ class HumanoidBalance(DiffEnv):
             state = self.push(state, dv)
         p = self.split(state)
         q, v = p["q"], p["v"]
-        target = torch.cat([self.q_stand[:NUM_ACTUATED] + self.action_scale * action,
+        target = torch.cat([self.q_stand[:NUM_ACTUATED] + self.action_scale * action + self.feedback_offsets(state),
                             self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
         # A non-finite copy would stop the whole batch (the contact step's
         # factorisation raises), so between substeps its rows are the standing
