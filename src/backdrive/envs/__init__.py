@@ -8,7 +8,7 @@ state; :meth:`DiffEnv.detach` truncates backpropagation between windows.
 from ._adapter import to_gymnasium
 from ._base import DiffEnv
 from ._cartpole import CartPoleSwingUp
-from ._humanoid import HumanoidBalance
+from ._humanoid import BALANCE_FEEDBACK_KEYS, G1_BALANCE_FEEDBACK, HumanoidBalance
 from ._panda import PandaReach
 from ._pendulum import Pendulum, angle_normalize
 from ._quadruped import QuadrupedWalk, Randomization
@@ -20,6 +20,8 @@ __all__ = [
     "PandaReach",
     "QuadrupedWalk",
     "HumanoidBalance",
+    "G1_BALANCE_FEEDBACK",
+    "BALANCE_FEEDBACK_KEYS",
     "Randomization",
     "angle_normalize",
     "to_gymnasium",
