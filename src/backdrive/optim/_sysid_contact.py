@@ -122,6 +122,18 @@ class ContactFit:
             measured about 2x faster than forward mode for a handful of
             parameters on the quadruped, where the per-step cost is mostly
             fixed overhead, and within about 1e-8 of it).
+        total_mass: the robot's weighed total mass, kg (the sum of all its
+            bodies' masses, fitted or not): an anchor for ``body_mass``. From
+            encoders and an IMU alone every force of the model (gravity on
+            each link, the motors, the contact law, joint damping) can grow
+            or shrink together with little change of the motion; the weight
+            fixes that common scale. It enters the fit as one more residual,
+            ``(sum(m) - total_mass) / total_mass_std``, a Gaussian prior
+            that the Cramer-Rao intervals include. Needs ``body_mass`` in
+            ``params``.
+        total_mass_std: standard deviation of the weighing, kg (default
+            0.1 % of ``total_mass``: a tight prior, close to an equality
+            constraint without the stiffness of one).
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
@@ -138,6 +150,8 @@ class ContactFit:
     per_joint_strength: bool = False
     joint_names: tuple[str, ...] | None = None
     jacobian: str = "forward_mode"
+    total_mass: float | None = None
+    total_mass_std: float | None = None
 
     def __post_init__(self):
         if self.jacobian not in ("forward_mode", "differences"):
@@ -165,6 +179,13 @@ class ContactFit:
             if bad or not self.observe or isinstance(self.observe, str):
                 raise ConfigError(f"ContactFit.observe must name some of {', '.join(SENSOR_CHANNELS)}; got "
                                   f"{self.observe!r}")
+        for name in ("total_mass", "total_mass_std"):
+            x = getattr(self, name)
+            if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                      and x > 0):
+                raise ConfigError(f"ContactFit.{name} must be a positive number of kg or None, got {x!r}")
+        if self.total_mass_std is not None and self.total_mass is None:
+            raise ConfigError("ContactFit.total_mass_std is given without total_mass (the weighed mass, kg)")
         if self.noise is not None:
             if not isinstance(self.noise, dict):
                 raise ConfigError(f"ContactFit.noise must be a dict of channel -> standard deviation, got "
@@ -418,8 +439,15 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         joint_idx = helpers["resolve"](robot, joints, "joint", list(range(robot.num_joints)))
         base = helpers["Parametrisation"](robot, robot_params, body_idx, joint_idx)
     par = _ContactParametrisation(base, sim, robot, params, fit.per_joint_strength)
+    anchor = None
+    if fit.total_mass is not None:
+        if "body_mass" not in robot_params:
+            raise InputError(f"ContactFit.total_mass anchors the fitted masses, but params {list(params)} has no "
+                             "'body_mass'; add it, or drop total_mass")
+        m_std = fit.total_mass_std if fit.total_mass_std is not None else 1e-3 * fit.total_mass
+        anchor = (float(fit.total_mass), float(m_std))
 
-    n_res = sum(int(q_rec[..., 0].numel()) * _channel_size(robot, c) for c in observe)
+    n_res = sum(int(q_rec[..., 0].numel()) * _channel_size(robot, c) for c in observe) + (anchor is not None)
     # Levenberg-Marquardt's first steps start cautious here: a wild trial step
     # through stiff contact costs a rollout and is refused anyway.
     opts = opts.with_defaults(damping=1.0)
@@ -438,7 +466,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                 # overflowed or a mass matrix lost definiteness: an infinite
                 # loss, so the step is refused.
                 return torch.full((n_res,), math.inf, dtype=xi.dtype, device=xi.device)
-            return _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
+            r = _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
+            if anchor is not None:
+                total = s.robot.body_mass.sum()
+                r = torch.cat([r, ((total - anchor[0]) / anchor[1]).reshape(1)])
+            return r
 
         def jac(xi):
             xi = xi.detach()
