@@ -30,18 +30,28 @@ IMU alone is ill-posed, and gives the measured result). The pushes are not
 modelled, so the calibration and the evaluation use the recording between
 pushes (the data are cut into segments that start 0.15 s after a push ends).
 
+``--contact matched`` replaces MuJoCo's contact by backdrive's penalty law
+(hidden stiffness 1e4-3e4 N/m and damping 100-400 N s/m): the model class is
+then right, and what is left between the engines is their numerics.
+
 Reported: multi-step prediction error (windows of ``--horizon`` steps from
 recorded states on held-out recordings, RMS of the joint-angle and
-base-orientation errors) before and after calibration, and each parameter
-against the truth with its 95 % interval and identifiability.
+base-orientation errors) of the nominal simulator, of backdrive with every
+hidden parameter at its TRUE value (the floor: nominal contact law, and the
+fitted one when the contact law was fitted against MuJoCo's own contact),
+and of the calibrated simulator; each parameter against the truth with its
+95 % interval and identifiability. ``--total-mass`` anchors the fitted
+masses on the robot's weighed total (``ContactFit.total_mass``);
+``--stage2`` runs a second fit from the first one's simulator (e.g. the
+contact law, strength and delay first, then masses); ``--save`` writes the
+calibrated parameters for ``benchmarks/calibration_loop.py``.
 
-Run (prints a markdown table, a few minutes on a 2-core machine):
+Run (prints markdown tables, minutes to tens of minutes on a loaded 2-core machine):
 
     nice -n 10 python benchmarks/calibration.py [--seconds 20] [--seed 0]
-
-The "train a locomotion policy in the calibrated and in the nominal
-simulator, deploy both in MuJoCo" loop of issue 13 waits for the locomotion
-environment and is not part of this benchmark.
+    python benchmarks/calibration.py --no-fit --contact matched        # floors only
+    python benchmarks/calibration.py --total-mass --params body_mass,contact_stiffness,contact_damping,\
+        contact_friction,motor_strength --windows 24 --iterations 6 --save outputs/calibration.json
 """
 
 from __future__ import annotations
