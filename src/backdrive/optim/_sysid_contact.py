@@ -14,6 +14,11 @@ The extra parameters are positive and fitted in log coordinates as factors
 on the simulator's values (``k = k0 exp(xi)``), so they stay positive and the
 confidence intervals of :func:`identify` apply to them unchanged.
 
+From encoders and an IMU alone the masses, the motor strength and the
+contact law share one force scale (every force of the model can grow
+together with little change of the motion); ``ContactFit.total_mass`` (the
+robot weighed) anchors it with one prior residual on the sum of the masses.
+
 The control delay is a whole number of steps and is fitted by trying each
 candidate (``ContactFit.delays``): a short fit of every candidate from the
 same start, the full fit at the best, then short refits of its neighbours
