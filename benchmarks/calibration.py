@@ -366,7 +366,7 @@ def main(argv=None):
                          "(its contact law and delay kept), e.g. body_mass,damping,motor_strength")
     ap.add_argument("--save", default=None,
                     help="write the calibrated simulator's parameters (masses, joint damping, motor strength, "
-                         "contact law, delay) and the truth to this JSON file (benchmarks/calibration_loop.py reads it)")
+                         "contact law, delay) and the truth to this JSON file (for benchmarks/calibration_loop.py)")
     ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
     ap.add_argument("--reality", default="mujoco", choices=("mujoco", "backdrive"),
                     help="who plays the real robot: MuJoCo (the benchmark) or backdrive itself with the same "

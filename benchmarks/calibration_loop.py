@@ -1,4 +1,4 @@
-"""Close the loop of issue 13: fine-tune the walking policy in the calibrated and in the nominal simulator, deploy both in "reality".
+"""Close the loop of issue 13: fine-tune the walker in the calibrated and in the nominal sim, deploy both in "reality".
 
 "Reality" is the one of ``benchmarks/calibration.py`` (MuJoCo, its own soft
 contact, ``implicitfast`` at 2 ms) running the shipped quadruped with the
