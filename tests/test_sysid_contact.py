@@ -327,3 +327,26 @@ def test_contact_fit_settings_are_checked(sled):
         identify(robot, traj.q[:, :41], traj.v[:, :41], dt=DT, params=("kp",),
                  method=ContactFit(tsim, u[:, :40]), options=SolverOptions("gauss_newton", iterations=1))
     assert set(CONTACT_PARAMETERS) >= {"contact_stiffness", "contact_damping", "contact_friction", "motor_strength"}
+
+
+def test_a_positive_parameter_with_a_huge_interval_is_not_identified():
+    """An entry the Jacobian does not leave exactly free but whose standard
+    error exceeds half its value (a mass fitted to 1e-11 kg with the
+    interval [1e-316, 1e292], as measured against MuJoCo) is reported as
+    not identified, with the interval [0, inf]; a tight one stays."""
+    from backdrive.optim._sysid_contact import _flag_weak
+
+    out = {"body_mass": torch.tensor([4.0, 1e-11], dtype=F64), "contact_friction": torch.tensor(0.8, dtype=F64)}
+    stats = {"std": {"body_mass": torch.tensor([0.1, 1e-9], dtype=F64),
+                     "contact_friction": torch.tensor(0.5, dtype=F64)},
+             "identified": {k: torch.ones_like(v, dtype=torch.bool) for k, v in out.items()},
+             "lower": {k: v.clone() for k, v in out.items()}, "upper": {k: v.clone() for k, v in out.items()},
+             "not_identified": []}
+    labels = [("body_mass", (0,), "body_mass[trunk]"), ("body_mass", (1,), "body_mass[leg]"),
+              ("contact_friction", (), "contact_friction")]
+    _flag_weak(stats, labels, out, ("body_mass", "contact_friction"))
+    assert stats["not_identified"] == ["body_mass[leg]", "contact_friction"]
+    assert stats["identified"]["body_mass"].tolist() == [True, False]
+    assert not bool(stats["identified"]["contact_friction"])
+    assert math.isinf(float(stats["upper"]["body_mass"][1])) and float(stats["lower"]["body_mass"][1]) == 0.0
+    assert float(stats["upper"]["body_mass"][0]) == 4.0  # untouched

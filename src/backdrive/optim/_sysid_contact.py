@@ -80,6 +80,10 @@ _CONTACT_FIELDS = {"contact_stiffness": "stiffness", "contact_damping": "damping
 # Cholesky entries of order 1e-2..1: the truncation error ~ h^2 and the
 # rounding error ~ 1e-16 / h balance near 1e-5..1e-6).
 _FD_STEP = 1e-6
+# A positive parameter whose standard error exceeds this share of its value
+# (95 % interval wider than a factor 2.7 either way) is reported as not
+# identified: the data leave it free within a range, they do not give it.
+_WEAK_RELATIVE_STD = 0.5
 # A chi-square with one degree of freedom exceeds this with probability 5 %.
 _CHI2_95 = 3.841458820694124
 
@@ -540,6 +544,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     initial.update(ex_init)
     fitted_robot = robot.replace(**{p: out[p] for p in names}) if names else robot
     stats = helpers["uncertainty"](par, res.x, J, res.losses[-1], count, out, initial)
+    _flag_weak(stats, par.labels(), out, ("body_mass", "damping", "friction", "armature") + CONTACT_PARAMETERS)
     with torch.no_grad():
         sim_fit, _ = par.build(res.x)
     delay_identified = True
@@ -582,6 +587,22 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             stacklevel=3,
         )
     return result
+
+
+def _flag_weak(stats: dict, labels: list, out: dict, positive: tuple) -> None:
+    """Report a positive entry the data determine only within a wide range
+    (relative standard error above :data:`_WEAK_RELATIVE_STD`) as not
+    identified, with the interval ``[0, inf]``: the Jacobian has no exact
+    null direction there, but a value with an interval of, say, ``[1e-300,
+    1e300]`` is not a measurement (modifies ``stats`` in place)."""
+    for name, idx, label in labels:
+        if name not in positive or not bool(stats["identified"][name][idx]):
+            continue
+        val, s = float(out[name][idx]), float(stats["std"][name][idx])
+        if not (val > 0 and s / val <= _WEAK_RELATIVE_STD):
+            stats["identified"][name][idx] = False
+            stats["lower"][name][idx], stats["upper"][name][idx] = 0.0, math.inf
+            stats["not_identified"].append(label)
 
 
 def _detached(cp):
