@@ -367,6 +367,9 @@ def main(argv=None):
     ap.add_argument("--save", default=None,
                     help="write the calibrated simulator's parameters (masses, joint damping, motor strength, "
                          "contact law, delay) and the truth to this JSON file (for benchmarks/calibration_loop.py)")
+    ap.add_argument("--start", default="nominal", choices=("nominal", "truth"),
+                    help="start the fit from the nominal guess or from the true parameters (with --iterations 0: "
+                         "the loss at the truth, to compare with the fit's)")
     ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
     ap.add_argument("--reality", default="mujoco", choices=("mujoco", "backdrive"),
                     help="who plays the real robot: MuJoCo (the benchmark) or backdrive itself with the same "
@@ -399,6 +402,9 @@ def main(argv=None):
     Qn, Vn = with_noise(Q, V, args.seed + 10)
 
     robot, sim0 = nominal(robot0)
+    if args.start == "truth":
+        sim0 = truth_simulator(robot0, truth)
+        robot = sim0.robot
     true_total = float(np.sum(truth["mass"]))
 
     def calibrate(start_robot, start_sim, params, delays, seed_msg):
@@ -452,7 +458,7 @@ def main(argv=None):
     print(f"recording {args.seconds:g} s (+2 x {args.heldout:g} s held out) at {DT * 1e3:g} ms; "
           f"{len(pick)} windows of {args.segment} steps ({len(pick) * args.segment * DT:.2f} s of data) used; "
           f"recording {t_record:.1f} s, identify {t_fit:.1f} s"
-          + "".join(f"; fit {k + 1}: {f.iterations} Gauss-Newton iterations, {f.message}" for k, f in enumerate(fits))
+          + "".join(f"; fit {k + 1}: {f.iterations} Gauss-Newton iterations, {f.message}, rms residual {f.rms_residual:.4g}" for k, f in enumerate(fits))
           + (f"; masses anchored on the weighed total {true_total:.4g} kg" if args.total_mass else "") + "\n")
     print(f"| held-out {args.horizon}-step prediction ({args.horizon * DT:g} s) | joint angles, rms rad | "
           "base orientation, rms rad | ratio nominal / this |")
