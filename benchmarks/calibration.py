@@ -44,7 +44,9 @@ and of the calibrated simulator; each parameter against the truth with its
 masses on the robot's weighed total (``ContactFit.total_mass``);
 ``--stage2`` runs a second fit from the first one's simulator (e.g. the
 contact law, strength and delay first, then masses); ``--save`` writes the
-calibrated parameters for ``benchmarks/calibration_loop.py``.
+calibrated parameters for ``benchmarks/calibration_loop.py``; ``--start
+truth --iterations 0`` gives the fit's loss at the true parameters (is the
+objective's minimum the truth?).
 
 Run (prints markdown tables, minutes to tens of minutes on a loaded 2-core machine):
 
