@@ -30,18 +30,30 @@ IMU alone is ill-posed, and gives the measured result). The pushes are not
 modelled, so the calibration and the evaluation use the recording between
 pushes (the data are cut into segments that start 0.15 s after a push ends).
 
+``--contact matched`` replaces MuJoCo's contact by backdrive's penalty law
+(hidden stiffness 1e4-3e4 N/m and damping 100-400 N s/m): the model class is
+then right, and what is left between the engines is their numerics.
+
 Reported: multi-step prediction error (windows of ``--horizon`` steps from
 recorded states on held-out recordings, RMS of the joint-angle and
-base-orientation errors) before and after calibration, and each parameter
-against the truth with its 95 % interval and identifiability.
+base-orientation errors) of the nominal simulator, of backdrive with every
+hidden parameter at its TRUE value (the floor: nominal contact law, and the
+fitted one when the contact law was fitted against MuJoCo's own contact),
+and of the calibrated simulator; each parameter against the truth with its
+95 % interval and identifiability. ``--total-mass`` anchors the fitted
+masses on the robot's weighed total (``ContactFit.total_mass``);
+``--stage2`` runs a second fit from the first one's simulator (e.g. the
+contact law, strength and delay first, then masses); ``--save`` writes the
+calibrated parameters for ``benchmarks/calibration_loop.py``; ``--start
+truth --iterations 0`` gives the fit's loss at the true parameters (is the
+objective's minimum the truth?).
 
-Run (prints a markdown table, a few minutes on a 2-core machine):
+Run (prints markdown tables, minutes to tens of minutes on a loaded 2-core machine):
 
     nice -n 10 python benchmarks/calibration.py [--seconds 20] [--seed 0]
-
-The "train a locomotion policy in the calibrated and in the nominal
-simulator, deploy both in MuJoCo" loop of issue 13 waits for the locomotion
-environment and is not part of this benchmark.
+    python benchmarks/calibration.py --no-fit --contact matched        # floors only
+    python benchmarks/calibration.py --total-mass --params body_mass,contact_stiffness,contact_damping,\
+        contact_friction,motor_strength --windows 24 --iterations 6 --save outputs/calibration.json
 """
 
 from __future__ import annotations
@@ -84,15 +96,31 @@ KNOT = 0.2
 ARMATURE = 0.01
 
 
-def reality(robot_key: str, seed: int):
-    """The MuJoCo model with hidden parameters, and the truth."""
+def reality(robot_key: str, seed: int, contact: str = "native"):
+    """The MuJoCo model with hidden parameters, and the truth.
+
+    ``contact="native"``: MuJoCo's own soft contact (``solref (0.02, 1)``).
+    ``"matched"``: MuJoCo's contact set up as backdrive's penalty law
+    (``_mujoco_contact.build_model(native=False)``, implicit scheme, elliptic
+    cone, backdrive's stiction slope) with a hidden stiffness in [1e4, 3e4]
+    N/m and damping in [100, 400] N s/m: the model class is then right and
+    only the engines' numerics differ (drawn after the other parameters, so
+    both settings share the masses, damping, strength, delay and friction).
+    """
     rng = np.random.default_rng(seed)
-    model = MC.build_model(robot_key, dt=DT, native=True, kp=KP, kd=KD, friction=float(rng.uniform(0.4, 1.0)),
+    friction = float(rng.uniform(0.4, 1.0))
+    model = MC.build_model(robot_key, dt=DT, native=True, kp=KP, kd=KD, friction=friction,
                            integrator="implicitfast", armature=ARMATURE)
     truth = {"mass_factor": rng.uniform(0.8, 1.2, model.nbody), "damping": rng.uniform(0.05, 0.3, model.nu),
              "strength": float(rng.uniform(0.8, 1.0)), "delay": int(rng.integers(1, 4))}
+    if contact == "matched":
+        truth["stiffness"], truth["contact_damping"] = float(rng.uniform(1e4, 3e4)), float(rng.uniform(100, 400))
     truth["mass_factor"][0] = 1.0  # the world
     model.body_mass[:] = model.body_mass * truth["mass_factor"]
+    if contact == "matched":
+        # The matched law's MuJoCo impedance depends on the masses (the
+        # contact rows' inverse inertia), so it is set up for the scaled ones.
+        model = rematched(model, robot_key, truth["stiffness"], truth["contact_damping"], friction)
     for a in range(model.nu):
         j = model.actuator_trnid[a, 0]
         model.dof_damping[model.jnt_dofadr[j]] = truth["damping"][a]
@@ -102,6 +130,23 @@ def reality(robot_key: str, seed: int):
     model.actuator_biasprm[:, 2] = -KD * s
     truth["friction"] = float(model.geom_friction[-1, 0])
     return model, truth
+
+
+def rematched(model, robot_key: str, stiffness: float, damping: float, friction: float):
+    """``model`` (masses as they are) with its feet's contact set to backdrive's
+    implicit penalty law ``(stiffness, damping)``, through
+    :func:`_mujoco_contact.matched_solref` as ``build_model(native=False)`` does."""
+    rs = MC.ROBOTS[robot_key]
+    feet = MC._foot_geoms(model, rs)
+    diag, rows = MC._probe_diag_approx(model, feet)
+    imp, K, B = MC.matched_solref(stiffness, damping, DT, diag, rows, "implicit")
+    model.geom_solimp[feet] = np.stack([imp, imp] + [np.full_like(imp, x) for x in (0.001, 0.5, 2.0)], -1)
+    model.geom_solref[feet, 0] = -K
+    model.geom_solref[feet, 1] = -B
+    b_imp = rows * imp / ((1.0 - imp) * diag) / DT
+    width = float(ContactParameters().stiction_width)
+    model.opt.impratio = friction * MC.robot_weight(model) / len(feet) / width / float(b_imp.mean())
+    return model
 
 
 def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int):
@@ -258,6 +303,27 @@ def nominal(robot):
     return robot, Simulator(robot, DT, actuator=PDActuator(kp=KP, kd=KD, effort_limit=math.inf), contact=contact)
 
 
+def truth_simulator(robot, truth, contact_params=None):
+    """backdrive with every hidden parameter at its true value (masses,
+    joint damping, motor strength; friction and, for a matched or backdrive
+    reality, the contact law) and ``contact_params``' stiffness and damping
+    otherwise (default: backdrive's nominal law): the error left when
+    nothing is left to calibrate but the contact law, the floor of the
+    calibration against this reality."""
+    feet = [n for n in robot.link_names if n.endswith("_foot")]
+    true_robot = robot.replace(body_mass=torch.as_tensor(truth["mass"], dtype=F64),
+                               damping=torch.as_tensor(truth["damping"], dtype=F64),
+                               armature=torch.full((robot.num_joints,), ARMATURE, dtype=F64))
+    cp = contact_params if contact_params is not None else ContactParameters()
+    cp = cp.replace(friction=truth["friction"])
+    if "stiffness" in truth:
+        cp = cp.replace(stiffness=truth["stiffness"], damping=truth["contact_damping"])
+    s = truth["strength"]
+    contact = ContactModel(true_robot, ContactGeometry.from_model(true_robot, links=feet), params=cp)
+    return Simulator(true_robot, DT, actuator=PDActuator(kp=KP * s, kd=KD * s, effort_limit=math.inf),
+                     contact=contact)
+
+
 def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None):
     """RMS joint-angle error (rad) and base-orientation error (rad) of ``horizon``-step
     predictions from every ``horizon``-th recorded state (exact recordings)."""
@@ -290,6 +356,23 @@ def main(argv=None):
                     help="comma-separated parameters to fit (with the delay); e.g. add body_mass,damping "
                          "(see the docs: from encoders and IMU alone the masses, motor strength and contact "
                          "law share one force scale)")
+    ap.add_argument("--contact", default="native", choices=("native", "matched"),
+                    help="MuJoCo reality's contact: its own soft contact (the benchmark) or backdrive's penalty law "
+                         "with a hidden stiffness and damping (model class right, engines differ)")
+    ap.add_argument("--total-mass", action="store_true",
+                    help="anchor the fitted masses on the robot's true total mass (the robot is weighed; "
+                         "ContactFit.total_mass)")
+    ap.add_argument("--total-mass-std", type=float, default=None, help="kg (default 0.1 %% of the mass)")
+    ap.add_argument("--stage2", default="",
+                    help="comma-separated parameters of a second fit that starts from the first one's simulator "
+                         "(its contact law and delay kept), e.g. body_mass,damping,motor_strength")
+    ap.add_argument("--save", default=None,
+                    help="write the calibrated simulator's parameters (masses, joint damping, motor strength, "
+                         "contact law, delay) and the truth to this JSON file (for benchmarks/calibration_loop.py)")
+    ap.add_argument("--start", default="nominal", choices=("nominal", "truth"),
+                    help="start the fit from the nominal guess or from the true parameters (with --iterations 0: "
+                         "the loss at the truth, to compare with the fit's)")
+    ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
     ap.add_argument("--reality", default="mujoco", choices=("mujoco", "backdrive"),
                     help="who plays the real robot: MuJoCo (the benchmark) or backdrive itself with the same "
                          "hidden draws and a hidden contact law (8 recordings of seconds/8, no pushes): the "
@@ -301,7 +384,7 @@ def main(argv=None):
     robot0 = load(MC.ROBOTS[args.robot].name, floating_base=True)
     t0 = time.perf_counter()
     if args.reality == "mujoco":
-        model, truth = reality(args.robot, args.seed)
+        model, truth = reality(args.robot, args.seed, args.contact)
         perm = MC.joint_permutation(model, robot0.joint_names)
         truth["mass"] = np.array([model.body_mass[model.body(name).id] for name in robot0.body_names])
         truth["damping"] = truth["damping"][perm]
@@ -321,19 +404,49 @@ def main(argv=None):
     Qn, Vn = with_noise(Q, V, args.seed + 10)
 
     robot, sim0 = nominal(robot0)
-    params = tuple(args.params.split(","))
-    t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fit = identify(robot, Qn, Vn, dt=DT, params=params,
-                       method=ContactFit(sim0, U, segment=args.segment, noise=NOISE, delays=(0, 1, 2, 3, 4),
-                                         delay_iterations=1),
-                       options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
-    t_fit = time.perf_counter() - t0
+    if args.start == "truth":
+        sim0 = truth_simulator(robot0, truth)
+        robot = sim0.robot
+    true_total = float(np.sum(truth["mass"]))
+
+    def calibrate(start_robot, start_sim, params, delays, seed_msg):
+        anchored = args.total_mass and "body_mass" in params
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            f = identify(start_robot, Qn, Vn, dt=DT, params=params,
+                         method=ContactFit(start_sim, U, segment=args.segment, noise=NOISE, delays=delays,
+                                           delay_iterations=1, total_mass=true_total if anchored else None,
+                                           total_mass_std=args.total_mass_std if anchored else None),
+                         options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
+        return f, [f"{seed_msg}: {w.message}" for w in caught if "torch.jit" not in str(w.message)]
+
+    fits, notes, t_fit = [], [], 0.0
+    if not args.no_fit:
+        t0 = time.perf_counter()
+        fit, n1 = calibrate(robot, sim0, tuple(args.params.split(",")), (0, 1, 2, 3, 4), "fit")
+        fits.append(fit)
+        notes += n1
+        if args.stage2:
+            s1 = fit.simulator
+            fit2, n2 = calibrate(s1.robot, s1, tuple(args.stage2.split(",")), (fit.delay,), "stage 2")
+            fits.append(fit2)
+            notes += n2
+        t_fit = time.perf_counter() - t0
 
     # Held-out prediction errors (pieces of `horizon` steps between pushes, exact states).
+    cases = [("nominal", sim0, 0), ("true parameters, nominal contact law (floor)", truth_simulator(robot0, truth),
+                                     truth["delay"])]
+    if fits:
+        cp = fits[0].simulator.contact.params
+        if "stiffness" not in truth and "contact_stiffness" in fits[0].params:
+            cases.append(("true parameters, fitted contact law (floor)",
+                          truth_simulator(robot0, truth, ContactParameters(stiffness=cp.stiffness,
+                                                                           damping=cp.damping)), truth["delay"]))
+        cases.append(("calibrated", fits[0].simulator, fits[0].delay))
+        if len(fits) > 1:
+            cases.append(("calibrated, stage 2", fits[1].simulator, fits[1].delay))
     rows = []
-    for name, sim, delay in (("nominal", sim0, 0), ("calibrated", fit.simulator, fit.delay)):
+    for name, sim, delay in cases:
         errs = []
         for hq, hv, hc, hp in held:
             a, b, c, _ = segments(hq, hv, hc, hp, args.horizon)
@@ -342,51 +455,88 @@ def main(argv=None):
         rows.append((name, float(np.mean([e[0] for e in errs])), float(np.mean([e[1] for e in errs]))))
 
     # Report.
-    print(f"# calibration benchmark: {args.robot}, {args.reality} as reality, seed {args.seed}\n")
+    print(f"# calibration benchmark: {args.robot}, {args.reality} as reality"
+          + (f" ({args.contact} contact)" if args.reality == "mujoco" else "") + f", seed {args.seed}\n")
     print(f"recording {args.seconds:g} s (+2 x {args.heldout:g} s held out) at {DT * 1e3:g} ms; "
           f"{len(pick)} windows of {args.segment} steps ({len(pick) * args.segment * DT:.2f} s of data) used; "
-          f"recording {t_record:.1f} s, identify {t_fit:.1f} s ({fit.iterations} Gauss-Newton iterations, "
-          f"{fit.message})\n")
+          f"recording {t_record:.1f} s, identify {t_fit:.1f} s"
+          + "".join(f"; fit {k + 1}: {f.iterations} Gauss-Newton iterations, {f.message}, rms residual {f.rms_residual:.4g}" for k, f in enumerate(fits))
+          + (f"; masses anchored on the weighed total {true_total:.4g} kg" if args.total_mass else "") + "\n")
     print(f"| held-out {args.horizon}-step prediction ({args.horizon * DT:g} s) | joint angles, rms rad | "
-          "base orientation, rms rad |")
-    print("| --- | --- | --- |")
+          "base orientation, rms rad | ratio nominal / this |")
+    print("| --- | --- | --- | --- |")
     for name, a, b in rows:
-        print(f"| {name} | {a:.4g} | {b:.4g} |")
-    print(f"| ratio nominal / calibrated | {rows[0][1] / rows[1][1]:.1f}x | {rows[0][2] / rows[1][2]:.1f}x |\n")
-
-    print("| parameter | truth | nominal | fitted | error | 95 % interval | identified |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+        print(f"| {name} | {a:.4g} | {b:.4g} | {rows[0][1] / a:.2f}x, {rows[0][2] / b:.2f}x |")
+    print()
 
     def line(label, true, nom, val, lo, hi, ok):
         err = f"{100 * (val / true - 1):+.1f} %" if true is not None else "-"
         tr = f"{true:.4g}" if true is not None else "(other law)"
         print(f"| {label} | {tr} | {nom:.4g} | {val:.4g} | {err} | [{lo:.4g}, {hi:.4g}] | {'yes' if ok else 'NO'} |")
 
-    for b, name in enumerate(robot.body_names if "body_mass" in fit.params else ()):
-        line(f"mass {name}", float(truth["mass"][b]), float(robot.body_mass[b]), float(fit.params["body_mass"][b]),
-             float(fit.lower["body_mass"][b]), float(fit.upper["body_mass"][b]), bool(fit.identified["body_mass"][b]))
-    for j, name in enumerate(robot.joint_names if "damping" in fit.params else ()):
-        line(f"damping {name}", float(truth["damping"][j]), float(robot.damping[j]),
-             float(fit.params["damping"][j]), float(fit.lower["damping"][j]), float(fit.upper["damping"][j]),
-             bool(fit.identified["damping"][j]))
-    for p, true in (("contact_friction", truth["friction"]), ("motor_strength", truth["strength"]),
-                    ("contact_stiffness", truth.get("stiffness")), ("contact_damping", truth.get("contact_damping"))):
-        if p not in fit.params:
-            continue
-        line(p, true, float(fit.initial[p]), float(fit.params[p]), float(fit.lower[p]), float(fit.upper[p]),
-             bool(fit.identified[p]))
-    print(f"| delay (steps) | {truth['delay']} | 0 | {fit.delay} | - | losses "
-          f"{', '.join(f'{d}: {l:.3g}' for d, l in sorted(fit.delay_losses.items()))} "
-          f"| {'yes' if 'delay' not in fit.not_identified else 'NO'} |")
-    if "body_mass" in fit.params:
-        errs = [abs(float(fit.params["body_mass"][b]) / float(truth["mass"][b]) - 1) for b in range(robot.num_bodies)]
-        ok = [e for b, e in enumerate(errs) if bool(fit.identified["body_mass"][b])]
-        print(f"\nmasses: median error {100 * float(np.median(errs)):.1f} %, {sum(e < 0.05 for e in ok)} of "
-              f"{len(ok)} identified within 5 %")
-    notes = [str(w.message) for w in caught if "torch.jit" not in str(w.message)]
+    strength = 1.0
+    for k, fit in enumerate(fits):
+        print(f"fit {k + 1} ({', '.join(fit.params)}"
+              + (", delay)" if k == 0 else "; contact law and delay of fit 1)") + ":\n")
+        print("| parameter | truth | nominal | fitted | error | 95 % interval | identified |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for b, name in enumerate(robot.body_names if "body_mass" in fit.params else ()):
+            line(f"mass {name}", float(truth["mass"][b]), float(robot.body_mass[b]),
+                 float(fit.params["body_mass"][b]), float(fit.lower["body_mass"][b]),
+                 float(fit.upper["body_mass"][b]), bool(fit.identified["body_mass"][b]))
+        for j, name in enumerate(robot.joint_names if "damping" in fit.params else ()):
+            line(f"damping {name}", float(truth["damping"][j]), float(robot.damping[j]),
+                 float(fit.params["damping"][j]), float(fit.lower["damping"][j]), float(fit.upper["damping"][j]),
+                 bool(fit.identified["damping"][j]))
+        for p, true in (("contact_friction", truth["friction"]), ("motor_strength", truth["strength"]),
+                        ("contact_stiffness", truth.get("stiffness")),
+                        ("contact_damping", truth.get("contact_damping"))):
+            if p not in fit.params:
+                continue
+            f = strength if p == "motor_strength" else 1.0  # a later fit's strength multiplies the earlier one's
+            line(p, true, 1.0 if p == "motor_strength" else float(getattr(sim0.contact.params, p[8:])),
+                 f * float(fit.params[p]), f * float(fit.lower[p]), f * float(fit.upper[p]),
+                 bool(fit.identified[p]))
+        if "motor_strength" in fit.params:
+            strength *= float(fit.params["motor_strength"])
+        if k == 0:
+            print(f"| delay (steps) | {truth['delay']} | 0 | {fit.delay} | - | losses "
+                  f"{', '.join(f'{d}: {l:.3g}' for d, l in sorted(fit.delay_losses.items()))} "
+                  f"| {'yes' if 'delay' not in fit.not_identified else 'NO'} |")
+        if "body_mass" in fit.params:
+            errs = [abs(float(fit.params["body_mass"][b]) / float(truth["mass"][b]) - 1)
+                    for b in range(robot.num_bodies)]
+            ok = [e for b, e in enumerate(errs) if bool(fit.identified["body_mass"][b])]
+            print(f"\nmasses: median error {100 * float(np.median(errs)):.1f} %, {sum(e < 0.05 for e in ok)} of "
+                  f"{len(ok)} identified within 5 %; total {float(fit.params['body_mass'].sum()):.4g} kg "
+                  f"(truth {true_total:.4g})")
+        print()
     if notes:
-        print("\nwarnings: " + "; ".join(notes))
-    return fit, rows, truth
+        print("warnings: " + "; ".join(notes))
+    if args.save and fits:
+        save(args.save, fits[-1], truth, rows, vars(args))
+    return fits, rows, truth
+
+
+def save(path: str, fit, truth, rows, args) -> None:
+    """The calibrated simulator's parameters as JSON (what :mod:`calibration_loop` builds its sim from)."""
+    import json
+
+    sim = fit.simulator
+    cp = sim.contact.params
+    kp = torch.as_tensor(sim.actuator.kp, dtype=F64).reshape(-1)
+    f = lambda x: torch.as_tensor(x, dtype=F64).detach().reshape(-1).tolist()  # noqa: E731
+    out = {
+        "calibrated": {"body_mass": f(sim.robot.body_mass), "damping": f(sim.robot.damping),
+                       "motor_strength": float(kp.mean()) / KP, "stiffness": f(cp.stiffness)[0],
+                       "contact_damping": f(cp.damping)[0], "friction": f(cp.friction)[0], "delay": fit.delay},
+        "truth": {k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x) for k, x in truth.items()},
+        "prediction_error": {name: [a, b] for name, a, b in rows},
+        "args": args,
+    }
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(out, indent=1))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

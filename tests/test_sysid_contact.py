@@ -153,6 +153,39 @@ def test_motor_strength_with_both_pd_gains_is_not_identified(sled):
     assert fit.rms_residual < 1e-6
 
 
+def test_total_mass_anchor_fixes_the_common_force_scale(sled):
+    """Masses, motor strength and contact law all start off (the masses by a
+    common factor 1.15: the direction the motion barely shows, since every
+    force scales with them), seen through the encoder and IMU channels only.
+    With the weighed total mass as an anchor every value comes back within
+    1e-4; the anchor is one more residual, visible in the loss at the start."""
+    robot, traj, u = sled
+    start = robot.replace(body_mass=torch.tensor(TRUTH["mass"], dtype=F64) * 1.15)
+    sim = sled_sim(start, GUESS["stiffness"], GUESS["damping"], TRUTH["friction"])
+    total = sum(TRUTH["mass"])
+    params = ("body_mass", "motor_strength", "contact_stiffness", "contact_damping")
+    observe = ("joint_position", "joint_velocity", "base_orientation", "base_angular_velocity")
+
+    def run(iterations, **anchor):
+        return fit_quiet(start, traj.q[:, :61], traj.v[:, :61], dt=DT, params=params,
+                         method=ContactFit(sim, u[:, :60], segment=10, observe=observe, delays=(TRUTH["delay"],),
+                                           jacobian="differences", **anchor),
+                         options=SolverOptions("gauss_newton", iterations=iterations, progress=False))
+
+    # The anchor's residual at the start: (1.15 total - total) / std, on top of the sensors'.
+    free, anchored = run(0), run(0, total_mass=total, total_mass_std=0.01)
+    n = 2 * 6 * 10 * 8  # recordings x windows x steps x (2 joint + 6 IMU channels)
+    extra = anchored.rms_residual ** 2 * (n + 1) - free.rms_residual ** 2 * n
+    assert abs(extra / (0.15 * total / 0.01) ** 2 - 1) < 1e-9
+    fit = run(10, total_mass=total)
+    m = fit.params["body_mass"]
+    assert rel(m[0], TRUTH["mass"][0]) < 1e-4 and rel(m[1], TRUTH["mass"][1]) < 1e-4, m
+    assert rel(fit.params["motor_strength"], TRUTH["strength"]) < 1e-4
+    assert rel(fit.params["contact_stiffness"], TRUTH["stiffness"]) < 1e-4
+    assert rel(fit.params["contact_damping"], TRUTH["damping"]) < 1e-4
+    assert fit.not_identified == []
+
+
 @pytest.fixture(scope="module")
 def quadruped():
     robot = load("quadruped", floating_base=True)
@@ -254,6 +287,10 @@ def test_bad_recordings_give_typed_errors(sled):
         identify(robot, q, v, dt=DT, tau=uu, params=("motor_strength",), method=fit, options=opts)
     with pytest.raises(InputError, match="dt"):
         identify(robot, q, v, dt=0.001, params=("motor_strength",), method=fit, options=opts)
+    # A total-mass anchor needs fitted masses.
+    with pytest.raises(InputError, match="total_mass anchors the fitted masses.*'body_mass'"):
+        identify(robot, q, v, dt=DT, params=("motor_strength",), method=ContactFit(sim, uu, total_mass=3.0),
+                 options=opts)
     # Contact parameters need the contact route.
     with pytest.raises(InputError, match="need method=ContactFit"):
         identify(robot, q, v, dt=DT, params=("contact_friction",), method="simulation")
@@ -275,6 +312,13 @@ def test_contact_fit_settings_are_checked(sled):
         ContactFit(sim, u, noise={"joint_position": -1.0})
     with pytest.raises(ConfigError, match="jacobian"):
         ContactFit(sim, u, jacobian="magic")
+    for bad in (-1.0, 0.0, math.nan, math.inf, True, "12 kg"):
+        with pytest.raises(ConfigError, match="total_mass must be a positive number of kg"):
+            ContactFit(sim, u, total_mass=bad)
+    with pytest.raises(ConfigError, match="total_mass_std must be a positive"):
+        ContactFit(sim, u, total_mass=3.0, total_mass_std=-0.1)
+    with pytest.raises(ConfigError, match="total_mass_std is given without total_mass"):
+        ContactFit(sim, u, total_mass_std=0.1)
     # kp/kd are PD gains: a torque-controlled simulator has none.
     from backdrive.sim import TorqueActuator
 
@@ -283,3 +327,26 @@ def test_contact_fit_settings_are_checked(sled):
         identify(robot, traj.q[:, :41], traj.v[:, :41], dt=DT, params=("kp",),
                  method=ContactFit(tsim, u[:, :40]), options=SolverOptions("gauss_newton", iterations=1))
     assert set(CONTACT_PARAMETERS) >= {"contact_stiffness", "contact_damping", "contact_friction", "motor_strength"}
+
+
+def test_a_positive_parameter_with_a_huge_interval_is_not_identified():
+    """An entry the Jacobian does not leave exactly free but whose standard
+    error exceeds half its value (a mass fitted to 1e-11 kg with the
+    interval [1e-316, 1e292], as measured against MuJoCo) is reported as
+    not identified, with the interval [0, inf]; a tight one stays."""
+    from backdrive.optim._sysid_contact import _flag_weak
+
+    out = {"body_mass": torch.tensor([4.0, 1e-11], dtype=F64), "contact_friction": torch.tensor(0.8, dtype=F64)}
+    stats = {"std": {"body_mass": torch.tensor([0.1, 1e-9], dtype=F64),
+                     "contact_friction": torch.tensor(0.5, dtype=F64)},
+             "identified": {k: torch.ones_like(v, dtype=torch.bool) for k, v in out.items()},
+             "lower": {k: v.clone() for k, v in out.items()}, "upper": {k: v.clone() for k, v in out.items()},
+             "not_identified": []}
+    labels = [("body_mass", (0,), "body_mass[trunk]"), ("body_mass", (1,), "body_mass[leg]"),
+              ("contact_friction", (), "contact_friction")]
+    _flag_weak(stats, labels, out, ("body_mass", "contact_friction"))
+    assert stats["not_identified"] == ["body_mass[leg]", "contact_friction"]
+    assert stats["identified"]["body_mass"].tolist() == [True, False]
+    assert not bool(stats["identified"]["contact_friction"])
+    assert math.isinf(float(stats["upper"]["body_mass"][1])) and float(stats["lower"]["body_mass"][1]) == 0.0
+    assert float(stats["upper"]["body_mass"][0]) == 4.0  # untouched

@@ -14,6 +14,11 @@ The extra parameters are positive and fitted in log coordinates as factors
 on the simulator's values (``k = k0 exp(xi)``), so they stay positive and the
 confidence intervals of :func:`identify` apply to them unchanged.
 
+From encoders and an IMU alone the masses, the motor strength and the
+contact law share one force scale (every force of the model can grow
+together with little change of the motion); ``ContactFit.total_mass`` (the
+robot weighed) anchors it with one prior residual on the sum of the masses.
+
 The control delay is a whole number of steps and is fitted by trying each
 candidate (``ContactFit.delays``): a short fit of every candidate from the
 same start, the full fit at the best, then short refits of its neighbours
@@ -75,6 +80,10 @@ _CONTACT_FIELDS = {"contact_stiffness": "stiffness", "contact_damping": "damping
 # Cholesky entries of order 1e-2..1: the truncation error ~ h^2 and the
 # rounding error ~ 1e-16 / h balance near 1e-5..1e-6).
 _FD_STEP = 1e-6
+# A positive parameter whose standard error exceeds this share of its value
+# (95 % interval wider than a factor 2.7 either way) is reported as not
+# identified: the data leave it free within a range, they do not give it.
+_WEAK_RELATIVE_STD = 0.5
 # A chi-square with one degree of freedom exceeds this with probability 5 %.
 _CHI2_95 = 3.841458820694124
 
@@ -122,6 +131,18 @@ class ContactFit:
             measured about 2x faster than forward mode for a handful of
             parameters on the quadruped, where the per-step cost is mostly
             fixed overhead, and within about 1e-8 of it).
+        total_mass: the robot's weighed total mass, kg (the sum of all its
+            bodies' masses, fitted or not): an anchor for ``body_mass``. From
+            encoders and an IMU alone every force of the model (gravity on
+            each link, the motors, the contact law, joint damping) can grow
+            or shrink together with little change of the motion; the weight
+            fixes that common scale. It enters the fit as one more residual,
+            ``(sum(m) - total_mass) / total_mass_std``, a Gaussian prior
+            that the Cramer-Rao intervals include. Needs ``body_mass`` in
+            ``params``.
+        total_mass_std: standard deviation of the weighing, kg (default
+            0.1 % of ``total_mass``: a tight prior, close to an equality
+            constraint without the stiffness of one).
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
@@ -138,6 +159,8 @@ class ContactFit:
     per_joint_strength: bool = False
     joint_names: tuple[str, ...] | None = None
     jacobian: str = "forward_mode"
+    total_mass: float | None = None
+    total_mass_std: float | None = None
 
     def __post_init__(self):
         if self.jacobian not in ("forward_mode", "differences"):
@@ -165,6 +188,13 @@ class ContactFit:
             if bad or not self.observe or isinstance(self.observe, str):
                 raise ConfigError(f"ContactFit.observe must name some of {', '.join(SENSOR_CHANNELS)}; got "
                                   f"{self.observe!r}")
+        for name in ("total_mass", "total_mass_std"):
+            x = getattr(self, name)
+            if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                      and x > 0):
+                raise ConfigError(f"ContactFit.{name} must be a positive number of kg or None, got {x!r}")
+        if self.total_mass_std is not None and self.total_mass is None:
+            raise ConfigError("ContactFit.total_mass_std is given without total_mass (the weighed mass, kg)")
         if self.noise is not None:
             if not isinstance(self.noise, dict):
                 raise ConfigError(f"ContactFit.noise must be a dict of channel -> standard deviation, got "
@@ -418,8 +448,15 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         joint_idx = helpers["resolve"](robot, joints, "joint", list(range(robot.num_joints)))
         base = helpers["Parametrisation"](robot, robot_params, body_idx, joint_idx)
     par = _ContactParametrisation(base, sim, robot, params, fit.per_joint_strength)
+    anchor = None
+    if fit.total_mass is not None:
+        if "body_mass" not in robot_params:
+            raise InputError(f"ContactFit.total_mass anchors the fitted masses, but params {list(params)} has no "
+                             "'body_mass'; add it, or drop total_mass")
+        m_std = fit.total_mass_std if fit.total_mass_std is not None else 1e-3 * fit.total_mass
+        anchor = (float(fit.total_mass), float(m_std))
 
-    n_res = sum(int(q_rec[..., 0].numel()) * _channel_size(robot, c) for c in observe)
+    n_res = sum(int(q_rec[..., 0].numel()) * _channel_size(robot, c) for c in observe) + (anchor is not None)
     # Levenberg-Marquardt's first steps start cautious here: a wild trial step
     # through stiff contact costs a rollout and is refused anyway.
     opts = opts.with_defaults(damping=1.0)
@@ -438,7 +475,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                 # overflowed or a mass matrix lost definiteness: an infinite
                 # loss, so the step is refused.
                 return torch.full((n_res,), math.inf, dtype=xi.dtype, device=xi.device)
-            return _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
+            r = _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
+            if anchor is not None:
+                total = s.robot.body_mass.sum()
+                r = torch.cat([r, ((total - anchor[0]) / anchor[1]).reshape(1)])
+            return r
 
         def jac(xi):
             xi = xi.detach()
@@ -503,6 +544,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     initial.update(ex_init)
     fitted_robot = robot.replace(**{p: out[p] for p in names}) if names else robot
     stats = helpers["uncertainty"](par, res.x, J, res.losses[-1], count, out, initial)
+    _flag_weak(stats, par.labels(), out, ("body_mass", "damping", "friction", "armature") + CONTACT_PARAMETERS)
     with torch.no_grad():
         sim_fit, _ = par.build(res.x)
     delay_identified = True
@@ -545,6 +587,22 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             stacklevel=3,
         )
     return result
+
+
+def _flag_weak(stats: dict, labels: list, out: dict, positive: tuple) -> None:
+    """Report a positive entry the data determine only within a wide range
+    (relative standard error above :data:`_WEAK_RELATIVE_STD`) as not
+    identified, with the interval ``[0, inf]``: the Jacobian has no exact
+    null direction there, but a value with an interval of, say, ``[1e-300,
+    1e300]`` is not a measurement (modifies ``stats`` in place)."""
+    for name, idx, label in labels:
+        if name not in positive or not bool(stats["identified"][name][idx]):
+            continue
+        val, s = float(out[name][idx]), float(stats["std"][name][idx])
+        if not (val > 0 and s / val <= _WEAK_RELATIVE_STD):
+            stats["identified"][name][idx] = False
+            stats["lower"][name][idx], stats["upper"][name][idx] = 0.0, math.inf
+            stats["not_identified"].append(label)
 
 
 def _detached(cp):
