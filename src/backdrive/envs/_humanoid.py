@@ -17,7 +17,7 @@ import torch
 from .._errors import InputError
 from ..spatial import quat_apply, quat_conjugate
 from ._base import DiffEnv
-from ._quadruped import COMMAND_RANGES, QuadrupedWalk
+from ._quadruped import COMMAND_RANGES, QuadrupedWalk, gravity_in_base, load_shipped, parse_command_ranges, parse_reward_weights
 
 __all__ = ["HumanoidBalance", "g1_contact_geometry", "HUMANOID_REWARD_WEIGHTS", "G1_JOINTS", "BALANCE_FEEDBACK_KEYS",
            "G1_BALANCE_FEEDBACK"]
@@ -279,21 +279,8 @@ class HumanoidBalance(DiffEnv):
         for k, x in (("substeps", substeps), ("max_episode_steps", max_episode_steps)):
             if isinstance(x, bool) or not isinstance(x, int) or x < 1:
                 raise InputError(f"{k} must be a positive int, got {x!r}")
-        ranges = {k: (0.0, 0.0) for k in COMMAND_RANGES}
-        for k, r in dict(command_ranges or {}).items():
-            if k not in COMMAND_RANGES:
-                raise InputError(f"unknown command {k!r}; valid: {', '.join(map(repr, COMMAND_RANGES))}")
-            lo, hi = (float(x) for x in r)
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
-                raise InputError(f"command range {k} must be (low, high) with low <= high, got {r!r}")
-            ranges[k] = (lo, hi)
-        weights = dict(HUMANOID_REWARD_WEIGHTS)
-        for k, w in dict(reward_weights or {}).items():
-            if k not in HUMANOID_REWARD_WEIGHTS:
-                raise InputError(f"unknown reward term {k!r}; valid: {', '.join(map(repr, HUMANOID_REWARD_WEIGHTS))}")
-            if isinstance(w, bool) or not (isinstance(w, (int, float)) and math.isfinite(w)):
-                raise InputError(f"reward weight {k} must be a finite number, got {w!r}")
-            weights[k] = float(w)
+        ranges = parse_command_ranges(command_ranges, {k: (0.0, 0.0) for k in COMMAND_RANGES})
+        weights = parse_reward_weights(reward_weights, HUMANOID_REWARD_WEIGHTS)
 
         gains = {k: 0.0 for k in BALANCE_FEEDBACK_KEYS}
         for k, w in dict(balance_feedback or {}).items():
@@ -495,9 +482,7 @@ class HumanoidBalance(DiffEnv):
 
     def projected_gravity(self, state: torch.Tensor) -> torch.Tensor:
         """Gravity's direction in the pelvis frame ``(..., 3)`` (``(0, 0, -1)`` upright)."""
-        quat = state[..., 3:7]
-        down = torch.tensor([0.0, 0.0, -1.0], dtype=state.dtype, device=state.device).expand(quat.shape[:-1] + (3,))
-        return quat_apply(quat_conjugate(quat), down)
+        return gravity_in_base(state)
 
     def observe(self, state: torch.Tensor) -> torch.Tensor:
         p = self.split(state)
@@ -539,9 +524,7 @@ class HumanoidBalance(DiffEnv):
         Raises:
             FileNotFoundError: no policy ships (none has beaten the PD baseline yet).
         """
-        from importlib.resources import as_file, files
-
-        from ..optim._policy.checkpoints import load_policy, read_checkpoint
+        from importlib.resources import files
 
         resource = files("backdrive.data").joinpath(cls.SHIPPED_POLICY)
         if not resource.is_file():
@@ -550,14 +533,7 @@ class HumanoidBalance(DiffEnv):
                 "the zero-action baseline yet (docs/locomotion.md, HumanoidBalance); "
                 "`python examples/humanoid_balance.py --ship` writes one"
             )
-        with as_file(resource) as path:
-            ckpt = read_checkpoint(path)
-            policy = load_policy(path)
-        kwargs = dict(ckpt.get("env_kwargs", {}))
-        if "command_ranges" in kwargs:
-            kwargs["command_ranges"] = {k: tuple(v) for k, v in kwargs["command_ranges"].items()}
-        env = cls(num_envs, **{**kwargs, **overrides})
-        return env, policy.to(dtype=env.dtype, device=env.device)
+        return load_shipped(cls, num_envs, overrides)
 
     # ---------------------------------------------------------- evaluation
     @torch.no_grad()

@@ -53,6 +53,57 @@ _ROBOTS = {
 }
 
 
+def parse_command_ranges(given, base: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """``base`` updated by the user's ``command_ranges``; each must be a key of
+    :data:`COMMAND_RANGES` with a finite ``(low, high)``, ``low <= high``."""
+    ranges = dict(base)
+    for k, r in dict(given or {}).items():
+        if k not in COMMAND_RANGES:
+            raise InputError(f"unknown command {k!r}; valid: {', '.join(map(repr, COMMAND_RANGES))}")
+        lo, hi = (float(x) for x in r)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise InputError(f"command range {k} must be (low, high) with low <= high, got {r!r}")
+        ranges[k] = (lo, hi)
+    return ranges
+
+
+def parse_reward_weights(given, defaults: Mapping[str, float]) -> dict[str, float]:
+    """``defaults`` updated by the user's ``reward_weights`` (known terms, finite numbers)."""
+    weights = dict(defaults)
+    for k, w in dict(given or {}).items():
+        if k not in defaults:
+            raise InputError(f"unknown reward term {k!r}; valid: {', '.join(map(repr, defaults))}")
+        if isinstance(w, bool) or not (isinstance(w, (int, float)) and math.isfinite(w)):
+            raise InputError(f"reward weight {k} must be a finite number, got {w!r}")
+        weights[k] = float(w)
+    return weights
+
+
+def gravity_in_base(state: torch.Tensor) -> torch.Tensor:
+    """Gravity's direction in the floating base's frame ``(..., 3)`` from a
+    state whose ``[..., 3:7]`` is the base quaternion (``(0, 0, -1)`` upright)."""
+    quat = state[..., 3:7]
+    down = torch.tensor([0.0, 0.0, -1.0], dtype=state.dtype, device=state.device).expand(quat.shape[:-1] + (3,))
+    return quat_apply(quat_conjugate(quat), down)
+
+
+def load_shipped(cls, num_envs: int, overrides: dict):
+    """``(env, policy)`` from the policy file ``cls.SHIPPED_POLICY`` in
+    ``backdrive.data``, the env built with the checkpoint's keywords and ``overrides``."""
+    from importlib.resources import as_file, files
+
+    from ..optim._policy.checkpoints import load_policy, read_checkpoint
+
+    with as_file(files("backdrive.data").joinpath(cls.SHIPPED_POLICY)) as path:
+        ckpt = read_checkpoint(path)
+        policy = load_policy(path)
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ckpt.get("env_kwargs", {}).items()}
+    if "command_ranges" in kwargs:
+        kwargs["command_ranges"] = {k: tuple(v) for k, v in kwargs["command_ranges"].items()}
+    env = cls(num_envs, **{**kwargs, **overrides})
+    return env, policy.to(dtype=env.dtype, device=env.device)
+
+
 @dataclasses.dataclass(frozen=True)
 class Randomization:
     """Domain randomisation of :class:`QuadrupedWalk`, drawn per episode (pushes per step).
@@ -259,21 +310,8 @@ class QuadrupedWalk(DiffEnv):
         if randomization is not None and not isinstance(randomization, Randomization):
             raise InputError(f"randomization must be a Randomization or None, got {type(randomization).__name__}")
 
-        ranges = dict(COMMAND_RANGES)
-        for k, r in dict(command_ranges or {}).items():
-            if k not in COMMAND_RANGES:
-                raise InputError(f"unknown command {k!r}; valid: {', '.join(map(repr, COMMAND_RANGES))}")
-            lo, hi = (float(x) for x in r)
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
-                raise InputError(f"command range {k} must be (low, high) with low <= high, got {r!r}")
-            ranges[k] = (lo, hi)
-        weights = dict(REWARD_WEIGHTS)
-        for k, w in dict(reward_weights or {}).items():
-            if k not in REWARD_WEIGHTS:
-                raise InputError(f"unknown reward term {k!r}; valid: {', '.join(map(repr, REWARD_WEIGHTS))}")
-            if not (isinstance(w, (int, float)) and math.isfinite(w)):
-                raise InputError(f"reward weight {k} must be a finite number, got {w!r}")
-            weights[k] = float(w)
+        ranges = parse_command_ranges(command_ranges, COMMAND_RANGES)
+        weights = parse_reward_weights(reward_weights, REWARD_WEIGHTS)
 
         self.robot = robot
         self.robot_name = name if isinstance(name, str) else robot.name
@@ -567,9 +605,7 @@ class QuadrupedWalk(DiffEnv):
 
     def projected_gravity(self, state: torch.Tensor) -> torch.Tensor:
         """Gravity's direction in the base frame ``(..., 3)`` (``(0, 0, -1)`` upright)."""
-        quat = state[..., 3:7]
-        down = torch.tensor([0.0, 0.0, -1.0], dtype=state.dtype, device=state.device).expand(quat.shape[:-1] + (3,))
-        return quat_apply(quat_conjugate(quat), down)
+        return gravity_in_base(state)
 
     def observe(self, state: torch.Tensor) -> torch.Tensor:
         p = self.split(state)
@@ -623,18 +659,7 @@ class QuadrupedWalk(DiffEnv):
         Returns:
             ``(env, policy)``; ``policy(obs)`` gives the actions.
         """
-        from importlib.resources import as_file, files
-
-        from ..optim._policy.checkpoints import load_policy, read_checkpoint
-
-        with as_file(files("backdrive.data").joinpath(cls.SHIPPED_POLICY)) as path:
-            ckpt = read_checkpoint(path)
-            policy = load_policy(path)
-        kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ckpt.get("env_kwargs", {}).items()}
-        if "command_ranges" in kwargs:
-            kwargs["command_ranges"] = {k: tuple(v) for k, v in kwargs["command_ranges"].items()}
-        env = cls(num_envs, **{**kwargs, **overrides})
-        return env, policy.to(dtype=env.dtype, device=env.device)
+        return load_shipped(cls, num_envs, overrides)
 
     # ---------------------------------------------------------- evaluation
     @torch.no_grad()
