@@ -8,6 +8,7 @@ absolute times depend on the machine and its load.
 
     python benchmarks/kinematics.py            # full run (about a minute)
     python benchmarks/kinematics.py --quick    # fewer repeats, multi-start on 200 targets
+    python benchmarks/kinematics.py --sweep    # backdrive alone: FK, Jacobian, IK at batch 1 to 10,000
 
 Peers are optional: ``pip install pytorch-kinematics==0.10.0`` and
 ``pip install --no-deps embodichain==0.3.2``; a missing one shows as "n/a".
@@ -104,9 +105,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats, multi-start on 200 targets")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    ap.add_argument(
+        "--sweep", action="store_true", help="backdrive alone: FK, Jacobian and IK rows at batch 1 to 10,000"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
+    if args.sweep:
+        print(sweep(args.quick))
+        return 0
     reps = 3 if args.quick else 7
     n_ik = 1000
     n_ms = 200 if args.quick else 1000
@@ -275,6 +282,58 @@ def main(argv=None) -> int:
 
     print(_table(rows, success_lines, args, n_ik))
     return 0
+
+
+SWEEP_BATCHES = (1, 64, 256, 1_000, 10_000)
+
+
+def sweep(quick: bool = False) -> str:
+    """Median times of the serial chain's FK, Jacobian and IK rows at the
+    batch sizes of :data:`SWEEP_BATCHES` (Panda, float32, no peers): the
+    before/after table of ``docs/kinematics.md``."""
+    path = str(get_data_path("panda"))
+    chain = SerialChainKinematics.from_urdf(path, end_link_name=END_LINK)
+    fk = DifferentiableFKLayer(chain)
+    ik = DifferentiableIKLayer(fk, DifferentiableIKCfg())
+    g = torch.Generator().manual_seed(0)
+    cases = {}
+    for n in SWEEP_BATCHES:
+        # Fewer repeats for the larger batches: about the same time per row.
+        reps = max(3, min(400, 200_000 // (n * 50) + 3)) // (3 if quick else 1) + 1
+        q = fk.lower + (fk.upper - fk.lower) * torch.rand(n, 7, generator=g)
+        if n == 1:
+            q = q[0]
+        qg = q.clone().requires_grad_()
+        with torch.no_grad():
+            targets = fk(fk.lower + (fk.upper - fk.lower) * torch.rand(*q.shape, generator=g))
+        tg = targets.clone().requires_grad_()
+
+        def fwd_bwd():
+            T, J = fk.evaluate(qg)
+            (T.sum() + J.sum()).backward()
+
+        def ik_fwd_bwd():
+            ik.solve(tg).qpos.sum().backward()
+
+        with torch.no_grad():
+            cases[("FK", n)] = timeit(lambda: fk(q), reps * 4)
+            cases[("FK + Jacobian", n)] = timeit(lambda: fk.evaluate(q), reps * 2)
+        cases[("FK + Jacobian forward+backward", n)] = timeit(fwd_bwd, reps * 2)
+        ik_reps = max(3, reps // 8)
+        with torch.no_grad():
+            cases[("IK 16 iterations, forward", n)] = timeit(lambda: ik.solve(targets), ik_reps, warmup=2)
+        cases[("IK 16 iterations, forward+backward", n)] = timeit(ik_fwd_bwd, ik_reps, warmup=2)
+    names = dict.fromkeys(k for k, _ in cases)
+    out = [
+        f"backdrive serial chain sweep: Panda ({END_LINK}), CPU float32, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s), median times",
+        "",
+        "| row | " + " | ".join(f"batch {n:,}" for n in SWEEP_BATCHES) + " |",
+        "|---|" + "---|" * len(SWEEP_BATCHES),
+    ]
+    for name in names:
+        out.append(f"| {name} | " + " | ".join(fmt_time(cases[(name, n)]) for n in SWEEP_BATCHES) + " |")
+    return "\n".join(out)
 
 
 def _pin_q_fixer(pin, pm, chain):
