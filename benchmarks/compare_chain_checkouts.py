@@ -1,0 +1,101 @@
+"""Before/after timing of the serial chain (``SerialChainKinematics``) of two
+checkouts of backdrive in ONE process, interleaved.
+
+As ``benchmarks/compare_checkouts.py``: copies ``OLD/backdrive`` and
+``NEW/backdrive`` (two ``src`` folders, e.g. ``git archive`` of the old
+commit) to a temporary folder as the packages ``bdold`` and ``bdnew``, then
+times every row with the two alternating within each repeat (thread CPU time,
+one torch thread, minimum over repeats), so that outside load hits both
+alike. Rows: the Panda chain (``panda_hand_tcp``, float32) FK, FK + Jacobian,
+FK + Jacobian forward+backward, IK (16 iterations) forward and
+forward+backward, at the given batch sizes. Prints a markdown table of
+new/old.
+
+    python benchmarks/compare_chain_checkouts.py OLD_SRC NEW_SRC 1,64,256,1000,10000
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+torch.set_num_threads(1)
+OLD, NEW = sys.argv[1], sys.argv[2]
+batches = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "1,64,256,1000,10000").split(",")]
+_tmp = tempfile.mkdtemp()
+for name, src in (("bdold", OLD), ("bdnew", NEW)):
+    dst = os.path.join(_tmp, name)
+    shutil.copytree(os.path.join(src, "backdrive"), dst)
+    subprocess.run(["bash", "-c", f"grep -rl backdrive {dst} --include=*.py | xargs sed -i -E "
+                    f"'s/^(\\s*)(from|import) backdrive([. ])/\\1\\2 {name}\\3/'"], check=True)
+sys.path.insert(0, _tmp)
+import bdnew  # noqa: E402
+import bdold  # noqa: E402
+from bdnew.kinematics import DifferentiableIKCfg as CfgN  # noqa: E402
+from bdnew.kinematics import SerialChainKinematics as ChainN  # noqa: E402
+from bdnew.layers import DifferentiableFKLayer as FKN, DifferentiableIKLayer as IKN  # noqa: E402
+from bdold.kinematics import DifferentiableIKCfg as CfgO  # noqa: E402
+from bdold.kinematics import SerialChainKinematics as ChainO  # noqa: E402
+from bdold.layers import DifferentiableFKLayer as FKO, DifferentiableIKLayer as IKO  # noqa: E402
+
+path = str(bdnew.data.get_data_path("panda"))
+
+
+def layers(Chain, FK, IK, Cfg):
+    fk = FK(Chain.from_urdf(path, end_link_name="panda_hand_tcp"))
+    return fk, IK(fk, Cfg())
+
+
+def rows(fk, ik, q, targets):
+    qg, tg = q.clone().requires_grad_(), targets.clone().requires_grad_()
+
+    def fb():
+        T, J = fk.evaluate(qg)
+        (T.sum() + J.sum()).backward()
+
+    def ik_fb():
+        ik.solve(tg).qpos.sum().backward()
+
+    return {
+        "FK": (lambda: fk(q), False),
+        "FK + Jacobian": (lambda: fk.evaluate(q), False),
+        "FK + Jacobian forward+backward": (fb, True),
+        "IK 16 iterations, forward": (lambda: ik.solve(targets), False),
+        "IK 16 iterations, forward+backward": (ik_fb, True),
+    }
+
+
+def clock(fn, grad, n):
+    ctx = torch.enable_grad if grad else torch.no_grad
+    with ctx():
+        t0 = time.thread_time()
+        for _ in range(n):
+            fn()
+        return (time.thread_time() - t0) / n
+
+
+fo, io = layers(ChainO, FKO, IKO, CfgO)
+fn_, in_ = layers(ChainN, FKN, IKN, CfgN)
+print("| row | batch | old | new | new/old |\n|---|---|---|---|---|", flush=True)
+for B in batches:
+    g = torch.Generator().manual_seed(0)
+    q = fo.lower + (fo.upper - fo.lower) * torch.rand(B, 7, generator=g)
+    with torch.no_grad():
+        targets = fo(fo.lower + (fo.upper - fo.lower) * torch.rand(B, 7, generator=g))
+    if B == 1:
+        q, targets = q[0], targets[0]
+    Ro, Rn = rows(fo, io, q, targets), rows(fn_, in_, q, targets)
+    for name in Ro:
+        (f_o, grad), (f_n, _) = Ro[name], Rn[name]
+        # Calls per timing: about 20 ms of work each.
+        t1 = clock(f_o, grad, 1)
+        inner = max(1, int(0.02 / max(t1, 1e-6)))
+        best_o = best_n = float("inf")
+        for _ in range(7):
+            best_o = min(best_o, clock(f_o, grad, inner))
+            best_n = min(best_n, clock(f_n, grad, inner))
+        ms = lambda t: f"{t * 1e3:.3f} ms"  # noqa: E731
+        print(f"| {name} | {B:,} | {ms(best_o)} | {ms(best_n)} | {best_n / best_o:.2f} |", flush=True)
