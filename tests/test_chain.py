@@ -152,7 +152,7 @@ def test_small_batch_tree_matches_serial_path(panda, toy):
     for chain in (panda, toy):
         for n in (1, 2, 7, 64):
             q = _random_q(chain, n, seed=n)
-            T_tree = chain._fk_reference(q, None)
+            T_tree = chain._fk_small(q, None)
             T_serial = chain.evaluate(q)[0]
             assert (T_tree - T_serial).abs().max() < 1e-14
 

@@ -30,8 +30,7 @@ from .._errors import InputError
 from ..model import JointType, RobotModel
 from ..model._model import check_device, dtype_mismatch
 from ..runtime import finite_checked
-from ._fk import body_transforms_fast, body_transforms_reference, to_homogeneous
-from ._kernels import cross, rot
+from ._kernels import cross, skew
 from ._paths import choose
 
 __all__ = ["SerialChainKinematics"]
@@ -147,11 +146,22 @@ class SerialChainKinematics:
         self._is_pri = tuple(bool(x) for x in m["is_prismatic"])
         self._any_pri = any(self._is_pri)
         self._identity_coupling = bool(m["identity_coupling"])
+        self._coord = torch.from_numpy(np.array(m["coordinate"])).to(device)
+        self._mult = t(m["multiplier"])
+        self._offset = t(m["offset"])
         self._G = t(m["coupling"])  # (n, dof)
-        # The chain as a model of its own (root body, then the path bodies):
-        # the whole-tree FK kernels evaluate it.
-        self._sub = RobotModel._from_master(m["sub_master"], m["sub_meta"], dtype=dtype, device=device)
-        self._axis = t(m["axes"]).T[:, :, None].contiguous()  # (3, n, 1)
+        blocks = t(m["blocks"])  # (n, 3, 11): [Rpl, Rpl K, Rpl K^2, p_pl, Rpl a]
+        self._blocks_t = blocks.transpose(1, 2).contiguous()  # (n, 11, 3)
+        # The first joint's parent is the chain root: its transposed block as
+        # (11, 3, 1) rows, the layout of a GEMM output in :meth:`_serial`.
+        self._first = blocks[0].T.contiguous()[:, :, None]
+        # Local 4x4 pieces for the small-batch reduction:
+        # T_local(theta) = T_pl + sin A4 + (1 - cos) B4 + d C4.
+        T_pl, A4, B4, C4 = (t(m[k]).reshape(n, 16) for k in ("T_pl", "A4", "B4", "C4"))
+        self._local_base = T_pl + B4
+        pieces = [A4, -B4] + ([C4] if self._any_pri else [])
+        self._local_coef = torch.stack(pieces, dim=1)  # (n, 2 or 3, 16)
+        self._phase = t(np.array([0.0, np.pi / 2]))
         self._end = t(m["end"])  # (4, 4) last body -> end frame
         self._rev_mask = t(1.0 - m["is_prismatic"])
         self._pri_mask = t(m["is_prismatic"])
@@ -233,14 +243,14 @@ class SerialChainKinematics:
         """
         self.check_q(qpos)
         self._check_tcp(tcp)
-        if qpos.ndim == 1:
-            return self._fk_reference(qpos, tcp)
+        if qpos.ndim == 1:  # one sample: no batch bookkeeping (measured 20 us of 60)
+            return self._fk_small(qpos[None], tcp)[0]
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
-        # Small batches: the whole-tree reference path; from
-        # FAST_MIN_BATCH["serial_chain"] the batch-last pass.
+        # Small batches: the pairwise 4x4 reduction (fewer, larger dispatches);
+        # from FAST_MIN_BATCH["serial_chain"] the batch-last pass wins.
         if not choose("serial_chain", q.shape[0]):
-            T = self._fk_reference(q, tcp)
+            T = self._fk_small(q, tcp)
         else:
             RT, p, _ = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=False)
             T = fast_to_homogeneous(RT, p)
@@ -298,11 +308,32 @@ class SerialChainKinematics:
         self._tool_cache = (tcp, tcp._version, tool)
         return tool
 
-    def _fk_reference(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
-        """Pose-only FK on the reference path (:func:`body_transforms_reference`
-        of the chain's own model), ``q (..., dof)``."""
-        R, p = body_transforms_reference(self._sub, q)
-        return to_homogeneous(R[..., -1, :, :], p[..., -1, :]) @ self._tool(tcp)
+    def _fk_small(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
+        """Pose-only FK for small batches ``q (N, dof)``: every local 4x4
+        transform in one batched product (batched over the joints), then a
+        pairwise product tree over the joints (one
+        :func:`torch.linalg.multi_dot` for a single sample)."""
+        theta = q if self._identity_coupling else q[:, self._coord] * self._mult + self._offset
+        N = theta.shape[0]
+        n = self._n
+        ang = theta * self._rev_mask if self._any_pri else theta
+        # [sin, cos] in one call: sin(theta + (0, pi/2)).
+        coef = torch.sin(ang[..., None] + self._phase)  # (N, n, 2)
+        if self._any_pri:
+            coef = torch.cat([coef, (theta * self._pri_mask)[..., None]], dim=-1)
+        # T_local = (T_pl + B4) + sin A4 - cos B4 + d C4: one product per joint,
+        # batched over the joints, (n, N, 16).
+        T = torch.baddbmm(self._local_base[:, None, :], coef.transpose(0, 1), self._local_coef)
+        tool = self._tool(tcp)
+        if N == 1:
+            return torch.linalg.multi_dot([*T.view(n, 4, 4).unbind(0), tool])[None]
+        mats = torch.cat([T.view(n, N, 4, 4), tool.expand(1, N, 4, 4)], dim=0)
+        while mats.shape[0] > 1:
+            k = mats.shape[0]
+            even = k - (k % 2)
+            prod = mats[0:even:2] @ mats[1:even:2]
+            mats = torch.cat([prod, mats[even:]], dim=0) if k % 2 else prod
+        return mats[0]
 
     def fast_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
         """Serial FK (and Jacobian) in a batch-last layout; see :meth:`fast_plain`.
@@ -345,21 +376,52 @@ class SerialChainKinematics:
             ``internals`` also the world axes ``Z (n, 3, M)`` and the linear
             Jacobian rows ``(n, 3, M)`` of every chain body.
         """
-        R, p = body_transforms_fast(self._sub, qT.T, level_order=True)  # (3, 3, n + 1, M), (3, n + 1, M)
-        # Tool pose: R_tool = R_n T[:3, :3], p_tool = R_n T[:3, 3] + p_n, for the
-        # three rows of R_n at once.
-        Xt = torch.matmul(self._tool(tcp)[:3, :].T, R[:, :, -1])  # (3 r, 4, M)
-        R_tool, pt = Xt.split((3, 1), dim=1)
-        p_tool = pt[:, 0] + p[:, -1]  # (3, M)
-        RT_tool = R_tool.transpose(0, 1)
+        if self._identity_coupling:
+            theta = qT
+        else:
+            theta = qT[self._coord] * self._mult[:, None] + self._offset[:, None]
+        M = theta.shape[1]
+        ang = theta * self._rev_mask[:, None] if self._any_pri else theta
+        s_rows = torch.sin(ang).unbind(0)
+        omc_rows = (1.0 - torch.cos(ang)).unbind(0)
+        th_rows = theta.unbind(0) if self._any_pri else None
+        blocks = self._blocks_t  # (n, 11, 3)
+        axes: list[torch.Tensor] = []
+        origins: list[torch.Tensor] = []
+        RT = p = None
+        for i in range(self._n):
+            if i == 0:
+                X = self._first  # (11, 3, 1): the root is fixed
+            else:
+                X = (blocks[i] @ RT.reshape(3, 3 * M)).view(11, 3, M)
+            R0, R1, R2, pp, ax = X.split((3, 3, 3, 1, 1), dim=0)
+            if self._is_pri[i]:
+                RT_new = R0.expand(3, 3, M)
+                p_new = pp[0] + th_rows[i] * ax[0]
+            else:
+                RT_new = torch.addcmul(torch.addcmul(R0, s_rows[i], R1), omc_rows[i], R2)
+                p_new = pp[0]
+            p_new = p_new.expand(3, M) if p is None else p_new + p
+            if with_jacobian:
+                axes.append(ax[0].expand(3, M))
+                origins.append(p_new)
+            RT, p = RT_new, p_new
+        Xt = (self._tool(tcp)[:3, :].T @ RT.reshape(3, 3 * M)).view(4, 3, M)
+        RT_tool, pt = Xt.split((3, 1), dim=0)
+        p_tool = pt[0] + p  # (3, M)
         if not with_jacobian:
             return RT_tool, p_tool, None
-        Z = rot(R[:, :, 1:], self._axis)  # (3, n, M) world joint axes
-        lin = cross(Z, p_tool[:, None] - p[:, 1:])
+        Z = torch.stack(axes, dim=0)  # (n, 3, M)
+        r = p_tool[None] - torch.stack(origins, dim=0)
+        # z x r by components: linalg.cross over a middle axis is several
+        # times slower than these nine row operations.
+        z0, z1, z2 = Z.unbind(1)
+        r0, r1, r2 = r.unbind(1)
+        lin = torch.stack([z1 * r2 - z2 * r1, z2 * r0 - z0 * r2, z0 * r1 - z1 * r0], dim=1)
         if self._any_pri:
-            lin = torch.where(self._pri_mask[:, None] > 0, Z, lin)
-            Z = Z * self._rev_mask[:, None]
-        J = torch.cat([lin, Z], dim=0)  # (6, n, M)
+            lin = torch.where(self._pri_mask[:, None, None] > 0, Z, lin)
+            Z = Z * self._rev_mask[:, None, None]
+        J = torch.cat([lin, Z], dim=1).transpose(0, 1)  # (6, n, M)
         if not self._identity_coupling:
             J = torch.einsum("anm,nd->adm", J, self._G)
         if internals:
@@ -406,12 +468,13 @@ class _JacobianPass(torch.autograd.Function):
             return g, None, None
         if not chain._identity_coupling:
             g_J = torch.einsum("adm,nd->anm", g_J, chain._G)
-        g_V, g_Z = g_J[:3], g_J[3:]  # (3, n, M)
+        g_V = g_J[:3].transpose(0, 1)  # (n, 3, M)
+        g_Z = g_J[3:].transpose(0, 1)
         # X = G_R R^T with G_R[r, c] = g_RT[c, r] and R[k, c] = RT[c, k].
         X = (g_RT[:, :, None, :] * RT[:, None, :, :]).sum(0)  # (3 r, 3 k, M)
         a = torch.stack([X[2, 1] - X[1, 2], X[0, 2] - X[2, 0], X[1, 0] - X[0, 1]], dim=0)
-        terms = (cross(V, g_V) + cross(Z, g_Z)).unbind(1)  # n x (3, M)
-        pre_terms = cross(g_V, Z).unbind(1)
+        terms = (cross(V, g_V, 1) + cross(Z, g_Z, 1)).unbind(0)  # n x (3, M)
+        pre_terms = cross(g_V, Z, 1).unbind(0)
         n = len(terms)
         # Suffix sums (i > j) and prefix sums (i <= j) over the joints as row
         # additions (cumsum over a leading axis is several times slower).
@@ -421,7 +484,7 @@ class _JacobianPass(torch.autograd.Function):
         prefix = [g_p + pre_terms[0]]
         for j in range(1, n):
             prefix.append(prefix[-1] + pre_terms[j])
-        g_theta = (Z * torch.stack(suffix, 1)).sum(0) + (V * torch.stack(prefix, 1)).sum(0)  # (n, M)
+        g_theta = (Z * torch.stack(suffix, 0)).sum(1) + (V * torch.stack(prefix, 0)).sum(1)  # (n, M)
         if not chain._identity_coupling:
             g_theta = torch.einsum("nd,nm->dm", chain._G, g_theta)
         return g_theta, None, None
@@ -485,11 +548,31 @@ def _build_master(model: RobotModel, f_root: int, f_end: int) -> dict:
     )
     is_pri = np.array([model.joint_type[b] == JointType.PRISMATIC for b in path], dtype=np.float64)
 
+    blocks = np.zeros((n, 3, 11))
     T_pl = np.zeros((n, 4, 4))
+    A4 = np.zeros((n, 4, 4))
+    B4 = np.zeros((n, 4, 4))
+    C4 = np.zeros((n, 4, 4))
     axes = np.zeros((n, 3))
     for i, b in enumerate(path):
-        T_pl[i] = placement[b] if i else _inv_np(F_root) @ placement[b]
-        axes[i] = axis_all[b]
+        P = placement[b].copy()
+        if i == 0:
+            P = _inv_np(F_root) @ P
+        a = axis_all[b]
+        axes[i] = a
+        K = skew(torch.from_numpy(np.asarray(a, dtype=np.float64))).numpy()
+        Rp, pp = P[:3, :3], P[:3, 3]
+        blocks[i, :, 0:3] = Rp
+        blocks[i, :, 3:6] = Rp @ K
+        blocks[i, :, 6:9] = Rp @ K @ K
+        blocks[i, :, 9] = pp
+        blocks[i, :, 10] = Rp @ a
+        T_pl[i] = P
+        if is_pri[i]:
+            C4[i, :3, 3] = Rp @ a
+        else:
+            A4[i, :3, :3] = Rp @ K
+            B4[i, :3, :3] = Rp @ K @ K
 
     lower = model.lower.numpy()[order]
     upper = model.upper.numpy()[order]
@@ -501,49 +584,6 @@ def _build_master(model: RobotModel, f_root: int, f_end: int) -> dict:
         arr = np.ascontiguousarray(arr)
         h.update(arr.astype("<i8" if arr.dtype.kind == "i" else "<f8").tobytes())
 
-    nb = n + 1
-    sub_master = {
-        "parent": np.arange(-1, n, dtype=np.int64),
-        "joint_is_prismatic": np.concatenate([[0.0], is_pri]),
-        "level_inverse": np.arange(nb, dtype=np.int64),
-        "joint_axis": np.concatenate([np.zeros((1, 3)), axes]),
-        "joint_placement": np.concatenate([np.eye(4)[None], T_pl]),
-        "joint_coordinate": np.concatenate([[-1], local]).astype(np.int64),
-        "joint_multiplier": np.concatenate([[1.0], mult]),
-        "joint_offset": np.concatenate([[0.0], off]),
-        "frame_body": np.array([0, n], dtype=np.int64),
-        "frame_placement": np.stack([np.eye(4), F_end]),
-        "body_mass": np.zeros(nb),
-        "body_com": np.zeros((nb, 3)),
-        "body_inertia": np.zeros((nb, 3, 3)),
-        "lower": lower.copy(),
-        "upper": upper.copy(),
-        "velocity_limit": np.full(dof, np.inf),
-        "effort_limit": np.full(dof, np.inf),
-        "damping": np.zeros(dof),
-        "friction": np.zeros(dof),
-        "armature": np.zeros(dof),
-        "gravity": np.array([0.0, 0.0, -9.81]),
-        "levels": [np.array([b], dtype=np.int64) for b in range(nb)],
-        "level_parent": [np.zeros(0, dtype=np.int64)] + [np.zeros(1, dtype=np.int64)] * n,
-    }
-    for v in sub_master.values():
-        if isinstance(v, np.ndarray):
-            v.setflags(write=False)
-    sub_meta = {
-        "name": f"{model.name}:{model.link_names[f_root]}->{model.link_names[f_end]}",
-        "floating_base": False,
-        "body_names": (model.link_names[f_root],) + tuple(model.body_names[b] for b in path),
-        "body_joint_names": ("",) + tuple(model.body_joint_names[b] for b in path),
-        "joint_type": (0,) + tuple(model.joint_type[b] for b in path),
-        "joint_names": joint_names,
-        "link_names": (model.link_names[f_root], model.link_names[f_end]),
-        "visuals": (),
-        "collisions": (),
-        "source_path": None,
-        "levels_sorted": True,
-    }
-
     master = {
         "num_bodies": n,
         "joint_names": joint_names,
@@ -553,18 +593,17 @@ def _build_master(model: RobotModel, f_root: int, f_end: int) -> dict:
         "offset": off,
         "coupling": G,
         "identity_coupling": identity,
+        "blocks": blocks,
         "T_pl": T_pl,
+        "A4": A4,
+        "B4": B4,
+        "C4": C4,
         "end": F_end.copy(),
         "lower": lower.copy(),
         "upper": upper.copy(),
         "fingerprint": h.hexdigest(),
-        "axes": axes,
-        "sub_master": sub_master,
-        "sub_meta": sub_meta,
     }
     for v in master.values():
         if isinstance(v, np.ndarray):
             v.setflags(write=False)
-    # The chain model's cached constants are keyed on this fingerprint.
-    sub_meta["fingerprint"] = "chain:" + master["fingerprint"]
     return master
