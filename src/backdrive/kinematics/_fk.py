@@ -70,6 +70,7 @@ def _build_cache(model: RobotModel) -> dict:
     def lo(x):  # (..., nb - 1, 1) constant in level order, contiguous
         return (x.index_select(-2, mperm) if level_order else x).contiguous()
 
+    jump = _build_jump(model, pl, Rpl, A, B, Raxis, is_pri)
     Rpl_t, A_t, B_t = (x.permute(1, 2, 0)[..., None] for x in (Rpl, A, B))
     ppl_t, Raxis_t = ppl.T[..., None], Raxis.T[..., None]
     return {
@@ -93,9 +94,57 @@ def _build_cache(model: RobotModel) -> dict:
         "has_pri": bool(is_pri.any()),
         "eye": torch.eye(3, dtype=model.dtype, device=model.device),
         "steps": steps,
+        **jump,
         "identity_coupling": model.joint_coordinate[1:].tolist() == list(range(model.num_bodies - 1))
         and bool((model.joint_offset[1:] == 0).all())
         and bool((model.joint_multiplier[1:] == 1).all()),
+    }
+
+
+def _build_jump(model: RobotModel, pl, Rpl, A, B, Raxis, is_pri) -> dict:
+    """Constants of the pointer-jumping reference FK (:func:`body_transforms_reference`).
+
+    Local transforms are flattened 4x4 matrices, ``T_l(theta) = (T_pl + B4)
+    + sin A4 - cos B4 + d C4`` (Rodrigues folded into the placement, ``d`` a
+    prismatic joint's travel), one row of coefficients per moving body, in
+    level order (the levels concatenated). ``jump_rounds``: per round
+    ``(k, anc)``: the bodies from level-order position ``k`` on (the deeper
+    ones: those still missing ancestors) compose with the entries ``anc``,
+    ``T[i] <- T[anc(i)] @ T[i]``, and the table advances ``anc(i) <-
+    anc(anc(i))``; the others are final. The root's entry is the identity (a
+    fixed base, which then counts as no ancestor) or the floating base's pose.
+    """
+    nb = model.num_bodies
+    n = nb - 1
+    sched = tree_schedule(model)
+    order = list(sched.order)
+    mperm = torch.tensor([b - 1 for b in order[1:]], dtype=torch.long, device=model.device)
+    A4 = torch.zeros(n, 4, 4, dtype=model.dtype, device=model.device)
+    B4 = torch.zeros_like(A4)
+    C4 = torch.zeros_like(A4)
+    rev = (1.0 - is_pri)[:, None, None]
+    A4[:, :3, :3] = A * rev
+    B4[:, :3, :3] = B * rev
+    C4[:, :3, 3] = Raxis * is_pri[:, None]
+    base = (pl + B4).index_select(0, mperm)
+    coef = [x.index_select(0, mperm) for x in [A4, -B4] + ([C4] if bool(is_pri.any()) else [])]
+    # Ancestor table in level-order positions; -1: none left to compose.
+    anc = [p if (p > 0 or model.floating_base) else -1 for p in sched.parent_pos]
+    rounds = []
+    while any(a >= 0 for a in anc):
+        k = min(i for i, a in enumerate(anc) if a >= 0)
+        assert all(a >= 0 for a in anc[k:])  # the unfinished bodies are a suffix of the level order
+        rounds.append((k, torch.tensor(anc[k:], dtype=torch.long, device=model.device)))
+        anc = [a if a < 0 else anc[a] for a in anc]
+    return {
+        "jump_perm": None if sched.sorted else mperm,
+        "jump_base": base.reshape(n, 1, 16).contiguous(),
+        "jump_coef": torch.stack(coef, 1).reshape(n, len(coef), 16).contiguous(),
+        "jump_phase": torch.tensor([0.0, torch.pi / 2], dtype=model.dtype, device=model.device),
+        "jump_eye": torch.eye(4, dtype=model.dtype, device=model.device).reshape(1, 1, 16),
+        "jump_rounds": tuple(rounds),
+        "jump_is_rev": (1.0 - is_pri).index_select(0, mperm),
+        "jump_is_pri": is_pri.index_select(0, mperm),
     }
 
 
@@ -175,8 +224,55 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def body_transforms_reference(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`body_transforms` on the reference path: batch-first, one batched
-    compose per depth level of the tree, plain autograd (``q`` not checked)."""
+    """:func:`body_transforms` on the reference path: batch-first, plain
+    autograd (``q`` not checked).
+
+    Pointer jumping over the tree: every local 4x4 transform at once (one
+    batched product over the bodies, :func:`_build_jump`), then
+    ``ceil(log2(depth))`` rounds of ``T[i] <- T[anc(i)] @ T[i]`` over the
+    bodies still missing ancestors, with the ancestor table advanced each
+    round (one gather, one batched 4x4 product and one concatenation a
+    round), instead of one step per depth level. Returns views of the 4x4
+    result.
+    """
+    c = _cache(model)
+    batch = q.shape[:-1]
+    nb = model.num_bodies
+    qf = q.reshape(-1, q.shape[-1])
+    N = qf.shape[0]
+    if model.floating_base:
+        R0 = quat_to_matrix(qf[:, 3:7])
+        bottom = c["jump_eye"].view(4, 4)[3:].expand(1, N, 1, 4)
+        T0 = torch.cat([torch.cat([R0, qf[:, 0:3, None]], -1)[None], bottom], -2)
+    else:
+        T0 = c["jump_eye"].expand(1, N, 16).view(1, N, 4, 4)
+    if nb > 1:
+        if c["identity_coupling"]:
+            theta = qf[:, 7:] if model.floating_base else qf
+        else:
+            theta = joint_values(model, qf)
+        if c["jump_perm"] is not None:
+            theta = theta.index_select(1, c["jump_perm"])  # level order
+        ang = theta * c["jump_is_rev"] if c["has_pri"] else theta
+        coef = torch.sin(ang[..., None] + c["jump_phase"])  # (N, nb - 1, 2): sin, cos
+        if c["has_pri"]:
+            coef = torch.cat([coef, (theta * c["jump_is_pri"])[..., None]], -1)
+        # (nb - 1, N, 16): one small product per body, batched over the bodies.
+        T = torch.baddbmm(c["jump_base"], coef.transpose(0, 1), c["jump_coef"])
+        T = torch.cat([T0, T.view(nb - 1, N, 4, 4)], 0)
+        for k, anc in c["jump_rounds"]:
+            T = torch.cat([T[:k], T.index_select(0, anc) @ T[k:]], 0)
+        if not model.levels_sorted:
+            T = T.index_select(0, model.level_inverse)
+    else:
+        T = T0
+    T = T.transpose(0, 1).reshape(*batch, nb, 4, 4)
+    return T[..., :3, :3], T[..., :3, 3]
+
+
+def _body_transforms_levels(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The former reference: one batched compose per depth level (kept for
+    the benchmark comparison; not used by the library)."""
     Rl, pl = local_transforms(model, q)
     steps = _cache(model)["steps"]
     Rs, ps = [Rl[..., :1, :, :]], [pl[..., :1, :]]
