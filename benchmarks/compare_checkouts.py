@@ -7,6 +7,10 @@ each repeat (thread CPU time, one torch thread, minimum over repeats), so
 that outside load hits both alike. Prints a markdown table of new/old.
 
     python benchmarks/compare_checkouts.py OLD_SRC NEW_SRC fk,rnea,fd 1,64,10000
+
+Robots: ``BD_ROBOTS`` (comma-separated, default ``panda,quadruped``; ``g1``
+is example-robot-data's G1, floating); dtypes: ``BD_DTYPES`` (default
+``float32,float64``).
 """
 import os, shutil, subprocess, tempfile
 import sys, time
@@ -41,9 +45,11 @@ def fns(D, K, robot, q, v, a, link):
         "aba": lambda: D.forward_dynamics(robot, q, v, a, method="aba"),
         "ke": lambda: D.kinetic_energy(robot, q, v), "pe": lambda: D.potential_energy(robot, q)}
 print("| robot | dtype | batch | op | old ms | new ms | new/old |\n|---|---|---|---|---|---|---|", flush=True)
-for rname in ["panda", "quadruped"]:
-    ro64, rn64 = lo(rname, floating_base=rname == "quadruped"), ln(rname, floating_base=rname == "quadruped")
-    for dt in [torch.float32, torch.float64]:
+_names = {"g1": "example-robot-data:g1"}
+for rname in os.environ.get("BD_ROBOTS", "panda,quadruped").split(","):
+    fb = rname != "panda"
+    ro64, rn64 = lo(_names.get(rname, rname), floating_base=fb), ln(_names.get(rname, rname), floating_base=fb)
+    for dt in [getattr(torch, d) for d in os.environ.get("BD_DTYPES", "float32,float64").split(",")]:
         ro, rn = ro64.to(dtype=dt), rn64.to(dtype=dt)
         for B in batches:
             g = torch.Generator().manual_seed(0)
@@ -52,7 +58,7 @@ for rname in ["panda", "quadruped"]:
             a = torch.randn(B, ro.nv, generator=g, dtype=torch.float64).to(dt)
             Fo = fns(Do, Ko, ro, q, v, a, ro.link_names[-1]); Fn = fns(Dn, Kn, rn, q, v, a, rn.link_names[-1])
             for op in ops:
-                if op == "aba" and rname == "panda":
+                if op == "aba" and not fb:
                     continue
                 ctx = torch.enable_grad if op.endswith("grad") else torch.no_grad
                 with ctx():
