@@ -1,0 +1,127 @@
+"""The tree FK's two paths (pointer-jumping reference, GEMM level kernel) on
+random trees against a plain body-by-body composition of the local poses.
+
+Random trees (deep chains with branches, unsorted depth levels, revolute,
+continuous, prismatic and fixed joints, fixed and floating base) stress the
+pointer jumping's round schedule (the unfinished bodies must be a suffix of
+the level order) and the level kernel's one-parent and gathered-parent
+levels; Pinocchio agreement of both paths is in ``test_fk_reference.py`` and
+``test_wide_batch_paths.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from backdrive import RobotModel
+from backdrive.kinematics import _fk, use_path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _robots import SMALL_URDF, TOY_URDF  # noqa: E402
+
+
+def random_tree_urdf(seed: int, n: int = 16) -> str:
+    """A random tree of ``n`` links: each link's parent is one of the last
+    few links (long chains) or, now and then, any earlier one (branches)."""
+    rng = random.Random(seed)
+    links, joints = ['<link name="l0"/>'], []
+    kinds = ["revolute", "revolute", "continuous", "prismatic", "fixed"]
+    for i in range(1, n):
+        parent = rng.randrange(max(0, i - 2), i) if rng.random() < 0.7 else rng.randrange(i)
+        kind = rng.choice(kinds)
+        xyz = " ".join(f"{rng.uniform(-0.3, 0.3):.4f}" for _ in range(3))
+        rpy = " ".join(f"{rng.uniform(-math.pi, math.pi):.4f}" for _ in range(3))
+        ax = [rng.gauss(0, 1) for _ in range(3)]
+        norm = math.sqrt(sum(a * a for a in ax))
+        axis = " ".join(f"{a / norm:.6f}" for a in ax)
+        limit = '<limit lower="-2" upper="2" effort="1" velocity="1"/>' if kind in ("revolute", "prismatic") else ""
+        links.append(f'<link name="l{i}"/>')
+        joints.append(
+            f'<joint name="j{i}" type="{kind}"><parent link="l{parent}"/><child link="l{i}"/>'
+            f'<origin xyz="{xyz}" rpy="{rpy}"/><axis xyz="{axis}"/>{limit}</joint>'
+        )
+    return '<?xml version="1.0"?><robot name="random_tree">' + "".join(links + joints) + "</robot>"
+
+
+def composed(model: RobotModel, q: torch.Tensor):
+    """World body poses by composing the local poses body by body (no levels,
+    no jumping): ``T_b = T_parent(b) T_local(b)``."""
+    Rl, pl = _fk.local_transforms(model, q)
+    parent = model.parent.tolist()
+    R, p = [None] * model.num_bodies, [None] * model.num_bodies
+
+    def pose(b):
+        if R[b] is None:
+            if parent[b] < 0:
+                R[b], p[b] = Rl[..., b, :, :], pl[..., b, :]
+            else:
+                Rp, pp = pose(parent[b])
+                R[b] = Rp @ Rl[..., b, :, :]
+                p[b] = (Rp @ pl[..., b, :, None])[..., 0] + pp
+        return R[b], p[b]
+
+    for b in range(model.num_bodies):
+        pose(b)
+    return torch.stack(R, -3), torch.stack(p, -2)
+
+
+def _models():
+    out = [(f"random{seed}{'-floating' if fb else ''}", random_tree_urdf(seed), fb) for seed in range(4) for fb in (False, True)]
+    out += [("small", SMALL_URDF, False), ("small-floating", SMALL_URDF, True), ("toy", TOY_URDF, False)]
+    return out
+
+
+@pytest.mark.parametrize("name,urdf,floating", _models(), ids=[m[0] for m in _models()])
+def test_both_paths_equal_body_by_body_composition(name, urdf, floating):
+    model = RobotModel.from_urdf(urdf, floating_base=floating).to(dtype=torch.float64)
+    g = torch.Generator().manual_seed(3)
+    q = model.random_q(6, generator=g).reshape(2, 3, -1)
+    R_ref, p_ref = composed(model, q)
+    if not floating:
+        assert len(model.levels) >= 4  # deep enough for several jumping rounds
+    for path in ("reference", "fast"):
+        for grad in (False, True):
+            with use_path(path), torch.set_grad_enabled(grad):
+                R, p = _fk.body_transforms(model, q.clone().requires_grad_(grad))
+            assert R.shape == R_ref.shape and p.shape == p_ref.shape
+            assert (R - R_ref).abs().max() < 1e-12, (path, grad)
+            assert (p - p_ref).abs().max() < 1e-12, (path, grad)
+    # One sample without a batch axis.
+    R, p = _fk.body_transforms_reference(model, q[0, 0])
+    assert (R - R_ref[0, 0]).abs().max() < 1e-12 and (p - p_ref[0, 0]).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_reference_gradients_forward_mode_and_double_backward(seed):
+    """The reference path stays plain autograd: gradcheck, gradgradcheck and
+    forward-mode (jacfwd) equal reverse mode (jacrev)."""
+    model = RobotModel.from_urdf(random_tree_urdf(seed, n=9), floating_base=True).to(dtype=torch.float64)
+    q = model.random_q(2, generator=torch.Generator().manual_seed(seed)).requires_grad_(True)
+
+    def f(x):
+        R, p = _fk.body_transforms_reference(model, x)
+        return R.sum(-1), p
+
+    assert torch.autograd.gradcheck(f, (q,))
+    assert torch.autograd.gradgradcheck(f, (q,))
+    x = q[0].detach()
+    jr = torch.func.jacrev(lambda x: _fk.body_transforms(model, x)[1])(x)
+    jf = torch.func.jacfwd(lambda x: _fk.body_transforms(model, x)[1])(x)
+    assert (jr - jf).abs().max() < 1e-12
+
+
+def test_fast_path_backward_and_double_backward_on_a_random_tree():
+    """The GEMM level kernel under the hand-written backward (gradcheck) and,
+    with ``create_graph``, its plain-autograd fallback (gradgradcheck)."""
+    model = RobotModel.from_urdf(random_tree_urdf(5, n=10), floating_base=True).to(dtype=torch.float64)
+    q = model.random_q(3, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
+    for level_order in (False, True):
+        f = lambda x: _fk.body_transforms_fast(model, x, level_order)  # noqa: E731
+        assert torch.autograd.gradcheck(f, (q,))
+        assert torch.autograd.gradgradcheck(f, (q,))
