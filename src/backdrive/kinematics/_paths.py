@@ -3,7 +3,8 @@
 Every kinematics and dynamics algorithm has at most two implementations
 (forward kinematics excepted: :class:`~backdrive.kinematics.SerialChainKinematics`
 keeps its own small-batch and batch-last passes beside the tree's two, because
-the tree's kernels cost it 1.4-6.6x on pose queries and up to 1.3x on IK,
+the tree's kernels cost it 1.4-6.6x on pose queries and up to 1.3x on IK, and
+still 1.4-3.8x and up to 1.4x with the tree's pointer-jumping reference,
 measured in ``docs/kinematics.md``):
 
 * the **reference** path: batch-first tensors ``(..., k, c)``, plain autograd.
