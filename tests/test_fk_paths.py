@@ -23,7 +23,7 @@ from backdrive import RobotModel
 from backdrive.kinematics import _fk, use_path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _robots import SMALL_URDF, TOY_URDF  # noqa: E402
+from _robots import SMALL_URDF, TOY_URDF, body_urdf  # noqa: E402
 
 
 def random_tree_urdf(seed: int, n: int = 16) -> str:
@@ -125,3 +125,18 @@ def test_fast_path_backward_and_double_backward_on_a_random_tree():
         f = lambda x: _fk.body_transforms_fast(model, x, level_order)  # noqa: E731
         assert torch.autograd.gradcheck(f, (q,))
         assert torch.autograd.gradgradcheck(f, (q,))
+
+
+@pytest.mark.parametrize("floating", [False, True])
+def test_reference_single_body_and_empty_batches(floating):
+    """No moving joint (``nq`` 0 for a fixed base), and empty batches."""
+    model = RobotModel.from_urdf(body_urdf('<box size="0.1 0.1 0.1"/>', 1.0, (0.1, 0.1, 0.1)), floating_base=floating)
+    model = model.to(dtype=torch.float64)
+    q = model.random_q(3, generator=torch.Generator().manual_seed(0))
+    R, p = _fk.body_transforms_reference(model, q)
+    R_ref, p_ref = composed(model, q)
+    assert R.shape == (3, 1, 3, 3) and (R - R_ref).abs().max() < 1e-12 and (p - p_ref).abs().max() < 1e-12
+    assert _fk.body_transforms_reference(model, q[:0])[0].shape == (0, 1, 3, 3)
+    tree = RobotModel.from_urdf(random_tree_urdf(0), floating_base=floating)
+    qt = tree.random_q(2).reshape(2, 1, -1)[:, :0]
+    assert _fk.body_transforms_reference(tree, qt)[1].shape == (2, 0, tree.num_bodies, 3)

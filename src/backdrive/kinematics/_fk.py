@@ -1,9 +1,11 @@
 """Whole-tree forward kinematics and frame Jacobians.
 
-One traversal primitive (:func:`body_transforms`) does one batched operation
-per tree depth level; everything else (frame poses, Jacobians, dynamics)
-builds on it. Poses are kept as rotation ``(..., 3, 3)`` plus translation
-``(..., 3)`` in the hot path and only assembled into 4x4 matrices at the end.
+One traversal primitive (:func:`body_transforms`) with two paths: the fast
+one does one batched operation per tree depth level, the reference one
+pointer-jumps over the tree (``ceil(log2(depth))`` rounds of 4x4 products);
+everything else (frame poses, Jacobians, dynamics) builds on it. The fast
+path keeps poses as rotation plus translation and returns them so; so does
+the reference, from its 4x4 products.
 """
 
 from __future__ import annotations
@@ -238,8 +240,8 @@ def body_transforms_reference(model: RobotModel, q: torch.Tensor) -> tuple[torch
     c = _cache(model)
     batch = q.shape[:-1]
     nb = model.num_bodies
-    qf = q.reshape(-1, q.shape[-1])
-    N = qf.shape[0]
+    N = batch.numel()
+    qf = q.reshape(N, q.shape[-1])
     if model.floating_base:
         R0 = quat_to_matrix(qf[:, 3:7]).permute(1, 2, 0)
         bottom = c["jump_eye"].view(4, 4, 1)[3:].expand(1, 4, N)
