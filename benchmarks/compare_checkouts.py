@@ -10,7 +10,7 @@ that outside load hits both alike. Prints a markdown table of new/old.
 
 Robots: ``BD_ROBOTS`` (comma-separated, default ``panda,quadruped``; ``g1``
 is example-robot-data's G1, floating); dtypes: ``BD_DTYPES`` (default
-``float32,float64``).
+``float32,float64``); time per row: ``BD_SECONDS`` (default 0.6).
 """
 import os, shutil, subprocess, tempfile
 import sys, time
@@ -30,6 +30,7 @@ import bdold, bdnew
 import bdold.dynamics as Do, bdnew.dynamics as Dn, bdold.kinematics as Ko, bdnew.kinematics as Kn
 from bdold.data import load as lo
 from bdnew.data import load as ln
+SECONDS = float(os.environ.get("BD_SECONDS", "0.6"))  # time budget per row
 ops = sys.argv[3].split(","); batches = [int(x) for x in sys.argv[4].split(",")]
 def fns(D, K, robot, q, v, a, link):
     def grad(f, *xs):
@@ -65,8 +66,8 @@ for rname in os.environ.get("BD_ROBOTS", "panda,quadruped").split(","):
                     fo, fn = Fo[op], Fn[op]
                     fo(); fn(); fo(); fn()
                     to, tn = [], []
-                    end = time.perf_counter() + 0.6
-                    while len(to) < 5 or (time.perf_counter() < end and len(to) < 40):
+                    end = time.perf_counter() + SECONDS
+                    while len(to) < 5 or (time.perf_counter() < end and len(to) < 40 * SECONDS / 0.6):
                         for f, ts in ((fo, to), (fn, tn)) if len(to) % 2 == 0 else ((fn, tn), (fo, to)):
                             t0 = time.thread_time(); f(); ts.append(time.thread_time() - t0)
                 o, n = min(to), min(tn)
