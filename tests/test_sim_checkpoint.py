@@ -177,3 +177,25 @@ def test_checkpoint_reaches_a_derived_parameter():
         out.append(g)
     assert float(out[0].abs()) > 0
     assert float((out[0] - out[1]).abs()) <= 1e-12 * float(out[0].abs()), out
+
+
+def test_contact_record_keeps_only_the_named_fields():
+    """``contact_record=("normal_force", "slip_velocity")`` keeps those two
+    fields (the others ``None``) with the gradients of the full record, plain
+    and checkpointed; ``False`` keeps none; a bad value is an InputError
+    naming it."""
+    mu = torch.tensor(0.75, dtype=torch.float64, requires_grad=True)
+    sim, q0, v0, qj = _quadruped(mu)
+    U = qj.expand(3, 12, 12) + 0.05 * torch.randn(3, 12, 12, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    full, g0 = _grads(sim, q0, v0, U, mu)
+    for k in (None, 5):
+        part, g1 = _grads(sim, q0, v0, U, mu, checkpoint_every=k, contact_record=("normal_force", "slip_velocity"))
+        assert part.contact.jacobian is None and part.contact.force is None
+        assert torch.equal(part.contact.normal_force, full.contact.normal_force)
+        for a, b in zip(g0, g1):
+            assert float(a.abs().max()) > 0 and torch.equal(a, b)
+    none = sim.rollout(State(q0, v0), U, contact_record=False, checkpoint_every=5)
+    assert none.contact is None and torch.equal(none.q, full.q.detach())
+    for bad, match in (("normal_force", "sequence"), (("normal_force", "bogus"), "bogus"), (("_mu",), "_mu")):
+        with pytest.raises(InputError, match=match):
+            sim.rollout(State(q0, v0), U, contact_record=bad)

@@ -12,7 +12,7 @@ import torch.utils.checkpoint
 from .._shapes import broadcast_shapes
 from ..runtime import threads_for_batch
 from .._errors import InputError
-from ..contact import ContactModel, integrate_world, stack_results
+from ..contact import ContactModel, ContactResult, integrate_world, stack_results
 from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
 from ..kinematics._paths import transforms_active
 from ..model import RobotModel
@@ -402,6 +402,7 @@ class Simulator:
         checkpoint_every: int | None = None,
         monitor_gradients: bool = False,
         check_finite: bool = True,
+        contact_record=True,
     ) -> Trajectory:
         """Simulate ``T`` steps from ``state0`` under ``controls``.
 
@@ -431,6 +432,15 @@ class Simulator:
                 naming the first step whose state is NaN or infinite (one host
                 synchronisation per rollout). Turn off inside ``torch.func``
                 transforms.
+            contact_record: with contact, which fields of each step's
+                :class:`~backdrive.contact.ContactResult` the trajectory keeps
+                in ``Trajectory.contact``: ``True`` (default) all of them;
+                ``False`` none (``Trajectory.contact`` is ``None``); or a
+                sequence of field names, e.g. ``("normal_force",
+                "slip_velocity")``: those, the others ``None``. The full
+                record is about 8x the states (the contact Jacobian alone
+                ``np x 3 x nv`` numbers per step); keep what the loss needs
+                for long rollouts (``docs/scaling.md``, *Memory*).
 
         Returns:
             :class:`Trajectory` with ``q (..., T + 1, nq)``, ``v (..., T + 1, nv)``
@@ -441,6 +451,7 @@ class Simulator:
         for name, k in (("truncate_every", truncate_every), ("checkpoint_every", checkpoint_every)):
             if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
                 raise InputError(f"{name} must be a positive int or None, got {k!r}")
+        fields = self._contact_fields(contact_record)
         norms = None
         if monitor_gradients:
             norms = [[q.new_zeros(()), q.new_zeros(())] for _ in range(T + 1)]
@@ -454,13 +465,13 @@ class Simulator:
             part = steps[t0 : t0 + window]
             try:
                 if leaves is not None:
-                    out = self._recomputed_window(q, v, part, t0, norms, truncate_every, leaves, slots)
+                    out = self._recomputed_window(q, v, part, t0, norms, truncate_every, leaves, slots, fields)
                     # The window's first state as stored: the window's own
                     # copy of its input; the parameters pass from window to
                     # window (see _RecomputedWindow).
                     qs[-1], vs[-1], slots = out[4], out[5], out[6]
                 else:
-                    out = self._checkpointed_window(q, v, part, t0, norms, truncate_every, window < T)
+                    out = self._checkpointed_window(q, v, part, t0, norms, truncate_every, window < T, fields)
             except torch.linalg.LinAlgError as exc:
                 failed = getattr(exc, "_backdrive_failed_step", None)
                 if failed is None:
@@ -478,8 +489,24 @@ class Simulator:
             _check_trajectory(Q, V, controls, self.dt, self._diagnose)
         return Trajectory(
             q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms,
-            contact=stack_results(contacts) if contacts else None,
+            contact=_stack_record(contacts, fields, Q.ndim - 2) if contacts else None,
         )
+
+    def _contact_fields(self, record) -> tuple | None:
+        """``rollout(contact_record=...)`` as the kept field names (``None``: all)."""
+        if record is True:
+            return None
+        if record is False:
+            return ()
+        names = [f.name for f in dataclasses.fields(ContactResult) if not f.name.startswith("_")]
+        if isinstance(record, str) or not all(isinstance(x, str) for x in _iter_or_none(record)):
+            raise InputError(
+                f"contact_record must be True, False or a sequence of ContactResult field names, got {record!r}"
+            )
+        bad = [x for x in record if x not in names]
+        if bad:
+            raise InputError(f"contact_record: unknown ContactResult fields {bad}; valid: {', '.join(names)}")
+        return tuple(dict.fromkeys(record))
 
     def _recompute_leaves(self, q, v, u):
         """The tensors a checkpointed rollout differentiates besides the state
@@ -500,7 +527,7 @@ class Simulator:
             with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_drop_saved, _dropped):
                 if self.contact is not None:
                     q1, v1, effort, res = self._advance_contact(q, v, u)
-                    outs = [q1, v1, effort, *_result_tensors(res)]
+                    outs = [q1, v1, effort, *_result_tensors(res, None)]
                 else:
                     outs = [*self._advance(q, v, u)]
         except Exception:  # noqa: BLE001 - the rollout itself reports it
@@ -523,24 +550,24 @@ class Simulator:
             todo.extend(n for n, _ in node.next_functions if n is not None)
         return tuple(leaves.values())
 
-    def _recomputed_window(self, q, v, part, t0, norms, truncate_every, leaves, slots):
+    def _recomputed_window(self, q, v, part, t0, norms, truncate_every, leaves, slots, fields):
         """A checkpointed window as one autograd node (:class:`_RecomputedWindow`):
         the lists of :meth:`_window`, the window's first state and the
         parameters' passage to the next window."""
         n, m = len(part), len(leaves)
-        spec = _WindowSpec(self, t0, n, norms, truncate_every, leaves)
+        spec = _WindowSpec(self, t0, n, norms, truncate_every, leaves, fields)
         outs = _RecomputedWindow.apply(spec, q, v, *part, *slots)
         q_in, v_in, passed = outs[0], outs[1], outs[2 : 2 + m]
         outs = outs[2 + m :]
         qs, vs, efforts = list(outs[:n]), list(outs[n : 2 * n]), list(outs[2 * n : 3 * n])
         contacts = []
-        if self.contact is not None:
+        if spec.template is not None:
             flat = outs[3 * n :]
             r = len(flat) // n
-            contacts = [_result_from_tensors(spec.template, flat[i * r : (i + 1) * r]) for i in range(n)]
+            contacts = [_result_from_tensors(spec.template, fields, flat[i * r : (i + 1) * r]) for i in range(n)]
         return qs, vs, efforts, contacts, q_in, v_in, passed
 
-    def _checkpointed_window(self, q, v, part, t0, norms, truncate_every, checkpointed: bool):
+    def _checkpointed_window(self, q, v, part, t0, norms, truncate_every, checkpointed: bool, fields=None):
         if checkpointed:
             # The fallback of _recompute_leaves (torch.func transforms,
             # forward-mode AD): non-reentrant checkpointing keeps the plain
@@ -548,9 +575,10 @@ class Simulator:
             # re-running this window from (q, v). It keeps every node of the
             # graph (about 1 MB per contact step, whatever the batch).
             return torch.utils.checkpoint.checkpoint(
-                self._window, q, v, part, t0, norms, truncate_every, use_reentrant=False, determinism_check="none"
+                self._window, q, v, part, t0, norms, truncate_every, fields,
+                use_reentrant=False, determinism_check="none",
             )
-        return self._window(q, v, part, t0, norms, truncate_every)
+        return self._window(q, v, part, t0, norms, truncate_every, fields)
 
     def _report_failed_step(self, failed, qs, vs, controls):
         """Raise :class:`NonFiniteError` for a step whose solve failed (a Cholesky
@@ -582,9 +610,10 @@ class Simulator:
             what="v",
         ) from failed.error
 
-    def _window(self, q, v, controls, t0: int, norms, truncate_every):
+    def _window(self, q, v, controls, t0: int, norms, truncate_every, fields=None):
         """Steps ``t0, t0 + 1, ...`` of a rollout under ``controls`` (a sequence
-        of ``(..., nu)``): lists of the new states, efforts and contact results."""
+        of ``(..., nu)``): lists of the new states, efforts and contact results
+        (with only the ``fields`` of :meth:`_contact_fields`)."""
         qs, vs, efforts, contacts = [], [], [], []
         for t, u in enumerate(controls, start=t0):
             if truncate_every is not None and t > 0 and t % truncate_every == 0:
@@ -594,9 +623,12 @@ class Simulator:
                     q1, v1, effort, res = self._advance_contact(q, v, u)
                     # The body poses only serve the step's own force report:
                     # not kept for the whole rollout.
+                    if fields is not None:
+                        res = dataclasses.replace(res, **{f: None for f in _all_fields(res) if f not in fields})
                     if getattr(res, "_bodies", ()):
                         res = dataclasses.replace(res, _bodies=())
-                    contacts.append(res)
+                    if fields != ():
+                        contacts.append(res)
                 else:
                     q1, v1, effort = self._advance(q, v, u)
             except torch.linalg.LinAlgError as exc:
@@ -877,21 +909,44 @@ def _dropped(packed):
     raise RuntimeError("internal: a recording made to be discarded was differentiated")
 
 
-def _result_tensors(res) -> list:
-    """The tensor fields of a contact result, in field order (``_bodies`` left out)."""
-    return [getattr(res, f.name) for f in dataclasses.fields(res) if f.name != "_bodies"]
+def _iter_or_none(x):
+    try:
+        return list(x)
+    except TypeError:
+        return [None]
 
 
-def _result_from_tensors(template, tensors):
-    names = [f.name for f in dataclasses.fields(template) if f.name != "_bodies"]
+def _all_fields(res) -> list:
+    """A contact result's tensor field names, in field order (``_bodies`` left out)."""
+    return [f.name for f in dataclasses.fields(res) if f.name != "_bodies"]
+
+
+def _result_tensors(res, fields) -> list:
+    """The kept tensor fields of a contact result (``fields``; ``None``: all)."""
+    return [getattr(res, f) for f in (_all_fields(res) if fields is None else fields)]
+
+
+def _result_from_tensors(template, fields, tensors):
+    names = _all_fields(template) if fields is None else fields
     return dataclasses.replace(template, **dict(zip(names, tensors)))
+
+
+def _stack_record(contacts, fields, nbatch: int):
+    """The trajectory's contact record: every step's result stacked after the
+    ``nbatch`` batch axes (:func:`~backdrive.contact.stack_results`), or only
+    the kept ``fields``, the others ``None``."""
+    if fields is None:
+        return stack_results(contacts)
+    kept = {f: torch.stack([getattr(r, f) for r in contacts], dim=nbatch) for f in fields}
+    return dataclasses.replace(contacts[0], **kept)
 
 
 class _WindowSpec:
     """What a :class:`_RecomputedWindow` needs besides its tensor inputs."""
 
-    def __init__(self, sim, t0, n, norms, truncate_every, leaves):
+    def __init__(self, sim, t0, n, norms, truncate_every, leaves, fields):
         self.sim, self.t0, self.n, self.norms, self.truncate_every = sim, t0, n, norms, truncate_every
+        self.fields = fields  # the contact-result fields kept (None: all)
         self.leaves = leaves  # the parameters the steps use (Simulator._recompute_leaves)
         self.template = None  # a contact result of the window (its non-tensor fields)
 
@@ -928,10 +983,10 @@ class _RecomputedWindow(torch.autograd.Function):
         n = spec.n
         us = rest[:n]
         with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_drop_saved, _dropped):
-            qs, vs, efforts, contacts = spec.sim._window(q, v, us, spec.t0, None, spec.truncate_every)
+            qs, vs, efforts, contacts = spec.sim._window(q, v, us, spec.t0, None, spec.truncate_every, spec.fields)
         flat = [*qs, *vs, *efforts]
         for res in contacts:
-            flat += _result_tensors(res)
+            flat += _result_tensors(res, spec.fields)
         if contacts:
             spec.template = contacts[0]
         # Outputs are new tensors: none may share memory with an input or
@@ -962,12 +1017,14 @@ class _RecomputedWindow(torch.autograd.Function):
             state = tuple(x.detach().requires_grad_(x.requires_grad) for x in state)
         q, v, us = state[0], state[1], state[2:]
         with torch.enable_grad():
-            qs, vs, efforts, contacts = spec.sim._window(q, v, us, spec.t0, spec.norms, spec.truncate_every)
+            qs, vs, efforts, contacts = spec.sim._window(
+                q, v, us, spec.t0, spec.norms, spec.truncate_every, spec.fields
+            )
             # Made last, so back-propagation runs them first (see above).
             first = [x.view_as(x) if x.requires_grad else x for x in (q, v, *leaves)]
         flat = [*first, *qs, *vs, *efforts]
         for res in contacts:
-            flat += _result_tensors(res)
+            flat += _result_tensors(res, spec.fields)
         pairs = [(o, g) for o, g in zip(flat, grads) if g is not None and o.requires_grad]
         inputs = [*state, *leaves]
         wanted = [i for i, x in enumerate(inputs) if x.requires_grad and ctx.needs_input_grad[1 + i]]
