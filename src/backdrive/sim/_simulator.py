@@ -416,15 +416,19 @@ class Simulator:
                 still reaches the controls of its own window.
             checkpoint_every: if ``k``, trade recomputation for memory: the
                 forward pass keeps, of every window of ``k`` steps, only its
-                first state and the stored outputs (states, efforts, contact
-                results); ``backward`` recomputes the window's steps to get
-                the intermediate values it needs
-                (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant).
-                The gradients are those of the plain rollout (bit for bit on
-                the CPU); the backward pass costs one more forward pass, and
-                the memory of the step internals is that of ``k`` steps
-                instead of ``T`` (``docs/simulation.md``, *Memory*). Without
-                grad mode it has no effect.
+                first state, its controls and the stored outputs (states,
+                efforts, the contact record), and the graph holds one node
+                per window; ``backward`` re-runs the window's steps to get
+                the intermediate values it needs. The gradients are those of
+                the plain rollout (bit for bit on the CPU, also for
+                parameters inside the model such as masses or a contact
+                friction); the backward pass costs one more forward pass,
+                and memory grows with the horizon only by the stored outputs
+                (``docs/scaling.md``, *Memory*; keep less of the contact
+                record with ``contact_record``). Under ``torch.func``
+                transforms and forward-mode AD it falls back to
+                :func:`torch.utils.checkpoint`. Without grad mode it has no
+                effect.
             monitor_gradients: record the norm of the gradient reaching each
                 state during ``backward``; read it with
                 :meth:`Trajectory.state_gradient_norms`.
