@@ -12,7 +12,7 @@ import torch.utils.checkpoint
 from .._shapes import broadcast_shapes
 from ..runtime import threads_for_batch
 from .._errors import InputError
-from ..contact import ContactModel, ContactResult, integrate_world, stack_results
+from ..contact import ContactModel, ContactResult, integrate_world
 from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
 from ..kinematics._paths import transforms_active
 from ..model import RobotModel
@@ -937,12 +937,21 @@ def _result_from_tensors(template, fields, tensors):
 
 def _stack_record(contacts, fields, nbatch: int):
     """The trajectory's contact record: every step's result stacked after the
-    ``nbatch`` batch axes (:func:`~backdrive.contact.stack_results`), or only
-    the kept ``fields``, the others ``None``."""
-    if fields is None:
-        return stack_results(contacts)
-    kept = {f: torch.stack([getattr(r, f) for r in contacts], dim=nbatch) for f in fields}
-    return dataclasses.replace(contacts[0], **kept)
+    ``nbatch`` batch axes (as :func:`~backdrive.contact.stack_results`), all
+    fields or only the kept ``fields``, the others ``None``.
+
+    Empties ``contacts`` and stacks one field at a time, dropping the steps'
+    arrays of each field once stacked, so that the record is held twice only
+    one field at a time (the steps' arrays are held nowhere else).
+    """
+    template = dataclasses.replace(contacts[0], _bodies=())
+    names = _all_fields(template) if fields is None else fields
+    columns = {f: [getattr(r, f) for r in contacts] for f in names}
+    contacts.clear()
+    kept = {}
+    for f in names:
+        kept[f] = torch.stack(columns.pop(f), dim=nbatch)
+    return dataclasses.replace(template, **kept)
 
 
 class _WindowSpec:
