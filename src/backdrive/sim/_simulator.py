@@ -1001,7 +1001,8 @@ class _RecomputedWindow(torch.autograd.Function):
         for res in contacts:
             flat += _result_tensors(res, spec.fields)
         if contacts:
-            spec.template = contacts[0]
+            # Only its non-tensor fields: the node must not hold a step's arrays and graph.
+            spec.template = dataclasses.replace(contacts[0], **{f: None for f in _all_fields(contacts[0])})
         # Outputs are new tensors: none may share memory with an input or
         # another output (e.g. an effort that is the control itself); the
         # parameters' passage shares theirs (never written).
