@@ -10,7 +10,9 @@ What is measured
   pass of a loss on every state (the mean base height over the trajectory and
   the final state) to the ``(B, T, 12)`` targets. ``checkpoint_every=k``
   (``Simulator.rollout``) keeps only the first state of each window of ``k``
-  steps and recomputes the window in the backward pass.
+  steps (and the stored outputs) and recomputes the window in the backward
+  pass; ``contact_record=False`` also leaves the per-step contact record out
+  of the trajectory (the loss reads only the states).
 * **IK**: ``solve_dls_ik`` on the shipped Panda, a batch of 1,000 random
   reachable targets, 16 unrolled DLS iterations, forward only (no grad) and
   forward + backward (the gradient of the solution with respect to the
@@ -33,19 +35,21 @@ machine disturbs less than wall time.
 The graph of a plain rollout saves about 49 kB per sample and step in float32
 (98 kB in float64; counted with ``torch.autograd.graph.saved_tensors_hooks``,
 ``--saved``), so the plain gradient of 1,000 steps at batch 256 would need
-about 12.6 GB in float32 by that count (7.8 GB measured by extrapolation):
+about 12.6 GB in float32 by that count (7.3 GB measured by extrapolation):
 more than this shared machine can spare. Its row is extrapolated from the
 measured short rows (memory grows linearly with the horizon) and marked so.
 The default run measures the plain rollout at ``T/8`` and ``T/4`` steps
 (extrapolating to ``T/2`` and ``T``), ``checkpoint_every=10`` at ``T/4``,
-``T/2`` and ``T`` steps, ``checkpoint_every=round(sqrt(T))`` at ``T``, and,
-for comparison, the implementation before (``torch.utils.checkpoint``,
-non-reentrant, still the fallback under ``torch.func`` transforms) at ``T/4``
-and ``T/2``: the table of ``docs/scaling.md`` (*Memory*).
+``T/2`` and ``T`` steps, with and without the contact record,
+``checkpoint_every=round(sqrt(T))`` at ``T``, and, for comparison, the
+implementation before (``torch.utils.checkpoint``, non-reentrant, still the
+fallback under ``torch.func`` transforms) at ``T/4`` and ``T/2``: the table
+of ``docs/scaling.md`` (*Memory against the horizon*).
 
 Usage::
 
-    PYTHONPATH=src python benchmarks/rollout_memory.py            # the table of docs/simulation.md
+    PYTHONPATH=src python benchmarks/rollout_memory.py            # the table of docs/scaling.md (~15 CPU min)
+    PYTHONPATH=src python benchmarks/rollout_memory.py --only-record  # only the rows without the contact record
     PYTHONPATH=src python benchmarks/rollout_memory.py --quick    # small sizes, a smoke run
     PYTHONPATH=src python benchmarks/rollout_memory.py --saved    # saved-tensor bytes per step
 """
