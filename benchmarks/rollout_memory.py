@@ -10,7 +10,9 @@ What is measured
   pass of a loss on every state (the mean base height over the trajectory and
   the final state) to the ``(B, T, 12)`` targets. ``checkpoint_every=k``
   (``Simulator.rollout``) keeps only the first state of each window of ``k``
-  steps and recomputes the window in the backward pass.
+  steps (and the stored outputs) and recomputes the window in the backward
+  pass; ``contact_record=False`` also leaves the per-step contact record out
+  of the trajectory (the loss reads only the states).
 * **IK**: ``solve_dls_ik`` on the shipped Panda, a batch of 1,000 random
   reachable targets, 16 unrolled DLS iterations, forward only (no grad) and
   forward + backward (the gradient of the solution with respect to the
@@ -33,16 +35,21 @@ machine disturbs less than wall time.
 The graph of a plain rollout saves about 49 kB per sample and step in float32
 (98 kB in float64; counted with ``torch.autograd.graph.saved_tensors_hooks``,
 ``--saved``), so the plain gradient of 1,000 steps at batch 256 would need
-about 12.6 GB in float32 by that count (7.8 GB measured by extrapolation):
+about 12.6 GB in float32 by that count (7.3 GB measured by extrapolation):
 more than this shared machine can spare. Its row is extrapolated from the
 measured short rows (memory grows linearly with the horizon) and marked so.
-``docs/simulation.md``'s table comes from ``--horizons 20,60`` (plain and
-``k = 10`` at 20 and 60 steps, extrapolated to 1,000) and the 1,000-step
-``k = 10`` row of the default run.
+The default run measures the plain rollout at ``T/8`` and ``T/4`` steps
+(extrapolating to ``T/2`` and ``T``), ``checkpoint_every=10`` at ``T/4``,
+``T/2`` and ``T`` steps, with and without the contact record,
+``checkpoint_every=round(sqrt(T))`` at ``T``, and, for comparison, the
+implementation before (``torch.utils.checkpoint``, non-reentrant, still the
+fallback under ``torch.func`` transforms) at ``T/4`` and ``T/2``: the table
+of ``docs/scaling.md`` (*Memory against the horizon*).
 
 Usage::
 
-    PYTHONPATH=src python benchmarks/rollout_memory.py            # the table of docs/simulation.md
+    PYTHONPATH=src python benchmarks/rollout_memory.py            # the table of docs/scaling.md (~15 CPU min)
+    PYTHONPATH=src python benchmarks/rollout_memory.py --only-record  # only the rows without the contact record
     PYTHONPATH=src python benchmarks/rollout_memory.py --quick    # small sizes, a smoke run
     PYTHONPATH=src python benchmarks/rollout_memory.py --saved    # saved-tensor bytes per step
 """
@@ -82,14 +89,14 @@ def quadruped(dtype):
     return sim, q0, v0, qj
 
 
-def rollout_gradient(sim, q0, v0, qj, B: int, T: int, k: int | None):
+def rollout_gradient(sim, q0, v0, qj, B: int, T: int, k: int | None, record=True):
     """One forward and backward pass; returns (forward s, backward s, gradient norm)."""
     from backdrive.sim import State
 
     t = torch.arange(T, dtype=qj.dtype)[:, None]
     U = (qj + 0.1 * torch.sin(2 * torch.pi * t * sim.dt / 0.25)).expand(B, T, 12).clone().requires_grad_()
     t0 = time.process_time()
-    traj = sim.rollout(State(q0, v0), U, checkpoint_every=k)
+    traj = sim.rollout(State(q0, v0), U, checkpoint_every=k, contact_record=record)
     loss = traj.q[..., 2].mean(-1).sum() + traj.q[..., -1, :3].sum() + traj.v[..., -1, :].sum()
     t1 = time.process_time()
     (g,) = torch.autograd.grad(loss, U)
@@ -124,10 +131,17 @@ def one(spec: dict) -> dict:
     torch.set_num_threads(1)
     dtype = getattr(torch, spec.get("dtype", "float32"))
     if spec["kind"] == "rollout":
+        if spec.get("impl") == "torch.utils.checkpoint":
+            # The implementation before _RecomputedWindow, kept as the fallback
+            # (torch.func transforms): non-reentrant torch.utils.checkpoint.
+            from backdrive.sim import Simulator
+
+            Simulator._recompute_leaves = lambda self, q, v, u: None
         sim, q0, v0, qj = quadruped(dtype)
-        rollout_gradient(sim, q0, v0, qj, 2, 4, spec["k"] and 2)  # warm-up: same code paths
+        record = spec.get("record", True)
+        rollout_gradient(sim, q0, v0, qj, 2, 4, spec["k"] and 2, record)  # warm-up: same code paths
         base = _peak_mb()
-        fwd, bwd, gnorm = rollout_gradient(sim, q0, v0, qj, spec["B"], spec["T"], spec["k"])
+        fwd, bwd, gnorm = rollout_gradient(sim, q0, v0, qj, spec["B"], spec["T"], spec["k"], record)
         return {**spec, "base_mb": base, "peak_mb": _peak_mb(), "forward_s": fwd, "backward_s": bwd, "grad_norm": gnorm}
     run_small = ik(4, spec["iterations"], spec["backward"], dtype)
     run_small()
@@ -183,14 +197,25 @@ def saved_bytes() -> None:
             )
 
 
+def _name(spec: dict) -> str:
+    if spec["k"] is None:
+        return "plain"
+    return (
+        f"`checkpoint_every={spec['k']}`"
+        + (" (`torch.utils.checkpoint`, before)" if spec.get("impl") else "")
+        + (", `contact_record=False`" if spec.get("record", True) is False else "")
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--saved", action="store_true", help="print saved-tensor bytes per sample-step")
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--steps", type=int, default=1000, help="the horizon of the checkpointed rows")
-    p.add_argument("--horizons", help="comma-separated horizons to measure instead (plain and k=10), extrapolated to --steps")
+    p.add_argument("--steps", type=int, default=1000, help="the longest horizon")
+    p.add_argument("--no-before", action="store_true", help="leave out the rows of the torch.utils.checkpoint implementation")
+    p.add_argument("--only-record", action="store_true", help="only the checkpointed rows without the contact record")
     a = p.parse_args()
     if a.one:
         print(json.dumps(one(json.loads(a.one))))
@@ -199,38 +224,41 @@ def main() -> None:
         saved_bytes()
         return
     B, T = (16, 100) if a.quick else (a.batch, a.steps)
-    short = (T // 10, T // 5) if a.horizons is None else tuple(int(x) for x in a.horizons.split(","))
+    horizons = (T // 4, T // 2, T)
+    short = (T // 8, T // 4)  # the plain rows, measured (the longer ones are extrapolated: memory)
     rows = [dict(kind="rollout", B=B, T=t, k=None) for t in short]
-    rows += [dict(kind="rollout", B=B, T=t, k=10) for t in short]
-    if a.horizons is None:
-        rows += [dict(kind="rollout", B=B, T=T, k=k) for k in (10, 50)]
+    rows += [dict(kind="rollout", B=B, T=t, k=10) for t in horizons]
+    rows += [dict(kind="rollout", B=B, T=T, k=round(T ** 0.5))]
+    if not a.no_before:
+        rows += [dict(kind="rollout", B=B, T=t, k=10, impl="torch.utils.checkpoint") for t in horizons[:2]]
+    # The loss reads only the states: the trajectory need not keep the contact record.
+    light = [dict(kind="rollout", B=B, T=t, k=10, record=False) for t in horizons]
+    rows = light if a.only_record else rows + light
     results = []
-    print("| rollout (quadruped, float32) | batch | steps | peak memory growth | forward (CPU s) | backward (CPU s) | total |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| rollout (quadruped, float32) | batch | steps | peak memory growth | forward (CPU s) | backward (CPU s) | total | gradient norm |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for spec in rows:
         r = measure(spec)
         results.append(r)
-        name = "plain" if spec["k"] is None else f"checkpoint_every={spec['k']}"
         if "error" in r:
-            print(f"| {name} | {spec['B']} | {spec['T']} | failed: {r['error']} | | | |", flush=True)
+            print(f"| {_name(spec)} | {spec['B']} | {spec['T']} | failed: {r['error']} | | | | |", flush=True)
             continue
         print(
-            f"| {name} | {spec['B']} | {spec['T']} | {r['peak_mb'] - r['base_mb']:,.0f} MB | {r['forward_s']:.1f} s "
-            f"| {r['backward_s']:.1f} s | {r['forward_s'] + r['backward_s']:.1f} s |",
+            f"| {_name(spec)} | {spec['B']} | {spec['T']} | {r['peak_mb'] - r['base_mb']:,.0f} MB | {r['forward_s']:.1f} s "
+            f"| {r['backward_s']:.1f} s | {r['forward_s'] + r['backward_s']:.1f} s | {r['grad_norm']:.6g} |",
             flush=True,
         )
-    for k in (None, 10):
-        pts = [r for r in results if r["k"] == k and r["T"] in short and "error" not in r]
-        if len(pts) == 2 and max(r["T"] for r in pts) < T:
-            a1, a2 = sorted(pts, key=lambda r: r["T"])
-            m1, m2 = a1["peak_mb"] - a1["base_mb"], a2["peak_mb"] - a2["base_mb"]
-            slope = (m2 - m1) / (a2["T"] - a1["T"])
-            est = m2 + slope * (T - a2["T"])
-            t_est = (a2["forward_s"] + a2["backward_s"]) * T / a2["T"]
-            name = "plain" if k is None else f"checkpoint_every={k}"
+    pts = sorted((r for r in results if r["k"] is None and "error" not in r), key=lambda r: r["T"])
+    if len(pts) == 2:
+        a1, a2 = pts
+        m1, m2 = a1["peak_mb"] - a1["base_mb"], a2["peak_mb"] - a2["base_mb"]
+        slope = (m2 - m1) / (a2["T"] - a1["T"])
+        for t in horizons[1:]:
+            est = m2 + slope * (t - a2["T"])
+            t_est = (a2["forward_s"] + a2["backward_s"]) * t / a2["T"]
             print(
-                f"| {name} (extrapolated, not run: {slope * 1e3 / B:.1f} kB per sample and step) | {B} | {T} "
-                f"| ~{est:,.0f} MB | | | ~{t_est:.0f} s |"
+                f"| plain (extrapolated, not run: {slope * 1e3 / B:.1f} kB per sample and step) | {B} | {t} "
+                f"| ~{est:,.0f} MB | | | ~{t_est:.0f} s | |"
             )
     print()
     print("| IK (Panda, float32, 16 iterations) | batch | peak memory growth | CPU time | success |")

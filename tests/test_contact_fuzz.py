@@ -1,5 +1,6 @@
-"""Fuzzing contact rollouts: random drops, pushes, orientations and velocities
-of the quadruped and the G1 humanoid, forward and backward, must stay finite;
+"""Fuzzing contact rollouts: random drops, pushes (at the start and half-way),
+orientations and velocities of the quadruped and the G1 humanoid, forward and
+backward, must stay finite;
 a state that does explode is reported with its step and its contact.
 
 ``benchmarks/contact_fuzz.py`` runs the longer sweep whose numbers are in
@@ -87,20 +88,48 @@ def random_drops(sim, n: int, seed: int):
 def fuzz(sim, n: int, steps: int, seed: int, checkpoint_every=None):
     """One batched rollout of ``n`` random drops, forward and backward.
 
-    Returns the trajectory, the gradients with respect to the initial state
-    and the controls, and the fraction of samples whose contact was loaded.
+    The drop runs ``steps // 2`` steps; then every sample is pushed (its base
+    velocity jumps by a random horizontal 0-3 m/s and a random N(0, 2) rad/s
+    spin, as from a kick, whether it has landed or is still falling) and
+    runs the remaining steps. The loss sums the final state, the contact
+    forces and the slip of both parts, so the backward pass goes through
+    the push to the initial state.
+
+    Returns the two trajectories, the gradients with respect to the initial
+    state, the controls and the pushes, and the fraction of samples whose
+    contact was loaded.
     """
+    from backdrive.spatial import quat_apply, quat_conjugate
+
     q0, v0, targets = random_drops(sim, n, seed)
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    dt = q0.dtype
+    angle = 2 * math.pi * torch.rand(n, generator=gen, dtype=dt)
+    push = 3.0 * torch.rand(n, 1, generator=gen, dtype=dt) * torch.stack(
+        [torch.cos(angle), torch.sin(angle), torch.zeros_like(angle)], -1
+    )
+    spin = 2.0 * torch.randn(n, 3, generator=gen, dtype=dt)
     q0.requires_grad_()
     v0.requires_grad_()
+    push.requires_grad_()
+    first = steps // 2
     U = targets[:, None, :].expand(n, steps, -1).clone().requires_grad_()
-    traj = sim.rollout(State(q0, v0), U, checkpoint_every=checkpoint_every)  # raises NonFiniteError on a NaN state
-    c = traj.contact
-    loss = (traj.q[:, -1, :3] ** 2).sum() + (traj.v[:, -1] ** 2).sum() + 1e-3 * c.normal_force.sum()
-    loss = loss + (c.slip_velocity ** 2).sum()
-    grads = torch.autograd.grad(loss, (q0, v0, U))
-    touched = ((c.penetration.detach() > 0) | (c.normal_force.detach() > 1.0)).flatten(1).any(-1)
-    return traj, grads, float(touched.double().mean())
+    # raises NonFiniteError on a NaN state
+    a = sim.rollout(State(q0, v0), U[:, :first], checkpoint_every=checkpoint_every)
+    qm, vm = a.q[:, -1], a.v[:, -1]
+    kick = torch.cat([quat_apply(quat_conjugate(qm[:, 3:7]), push), spin, torch.zeros_like(vm[:, 6:])], -1)
+    b = sim.rollout(State(qm, vm + kick), U[:, first:], checkpoint_every=checkpoint_every)
+    loss = 0.0
+    for traj in (a, b):
+        c = traj.contact
+        loss = loss + (traj.q[:, -1, :3] ** 2).sum() + (traj.v[:, -1] ** 2).sum() + 1e-3 * c.normal_force.sum()
+        loss = loss + (c.slip_velocity ** 2).sum()
+    grads = torch.autograd.grad(loss, (q0, v0, U, push))
+    touched = torch.zeros(n, dtype=torch.bool)
+    for traj in (a, b):
+        c = traj.contact
+        touched |= ((c.penetration.detach() > 0) | (c.normal_force.detach() > 1.0)).flatten(1).any(-1)
+    return (a, b), grads, float(touched.double().mean())
 
 
 #: Drops per robot in the test suite (the 1,000-drop sweep: benchmarks/contact_fuzz.py).
@@ -110,14 +139,16 @@ SUITE_DROPS = 100
 @pytest.mark.slow
 @pytest.mark.parametrize("robot", ["quadruped", "g1"])
 def test_fuzz_random_drops_forward_and_backward_stay_finite(robot):
-    """100 random drops per robot, 40 steps of 2 ms, every shape in contact:
-    no NaN or Inf in any state, contact force or gradient, and nearly every
-    sample hits the ground."""
+    """100 random drops per robot, 20 steps of 2 ms, a random push, 20 more
+    steps, every shape in contact: no NaN or Inf in any state, contact force
+    or gradient (initial state, controls, push), and nearly every sample hits
+    the ground."""
     sim = quadruped_sim() if robot == "quadruped" else g1_sim()
-    traj, grads, touched = fuzz(sim, SUITE_DROPS, 40, seed=0)
-    c = traj.contact
-    for name, x in (("q", traj.q), ("v", traj.v), ("force", c.force), ("slip", c.slip_velocity)):
-        assert bool(torch.isfinite(x).all()), name
+    trajs, grads, touched = fuzz(sim, SUITE_DROPS, 40, seed=0)
+    for traj in trajs:
+        c = traj.contact
+        for name, x in (("q", traj.q), ("v", traj.v), ("force", c.force), ("slip", c.slip_velocity)):
+            assert bool(torch.isfinite(x).all()), name
     for g in grads:
         assert bool(torch.isfinite(g).all())
         assert float(g.abs().max()) > 0

@@ -132,3 +132,70 @@ def test_checkpoint_without_grad_mode_is_a_plain_rollout():
     assert a.q.grad_fn is None
     b = sim.rollout(s, sim.zero_controls(12))
     assert torch.equal(a.q, b.q) and a.q.shape == (13, 5)
+
+
+def _graph_nodes(*tensors):
+    """The autograd nodes reachable from ``tensors``."""
+    seen, todo = {}, [t.grad_fn for t in tensors if t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            todo.extend(n for n, _ in node.next_functions if n is not None)
+    return len(seen)
+
+
+def test_checkpointed_graph_keeps_one_node_per_window():
+    """The graph a checkpointed rollout leaves for backward does not hold the
+    steps' operations (about 1,300 per contact step here, each with its
+    bookkeeping): with windows of 5 steps it has a few nodes per window."""
+    mu = torch.tensor(0.75, dtype=torch.float64, requires_grad=True)
+    sim, q0, v0, qj = _quadruped(mu)
+    nodes = {}
+    for T in (20, 40):
+        for k in (None, 5):
+            U = qj.expand(3, T, 12).clone().requires_grad_()
+            traj = sim.rollout(State(q0, v0), U, checkpoint_every=k)
+            nodes[T, k] = _graph_nodes(traj.q, traj.v, traj.effort, traj.contact.force)
+    assert nodes[40, None] - nodes[20, None] > 20 * 500, nodes  # plain: every operation of every step
+    assert nodes[20, 5] < 20 and nodes[40, 5] < 2 * nodes[20, 5], nodes  # checkpointed: 4 and 8 windows
+
+
+def test_checkpoint_reaches_a_derived_parameter():
+    """A friction coefficient computed from a raw parameter outside the
+    rollout (``softplus(raw)``): the checkpointed gradient with respect to the
+    raw parameter is the plain one (to rounding: summed per window)."""
+    raw = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    mu = torch.nn.functional.softplus(raw)
+    sim, q0, v0, qj = _quadruped(mu)
+    U = qj.expand(3, 20, 12).clone()
+    out = []
+    for k in (None, 6):
+        traj = sim.rollout(State(q0, v0), U, checkpoint_every=k)
+        loss = (traj.contact.slip_velocity ** 2).sum() + traj.q[..., 0].sum()
+        (g,) = torch.autograd.grad(loss, raw, retain_graph=True)
+        out.append(g)
+    assert float(out[0].abs()) > 0
+    assert float((out[0] - out[1]).abs()) <= 1e-12 * float(out[0].abs()), out
+
+
+def test_contact_record_keeps_only_the_named_fields():
+    """``contact_record=("normal_force", "slip_velocity")`` keeps those two
+    fields (the others ``None``) with the gradients of the full record, plain
+    and checkpointed; ``False`` keeps none; a bad value is an InputError
+    naming it."""
+    mu = torch.tensor(0.75, dtype=torch.float64, requires_grad=True)
+    sim, q0, v0, qj = _quadruped(mu)
+    U = qj.expand(3, 12, 12) + 0.05 * torch.randn(3, 12, 12, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    full, g0 = _grads(sim, q0, v0, U, mu)
+    for k in (None, 5):
+        part, g1 = _grads(sim, q0, v0, U, mu, checkpoint_every=k, contact_record=("normal_force", "slip_velocity"))
+        assert part.contact.jacobian is None and part.contact.force is None
+        assert torch.equal(part.contact.normal_force, full.contact.normal_force)
+        for a, b in zip(g0, g1):
+            assert float(a.abs().max()) > 0 and torch.equal(a, b)
+    none = sim.rollout(State(q0, v0), U, contact_record=False, checkpoint_every=5)
+    assert none.contact is None and torch.equal(none.q, full.q.detach())
+    for bad, match in (("normal_force", "sequence"), (("normal_force", "bogus"), "bogus"), (("_mu",), "_mu")):
+        with pytest.raises(InputError, match=match):
+            sim.rollout(State(q0, v0), U, contact_record=bad)

@@ -12,8 +12,9 @@ import torch.utils.checkpoint
 from .._shapes import broadcast_shapes
 from ..runtime import threads_for_batch
 from .._errors import InputError
-from ..contact import ContactModel, integrate_world, stack_results
+from ..contact import ContactModel, ContactResult, integrate_world
 from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
+from ..kinematics._paths import transforms_active
 from ..model import RobotModel
 from ._actuators import PDActuator, SoftJointLimits, TorqueActuator, smooth_saturation
 from ._implicit import ImplicitJointForces
@@ -401,6 +402,7 @@ class Simulator:
         checkpoint_every: int | None = None,
         monitor_gradients: bool = False,
         check_finite: bool = True,
+        contact_record=True,
     ) -> Trajectory:
         """Simulate ``T`` steps from ``state0`` under ``controls``.
 
@@ -414,15 +416,19 @@ class Simulator:
                 still reaches the controls of its own window.
             checkpoint_every: if ``k``, trade recomputation for memory: the
                 forward pass keeps, of every window of ``k`` steps, only its
-                first state and the stored outputs (states, efforts, contact
-                results); ``backward`` recomputes the window's steps to get
-                the intermediate values it needs
-                (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant).
-                The gradients are those of the plain rollout (bit for bit on
-                the CPU); the backward pass costs one more forward pass, and
-                the memory of the step internals is that of ``k`` steps
-                instead of ``T`` (``docs/simulation.md``, *Memory*). Without
-                grad mode it has no effect.
+                first state, its controls and the stored outputs (states,
+                efforts, the contact record), and the graph holds one node
+                per window; ``backward`` re-runs the window's steps to get
+                the intermediate values it needs. The gradients are those of
+                the plain rollout (bit for bit on the CPU, also for
+                parameters inside the model such as masses or a contact
+                friction); the backward pass costs one more forward pass,
+                and memory grows with the horizon only by the stored outputs
+                (``docs/scaling.md``, *Memory*; keep less of the contact
+                record with ``contact_record``). Under ``torch.func``
+                transforms and forward-mode AD it falls back to
+                :func:`torch.utils.checkpoint`. Without grad mode it has no
+                effect.
             monitor_gradients: record the norm of the gradient reaching each
                 state during ``backward``; read it with
                 :meth:`Trajectory.state_gradient_norms`.
@@ -430,6 +436,15 @@ class Simulator:
                 naming the first step whose state is NaN or infinite (one host
                 synchronisation per rollout). Turn off inside ``torch.func``
                 transforms.
+            contact_record: with contact, which fields of each step's
+                :class:`~backdrive.contact.ContactResult` the trajectory keeps
+                in ``Trajectory.contact``: ``True`` (default) all of them;
+                ``False`` none (``Trajectory.contact`` is ``None``); or a
+                sequence of field names, e.g. ``("normal_force",
+                "slip_velocity")``: those, the others ``None``. The full
+                record is about 8x the states (the contact Jacobian alone
+                ``np x 3 x nv`` numbers per step); keep what the loss needs
+                for long rollouts (``docs/scaling.md``, *Memory*).
 
         Returns:
             :class:`Trajectory` with ``q (..., T + 1, nq)``, ``v (..., T + 1, nv)``
@@ -440,6 +455,7 @@ class Simulator:
         for name, k in (("truncate_every", truncate_every), ("checkpoint_every", checkpoint_every)):
             if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
                 raise InputError(f"{name} must be a positive int or None, got {k!r}")
+        fields = self._contact_fields(contact_record)
         norms = None
         if monitor_gradients:
             norms = [[q.new_zeros(()), q.new_zeros(())] for _ in range(T + 1)]
@@ -447,10 +463,19 @@ class Simulator:
         qs, vs, efforts, contacts = [q], [v], [], []
         steps = controls.unbind(-2)
         window = T if checkpoint_every is None or not torch.is_grad_enabled() else checkpoint_every
+        leaves = self._recompute_leaves(q, v, steps[0]) if window < T else None
+        slots = leaves
         for t0 in range(0, T, max(window, 1)):
             part = steps[t0 : t0 + window]
             try:
-                out = self._checkpointed_window(q, v, part, t0, norms, truncate_every, window < T)
+                if leaves is not None:
+                    out = self._recomputed_window(q, v, part, t0, norms, truncate_every, leaves, slots, fields)
+                    # The window's first state as stored: the window's own
+                    # copy of its input; the parameters pass from window to
+                    # window (see _RecomputedWindow).
+                    qs[-1], vs[-1], slots = out[4], out[5], out[6]
+                else:
+                    out = self._checkpointed_window(q, v, part, t0, norms, truncate_every, window < T, fields)
             except torch.linalg.LinAlgError as exc:
                 failed = getattr(exc, "_backdrive_failed_step", None)
                 if failed is None:
@@ -468,20 +493,96 @@ class Simulator:
             _check_trajectory(Q, V, controls, self.dt, self._diagnose)
         return Trajectory(
             q=Q, v=V, effort=E, controls=controls, dt=self.dt, _grad_norms=norms,
-            contact=stack_results(contacts) if contacts else None,
+            contact=_stack_record(contacts, fields, Q.ndim - 2) if contacts else None,
         )
 
-    def _checkpointed_window(self, q, v, part, t0, norms, truncate_every, checkpointed: bool):
-        if checkpointed:
-            # Non-reentrant checkpointing: the graph is the plain one, but
-            # the tensors its backward needs are dropped here and recomputed
-            # by re-running this window from (q, v), so hooks, truncation and
-            # gradients to parameters outside the inputs (contact friction,
-            # masses) behave as without it.
-            return torch.utils.checkpoint.checkpoint(
-                self._window, q, v, part, t0, norms, truncate_every, use_reentrant=False, determinism_check="none"
+    def _contact_fields(self, record) -> tuple | None:
+        """``rollout(contact_record=...)`` as the kept field names (``None``: all)."""
+        if record is True:
+            return None
+        if record is False:
+            return ()
+        names = [f.name for f in dataclasses.fields(ContactResult) if not f.name.startswith("_")]
+        if isinstance(record, str) or not all(isinstance(x, str) for x in _iter_or_none(record)):
+            raise InputError(
+                f"contact_record must be True, False or a sequence of ContactResult field names, got {record!r}"
             )
-        return self._window(q, v, part, t0, norms, truncate_every)
+        bad = [x for x in record if x not in names]
+        if bad:
+            raise InputError(f"contact_record: unknown ContactResult fields {bad}; valid: {', '.join(names)}")
+        return tuple(dict.fromkeys(record))
+
+    def _recompute_leaves(self, q, v, u):
+        """The tensors a checkpointed rollout differentiates besides the state
+        and the controls, or ``None`` to checkpoint with
+        :func:`torch.utils.checkpoint` instead.
+
+        One step from ``(q, v, u)`` is recorded (its saved arrays dropped at
+        once) and its graph walked back from the step's outputs, stopping at
+        ``q``, ``v`` and ``u``, to every leaf tensor that requires grad: the
+        model's parameters (masses, friction, gains, ...), however they were
+        derived. ``None`` under ``torch.func`` transforms and forward-mode AD
+        (which custom ``autograd.Function`` s do not take part in) and when
+        the step fails (the checkpointed path reports that failure).
+        """
+        if transforms_active():
+            return None
+        try:
+            with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_drop_saved, _dropped):
+                if self.contact is not None:
+                    q1, v1, effort, res = self._advance_contact(q, v, u)
+                    outs = [q1, v1, effort, *_result_tensors(res, None)]
+                else:
+                    outs = [*self._advance(q, v, u)]
+        except Exception:  # noqa: BLE001 - the rollout itself reports it
+            return None
+        inputs = (q, v, u)
+        stop = {id(x.grad_fn): x.grad_fn for x in inputs if x.grad_fn is not None}
+        seen = dict(stop)
+        todo = [o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+        leaves = {}
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen[id(node)] = node  # held, so that ids stay unique during the walk
+            var = getattr(node, "variable", None)
+            if isinstance(var, torch.Tensor):  # AccumulateGrad: a leaf
+                if not any(var is x for x in inputs):
+                    leaves.setdefault(id(var), var)
+                continue
+            todo.extend(n for n, _ in node.next_functions if n is not None)
+        return tuple(leaves.values())
+
+    def _recomputed_window(self, q, v, part, t0, norms, truncate_every, leaves, slots, fields):
+        """A checkpointed window as one autograd node (:class:`_RecomputedWindow`):
+        the lists of :meth:`_window`, the window's first state and the
+        parameters' passage to the next window."""
+        n, m = len(part), len(leaves)
+        spec = _WindowSpec(self, t0, n, norms, truncate_every, leaves, fields)
+        outs = _RecomputedWindow.apply(spec, q, v, *part, *slots)
+        q_in, v_in, passed = outs[0], outs[1], outs[2 : 2 + m]
+        outs = outs[2 + m :]
+        qs, vs, efforts = list(outs[:n]), list(outs[n : 2 * n]), list(outs[2 * n : 3 * n])
+        contacts = []
+        if spec.template is not None:
+            flat = outs[3 * n :]
+            r = len(flat) // n
+            contacts = [_result_from_tensors(spec.template, fields, flat[i * r : (i + 1) * r]) for i in range(n)]
+        return qs, vs, efforts, contacts, q_in, v_in, passed
+
+    def _checkpointed_window(self, q, v, part, t0, norms, truncate_every, checkpointed: bool, fields=None):
+        if checkpointed:
+            # The fallback of _recompute_leaves (torch.func transforms,
+            # forward-mode AD): non-reentrant checkpointing keeps the plain
+            # graph with its saved arrays dropped, and recomputes them by
+            # re-running this window from (q, v). It keeps every node of the
+            # graph (about 1 MB per contact step, whatever the batch).
+            return torch.utils.checkpoint.checkpoint(
+                self._window, q, v, part, t0, norms, truncate_every, fields,
+                use_reentrant=False, determinism_check="none",
+            )
+        return self._window(q, v, part, t0, norms, truncate_every, fields)
 
     def _report_failed_step(self, failed, qs, vs, controls):
         """Raise :class:`NonFiniteError` for a step whose solve failed (a Cholesky
@@ -513,9 +614,10 @@ class Simulator:
             what="v",
         ) from failed.error
 
-    def _window(self, q, v, controls, t0: int, norms, truncate_every):
+    def _window(self, q, v, controls, t0: int, norms, truncate_every, fields=None):
         """Steps ``t0, t0 + 1, ...`` of a rollout under ``controls`` (a sequence
-        of ``(..., nu)``): lists of the new states, efforts and contact results."""
+        of ``(..., nu)``): lists of the new states, efforts and contact results
+        (with only the ``fields`` of :meth:`_contact_fields`)."""
         qs, vs, efforts, contacts = [], [], [], []
         for t, u in enumerate(controls, start=t0):
             if truncate_every is not None and t > 0 and t % truncate_every == 0:
@@ -525,9 +627,12 @@ class Simulator:
                     q1, v1, effort, res = self._advance_contact(q, v, u)
                     # The body poses only serve the step's own force report:
                     # not kept for the whole rollout.
+                    if fields is not None:
+                        res = dataclasses.replace(res, **{f: None for f in _all_fields(res) if f not in fields})
                     if getattr(res, "_bodies", ()):
                         res = dataclasses.replace(res, _bodies=())
-                    contacts.append(res)
+                    if fields != ():
+                        contacts.append(res)
                 else:
                     q1, v1, effort = self._advance(q, v, u)
             except torch.linalg.LinAlgError as exc:
@@ -797,3 +902,152 @@ def _check_trajectory(Q, V, controls, dt, diagnose) -> None:
 def _culprits(q, v, u) -> str:
     parts = [n for n, x in (("q", q), ("v", v), ("control", u)) if not bool(torch.isfinite(x).all())]
     return f" (non-finite input: {', '.join(parts)})" if parts else " (the inputs were finite: the dynamics diverged)"
+
+
+def _drop_saved(t):
+    """Saved-tensor pack hook of a recording that is never differentiated."""
+    return None
+
+
+def _dropped(packed):
+    raise RuntimeError("internal: a recording made to be discarded was differentiated")
+
+
+def _iter_or_none(x):
+    try:
+        return list(x)
+    except TypeError:
+        return [None]
+
+
+def _all_fields(res) -> list:
+    """A contact result's tensor field names, in field order (``_bodies`` left out)."""
+    return [f.name for f in dataclasses.fields(res) if f.name != "_bodies"]
+
+
+def _result_tensors(res, fields) -> list:
+    """The kept tensor fields of a contact result (``fields``; ``None``: all)."""
+    return [getattr(res, f) for f in (_all_fields(res) if fields is None else fields)]
+
+
+def _result_from_tensors(template, fields, tensors):
+    names = _all_fields(template) if fields is None else fields
+    return dataclasses.replace(template, **dict(zip(names, tensors)))
+
+
+def _stack_record(contacts, fields, nbatch: int):
+    """The trajectory's contact record: every step's result stacked after the
+    ``nbatch`` batch axes (as :func:`~backdrive.contact.stack_results`), all
+    fields or only the kept ``fields``, the others ``None``.
+
+    Empties ``contacts`` and stacks one field at a time, dropping the steps'
+    arrays of each field once stacked, so that the record is held twice only
+    one field at a time (the steps' arrays are held nowhere else).
+    """
+    template = dataclasses.replace(contacts[0], _bodies=())
+    names = _all_fields(template) if fields is None else fields
+    columns = {f: [getattr(r, f) for r in contacts] for f in names}
+    contacts.clear()
+    kept = {}
+    for f in names:
+        kept[f] = torch.stack(columns.pop(f), dim=nbatch)
+    return dataclasses.replace(template, **kept)
+
+
+class _WindowSpec:
+    """What a :class:`_RecomputedWindow` needs besides its tensor inputs."""
+
+    def __init__(self, sim, t0, n, norms, truncate_every, leaves, fields):
+        self.sim, self.t0, self.n, self.norms, self.truncate_every = sim, t0, n, norms, truncate_every
+        self.fields = fields  # the contact-result fields kept (None: all)
+        self.leaves = leaves  # the parameters the steps use (Simulator._recompute_leaves)
+        self.template = None  # a contact result of the window (its non-tensor fields)
+
+
+class _RecomputedWindow(torch.autograd.Function):
+    """``n`` steps of a rollout as one autograd node that keeps nothing of the
+    steps' internals: the forward pass runs them with their saved arrays
+    dropped as they are made (so that every kernel choice is the one of a
+    recorded step, and the values are the plain rollout's), and the backward
+    pass re-runs them from the saved inputs and differentiates that.
+
+    Inputs: ``(spec, q, v, u_0 .. u_{n-1}, *slots)``: a slot per parameter
+    (``spec.leaves``), the parameter itself in the first window and the
+    previous window's passage of it after. Outputs: a copy of ``(q, v)`` (the
+    stored first state), the parameters' passage to the next window, the
+    ``n`` new configurations, velocities and efforts, and, with contact,
+    every step's contact-result tensors. The graph a rollout keeps is one
+    node per window, instead of every operation of every step with a holder
+    per saved array (:func:`torch.utils.checkpoint`: about 1 MB per contact
+    step, whatever the batch).
+
+    The gradients equal the plain rollout's bit for bit: back-propagation
+    adds the contributions to each tensor in the order of the plain graph,
+    where every window's nodes run after those of all later windows and the
+    stacking's run first. So the re-run makes, after the steps, an alias of
+    its first state (taking the loss's gradient of the stored copy) and of
+    each parameter (taking the later windows' gradient, passed back through
+    the passage): back-propagation starts with them, as the plain graph
+    starts with the stacking and reaches a window after all later ones.
+    """
+
+    @staticmethod
+    def forward(ctx, spec, q, v, *rest):
+        n = spec.n
+        us = rest[:n]
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_drop_saved, _dropped):
+            qs, vs, efforts, contacts = spec.sim._window(q, v, us, spec.t0, None, spec.truncate_every, spec.fields)
+        flat = [*qs, *vs, *efforts]
+        for res in contacts:
+            flat += _result_tensors(res, spec.fields)
+        if contacts:
+            # Only its non-tensor fields: the node must not hold a step's arrays and graph.
+            spec.template = dataclasses.replace(contacts[0], **{f: None for f in _all_fields(contacts[0])})
+        # Outputs are new tensors: none may share memory with an input or
+        # another output (e.g. an effort that is the control itself); the
+        # parameters' passage shares theirs (never written).
+        taken = {x.untyped_storage().data_ptr() for x in (q, v, *rest) if x.numel()}
+        outs = [q.detach().clone(), v.detach().clone(), *(p.detach() for p in rest[n:])]
+        for x in flat:
+            x = x.detach()
+            if x._is_view() or (x.numel() and x.untyped_storage().data_ptr() in taken):
+                x = x.clone()
+            if x.numel():
+                taken.add(x.untyped_storage().data_ptr())
+            outs.append(x)
+        ctx.spec = spec
+        ctx.save_for_backward(q, v, *us)
+        ctx.set_materialize_grads(False)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        spec = ctx.spec
+        n, leaves = spec.n, spec.leaves
+        m = len(leaves)
+        state = ctx.saved_tensors
+        create = torch.is_grad_enabled()  # backward(create_graph=True)
+        if not create:
+            state = tuple(x.detach().requires_grad_(x.requires_grad) for x in state)
+        q, v, us = state[0], state[1], state[2:]
+        with torch.enable_grad():
+            qs, vs, efforts, contacts = spec.sim._window(
+                q, v, us, spec.t0, spec.norms, spec.truncate_every, spec.fields
+            )
+            # Made last, so back-propagation runs them first (see above).
+            first = [x.view_as(x) if x.requires_grad else x for x in (q, v, *leaves)]
+        flat = [*first, *qs, *vs, *efforts]
+        for res in contacts:
+            flat += _result_tensors(res, spec.fields)
+        pairs = [(o, g) for o, g in zip(flat, grads) if g is not None and o.requires_grad]
+        inputs = [*state, *leaves]
+        wanted = [i for i, x in enumerate(inputs) if x.requires_grad and ctx.needs_input_grad[1 + i]]
+        out = [None] * len(inputs)
+        if pairs and wanted:
+            got = torch.autograd.grad(
+                [o for o, _ in pairs], [inputs[i] for i in wanted], [g for _, g in pairs],
+                allow_unused=True, retain_graph=True, create_graph=create,
+            )
+            for i, g in zip(wanted, got):
+                out[i] = g
+        return (None, *out)

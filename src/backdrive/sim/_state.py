@@ -62,7 +62,8 @@ class Trajectory:
             after the batch axes (``normal_force (..., T, np)``,
             ``force (..., T, np, 3)``, ``slip_velocity``, ``penetration``, ...;
             step ``t``'s forces are those applied from state ``t`` to ``t + 1``),
-            else ``None``.
+            else ``None``; ``rollout(..., contact_record=...)`` keeps only some
+            fields (the others ``None``) or none (``None``).
     """
 
     q: torch.Tensor
