@@ -443,7 +443,7 @@ class HumanoidBalance(DiffEnv):
         v = p["v"]
         g = self.projected_gravity(state)
         k = self._fb_gains.expand(state.shape[0], 3, _FB_SIGNALS)
-        if bool((k[..., 3:] != 0).any()):
+        if k.requires_grad or bool((k[..., 3:] != 0).any()):
             c, cdot = self.com_signals(state)
         else:  # the centre of mass is not needed (it costs two kinematics passes)
             c = cdot = g.new_zeros(g.shape[0], 2)
