@@ -20,7 +20,7 @@ from ._base import DiffEnv
 from ._quadruped import COMMAND_RANGES, QuadrupedWalk, gravity_in_base, load_shipped, parse_command_ranges, parse_reward_weights
 
 __all__ = ["HumanoidBalance", "g1_contact_geometry", "HUMANOID_REWARD_WEIGHTS", "G1_JOINTS", "BALANCE_FEEDBACK_KEYS",
-           "G1_BALANCE_FEEDBACK"]
+           "G1_BALANCE_FEEDBACK", "G1_CAPTURE_FEEDBACK", "G1_SOLE_POINTS", "FOOT_MODELS"]
 
 #: The G1's joints in example-robot-data's order (legs, waist, arms).
 G1_JOINTS: tuple[str, ...] = tuple(
@@ -90,6 +90,15 @@ _FB_SIGNALS = 5
 #: docs/locomotion.md). Tuned on 4-s screening runs with a push every second,
 #: not on the evaluation's episodes.
 G1_BALANCE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_rate": 0.15}
+
+#: The capture-point balance prior for the G1: the ankles on the pelvis's lean
+#: and the centre of mass's velocity (the ankle torque moves the centre of
+#: pressure toward the capture point), the hips against the centre of mass's
+#: velocity (a forward velocity flexes the hips: the torso pitches forward
+#: and the hips push the legs back). Tuned by hand on screening runs (seeds
+#: 1, 2, 3 and 5, never the evaluation's seed 999) with the sole-outline feet
+#: (``feet="sole"``); docs/locomotion.md gives the tables.
+G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5, "hip_comvel": -0.6}
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
