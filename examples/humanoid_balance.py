@@ -14,7 +14,7 @@ seeds) with the sole-outline feet; ``--preset humanoid_balance_shac`` trains
 the policy alone on the PD servos (``docs/locomotion.md``, *HumanoidBalance*,
 says what each reaches).
 
-    python examples/humanoid_balance.py                # the preset's run (100 updates)
+    python examples/humanoid_balance.py                # the preset's run (80 updates)
     python examples/humanoid_balance.py --minutes 5    # stop after 5 min of training
     python examples/humanoid_balance.py --ship         # also write the shipped policy file
 

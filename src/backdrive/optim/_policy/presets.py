@@ -335,7 +335,10 @@ HUMANOID_CAPTURE_SHAC = Preset(
     env_kwargs={"num_envs": 32, "privileged": True, "push_velocity": 0.5, "push_interval": 2.0, "feet": "sole",
                 "balance_feedback": dict(_G1_CAPTURE_FEEDBACK)},
     config=dataclasses.replace(HUMANOID_BALANCE_SHAC.config, lr=2e-4, action_noise=0.05),
-    updates=100,
+    # 80 updates (20,480 env steps): the last screening evaluation (every 20
+    # updates, seed 7) at the prior's level; at 100 the residual had fallen
+    # below it (docs/locomotion.md).
+    updates=80,
     summary="see docs/locomotion.md (HumanoidBalance)",
 )
 PRESETS[HUMANOID_CAPTURE_SHAC.name] = HUMANOID_CAPTURE_SHAC
