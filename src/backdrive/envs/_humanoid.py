@@ -341,7 +341,8 @@ class HumanoidBalance(DiffEnv):
             gains[k] = float(w)
 
         self.robot = robot
-        self.balance_feedback = gains if balance_feedback is not None else None
+        # The gains as given (missing keys are 0), so that a preset's keywords match the env's.
+        self.balance_feedback = {k: float(w) for k, w in dict(balance_feedback).items()} if balance_feedback is not None else None
         self.dt = float(dt)
         self.substeps = substeps
         self.physics_dt = self.dt / substeps
