@@ -192,9 +192,9 @@ class HumanoidBalance(DiffEnv):
     step, ``docs/contact.md``).
 
     Control at ``1 / dt`` Hz (default 50 Hz) with ``substeps`` physics steps
-    (default 2 of 10 ms: standing, and recovering from pushes of up to 0.5
-    m/s, agree with 2 ms steps within 3 mm of base position after 1 s;
-    ``docs/locomotion.md``). The policy drives the 12 leg joints and the 3
+    (default 2 of 10 ms: standing and planted pushes agree with 2 ms steps
+    within 1.4 mm of base position after 1 s, pushes that make the feet slide
+    within 6.5 mm; ``docs/locomotion.md``). The policy drives the 12 leg joints and the 3
     waist joints: the action ``a`` in ``[-1, 1]^15`` sets their PD targets
     ``q_stand + action_scale * a``; the 14 arm joints are held at the
     standing pose by the same kind of servo (a smaller action space; the arms
