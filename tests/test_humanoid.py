@@ -176,7 +176,8 @@ def test_pretrained_policy_beats_zero_action():
     assert env.balance_feedback is not None and env.feet == "sole"  # the residual's prior and feet, from the file
     # Harder than the target (a push every second on average) and shorter (4 s), to keep the test quick.
     trained = env.evaluate(policy, seconds=4.0, seed=7)
-    pd_only = HumanoidBalance(16, push_velocity=0.5, push_interval=1.0, feet=env.feet).evaluate(None, seconds=4.0, seed=7)
+    pd_only = HumanoidBalance(16, push_velocity=0.5, push_interval=1.0, feet=env.feet)
+    pd_only = pd_only.evaluate(None, seconds=4.0, seed=7)
     assert trained["pushes"] > 2.0
     assert trained["upright"] >= 0.75  # 13/16 when shipped (a push every second is harder than the target)
     assert trained["upright"] > pd_only["upright"], (trained["upright"], pd_only["upright"])
@@ -253,7 +254,7 @@ def test_balance_feedback_signs_and_errors(g1_32):
 
 
 def test_sole_points_lie_on_the_foot_mesh_sole(g1_32):
-    """The sole spheres sit on the flat bottom of example-robot-data's foot mesh, and span more of it than the URDF's."""
+    """The sole spheres sit on the flat bottom of example-robot-data's foot mesh and span more of it than the URDF's."""
     import struct
     import numpy as np
 

@@ -342,7 +342,8 @@ class HumanoidBalance(DiffEnv):
 
         self.robot = robot
         # The gains as given (missing keys are 0), so that a preset's keywords match the env's.
-        self.balance_feedback = {k: float(w) for k, w in dict(balance_feedback).items()} if balance_feedback is not None else None
+        self.balance_feedback = (None if balance_feedback is None
+                                 else {k: float(w) for k, w in dict(balance_feedback).items()})
         self.dt = float(dt)
         self.substeps = substeps
         self.physics_dt = self.dt / substeps
@@ -439,7 +440,8 @@ class HumanoidBalance(DiffEnv):
         the pelvis's y) ``(g_x, w_y, v_x, c_x, cdot_x)`` and roll (about its x)
         ``(-g_y, w_x, -v_y, -c_y, -cdot_y)``, with ``g`` gravity's direction,
         ``w`` the angular and ``v`` the linear velocity in the pelvis frame, and
-        ``c``, ``cdot`` from :meth:`com_signals` (heading frame). Each group's pitch joints get ``gains[group] . signal_pitch``
+        ``c``, ``cdot`` from :meth:`com_signals` (heading frame). Each group's
+        pitch joints get ``gains[group] . signal_pitch``
         and its roll joints ``gains[group] . signal_roll`` (both legs alike).
         The joints' axes point along the pelvis's when standing, so a
         positive ankle gain turns a forward lean into a larger ankle pitch
@@ -473,7 +475,7 @@ class HumanoidBalance(DiffEnv):
         return lim * torch.tanh((dp @ cols_p + dr @ cols_r) / lim)
 
     def com_signals(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The centre of mass relative to the feet, in the pelvis's heading frame: ``(offset, velocity)``, each ``(N, 2)``.
+        """The centre of mass relative to the feet, in the pelvis's heading frame: ``(offset, velocity)``, ``(N, 2)`` each.
 
         ``offset``: the horizontal position of the centre of mass minus the
         middle of the two soles' centres (``(0.038, 0, -0.035)`` m in each
