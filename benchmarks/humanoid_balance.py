@@ -1,19 +1,22 @@
 """G1 balance under random pushes: SHAC through backdrive's contact simulator against zero action (PD only).
 
-``backdrive.envs.HumanoidBalance`` as ``HUMANOID_BALANCE_SHAC`` builds it
-(example-robot-data's G1, 50 Hz PD offsets on legs and waist, 2 x 10 ms
-contact substeps, the base velocity and height observed). Each seed trains
-``train_policy(preset=HUMANOID_BALANCE_SHAC)`` until its training wall time
-reaches the budget; every policy, the shipped one and zero action (the PD
-servos alone, the baseline), and zero action with the hand-designed balance
-prior (``balance_feedback=G1_BALANCE_FEEDBACK``) are then evaluated on the same 32 fresh
-10-second episodes with pushes of up to 0.5 m/s (uniform direction and
-magnitude) at random times, on average every 4 s. Issue 12's target: the
-robot stays up in at least 90 % of episodes.
+``backdrive.envs.HumanoidBalance`` as the preset builds it (default
+``humanoid_capture_shac``: example-robot-data's G1, 50 Hz PD offsets on legs
+and waist, 2 x 10 ms contact substeps, the base velocity and height observed,
+the sole-outline feet and the capture-point balance prior under the policy).
+Each seed trains ``train_policy(preset=...)`` until its training wall time
+reaches the budget; every policy, the shipped one, zero action (the PD
+servos alone, with the sole-outline feet and with the URDF's foot spheres),
+zero action with the ankle-only prior (``G1_BALANCE_FEEDBACK``) and with the
+capture-point prior (``G1_CAPTURE_FEEDBACK``) are then evaluated on the same
+32 fresh 10-second episodes with pushes of up to 0.5 m/s (uniform direction
+and magnitude; ``--push-velocity`` changes it) at random times, on average
+every 4 s. Issue 12's target: the robot stays up in at least 90 % of
+episodes.
 
-    python benchmarks/humanoid_balance.py                          # 3 seeds, 12 min each
-    python benchmarks/humanoid_balance.py --minutes 5 --seeds 0    # a quick look
-    python benchmarks/humanoid_balance.py --seeds                  # baseline and shipped policy only
+    python benchmarks/humanoid_balance.py --seeds                  # baselines, priors and the shipped policy
+    python benchmarks/humanoid_balance.py --minutes 5 --seeds 0    # plus a quick training run
+    python benchmarks/humanoid_balance.py --seeds --push-velocity 0.7   # the margin: larger pushes
     python benchmarks/humanoid_balance.py --physics                # the physics-step comparison
 
 Writes ``outputs/benchmarks/humanoid_balance.json`` and prints a markdown
@@ -31,15 +34,17 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import HumanoidBalance
-from backdrive.envs._humanoid import G1_BALANCE_FEEDBACK
-from backdrive.optim import HUMANOID_BALANCE_SHAC, train_policy
+from backdrive.envs._humanoid import G1_BALANCE_FEEDBACK, G1_CAPTURE_FEEDBACK
+from backdrive.optim import train_policy
+from backdrive.optim._policy.presets import PRESETS
 
 EVAL_EPISODES, EVAL_SEED, EVAL_SECONDS = 32, 999, 10.0
 EVAL_PUSHES = {"push_velocity": 0.5, "push_interval": 4.0}
+PRESET = PRESETS["humanoid_capture_shac"]
 
 
 def eval_env(**overrides) -> HumanoidBalance:
-    kwargs = {k: v for k, v in HUMANOID_BALANCE_SHAC.env_kwargs.items() if k != "num_envs"}
+    kwargs = {k: v for k, v in PRESET.env_kwargs.items() if k != "num_envs"}
     return HumanoidBalance(EVAL_EPISODES, **{**kwargs, **EVAL_PUSHES, **overrides})
 
 
@@ -53,7 +58,7 @@ def evaluate(policy, **overrides) -> dict:
 def run_shac(seed: int, minutes: float) -> dict:
     cpu0 = time.process_time()
     trainer = train_policy(
-        HUMANOID_BALANCE_SHAC.make_env(), preset=HUMANOID_BALANCE_SHAC, updates=100_000, seed=seed, num_threads=1,
+        PRESET.make_env(), preset=PRESET, updates=100_000, seed=seed, num_threads=1,
         callback=lambda row: row["wall_s"] > 60.0 * minutes,
     )
     cpu = time.process_time() - cpu0
@@ -107,8 +112,14 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=12.0, help="training wall time per seed")
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--physics", action="store_true", help="only the physics-step comparison")
+    parser.add_argument("--preset", choices=("humanoid_capture_shac", "humanoid_balance_shac"),
+                        default="humanoid_capture_shac", help="what the seeds train")
+    parser.add_argument("--push-velocity", type=float, default=0.5, help="the evaluation's largest push, m/s")
     parser.add_argument("--out", type=Path, default=Path("outputs/benchmarks/humanoid_balance.json"))
     args = parser.parse_args()
+    global PRESET
+    PRESET = PRESETS[args.preset]
+    EVAL_PUSHES["push_velocity"] = args.push_velocity
     torch.set_num_threads(1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -121,13 +132,17 @@ def main() -> None:
         args.out.with_name("humanoid_balance_physics.json").write_text(json.dumps(rows, indent=1))
         return
 
-    rows = [{"method": "zero action (PD only)", "seed": "-", "env_steps": 0, "train_wall_s": 0.0, "train_cpu_s": 0.0,
-             **evaluate(None)}]
-    print(rows[-1], flush=True)
-    # The hand-designed balance prior (ankle feedback on the pelvis's lean), zero action on top.
-    rows.append({"method": "zero action + balance prior (hand-designed)", "seed": "-", "env_steps": 0,
-                 "train_wall_s": 0.0, "train_cpu_s": 0.0, **evaluate(None, balance_feedback=G1_BALANCE_FEEDBACK)})
-    print(rows[-1], flush=True)
+    rows = []
+    zero = {"seed": "-", "env_steps": 0, "train_wall_s": 0.0, "train_cpu_s": 0.0}
+    for method, kw in (
+        ("zero action (PD only), the URDF's foot spheres", {"balance_feedback": None, "feet": "urdf"}),
+        ("zero action (PD only)", {"balance_feedback": None, "feet": "sole"}),
+        # The hand-designed priors (not learnt), zero action on top.
+        ("zero action + ankle-only prior (G1_BALANCE_FEEDBACK)", {"balance_feedback": G1_BALANCE_FEEDBACK, "feet": "sole"}),
+        ("zero action + capture-point prior (G1_CAPTURE_FEEDBACK)", {"balance_feedback": G1_CAPTURE_FEEDBACK, "feet": "sole"}),
+    ):
+        rows.append({"method": method, **zero, **evaluate(None, **kw)})
+        print(rows[-1], flush=True)
     try:
         shipped_env, shipped = HumanoidBalance.pretrained(1)
         with torch.no_grad():
@@ -139,9 +154,11 @@ def main() -> None:
     for seed in args.seeds:
         rows.append(run_shac(seed, args.minutes))
         print(rows[-1], flush=True)
-    args.out.write_text(json.dumps(rows, indent=1))
+    out = args.out if args.push_velocity == 0.5 else args.out.with_name(f"{args.out.stem}_push{args.push_velocity:g}.json")
+    out.write_text(json.dumps(rows, indent=1))
 
-    print(f"\n{EVAL_EPISODES} episodes of {EVAL_SECONDS:.0f} s, pushes up to 0.5 m/s every 4 s on average\n")
+    print(f"\n{EVAL_EPISODES} episodes of {EVAL_SECONDS:.0f} s, pushes up to {args.push_velocity} m/s every 4 s "
+          "on average\n")
     print("| policy | seed | env steps | training wall / CPU | upright | pushes per episode | pushes survived "
           "| mean base speed | pelvis height |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

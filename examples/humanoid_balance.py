@@ -6,19 +6,23 @@ joints (the arms held by their servos), 2 physics substeps of 10 ms with the
 implicit contact step, and random pushes that change the base velocity by
 up to 0.5 m/s. Every step is differentiable, so SHAC back-propagates the
 return of short windows (plus a learned critic's value of where they end)
-through the contact forces into the policy. The settings are
-``backdrive.optim.HUMANOID_BALANCE_SHAC`` (``docs/locomotion.md``,
-*HumanoidBalance*, says why).
+through the contact forces into the policy. The default settings are the
+preset ``humanoid_capture_shac``: the policy is a residual on top of the
+capture-point balance prior (``balance_feedback=G1_CAPTURE_FEEDBACK``: ankle
+and hip feedback on the centre of mass's velocity, hand-tuned on screening
+seeds) with the sole-outline feet; ``--preset humanoid_balance_shac`` trains
+the policy alone on the PD servos (``docs/locomotion.md``, *HumanoidBalance*,
+says what each reaches).
 
-    python examples/humanoid_balance.py                # the preset's run
+    python examples/humanoid_balance.py                # the preset's run (80 updates)
     python examples/humanoid_balance.py --minutes 5    # stop after 5 min of training
     python examples/humanoid_balance.py --ship         # also write the shipped policy file
 
 Needs example-robot-data (``pip install example-robot-data``). Prints the
 fraction of 10-second test episodes (pushes up to 0.5 m/s every 4 s on
-average) in which the robot stays up, for the trained policy and for zero
-action (the PD servos alone), with and without the hand-designed balance
-prior (``balance_feedback=G1_BALANCE_FEEDBACK``). Writes to ``outputs/examples/``:
+average) in which the robot stays up, for the trained policy, for zero
+action on the preset's env (its prior alone), for the PD servos alone and
+with the ankle-only prior (``balance_feedback=G1_BALANCE_FEEDBACK``). Writes to ``outputs/examples/``:
 ``humanoid_balance.png`` (learning curve, base height and push times of the
 test episodes), the CSV log, the checkpoint and a browser preview
 (``humanoid_balance.html``, with the ``viz`` extra). ``--ship`` writes the
@@ -36,8 +40,9 @@ import torch
 
 from backdrive.envs import HumanoidBalance
 from backdrive.envs._humanoid import G1_BALANCE_FEEDBACK
-from backdrive.optim import HUMANOID_BALANCE_SHAC, load_policy, train_policy
+from backdrive.optim import load_policy, train_policy
 from backdrive.optim._policy.checkpoints import read_checkpoint, write_checkpoint
+from backdrive.optim._policy.presets import PRESETS
 
 SHIPPED = Path(__file__).resolve().parents[1] / "src" / "backdrive" / "data" / "policies" / "humanoid_balance.pt"
 TEST_EPISODES, TEST_SEED = 32, 999
@@ -45,9 +50,9 @@ TEST_EPISODES, TEST_SEED = 32, 999
 TEST_PUSHES = {"push_velocity": 0.5, "push_interval": 4.0}
 
 
-def test_env(num_envs: int, **overrides) -> HumanoidBalance:
+def test_env(preset, num_envs: int, **overrides) -> HumanoidBalance:
     """The preset's env with the evaluation's pushes (and ``overrides``)."""
-    kwargs = {k: v for k, v in HUMANOID_BALANCE_SHAC.env_kwargs.items() if k != "num_envs"}
+    kwargs = {k: v for k, v in preset.env_kwargs.items() if k != "num_envs"}
     return HumanoidBalance(num_envs, **{**kwargs, **TEST_PUSHES, **overrides})
 
 
@@ -63,7 +68,9 @@ def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--updates", type=int, default=HUMANOID_BALANCE_SHAC.updates)
+    parser.add_argument("--preset", choices=("humanoid_capture_shac", "humanoid_balance_shac"),
+                        default="humanoid_capture_shac")
+    parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
     parser.add_argument("--minutes", type=float, default=None,
                         help="also stop training after this wall time (the shipped policy: the preset's updates)")
     parser.add_argument("--seed", type=int, default=0)
@@ -72,15 +79,18 @@ def main() -> None:
     parser.add_argument("--ship", action="store_true", help=f"write the shipped policy to {SHIPPED}")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    preset = PRESETS[args.preset]
+    if args.updates is None:
+        args.updates = preset.updates
 
     torch.set_num_threads(1)
     log = args.out / "humanoid_balance.csv"
     log.unlink(missing_ok=True)
     ckpt = args.out / "humanoid_balance.pt"
-    eval_env = test_env(16)
+    eval_env = test_env(preset, 16)
     curve: list[tuple[int, float, float]] = []
     start = time.perf_counter()
-    per_update = HUMANOID_BALANCE_SHAC.env_steps // HUMANOID_BALANCE_SHAC.updates
+    per_update = preset.env_steps // preset.updates
     trainer_steps = [0]
 
     def eval_fn(policy) -> float:
@@ -98,8 +108,8 @@ def main() -> None:
 
     cpu0 = time.process_time()
     trainer = train_policy(
-        HUMANOID_BALANCE_SHAC.make_env(),
-        preset=HUMANOID_BALANCE_SHAC,
+        preset.make_env(),
+        preset=preset,
         updates=args.updates,
         seed=args.seed,
         eval_fn=eval_fn,
@@ -116,13 +126,18 @@ def main() -> None:
           f"{trainer.wall_s / 60:.1f} min training wall time ({cpu / 60:.1f} min CPU with evaluations)")
 
     policy = load_policy(ckpt)
-    test = test_env(args.episodes)
+    test = test_env(preset, args.episodes)
     m = test.evaluate(policy, seconds=10.0, seed=TEST_SEED)
-    base = test_env(args.episodes).evaluate(None, seconds=10.0, seed=TEST_SEED)
-    # The hand-designed balance prior (ankle feedback on the pelvis's lean), for comparison.
-    prior = test_env(args.episodes, balance_feedback=G1_BALANCE_FEEDBACK).evaluate(None, seconds=10.0, seed=TEST_SEED)
-    for name, r in (("trained policy", m), ("zero action (PD only)", base),
-                    ("zero action + hand-designed balance prior", prior)):
+    rows = [("trained policy", m)]
+    if test.balance_feedback is not None:  # the preset's prior alone (zero residual)
+        rows.append(("zero action + the preset's balance prior", test_env(preset, args.episodes).evaluate(
+            None, seconds=10.0, seed=TEST_SEED)))
+    base = test_env(preset, args.episodes, balance_feedback=None).evaluate(None, seconds=10.0, seed=TEST_SEED)
+    # The ankle-only balance prior (feedback on the pelvis's lean), for comparison.
+    ankle = test_env(preset, args.episodes, balance_feedback=G1_BALANCE_FEEDBACK).evaluate(
+        None, seconds=10.0, seed=TEST_SEED)
+    rows += [("zero action (PD only)", base), ("zero action + ankle-only prior (G1_BALANCE_FEEDBACK)", ankle)]
+    for name, r in rows:
         print(f"{name}: {args.episodes} test episodes of 10 s with pushes up to 0.5 m/s: upright "
               f"{r['upright'] * 100:.0f}% ({r['pushes']:.1f} pushes per episode, {r['pushes_survived'] * 100:.0f}% "
               f"of pushes survived), mean base speed {r['base_speed']:.3f} m/s, pelvis height {r['height']:.3f} m")
@@ -131,7 +146,7 @@ def main() -> None:
               f"({base['upright'] * 100:.0f}%)")
     elif args.ship:
         SHIPPED.parent.mkdir(parents=True, exist_ok=True)
-        slim_checkpoint(ckpt, SHIPPED, dict(HUMANOID_BALANCE_SHAC.env_kwargs),
+        slim_checkpoint(ckpt, SHIPPED, dict(preset.env_kwargs),
                         {**{k: v for k, v in m.items() if isinstance(v, float)},
                          "baseline_upright": base["upright"], "env_steps": float(trainer.env_steps),
                          "train_minutes": trainer.wall_s / 60})

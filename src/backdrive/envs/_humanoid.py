@@ -20,7 +20,7 @@ from ._base import DiffEnv
 from ._quadruped import COMMAND_RANGES, QuadrupedWalk, gravity_in_base, load_shipped, parse_command_ranges, parse_reward_weights
 
 __all__ = ["HumanoidBalance", "g1_contact_geometry", "HUMANOID_REWARD_WEIGHTS", "G1_JOINTS", "BALANCE_FEEDBACK_KEYS",
-           "G1_BALANCE_FEEDBACK"]
+           "G1_BALANCE_FEEDBACK", "G1_CAPTURE_FEEDBACK", "G1_SOLE_POINTS", "FOOT_MODELS"]
 
 #: The G1's joints in example-robot-data's order (legs, waist, arms).
 G1_JOINTS: tuple[str, ...] = tuple(
@@ -75,11 +75,15 @@ HUMANOID_REWARD_WEIGHTS: dict[str, float] = {
 #: and roll), ``waist`` (waist pitch and roll). Signals, per lean axis (about
 #: the pelvis's x for roll, y for pitch): ``tilt`` (rad, from gravity's
 #: direction in the pelvis frame), ``rate`` (the pelvis's angular velocity,
-#: rad/s) and ``vel`` (the pelvis's horizontal velocity turned into the lean
-#: it would cause: ``(-v_y, v_x)``, m/s). Units: rad of target per rad, per
-#: rad/s and per m/s.
+#: rad/s), ``vel`` (the pelvis's horizontal velocity turned into the lean
+#: it would cause: ``(-v_y, v_x)``, m/s), ``com`` and ``comvel`` (the centre
+#: of mass's horizontal offset from the middle of the two soles and its
+#: velocity, in the pelvis's heading frame, as ``(-y, x)``: m and m/s; see
+#: :meth:`HumanoidBalance.com_signals`). Units: rad of target per rad, per
+#: rad/s, per m and per m/s.
 BALANCE_FEEDBACK_KEYS: tuple[str, ...] = tuple(
-    f"{g}_{s}" for g in ("ankle", "hip", "waist") for s in ("tilt", "rate", "vel"))
+    f"{g}_{s}" for g in ("ankle", "hip", "waist") for s in ("tilt", "rate", "vel", "com", "comvel"))
+_FB_SIGNALS = 5
 
 #: Hand-tuned gains of the balance prior for the G1 (ankle stiffening on the
 #: pelvis's lean and lean rate; the hip and waist terms tried did not help,
@@ -87,26 +91,61 @@ BALANCE_FEEDBACK_KEYS: tuple[str, ...] = tuple(
 #: not on the evaluation's episodes.
 G1_BALANCE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_rate": 0.15}
 
+#: The capture-point balance prior for the G1: the ankles on the pelvis's lean
+#: and the centre of mass's velocity (the ankle torque moves the centre of
+#: pressure toward the capture point), the hips against the centre of mass's
+#: velocity (a forward velocity flexes the hips: the torso pitches forward
+#: and the hips push the legs back). Tuned by hand on screening runs (seeds
+#: 1, 2, 3 and 5, never the evaluation's seed 999) with the sole-outline feet
+#: (``feet="sole"``); docs/locomotion.md gives the tables.
+G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5, "hip_comvel": -0.6}
+
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
 _FB_ROLL = {"ankle": (5, 11), "hip": (1, 7), "waist": (13,)}
 
 
-def g1_contact_geometry(robot):
+#: Contact points of each sole (``feet="sole"``): ``(x, y)`` in the ankle roll
+#: link's frame, m, at ``z = -0.03`` (spheres of 5 mm radius, so their bottom
+#: is the sole's plane, 0.4 mm above the visual mesh's lowest point). Read off
+#: example-robot-data's foot mesh ``g1_description/meshes/left_ankle_roll_link.STL``,
+#: whose flat sole runs from x = -0.066 (a rounded heel, 3 cm wide 2 mm from its
+#: tip) to +0.142 m (a rounded toe) and is 7.6 cm wide at the ball: a heel pair,
+#: a pair at the ball's widest part and a toe pair, each inside the outline.
+#: The URDF's own four spheres (``feet="urdf"``) span x = -0.05 to +0.12 m,
+#: 3.7 cm short of the sole.
+G1_SOLE_POINTS: tuple[tuple[float, float], ...] = (
+    (-0.060, 0.015), (-0.060, -0.015), (0.060, 0.035), (0.060, -0.035), (0.135, 0.020), (0.135, -0.020))
+
+#: Foot contact models of :func:`g1_contact_geometry` (``feet=``).
+FOOT_MODELS: tuple[str, ...] = ("sole", "urdf")
+
+
+def g1_contact_geometry(robot, feet: str = "sole"):
     """Contact geometry for example-robot-data's G1, whose URDF collision shapes are meshes.
 
-    The URDF's four foot spheres per foot (its only primitive collision
-    shapes), plus spheres and capsules (radii and offsets read off its
-    neutral pose) on the pelvis, torso, head, shoulders, elbows, hands,
-    thighs and shins, so that a fall lands on the body, not through it.
+    The feet (``feet="sole"``, the default): six spheres per foot on the
+    outline of the foot mesh's flat sole (:data:`G1_SOLE_POINTS`, 20 cm
+    long); ``feet="urdf"``: the URDF's four foot spheres per foot (its only
+    primitive collision shapes, 17 cm apart, 3.7 cm short of the sole). Plus
+    spheres and capsules (radii and offsets read off its neutral pose) on the
+    pelvis, torso, head, shoulders, elbows, hands, thighs and shins, so that
+    a fall lands on the body, not through it.
 
     Args:
         robot: the G1 RobotModel (``load("example-robot-data:g1", ...)``).
+        feet: ``"sole"`` or ``"urdf"``.
 
     Returns:
-        A :class:`~backdrive.contact.ContactGeometry` of 21 shapes.
+        A :class:`~backdrive.contact.ContactGeometry` (25 shapes with the sole, 21 with the URDF's feet).
+
+    Raises:
+        InputError: an unknown ``feet``.
     """
     from ..contact import ContactGeometry, ContactShape
+
+    if feet not in FOOT_MODELS:
+        raise InputError(f"feet must be one of {FOOT_MODELS}, got {feet!r}")
 
     def at(x, y, z):
         T = torch.eye(4, dtype=torch.float64)
@@ -126,8 +165,12 @@ def g1_contact_geometry(robot):
             ContactShape(f"{side}_elbow_link", "sphere", (0.045,)),
             ContactShape(f"{side}_rubber_hand", "sphere", (0.04,)),
         ]
-    feet = ContactGeometry.from_model(robot, links=["left_ankle_roll_link", "right_ankle_roll_link"])
-    return feet + ContactGeometry.from_shapes(robot, shapes)
+    if feet == "urdf":
+        foot = ContactGeometry.from_model(robot, links=["left_ankle_roll_link", "right_ankle_roll_link"])
+        return foot + ContactGeometry.from_shapes(robot, shapes)
+    soles = [ContactShape(f"{side}_ankle_roll_link", "sphere", (0.005,), at(x, y, -0.03))
+             for side in ("left", "right") for x, y in G1_SOLE_POINTS]
+    return ContactGeometry.from_shapes(robot, soles + shapes)
 
 
 def _load_g1(dtype: torch.dtype, device: torch.device):
@@ -149,9 +192,9 @@ class HumanoidBalance(DiffEnv):
     step, ``docs/contact.md``).
 
     Control at ``1 / dt`` Hz (default 50 Hz) with ``substeps`` physics steps
-    (default 2 of 10 ms: standing, and recovering from pushes of up to 0.5
-    m/s, agree with 2 ms steps within 3 mm of base position after 1 s;
-    ``docs/locomotion.md``). The policy drives the 12 leg joints and the 3
+    (default 2 of 10 ms: standing and planted pushes agree with 2 ms steps
+    within 1.4 mm of base position after 1 s, pushes that make the feet slide
+    within 6.5 mm; ``docs/locomotion.md``). The policy drives the 12 leg joints and the 3
     waist joints: the action ``a`` in ``[-1, 1]^15`` sets their PD targets
     ``q_stand + action_scale * a``; the 14 arm joints are held at the
     standing pose by the same kind of servo (a smaller action space; the arms
@@ -221,6 +264,9 @@ class HumanoidBalance(DiffEnv):
             pelvis's lean, lean rate and horizontal velocity (see
             :meth:`feedback_offsets`). The policy's action is added on top
             (a residual policy).
+        feet: the feet's contact model, ``"sole"`` (the foot mesh's sole
+            outline, 20 cm long) or ``"urdf"`` (the URDF's foot spheres, 17
+            cm); see :func:`g1_contact_geometry`.
         max_episode_steps: truncation length.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
@@ -247,6 +293,7 @@ class HumanoidBalance(DiffEnv):
         privileged: bool = False,
         init_noise: float = 0.05,
         balance_feedback: Mapping[str, float] | None = None,
+        feet: str = "sole",
         max_episode_steps: int = 500,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
@@ -269,6 +316,8 @@ class HumanoidBalance(DiffEnv):
         if tuple(robot.joint_names) != G1_JOINTS:
             raise InputError(f"HumanoidBalance needs the G1's 29 joints in this order: {G1_JOINTS}, "
                              f"got {tuple(robot.joint_names)}")
+        if feet not in FOOT_MODELS:
+            raise InputError(f"feet must be one of {FOOT_MODELS}, got {feet!r}")
         for k, (x, what) in {"dt": (dt, "s"), "action_scale": (action_scale, "rad"),
                              "push_interval": (push_interval, "s")}.items():
             if isinstance(x, bool) or not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0):
@@ -292,7 +341,9 @@ class HumanoidBalance(DiffEnv):
             gains[k] = float(w)
 
         self.robot = robot
-        self.balance_feedback = gains if balance_feedback is not None else None
+        # The gains as given (missing keys are 0), so that a preset's keywords match the env's.
+        self.balance_feedback = (None if balance_feedback is None
+                                 else {k: float(w) for k, w in dict(balance_feedback).items()})
         self.dt = float(dt)
         self.substeps = substeps
         self.physics_dt = self.dt / substeps
@@ -312,15 +363,18 @@ class HumanoidBalance(DiffEnv):
         self.kp = torch.tensor([next(kp for k, kp, _ in _GAINS if k in n) for n in G1_JOINTS], **kw)
         self.kd = torch.tensor([next(kd for k, _, kd in _GAINS if k in n) for n in G1_JOINTS], **kw)
         # (3 groups, 3 signals); may be broadcast to (N, 3, 3) to compare gains across copies.
-        self._fb_gains = torch.tensor([gains[k] for k in BALANCE_FEEDBACK_KEYS], **kw).reshape(3, 3)
+        self._fb_gains = torch.tensor([gains[k] for k in BALANCE_FEEDBACK_KEYS], **kw).reshape(3, _FB_SIGNALS)
         self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
         self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
-        self.geometry = g1_contact_geometry(robot)
+        self.feet = feet
+        self.geometry = g1_contact_geometry(robot, feet)
         self.contact = ContactModel(robot, self.geometry, params=ContactParameters())
         self.sim = Simulator(robot, self.physics_dt, actuator=PDActuator(kp=self.kp, kd=self.kd),
                              contact=self.contact)
         self.last_push = torch.zeros(num_envs, 3, **kw)
         self._aux = None
+        self._foot_frames = [robot.frame_index(f"{s}_ankle_roll_link") for s in ("left", "right")]
+        self._sole_centre = torch.tensor([0.038, 0.0, -0.035], **kw)
 
     # ------------------------------------------------------------- layout
     @staticmethod
@@ -381,11 +435,13 @@ class HumanoidBalance(DiffEnv):
     def feedback_offsets(self, state: torch.Tensor) -> torch.Tensor:
         """The balance prior's servo-target offsets ``(N, 15)``, rad (zeros when ``balance_feedback`` is off).
 
-        Per lean axis, ``signal = (lean, lean rate, horizontal velocity)``:
-        pitch (forward lean, about the pelvis's y) ``(g_x, w_y, v_x)`` and roll
-        (about its x) ``(-g_y, w_x, -v_y)``, with ``g`` gravity's direction,
-        ``w`` the angular and ``v`` the linear velocity, all in the pelvis
-        frame. Each group's pitch joints get ``gains[group] . signal_pitch``
+        Per lean axis, ``signal = (lean, lean rate, horizontal velocity, centre
+        of mass offset, centre of mass velocity)``: pitch (forward lean, about
+        the pelvis's y) ``(g_x, w_y, v_x, c_x, cdot_x)`` and roll (about its x)
+        ``(-g_y, w_x, -v_y, -c_y, -cdot_y)``, with ``g`` gravity's direction,
+        ``w`` the angular and ``v`` the linear velocity in the pelvis frame, and
+        ``c``, ``cdot`` from :meth:`com_signals` (heading frame). Each group's
+        pitch joints get ``gains[group] . signal_pitch``
         and its roll joints ``gains[group] . signal_roll`` (both legs alike).
         The joints' axes point along the pelvis's when standing, so a
         positive ankle gain turns a forward lean into a larger ankle pitch
@@ -398,9 +454,13 @@ class HumanoidBalance(DiffEnv):
         p = self.split(state)
         v = p["v"]
         g = self.projected_gravity(state)
-        pitch = torch.stack([g[:, 0], v[:, 4], v[:, 0]], -1)
-        roll = torch.stack([-g[:, 1], v[:, 3], -v[:, 1]], -1)
-        k = self._fb_gains.expand(state.shape[0], 3, 3)
+        k = self._fb_gains.expand(state.shape[0], 3, _FB_SIGNALS)
+        if k.requires_grad or bool((k[..., 3:] != 0).any()):
+            c, cdot = self.com_signals(state)
+        else:  # the centre of mass is not needed (it costs two kinematics passes)
+            c = cdot = g.new_zeros(g.shape[0], 2)
+        pitch = torch.stack([g[:, 0], v[:, 4], v[:, 0], c[:, 0], cdot[:, 0]], -1)
+        roll = torch.stack([-g[:, 1], v[:, 3], -v[:, 1], -c[:, 1], -cdot[:, 1]], -1)
         dp = (k * pitch[:, None, :]).sum(-1)  # (N, 3 groups)
         dr = (k * roll[:, None, :]).sum(-1)
         cols_p = torch.zeros(3, NUM_ACTUATED, dtype=state.dtype, device=state.device)
@@ -413,6 +473,43 @@ class HumanoidBalance(DiffEnv):
         # and the simulation, off to infinity).
         lim = self.action_scale
         return lim * torch.tanh((dp @ cols_p + dr @ cols_r) / lim)
+
+    def com_signals(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The centre of mass relative to the feet, in the pelvis's heading frame: ``(offset, velocity)``, ``(N, 2)`` each.
+
+        ``offset``: the horizontal position of the centre of mass minus the
+        middle of the two soles' centres (``(0.038, 0, -0.035)`` m in each
+        ankle roll link, the middle of the sole's outline), m; ``velocity``:
+        the centre of mass's horizontal velocity, m/s (a central difference
+        of :func:`~backdrive.dynamics.center_of_mass` along the state's
+        velocity, 1 ms each way). Both rotated into the frame turned by the
+        pelvis's heading (x forward, y left). The instantaneous capture point
+        is ``offset + velocity / sqrt(g / h)`` (``h`` about 0.67 m here).
+        """
+        # Unchecked versions: a diverged copy's NaN rows are reset after the transition.
+        from ..dynamics._configuration import integrate
+        from ..dynamics._energy import center_of_mass
+        from ..kinematics._fk import forward_kinematics
+
+        q, v = state[:, :36], state[:, 36:71]
+        h = 1e-3
+        c_plus = center_of_mass(self.robot, integrate(self.robot, q, v, h))
+        c_minus = center_of_mass(self.robot, integrate(self.robot, q, v, -h))
+        c = center_of_mass(self.robot, q)
+        cdot = (c_plus - c_minus) / (2 * h)
+        T = forward_kinematics(self.robot, q)[:, self._foot_frames]  # (N, 2, 4, 4)
+        sole = (T[..., :3, :3] @ self._sole_centre + T[..., :3, 3]).mean(1)
+        # Heading: the pelvis's x axis projected on the ground.
+        qw, qx, qy, qz = q[:, 3], q[:, 4], q[:, 5], q[:, 6]
+        hx = 1 - 2 * (qy * qy + qz * qz)
+        hy = 2 * (qx * qy + qw * qz)
+        norm = torch.sqrt(hx * hx + hy * hy + 1e-12)
+        cos, sin = hx / norm, hy / norm
+
+        def rot(d):
+            return torch.stack([cos * d[:, 0] + sin * d[:, 1], -sin * d[:, 0] + cos * d[:, 1]], -1)
+
+        return rot(c[:, :2] - sole[:, :2]), rot(cdot[:, :2])
 
     def transition(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         from ..sim import State
@@ -512,7 +609,12 @@ class HumanoidBalance(DiffEnv):
         The file (``backdrive/data/policies/humanoid_balance.pt``) holds the
         policy's weights, its training settings and the env keywords, read
         with ``torch.load(weights_only=True)``; ``examples/humanoid_balance.py
-        --ship`` reproduces it. Needs example-robot-data (the G1 model).
+        --ship`` reproduces it. The shipped policy is a SHAC-trained residual
+        on top of the capture-point balance prior (the env keywords carry
+        ``balance_feedback=G1_CAPTURE_FEEDBACK`` and ``feet="sole"``): 32 of 32
+        robots upright over 10 s with pushes of up to 0.5 m/s every 4 s on
+        average, as the prior alone (``docs/locomotion.md``). Needs
+        example-robot-data (the G1 model).
 
         Args:
             num_envs: copies of the env.
@@ -522,7 +624,7 @@ class HumanoidBalance(DiffEnv):
             ``(env, policy)``; ``policy(obs)`` gives the actions.
 
         Raises:
-            FileNotFoundError: no policy ships (none has beaten the PD baseline yet).
+            FileNotFoundError: the policy file is missing (a source tree without it).
         """
         from importlib.resources import files
 
