@@ -102,13 +102,18 @@ def blind_actor(env) -> torch.nn.Module:
     return policy
 
 
-def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None) -> dict:
+def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None,
+             budget: str = "wall") -> dict:
     cpu0 = time.process_time()
+
+    def spent(row) -> float:
+        return row["wall_s"] if budget == "wall" else time.process_time() - cpu0
+
     env = QUADRUPED_WALK_SHAC.make_env()
     trainer = train_policy(
         env, preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
         policy=blind_actor(env) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
-        callback=lambda row: row["wall_s"] > 60.0 * minutes,
+        callback=lambda row: spent(row) > 60.0 * minutes,
     )
     cpu = time.process_time() - cpu0
     if checkpoint is not None:
@@ -126,35 +131,117 @@ def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path
             "train_wall_s": trainer.wall_s, "train_cpu_s": cpu, "updates": trainer.updates_done, **result}
 
 
-def run_ppo(seed: int, minutes: float, log_std_init: float | None = None) -> dict:
+#: SB3 PPO settings. ``sb3_small`` is the previous session's run (SB3's default
+#: action std of 1, 16 copies); ``tuned`` follows published settings for PPO on
+#: massively parallel legged locomotion (legged_gym / rsl_rl's ``LeggedRobotCfgPPO``:
+#: 24-step rollouts of many copies, 4 minibatches, 5 epochs, gamma 0.99, GAE
+#: lambda 0.95, clip 0.2, gradient norm 1, ELU networks, a KL-limited step) and
+#: RL-Zoo's PyBullet locomotion entries (``VecNormalize``, a small initial action
+#: std through ``log_std_init``, no orthogonal init), adapted to one CPU core.
+PPO_CONFIGS = {
+    "sb3_small": {"n_envs": 16, "n_steps": 128, "batch_size": 512, "n_epochs": 5, "learning_rate": 3e-4,
+                  "gamma": 0.99, "gae_lambda": 0.95, "ent_coef": 0.0, "net_arch": [128, 128]},
+    "tuned": {"n_envs": 256, "n_steps": 24, "batch_size": 1536, "n_epochs": 5, "learning_rate": 1e-3,
+              "gamma": 0.99, "gae_lambda": 0.95, "clip_range": 0.2, "ent_coef": 0.0, "max_grad_norm": 1.0,
+              "target_kl": 0.01, "net_arch": [256, 128], "activation": "elu", "log_std_init": -1.0,
+              "ortho_init": False},
+}
+
+
+def make_ppo(config: dict, seed: int):
+    """SB3 PPO on ``QuadrupedWalk`` (``VecMonitor`` for episode stats, ``VecNormalize`` obs and reward)."""
     from learning_cartpole import sb3_vec_env
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import VecNormalize
+    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
-    venv = VecNormalize(sb3_vec_env(QuadrupedWalk(16, **env_kwargs())), gamma=0.99)
-    policy_kwargs = {"net_arch": [128, 128]}
-    if log_std_init is not None:
-        policy_kwargs["log_std_init"] = log_std_init
-    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, n_steps=128, batch_size=512,
-                n_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.0,
-                policy_kwargs=policy_kwargs)
-    start = time.perf_counter()
-    cpu0 = time.process_time()
+    c = dict(config)
+    n_envs = c.pop("n_envs")
+    policy_kwargs = {"net_arch": c.pop("net_arch")}
+    act = c.pop("activation", None)
+    if act is not None:
+        policy_kwargs["activation_fn"] = {"elu": torch.nn.ELU, "tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[act]
+    for k in ("log_std_init", "ortho_init"):
+        if c.get(k, None) is not None:
+            policy_kwargs[k] = c.pop(k)
+        c.pop(k, None)
+    lr = c.pop("learning_rate")
+    if c.pop("lr_linear", False):
+        lr0 = lr
+        lr = lambda progress: lr0 * max(progress, 0.1)  # noqa: E731
+    venv = VecNormalize(VecMonitor(sb3_vec_env(QuadrupedWalk(n_envs, **env_kwargs()))), gamma=c["gamma"])
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, learning_rate=lr,
+                policy_kwargs=policy_kwargs, **c)
+    return model, venv
 
-    class Budget(BaseCallback):
-        def _on_step(self) -> bool:
-            return time.perf_counter() - start < 60.0 * minutes
 
-    model.learn(total_timesteps=10**9, callback=Budget())
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
-
+def ppo_actor(model, venv):
     def act(obs):
         a = model.predict(venv.normalize_obs(obs.numpy()), deterministic=True)[0]
         return torch.as_tensor(np.asarray(a), dtype=torch.float32)
 
-    return {"method": "ppo", "seed": seed, "env_steps": int(model.num_timesteps), "train_wall_s": wall,
-            "train_cpu_s": cpu, "log_std_init": log_std_init, **evaluate(act)}
+    return act
+
+
+def run_ppo(seed: int, minutes: float, config: dict | str = "tuned", *, eval_every: float = 0.0,
+            log_std_init: float | None = None, budget: str = "wall") -> dict:
+    """PPO trained for ``minutes`` of training wall time (``budget="wall"``) or of the process's CPU
+    time (``budget="cpu"``); evaluations are excluded from both clocks.
+
+    With ``eval_every`` (minutes, on the budget's clock) it also evaluates (``evaluate``) at that
+    interval and returns the curve: env steps and training CPU seconds at each evaluation.
+    """
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    name = config if isinstance(config, str) else "custom"
+    config = dict(PPO_CONFIGS[config] if isinstance(config, str) else config)
+    if log_std_init is not None:
+        config["log_std_init"] = log_std_init
+    model, venv = make_ppo(config, seed)
+    clock = {"wall": 0.0, "cpu": 0.0, "t": time.perf_counter(), "c": time.process_time()}
+    curve: list[dict] = []
+
+    def tick():
+        now, cnow = time.perf_counter(), time.process_time()
+        clock["wall"] += now - clock["t"]
+        clock["cpu"] += cnow - clock["c"]
+        clock["t"], clock["c"] = now, cnow
+
+    def evaluate_now():
+        tick()
+        with torch.no_grad():
+            m = evaluate(ppo_actor(model, venv))
+        eps = list(model.ep_info_buffer or [])
+        curve.append({"env_steps": int(model.num_timesteps), "train_wall_s": clock["wall"],
+                      "train_cpu_s": clock["cpu"],
+                      "train_ep_len": float(np.mean([e["l"] for e in eps])) if eps else None,
+                      "train_ep_return": float(np.mean([e["r"] for e in eps])) if eps else None,
+                      "std": float(torch.exp(model.policy.log_std.detach()).mean()), **m})
+        print(json.dumps({"seed": seed, **curve[-1]}), flush=True)
+        clock["t"], clock["c"] = time.perf_counter(), time.process_time()
+
+    class Budget(BaseCallback):
+        next_eval = 60.0 * eval_every
+
+        def _on_rollout_end(self) -> None:
+            tick()
+            if eval_every > 0 and clock[budget] >= self.next_eval:
+                evaluate_now()
+                self.next_eval = clock[budget] + 60.0 * eval_every
+
+        def _on_step(self) -> bool:
+            tick()
+            return clock[budget] < 60.0 * minutes
+
+    if eval_every > 0:
+        evaluate_now()
+    model.learn(total_timesteps=10**10, callback=Budget())
+    tick()
+    wall, cpu, steps = clock["wall"], clock["cpu"], int(model.num_timesteps)
+    result = evaluate(ppo_actor(model, venv))
+    if eval_every > 0:
+        curve.append({"env_steps": steps, "train_wall_s": wall, "train_cpu_s": cpu, **result})
+    return {"method": "ppo", "seed": seed, "config": name, "ppo_settings": config, "budget": budget, "env_steps": steps,
+            "train_wall_s": wall, "train_cpu_s": cpu, **result, "curve": curve}
 
 
 #: PPO's final evaluation returns (``evaluate``'s definition) of the two SB3
@@ -192,22 +279,10 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
             "cpu_s_to_target": None if hit is None else hit["train_cpu_s"]}
 
 
-def ppo_untrained(seed: int) -> dict:
+def ppo_untrained(seed: int, config: dict | str = "tuned") -> dict:
     """``evaluate`` of SB3 PPO's policy before any update (as ``run_ppo`` builds it): PPO's own start."""
-    from learning_cartpole import sb3_vec_env
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    venv = VecNormalize(sb3_vec_env(QuadrupedWalk(16, **env_kwargs())), gamma=0.99)
-    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, n_steps=128, batch_size=512,
-                n_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.0,
-                policy_kwargs={"net_arch": [128, 128]})
-
-    def act(obs):
-        a = model.predict(venv.normalize_obs(obs.numpy()), deterministic=True)[0]
-        return torch.as_tensor(np.asarray(a), dtype=torch.float32)
-
-    return {"method": "ppo (untrained)", "seed": seed, "env_steps": 0, **evaluate(act)}
+    model, venv = make_ppo(PPO_CONFIGS[config] if isinstance(config, str) else config, seed)
+    return {"method": "ppo (untrained)", "seed": seed, "env_steps": 0, **evaluate(ppo_actor(model, venv))}
 
 
 def table(rows: list[dict]) -> str:
@@ -232,8 +307,15 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["shac", "ppo"], choices=["shac", "ppo"])
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default outputs/benchmarks/locomotion.json, locomotion_reach.json with --reach)")
-    parser.add_argument("--ppo-log-std", type=float, default=None,
-                        help="SB3 PPO's log_std_init (default: SB3's 0, an action std of 1 on the [-1, 1] range)")
+    parser.add_argument("--ppo-config", default="tuned", choices=sorted(PPO_CONFIGS),
+                        help="SB3 PPO settings (PPO_CONFIGS); default: tuned")
+    parser.add_argument("--ppo-set", nargs="*", default=[], metavar="KEY=JSON",
+                        help="override PPO settings, e.g. learning_rate=1e-3 n_envs=512 net_arch=[128,128]")
+    parser.add_argument("--budget", choices=["wall", "cpu"], default="wall",
+                        help="--minutes of training wall time or of process CPU time (fairer on a loaded machine)")
+    parser.add_argument("--ppo-eval-every", type=float, default=1.5,
+                        help="PPO: evaluate every this many minutes of training wall time (0: only at the end)")
+    parser.add_argument("--ppo-log-std", type=float, default=None, help="SB3 PPO's log_std_init (overrides the config)")
     parser.add_argument("--blind-actor", action="store_true",
                         help="SHAC with an actor that does not see the base velocity and height (critic does)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="SHAC: write its checkpoint here")
@@ -275,10 +357,17 @@ def main() -> None:
     for seed in args.seeds:
         for method in args.methods:
             if method == "shac":
-                row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint)
+                row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint,
+                               budget=args.budget)
             else:
-                row = run_ppo(seed, args.minutes, args.ppo_log_std)
-            print(json.dumps({k: v for k, v in row.items()}), flush=True)
+                config = dict(PPO_CONFIGS[args.ppo_config])
+                for kv in args.ppo_set:
+                    k, v = kv.split("=", 1)
+                    config[k] = json.loads(v)
+                row = run_ppo(seed, args.minutes, config, eval_every=args.ppo_eval_every,
+                              log_std_init=args.ppo_log_std, budget=args.budget)
+                row["config"] = args.ppo_config + ("".join(f" {kv}" for kv in args.ppo_set))
+            print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
             rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
