@@ -7,8 +7,10 @@ substeps, a 3 Hz trot generator, forward commands in [0.2, 0.8] m/s):
 * SHAC: ``train_policy(preset=QUADRUPED_WALK_SHAC)``, stopped when its
   training wall time reaches the budget;
 * SB3 PPO through ``to_gymnasium(vector=True)`` behind an SB3 ``VecEnv``
-  (``benchmarks/learning_cartpole.py``'s adapter) with ``VecNormalize``, the
-  same env keywords and 16 copies, stopped at the same wall time.
+  (``backdrive.envs._gymnasium.sb3_vec_env``: one torch call steps every
+  copy) with ``VecMonitor`` and ``VecNormalize``, the same env keywords and
+  the settings of ``PPO_CONFIGS`` (default ``tuned``: 256 copies), stopped
+  at the same budget.
 
 Each trained policy is then evaluated on 16 fresh 10-second episodes at a
 0.5 m/s forward command: the mean forward speed (base frame, upright
@@ -150,9 +152,10 @@ PPO_CONFIGS = {
 
 def make_ppo(config: dict, seed: int):
     """SB3 PPO on ``QuadrupedWalk`` (``VecMonitor`` for episode stats, ``VecNormalize`` obs and reward)."""
-    from learning_cartpole import sb3_vec_env
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
+
+    from backdrive.envs._gymnasium import sb3_vec_env
 
     c = dict(config)
     n_envs = c.pop("n_envs")
