@@ -22,6 +22,10 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
     python benchmarks/locomotion.py --minutes 5 --seeds 0    # a quick look
     python benchmarks/locomotion.py --methods shac           # without PPO
     python benchmarks/locomotion.py --reach --seeds 0 1 2    # SHAC's env steps and CPU to reach PPO's return
+    python benchmarks/locomotion.py --methods ppo --budget cpu --minutes 4.5 --seeds 0
+                                                             # PPO for 4.5 min of CPU time (a loaded machine)
+    python benchmarks/locomotion.py --reach --ppo-json ppo0.json ppo1.json --seeds 0 1
+                                                             # ... to reach those PPO runs' best final return
     python benchmarks/locomotion.py --methods shac --blind-actor --seeds 0
                                                              # an actor without base velocity and height
 
@@ -34,8 +38,13 @@ first evaluation at or above the target return (default: the PPO runs of
 ``docs/locomotion.md``, or the PPO rows of ``--ppo-json``), with the env
 steps and the training CPU seconds (evaluations excluded) spent until then.
 
+PPO is also evaluated every ``--ppo-eval-every`` minutes of training (the
+``curve`` of its JSON row: env steps, training CPU seconds, return), so its
+own env steps and CPU seconds to reach its final return are known.
+
 Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
-Run it on a quiet machine: the budget is wall time.
+Run it on a quiet machine: the default budget is wall time; ``--budget cpu``
+counts the process's CPU time instead (evaluations excluded from both).
 """
 
 from __future__ import annotations
