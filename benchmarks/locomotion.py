@@ -317,7 +317,7 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--minutes", type=float, default=15.0, help="training wall-time budget per run")
+    parser.add_argument("--minutes", type=float, default=15.0, help="training budget per run, minutes of --budget (wall or CPU) time")
     parser.add_argument("--methods", nargs="+", default=["shac", "ppo"], choices=["shac", "ppo"])
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default outputs/benchmarks/locomotion.json, locomotion_reach.json with --reach)")
@@ -330,7 +330,7 @@ def main() -> None:
     parser.add_argument("--max-wall-minutes", type=float, default=float("inf"),
                         help="PPO: also stop at this much training wall time (with --budget cpu on a loaded machine)")
     parser.add_argument("--ppo-eval-every", type=float, default=1.5,
-                        help="PPO: evaluate every this many minutes of training wall time (0: only at the end)")
+                        help="PPO: evaluate every this many minutes of the --budget clock (0: only at the end)")
     parser.add_argument("--ppo-log-std", type=float, default=None, help="SB3 PPO's log_std_init (overrides the config)")
     parser.add_argument("--blind-actor", action="store_true",
                         help="SHAC with an actor that does not see the base velocity and height (critic does)")
