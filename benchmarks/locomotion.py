@@ -33,7 +33,8 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
 to reach PPO's final return": it trains SHAC and evaluates it (the same
 ``evaluate`` as the table: 16 episodes of 10 s at 0.5 m/s, seed 999, return
 = the mean over episodes of the summed rewards of all 500 steps) before the
-first update and after updates 1, 2, 5, 10, 20, 40 and 60, and reports the
+first update and after updates 1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100,
+150, 200, 300 and 420 (``REACH_UPDATES``), and reports the
 first evaluation at or above the target return (default: the PPO runs of
 ``docs/locomotion.md``, or the PPO rows of ``--ppo-json``), with the env
 steps and the training CPU seconds (evaluations excluded) spent until then.
@@ -265,7 +266,7 @@ PPO_RECORDED = [
     {"method": "ppo", "seed": 0, "return": -2838.0, "env_steps": 230_896, "train_cpu_s": 8.6 * 60},
     {"method": "ppo", "seed": 1, "return": -2856.0, "env_steps": 227_088, "train_cpu_s": 11.5 * 60},
 ]
-REACH_UPDATES = (1, 2, 5, 10, 20, 40, 60, 100, 150, 200, 300, 420)
+REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 420)
 
 
 def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
