@@ -7,8 +7,10 @@ substeps, a 3 Hz trot generator, forward commands in [0.2, 0.8] m/s):
 * SHAC: ``train_policy(preset=QUADRUPED_WALK_SHAC)``, stopped when its
   training wall time reaches the budget;
 * SB3 PPO through ``to_gymnasium(vector=True)`` behind an SB3 ``VecEnv``
-  (``benchmarks/learning_cartpole.py``'s adapter) with ``VecNormalize``, the
-  same env keywords and 16 copies, stopped at the same wall time.
+  (``backdrive.envs._gymnasium.sb3_vec_env``: one torch call steps every
+  copy) with ``VecMonitor`` and ``VecNormalize``, the same env keywords and
+  the settings of ``PPO_CONFIGS`` (default ``tuned``: 256 copies), stopped
+  at the same budget.
 
 Each trained policy is then evaluated on 16 fresh 10-second episodes at a
 0.5 m/s forward command: the mean forward speed (base frame, upright
@@ -20,6 +22,10 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
     python benchmarks/locomotion.py --minutes 5 --seeds 0    # a quick look
     python benchmarks/locomotion.py --methods shac           # without PPO
     python benchmarks/locomotion.py --reach --seeds 0 1 2    # SHAC's env steps and CPU to reach PPO's return
+    python benchmarks/locomotion.py --methods ppo --budget cpu --minutes 4.5 --seeds 0
+                                                             # PPO for 4.5 min of CPU time (a loaded machine)
+    python benchmarks/locomotion.py --reach --ppo-json ppo0.json ppo1.json --seeds 0 1
+                                                             # ... to reach those PPO runs' best final return
     python benchmarks/locomotion.py --methods shac --blind-actor --seeds 0
                                                              # an actor without base velocity and height
 
@@ -27,13 +33,19 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
 to reach PPO's final return": it trains SHAC and evaluates it (the same
 ``evaluate`` as the table: 16 episodes of 10 s at 0.5 m/s, seed 999, return
 = the mean over episodes of the summed rewards of all 500 steps) before the
-first update and after updates 1, 2, 5, 10, 20, 40 and 60, and reports the
+first update and after updates 1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100,
+150, 200, 300 and 420 (``REACH_UPDATES``), and reports the
 first evaluation at or above the target return (default: the PPO runs of
 ``docs/locomotion.md``, or the PPO rows of ``--ppo-json``), with the env
 steps and the training CPU seconds (evaluations excluded) spent until then.
 
+PPO is also evaluated every ``--ppo-eval-every`` minutes of training (the
+``curve`` of its JSON row: env steps, training CPU seconds, return), so its
+own env steps and CPU seconds to reach its final return are known.
+
 Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
-Run it on a quiet machine: the budget is wall time.
+Run it on a quiet machine: the default budget is wall time; ``--budget cpu``
+counts the process's CPU time instead (evaluations excluded from both).
 """
 
 from __future__ import annotations
@@ -102,13 +114,18 @@ def blind_actor(env) -> torch.nn.Module:
     return policy
 
 
-def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None) -> dict:
+def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None,
+             budget: str = "wall") -> dict:
     cpu0 = time.process_time()
+
+    def spent(row) -> float:
+        return row["wall_s"] if budget == "wall" else time.process_time() - cpu0
+
     env = QUADRUPED_WALK_SHAC.make_env()
     trainer = train_policy(
         env, preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
         policy=blind_actor(env) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
-        callback=lambda row: row["wall_s"] > 60.0 * minutes,
+        callback=lambda row: spent(row) > 60.0 * minutes,
     )
     cpu = time.process_time() - cpu0
     if checkpoint is not None:
@@ -126,35 +143,120 @@ def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path
             "train_wall_s": trainer.wall_s, "train_cpu_s": cpu, "updates": trainer.updates_done, **result}
 
 
-def run_ppo(seed: int, minutes: float, log_std_init: float | None = None) -> dict:
-    from learning_cartpole import sb3_vec_env
+#: SB3 PPO settings. ``sb3_small`` is the previous session's run (SB3's default
+#: action std of 1, 16 copies); ``tuned`` follows published settings for PPO on
+#: massively parallel legged locomotion (legged_gym / rsl_rl's ``LeggedRobotCfgPPO``:
+#: 24-step rollouts of many copies, 4 minibatches, 5 epochs, gamma 0.99, GAE
+#: lambda 0.95, clip 0.2, gradient norm 1, ELU networks, a KL-limited step) and
+#: RL-Zoo's PyBullet locomotion entries (``VecNormalize``, a small initial action
+#: std through ``log_std_init``), adapted to one CPU core. SB3's orthogonal init is kept: its 0.01
+#: gain on the action layer starts the policy near the zero action, which (PD standing pose plus
+#: the trot generator) keeps most robots upright; without it the untrained policy's deterministic
+#: actions felled all 16 evaluation robots (returns -2,398 and -2,949 for seeds 0 and 1).
+PPO_CONFIGS = {
+    "sb3_small": {"n_envs": 16, "n_steps": 128, "batch_size": 512, "n_epochs": 5, "learning_rate": 3e-4,
+                  "gamma": 0.99, "gae_lambda": 0.95, "ent_coef": 0.0, "net_arch": [128, 128]},
+    "tuned": {"n_envs": 256, "n_steps": 24, "batch_size": 1536, "n_epochs": 5, "learning_rate": 1e-3,
+              "gamma": 0.99, "gae_lambda": 0.95, "clip_range": 0.2, "ent_coef": 0.0, "max_grad_norm": 1.0,
+              "target_kl": 0.01, "net_arch": [256, 128], "activation": "elu", "log_std_init": -1.0},
+}
+
+
+def make_ppo(config: dict, seed: int):
+    """SB3 PPO on ``QuadrupedWalk`` (``VecMonitor`` for episode stats, ``VecNormalize`` obs and reward)."""
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import VecNormalize
+    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
-    venv = VecNormalize(sb3_vec_env(QuadrupedWalk(16, **env_kwargs())), gamma=0.99)
-    policy_kwargs = {"net_arch": [128, 128]}
-    if log_std_init is not None:
-        policy_kwargs["log_std_init"] = log_std_init
-    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, n_steps=128, batch_size=512,
-                n_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.0,
-                policy_kwargs=policy_kwargs)
-    start = time.perf_counter()
-    cpu0 = time.process_time()
+    from backdrive.envs._gymnasium import sb3_vec_env
 
-    class Budget(BaseCallback):
-        def _on_step(self) -> bool:
-            return time.perf_counter() - start < 60.0 * minutes
+    c = dict(config)
+    n_envs = c.pop("n_envs")
+    policy_kwargs = {"net_arch": c.pop("net_arch")}
+    act = c.pop("activation", None)
+    if act is not None:
+        policy_kwargs["activation_fn"] = {"elu": torch.nn.ELU, "tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[act]
+    for k in ("log_std_init", "ortho_init"):
+        if c.get(k, None) is not None:
+            policy_kwargs[k] = c.pop(k)
+        c.pop(k, None)
+    lr = c.pop("learning_rate")
+    if c.pop("lr_linear", False):
+        lr0 = lr
+        lr = lambda progress: lr0 * max(progress, 0.1)  # noqa: E731
+    venv = VecNormalize(VecMonitor(sb3_vec_env(QuadrupedWalk(n_envs, **env_kwargs()))), gamma=c["gamma"])
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, learning_rate=lr,
+                policy_kwargs=policy_kwargs, **c)
+    return model, venv
 
-    model.learn(total_timesteps=10**9, callback=Budget())
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
 
+def ppo_actor(model, venv):
     def act(obs):
         a = model.predict(venv.normalize_obs(obs.numpy()), deterministic=True)[0]
         return torch.as_tensor(np.asarray(a), dtype=torch.float32)
 
-    return {"method": "ppo", "seed": seed, "env_steps": int(model.num_timesteps), "train_wall_s": wall,
-            "train_cpu_s": cpu, "log_std_init": log_std_init, **evaluate(act)}
+    return act
+
+
+def run_ppo(seed: int, minutes: float, config: dict | str = "tuned", *, eval_every: float = 0.0,
+            log_std_init: float | None = None, budget: str = "wall", max_wall_minutes: float = float("inf")) -> dict:
+    """PPO trained for ``minutes`` of training wall time (``budget="wall"``) or of the process's CPU
+    time (``budget="cpu"``); evaluations are excluded from both clocks.
+
+    With ``eval_every`` (minutes, on the budget's clock) it also evaluates (``evaluate``) at that
+    interval and returns the curve: env steps and training CPU seconds at each evaluation.
+    """
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    name = config if isinstance(config, str) else "custom"
+    config = dict(PPO_CONFIGS[config] if isinstance(config, str) else config)
+    if log_std_init is not None:
+        config["log_std_init"] = log_std_init
+    model, venv = make_ppo(config, seed)
+    clock = {"wall": 0.0, "cpu": 0.0, "t": time.perf_counter(), "c": time.process_time()}
+    curve: list[dict] = []
+
+    def tick():
+        now, cnow = time.perf_counter(), time.process_time()
+        clock["wall"] += now - clock["t"]
+        clock["cpu"] += cnow - clock["c"]
+        clock["t"], clock["c"] = now, cnow
+
+    def evaluate_now():
+        tick()
+        with torch.no_grad():
+            m = evaluate(ppo_actor(model, venv))
+        eps = list(model.ep_info_buffer or [])
+        curve.append({"env_steps": int(model.num_timesteps), "train_wall_s": clock["wall"],
+                      "train_cpu_s": clock["cpu"],
+                      "train_ep_len": float(np.mean([e["l"] for e in eps])) if eps else None,
+                      "train_ep_return": float(np.mean([e["r"] for e in eps])) if eps else None,
+                      "std": float(torch.exp(model.policy.log_std.detach()).mean()), **m})
+        print(json.dumps({"seed": seed, **curve[-1]}), flush=True)
+        clock["t"], clock["c"] = time.perf_counter(), time.process_time()
+
+    class Budget(BaseCallback):
+        next_eval = 60.0 * eval_every
+
+        def _on_rollout_end(self) -> None:
+            tick()
+            if eval_every > 0 and clock[budget] >= self.next_eval:
+                evaluate_now()
+                self.next_eval = clock[budget] + 60.0 * eval_every
+
+        def _on_step(self) -> bool:
+            tick()
+            return clock[budget] < 60.0 * minutes and clock["wall"] < 60.0 * max_wall_minutes
+
+    if eval_every > 0:
+        evaluate_now()
+    model.learn(total_timesteps=10**10, callback=Budget())
+    tick()
+    wall, cpu, steps = clock["wall"], clock["cpu"], int(model.num_timesteps)
+    result = evaluate(ppo_actor(model, venv))
+    if eval_every > 0:
+        curve.append({"env_steps": steps, "train_wall_s": wall, "train_cpu_s": cpu, **result})
+    return {"method": "ppo", "seed": seed, "config": name, "ppo_settings": config, "budget": budget, "env_steps": steps,
+            "train_wall_s": wall, "train_cpu_s": cpu, **result, "curve": curve}
 
 
 #: PPO's final evaluation returns (``evaluate``'s definition) of the two SB3
@@ -164,7 +266,7 @@ PPO_RECORDED = [
     {"method": "ppo", "seed": 0, "return": -2838.0, "env_steps": 230_896, "train_cpu_s": 8.6 * 60},
     {"method": "ppo", "seed": 1, "return": -2856.0, "env_steps": 227_088, "train_cpu_s": 11.5 * 60},
 ]
-REACH_UPDATES = (1, 2, 5, 10, 20, 40, 60)
+REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 420)
 
 
 def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
@@ -192,22 +294,10 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
             "cpu_s_to_target": None if hit is None else hit["train_cpu_s"]}
 
 
-def ppo_untrained(seed: int) -> dict:
+def ppo_untrained(seed: int, config: dict | str = "tuned") -> dict:
     """``evaluate`` of SB3 PPO's policy before any update (as ``run_ppo`` builds it): PPO's own start."""
-    from learning_cartpole import sb3_vec_env
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    venv = VecNormalize(sb3_vec_env(QuadrupedWalk(16, **env_kwargs())), gamma=0.99)
-    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, n_steps=128, batch_size=512,
-                n_epochs=5, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.0,
-                policy_kwargs={"net_arch": [128, 128]})
-
-    def act(obs):
-        a = model.predict(venv.normalize_obs(obs.numpy()), deterministic=True)[0]
-        return torch.as_tensor(np.asarray(a), dtype=torch.float32)
-
-    return {"method": "ppo (untrained)", "seed": seed, "env_steps": 0, **evaluate(act)}
+    model, venv = make_ppo(PPO_CONFIGS[config] if isinstance(config, str) else config, seed)
+    return {"method": "ppo (untrained)", "seed": seed, "env_steps": 0, **evaluate(ppo_actor(model, venv))}
 
 
 def table(rows: list[dict]) -> str:
@@ -228,12 +318,21 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--minutes", type=float, default=15.0, help="training wall-time budget per run")
+    parser.add_argument("--minutes", type=float, default=15.0, help="training budget per run, minutes of --budget (wall or CPU) time")
     parser.add_argument("--methods", nargs="+", default=["shac", "ppo"], choices=["shac", "ppo"])
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default outputs/benchmarks/locomotion.json, locomotion_reach.json with --reach)")
-    parser.add_argument("--ppo-log-std", type=float, default=None,
-                        help="SB3 PPO's log_std_init (default: SB3's 0, an action std of 1 on the [-1, 1] range)")
+    parser.add_argument("--ppo-config", default="tuned", choices=sorted(PPO_CONFIGS),
+                        help="SB3 PPO settings (PPO_CONFIGS); default: tuned")
+    parser.add_argument("--ppo-set", nargs="*", default=[], metavar="KEY=JSON",
+                        help="override PPO settings, e.g. learning_rate=1e-3 n_envs=512 net_arch=[128,128]")
+    parser.add_argument("--budget", choices=["wall", "cpu"], default="wall",
+                        help="--minutes of training wall time or of process CPU time (fairer on a loaded machine)")
+    parser.add_argument("--max-wall-minutes", type=float, default=float("inf"),
+                        help="PPO: also stop at this much training wall time (with --budget cpu on a loaded machine)")
+    parser.add_argument("--ppo-eval-every", type=float, default=1.5,
+                        help="PPO: evaluate every this many minutes of the --budget clock (0: only at the end)")
+    parser.add_argument("--ppo-log-std", type=float, default=None, help="SB3 PPO's log_std_init (overrides the config)")
     parser.add_argument("--blind-actor", action="store_true",
                         help="SHAC with an actor that does not see the base velocity and height (critic does)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="SHAC: write its checkpoint here")
@@ -241,14 +340,14 @@ def main() -> None:
                         help="SHAC's env steps and CPU to reach PPO's final return (see the module docstring)")
     parser.add_argument("--target", type=float, default=None,
                         help="with --reach: this return instead of PPO's best final return")
-    parser.add_argument("--ppo-json", type=Path, default=None,
+    parser.add_argument("--ppo-json", type=Path, nargs="+", default=None,
                         help="with --reach: take PPO's returns from this output of a PPO run instead of the recorded ones")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.reach:
         ppo = PPO_RECORDED
         if args.ppo_json is not None:
-            ppo = [r for r in json.loads(args.ppo_json.read_text()) if r["method"] == "ppo"]
+            ppo = [r for f in args.ppo_json for r in json.loads(f.read_text()) if r["method"] == "ppo"]
         target = max(r["return"] for r in ppo) if args.target is None else args.target  # default: the best PPO run
         out = args.out or Path("outputs/benchmarks/locomotion_reach.json")
         rows = [run_shac_reach(seed, target) for seed in args.seeds]
@@ -261,8 +360,11 @@ def main() -> None:
         print(f"| method | seed | final return | env steps to reach {target:,.0f} | CPU s to reach it |")
         print("| --- | ---: | ---: | ---: | ---: |")
         for r in ppo:
-            print(f"| SB3 PPO | {r['seed']} | {r['return']:,.0f} | {r['env_steps']:,} (its whole run) | "
-                  f"{r['train_cpu_s']:.0f} |")
+            # PPO's own first evaluation at or above the target (its evaluation curve, when recorded)
+            hit = next((c for c in r.get("curve", []) if c["return"] >= target), None)
+            steps, cpu = (r["env_steps"], r["train_cpu_s"]) if hit is None else (hit["env_steps"], hit["train_cpu_s"])
+            tail = "" if hit is not None or r["return"] >= target else " (not reached; its whole run)"
+            print(f"| SB3 PPO | {r['seed']} | {r['return']:,.0f} | {steps:,}{tail} | {cpu:.0f} |")
         for r in rows:
             c = r["curve"][-1]
             reached = "not reached" if r["env_steps_to_target"] is None else (
@@ -275,10 +377,18 @@ def main() -> None:
     for seed in args.seeds:
         for method in args.methods:
             if method == "shac":
-                row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint)
+                row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint,
+                               budget=args.budget)
             else:
-                row = run_ppo(seed, args.minutes, args.ppo_log_std)
-            print(json.dumps({k: v for k, v in row.items()}), flush=True)
+                config = dict(PPO_CONFIGS[args.ppo_config])
+                for kv in args.ppo_set:
+                    k, v = kv.split("=", 1)
+                    config[k] = json.loads(v)
+                row = run_ppo(seed, args.minutes, config, eval_every=args.ppo_eval_every,
+                              log_std_init=args.ppo_log_std, budget=args.budget,
+                              max_wall_minutes=args.max_wall_minutes)
+                row["config"] = args.ppo_config + ("".join(f" {kv}" for kv in args.ppo_set))
+            print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
             rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
