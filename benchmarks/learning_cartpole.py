@@ -4,7 +4,7 @@ All three methods train on the same system, ``backdrive.envs.CartPoleSwingUp``
 (the shipped cart-pole URDF on backdrive's rigid-body dynamics, 240 steps of
 0.05 s from hanging):
 
-* SB3 PPO through ``to_gymnasium``: one batched backdrive env of 16 copies
+* SB3 PPO through ``to_sb3_vec_env``: one batched backdrive env of 16 copies
   behind an SB3 ``VecEnv`` (one torch call per step for all copies), with
   ``VecNormalize`` and the rl-baselines3-zoo PPO settings of the closest zoo
   env, ``InvertedPendulumSwingupBulletEnv-v0`` (no zoo entry exists for this
@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backdrive.envs import CartPoleSwingUp, to_gymnasium
+from backdrive.envs import CartPoleSwingUp, to_sb3_vec_env
 # The clock (evaluations taken out), the formatting and the two-panel plot of
 # the Pendulum comparison; this file's folder is on sys.path when it runs.
 from learning import Clock, fmt, plot  # noqa: E402
@@ -112,62 +112,13 @@ def evaluate(act) -> tuple[float, float]:
     return float(total.mean()), float(torch.stack(upright[-LAST_STEPS:]).double().mean())
 
 
-def sb3_vec_env(env: CartPoleSwingUp):
-    """An SB3 ``VecEnv`` over a batched backdrive env through ``to_gymnasium(vector=True)``."""
-    from stable_baselines3.common.vec_env.base_vec_env import VecEnv
-
-    genv = to_gymnasium(env, vector=True)
-
-    class BackdriveVecEnv(VecEnv):
-        def __init__(self):
-            super().__init__(env.num_envs, genv.single_observation_space, genv.single_action_space)
-            self._actions, self._seed = None, None
-
-        def reset(self):
-            obs, _ = genv.reset(seed=self._seed)
-            self._seed = None
-            return obs
-
-        def seed(self, seed=None):
-            self._seed = seed
-            return [seed] * self.num_envs
-
-        def step_async(self, actions):
-            self._actions = actions
-
-        def step_wait(self):
-            obs, reward, term, trunc, info = genv.step(self._actions)
-            infos = [{} for _ in range(self.num_envs)]
-            for i in np.flatnonzero(term | trunc):  # same-step autoreset: the old episode's last obs
-                infos[i]["terminal_observation"] = info["final_obs"][i]
-                infos[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
-            return obs, reward.astype(np.float32), term | trunc, infos
-
-        def close(self):
-            pass
-
-        def get_attr(self, attr_name, indices=None):
-            return [getattr(genv, attr_name)] * self.num_envs
-
-        def set_attr(self, attr_name, value, indices=None):
-            setattr(genv, attr_name, value)
-
-        def env_method(self, method_name, *args, indices=None, **kwargs):
-            return [getattr(genv, method_name)(*args, **kwargs)]
-
-        def env_is_wrapped(self, wrapper_class, indices=None):
-            return [False] * self.num_envs
-
-    return BackdriveVecEnv()
-
-
 def run_ppo(seed: int) -> list[dict]:
     from stable_baselines3 import PPO as SB3PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecNormalize
 
     hp = dict(PPO)
-    venv = VecNormalize(sb3_vec_env(CartPoleSwingUp(hp.pop("n_envs"))), gamma=hp["gamma"])
+    venv = VecNormalize(to_sb3_vec_env(CartPoleSwingUp(hp.pop("n_envs"))), gamma=hp["gamma"])
     total = hp.pop("n_timesteps")
     model = SB3PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hp)
     curve: list[dict] = []

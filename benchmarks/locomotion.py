@@ -7,7 +7,7 @@ substeps, a 3 Hz trot generator, forward commands in [0.2, 0.8] m/s):
 * SHAC: ``train_policy(preset=QUADRUPED_WALK_SHAC)``, stopped when its
   training wall time reaches the budget;
 * SB3 PPO through ``to_gymnasium(vector=True)`` behind an SB3 ``VecEnv``
-  (``backdrive.envs._gymnasium.sb3_vec_env``: one torch call steps every
+  (``backdrive.envs.to_sb3_vec_env``: one torch call steps every
   copy) with ``VecMonitor`` and ``VecNormalize``, the same env keywords and
   the settings of ``PPO_CONFIGS`` (default ``tuned``: 256 copies), stopped
   at the same budget.
@@ -167,7 +167,7 @@ def make_ppo(config: dict, seed: int):
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
-    from backdrive.envs._gymnasium import sb3_vec_env
+    from backdrive.envs import to_sb3_vec_env
 
     c = dict(config)
     n_envs = c.pop("n_envs")
@@ -183,7 +183,7 @@ def make_ppo(config: dict, seed: int):
     if c.pop("lr_linear", False):
         lr0 = lr
         lr = lambda progress: lr0 * max(progress, 0.1)  # noqa: E731
-    venv = VecNormalize(VecMonitor(sb3_vec_env(QuadrupedWalk(n_envs, **env_kwargs()))), gamma=c["gamma"])
+    venv = VecNormalize(VecMonitor(to_sb3_vec_env(QuadrupedWalk(n_envs, **env_kwargs()))), gamma=c["gamma"])
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, learning_rate=lr,
                 policy_kwargs=policy_kwargs, **c)
     return model, venv

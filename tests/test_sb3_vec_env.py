@@ -8,7 +8,7 @@ pytest.importorskip("stable_baselines3")
 
 from backdrive._errors import InputError  # noqa: E402
 from backdrive.envs import Pendulum  # noqa: E402
-from backdrive.envs._gymnasium import sb3_vec_env  # noqa: E402
+from backdrive.envs import to_sb3_vec_env as sb3_vec_env  # noqa: E402
 
 
 def test_steps_every_copy_like_the_backdrive_env():

@@ -35,7 +35,7 @@ from ..._errors import PolicyConfigError, TrainingDivergedError
 from .checkpoints import load_policy
 from .config import ALGOS, PolicyTrainerConfig
 from .networks import MLPPolicy, ObsNormalizer, ValueCritic
-from .presets import HUMANOID_BALANCE_SHAC  # noqa: F401 (HumanoidBalance block)
+from .presets import HUMANOID_BALANCE_SHAC, HUMANOID_CAPTURE_SHAC  # noqa: F401 (HumanoidBalance blocks)
 from .presets import CARTPOLE_SHAC, PANDA_REACH_APG, PENDULUM_APG, PENDULUM_SHAC, PRESETS, QUADRUPED_WALK_SHAC, Preset
 from .returns import evaluate_policy
 from .trainer import PolicyTrainer, train_policy
@@ -50,6 +50,7 @@ __all__ = [
     "PANDA_REACH_APG",
     "QUADRUPED_WALK_SHAC",
     "HUMANOID_BALANCE_SHAC",
+    "HUMANOID_CAPTURE_SHAC",
     "PolicyTrainerConfig",
     "PolicyConfigError",
     "TrainingDivergedError",
