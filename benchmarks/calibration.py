@@ -325,7 +325,8 @@ def truth_simulator(robot, truth, contact_params=None):
 
 
 def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None):
-    """RMS joint-angle error (rad) and base-orientation error (rad) of ``horizon``-step
+    """RMS joint-angle error (rad), base-orientation error (rad) and base
+    angular-velocity error (rad/s, the gyro's channel) of ``horizon``-step
     predictions from every ``horizon``-th recorded state (exact recordings)."""
     T = cmd.shape[-2]
     starts = torch.arange(0, T - horizon + 1, horizon)
@@ -339,7 +340,9 @@ def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None):
         tr = sim.rollout(State(qs[..., 0, :], vs[..., 0, :]), u)
     dq = tr.q[..., 1:, 7:] - qs[..., 1:, 7:]
     dR = difference(sim.robot, qs[..., 1:, :], tr.q[..., 1:, :])[..., 3:6]
-    return float(dq.pow(2).mean().sqrt()), float(dR.pow(2).sum(-1).mean().sqrt())
+    dw = tr.v[..., 1:, 3:6] - vs[..., 1:, 3:6]
+    return (float(dq.pow(2).mean().sqrt()), float(dR.pow(2).sum(-1).mean().sqrt()),
+            float(dw.pow(2).sum(-1).mean().sqrt()))
 
 
 def main(argv=None):
@@ -349,7 +352,9 @@ def main(argv=None):
     ap.add_argument("--heldout", type=float, default=5.0, help="length of each of the 2 held-out recordings, s")
     ap.add_argument("--segment", type=int, default=10, help="steps per shooting window")
     ap.add_argument("--windows", type=int, default=40, help="shooting windows drawn from the recording")
-    ap.add_argument("--horizon", type=int, default=100, help="steps of each held-out prediction")
+    ap.add_argument("--horizon", default="100",
+                    help="steps of each held-out prediction; a comma-separated list gives one table each "
+                         "(the first is saved)")
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--params", default="contact_stiffness,contact_damping,contact_friction,motor_strength",
@@ -460,14 +465,18 @@ def main(argv=None):
         cases.append(("calibrated", fits[0].simulator, fits[0].delay))
         if len(fits) > 1:
             cases.append(("calibrated, stage 2", fits[1].simulator, fits[1].delay))
-    rows = []
-    for name, sim, delay in cases:
-        errs = []
-        for hq, hv, hc, hp in held:
-            a, b, c, _ = segments(hq, hv, hc, hp, args.horizon)
-            errs.append(prediction_error(sim, torch.as_tensor(a, dtype=F64), torch.as_tensor(b, dtype=F64),
-                                         torch.as_tensor(c, dtype=F64), delay, args.horizon))
-        rows.append((name, float(np.mean([e[0] for e in errs])), float(np.mean([e[1] for e in errs]))))
+    horizons = [int(h) for h in str(args.horizon).split(",")]
+    tables = {}
+    for horizon in horizons:
+        rows = tables[horizon] = []
+        for name, sim, delay in cases:
+            errs = []
+            for hq, hv, hc, hp in held:
+                a, b, c, _ = segments(hq, hv, hc, hp, horizon)
+                errs.append(prediction_error(sim, torch.as_tensor(a, dtype=F64), torch.as_tensor(b, dtype=F64),
+                                             torch.as_tensor(c, dtype=F64), delay, horizon))
+            rows.append((name, *(float(np.mean([e[i] for e in errs])) for i in range(3))))
+    rows = tables[horizons[0]]
 
     # Report.
     print(f"# calibration benchmark: {args.robot}, {args.reality} as reality"
@@ -477,12 +486,14 @@ def main(argv=None):
           f"recording {t_record:.1f} s, identify {t_fit:.1f} s"
           + "".join(f"; fit {k + 1}: {f.iterations} Gauss-Newton iterations, {f.message}, rms residual {f.rms_residual:.4g}" for k, f in enumerate(fits))
           + (f"; masses anchored on the weighed total {true_total:.4g} kg" if args.total_mass else "") + "\n")
-    print(f"| held-out {args.horizon}-step prediction ({args.horizon * DT:g} s) | joint angles, rms rad | "
-          "base orientation, rms rad | ratio nominal / this |")
-    print("| --- | --- | --- | --- |")
-    for name, a, b in rows:
-        print(f"| {name} | {a:.4g} | {b:.4g} | {rows[0][1] / a:.2f}x, {rows[0][2] / b:.2f}x |")
-    print()
+    for horizon, table in tables.items():
+        print(f"| held-out {horizon}-step prediction ({horizon * DT:g} s) | joint angles, rms rad | "
+              "base orientation, rms rad | base angular velocity, rms rad/s | ratio nominal / this |")
+        print("| --- | --- | --- | --- | --- |")
+        n = table[0]
+        for name, a, b, w in table:
+            print(f"| {name} | {a:.4g} | {b:.4g} | {w:.4g} | {n[1] / a:.2f}x, {n[2] / b:.2f}x, {n[3] / w:.2f}x |")
+        print()
 
     def line(label, true, nom, val, lo, hi, ok):
         err = f"{100 * (val / true - 1):+.1f} %" if true is not None else "-"
@@ -551,7 +562,7 @@ def save(path: str, fit, truth, rows, args) -> None:
                        "motor_strength": float(kp.mean()) / KP, "stiffness": f(cp.stiffness)[0],
                        "contact_damping": f(cp.damping)[0], "friction": f(cp.friction)[0], "delay": fit.delay},
         "truth": {k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x) for k, x in truth.items()},
-        "prediction_error": {name: [a, b] for name, a, b in rows},
+        "prediction_error": {name: list(e) for name, *e in rows},
         "args": args,
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -416,10 +416,12 @@ def report(r: dict) -> None:
     e = r["prediction_error"]
     n = e["nominal"]
     print(f"\n| held-out {a['horizon']}-step walking prediction | joint angles, rms rad | base orientation, rms rad "
-          "| ratio nominal / this |")
-    print("| --- | ---: | ---: | ---: |")
-    for k, (j, o) in e.items():
-        print(f"| {k} | {j:.4g} | {o:.4g} | {n[0] / j:.2f}x, {n[1] / o:.2f}x |")
+          "| base angular velocity, rms rad/s | ratio nominal / this |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for k, (j, o, *w) in e.items():
+        w = w[0] if w else math.nan
+        print(f"| {k} | {j:.4g} | {o:.4g} | {w:.4g} | {n[0] / j:.2f}x, {n[1] / o:.2f}x"
+              + (f", {n[2] / w:.2f}x |" if len(n) > 2 else " |"))
     tr = r["train"]
     print(f"\n| policy, deployed in reality | forward speed (m/s) | speed error (m/s) | upright |")
     print("| --- | ---: | ---: | ---: |")
