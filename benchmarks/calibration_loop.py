@@ -289,6 +289,12 @@ def main(argv=None):
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--train-seed", type=int, default=0)
+    ap.add_argument("--nominal-only", default=None, metavar="PATH",
+                    help="only fine-tune in the nominal sim (the same for every hidden draw) and save the policy "
+                         "to PATH (a .pt state dict, with PATH.json for its training record)")
+    ap.add_argument("--nominal-policy", default=None, metavar="PATH",
+                    help="take the nominal fine-tuning from a --nominal-only run's PATH (waits for it) instead of "
+                         "running it here")
     ap.add_argument("--out", default=None, help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -297,6 +303,12 @@ def main(argv=None):
     result = {"args": vars(args)}
 
     _, shipped = QuadrupedWalk.pretrained(1)
+    if args.nominal_only:
+        policy, info = finetune(shipped, None, args)
+        torch.save(policy.state_dict(), args.nominal_only)
+        Path(args.nominal_only + ".json").write_text(json.dumps(info))
+        print(f"wrote {args.nominal_only}")
+        return None
     env_n = make_env(None, args.robots + 2)
     truth = hidden_truth(args.seed, env_n.robot)
     result["truth"] = truth
@@ -364,24 +376,23 @@ def main(argv=None):
                                  "delay": [calibrated["delay"], truth["delay"]]}
 
     # 3. Fine-tune in each sim; the shipped policy's walk as each predicts it.
-    num_envs = int(QUADRUPED_WALK_SHAC.env_kwargs["num_envs"])
     predicted, policies, train_info = {}, {"shipped": shipped}, {}
     for name, params in (("nominal", None), ("calibrated", calibrated)):
         m = make_env(params, args.episodes).evaluate(shipped, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
                                                      settle=LT.SETTLE)
         predicted[name] = {k: float(m[k]) for k in ("forward_speed", "speed_error", "upright")}
-    for name, params in (("nominal", None), ("calibrated", calibrated)):
-        env = make_env(params, num_envs)
-        policy = copy.deepcopy(shipped).train()
-        t0 = time.perf_counter()
-        stop = lambda row, t0=t0: time.perf_counter() - t0 > 60 * args.minutes  # noqa: E731
-        trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, policy=policy, updates=args.updates, lr=args.lr,
-                               seed=args.train_seed, callback=stop, num_threads=1)
-        train_info[name] = {"updates": trainer.updates_done, "env_steps": trainer.env_steps,
-                            "minutes": (time.perf_counter() - t0) / 60}
-        policies[name] = trainer.policy.eval()
-        print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates, "
-              f"{train_info[name]['minutes']:.1f} min", flush=True)
+    policies["calibrated"], train_info["calibrated"] = finetune(shipped, calibrated, args)
+    if args.nominal_policy:
+        path = Path(args.nominal_policy)
+        while not Path(str(path) + ".json").exists():  # written after the weights
+            time.sleep(20)
+        policies["nominal"] = copy.deepcopy(shipped)
+        policies["nominal"].load_state_dict(torch.load(path, weights_only=True))
+        policies["nominal"].eval()
+        train_info["nominal"] = json.loads(Path(str(path) + ".json").read_text()) | {"from": str(path)}
+    else:
+        policies["nominal"], train_info["nominal"] = finetune(shipped, None, args)
+    policies = {k: policies[k] for k in ("shipped", "nominal", "calibrated")}
 
     # 4. Deploy in reality (hidden parameters, delay).
     rows = {}
@@ -397,6 +408,22 @@ def main(argv=None):
     out.write_text(json.dumps(result, indent=1, default=float))
     print(f"\nwrote {out}")
     return result
+
+
+def finetune(shipped, params: dict | None, args):
+    """The shipped policy fine-tuned in the sim of ``params`` (``None``: nominal): ``(policy, record)``."""
+    num_envs = int(QUADRUPED_WALK_SHAC.env_kwargs["num_envs"])
+    env = make_env(params, num_envs)
+    policy = copy.deepcopy(shipped).train()
+    t0 = time.perf_counter()
+    stop = lambda row, t0=t0: time.perf_counter() - t0 > 60 * args.minutes  # noqa: E731
+    trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, policy=policy, updates=args.updates, lr=args.lr,
+                           seed=args.train_seed, callback=stop, num_threads=1)
+    info = {"updates": trainer.updates_done, "env_steps": trainer.env_steps, "lr": args.lr,
+            "seed": args.train_seed, "minutes": (time.perf_counter() - t0) / 60}
+    name = "nominal" if params is None else "calibrated"
+    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates, {info['minutes']:.1f} min", flush=True)
+    return trainer.policy.eval(), info
 
 
 def report(r: dict) -> None:
