@@ -35,11 +35,14 @@ pushes (the data are cut into segments that start 0.15 s after a push ends).
 then right, and what is left between the engines is their numerics.
 
 Reported: multi-step prediction error (windows of ``--horizon`` steps from
-recorded states on held-out recordings, RMS of the joint-angle and
-base-orientation errors) of the nominal simulator, of backdrive with every
-hidden parameter at its TRUE value (the floor: nominal contact law, and the
-fitted one when the contact law was fitted against MuJoCo's own contact),
-and of the calibrated simulator; each parameter against the truth with its
+recorded states on held-out recordings, RMS of the joint-angle,
+base-orientation and base angular-velocity errors) of the nominal simulator,
+of backdrive with every hidden parameter at its TRUE value (with the nominal
+contact law; with the calibration's law when the contact law was fitted
+against MuJoCo's own contact; and, with ``--floor-fit``, with the law fitted
+on the same windows while every other parameter is held at its truth: the
+floor, the best backdrive's law can do against this reality), and of the
+calibrated simulator; each parameter against the truth with its
 95 % interval and identifiability. ``--total-mass`` anchors the fitted
 masses on the robot's weighed total (``ContactFit.total_mass``);
 ``--stage2`` runs a second fit from the first one's simulator (e.g. the
