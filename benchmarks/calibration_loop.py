@@ -405,6 +405,8 @@ def main(argv=None):
     result |= {"train": train_info, "rows": rows, "predicted": predicted}
     report(result)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # The fine-tuned policies, for diagnostics (e.g. each one's walk in the other sim).
+    torch.save({k: p.state_dict() for k, p in policies.items() if k != "shipped"}, out.with_suffix(".policies.pt"))
     out.write_text(json.dumps(result, indent=1, default=float))
     print(f"\nwrote {out}")
     return result
