@@ -381,6 +381,9 @@ def main(argv=None):
                     help="start the fit from the nominal guess or from the true parameters (with --iterations 0: "
                          "the loss at the truth, to compare with the fit's)")
     ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
+    ap.add_argument("--law-scan", default="",
+                    help="comma-separated stiffness:damping pairs (N/m:N s/m): a held-out row each for backdrive "
+                         "with every other hidden parameter at its truth and that contact law (a direct floor scan)")
     ap.add_argument("--floor-fit", action="store_true",
                     help="also fit the contact law (stiffness, damping) alone with every other hidden parameter at "
                          "its true value, on the same windows: the best law backdrive can have, and its floor row")
@@ -464,6 +467,10 @@ def main(argv=None):
                                                                            damping=cp.damping)), truth["delay"]))
     if floor_fit is not None:
         cases.append(("true parameters, contact law fitted with them (floor)", floor_fit.simulator, truth["delay"]))
+    for pair in filter(None, args.law_scan.split(",")):
+        k, d = (float(x) for x in pair.split(":"))
+        cases.append((f"true parameters, law {k:.4g} N/m, {d:.4g} N s/m",
+                       truth_simulator(robot0, truth, ContactParameters(stiffness=k, damping=d)), truth["delay"]))
     if fits:
         cases.append(("calibrated", fits[0].simulator, fits[0].delay))
         if len(fits) > 1:
