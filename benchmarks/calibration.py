@@ -35,11 +35,14 @@ pushes (the data are cut into segments that start 0.15 s after a push ends).
 then right, and what is left between the engines is their numerics.
 
 Reported: multi-step prediction error (windows of ``--horizon`` steps from
-recorded states on held-out recordings, RMS of the joint-angle and
-base-orientation errors) of the nominal simulator, of backdrive with every
-hidden parameter at its TRUE value (the floor: nominal contact law, and the
-fitted one when the contact law was fitted against MuJoCo's own contact),
-and of the calibrated simulator; each parameter against the truth with its
+recorded states on held-out recordings, RMS of the joint-angle,
+base-orientation and base angular-velocity errors) of the nominal simulator,
+of backdrive with every hidden parameter at its TRUE value (with the nominal
+contact law; with the calibration's law when the contact law was fitted
+against MuJoCo's own contact; and, with ``--floor-fit``, with the law fitted
+on the same windows while every other parameter is held at its truth: the
+floor, the best backdrive's law can do against this reality), and of the
+calibrated simulator; each parameter against the truth with its
 95 % interval and identifiability. ``--total-mass`` anchors the fitted
 masses on the robot's weighed total (``ContactFit.total_mass``);
 ``--stage2`` runs a second fit from the first one's simulator (e.g. the
@@ -325,7 +328,8 @@ def truth_simulator(robot, truth, contact_params=None):
 
 
 def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None):
-    """RMS joint-angle error (rad) and base-orientation error (rad) of ``horizon``-step
+    """RMS joint-angle error (rad), base-orientation error (rad) and base
+    angular-velocity error (rad/s, the gyro's channel) of ``horizon``-step
     predictions from every ``horizon``-th recorded state (exact recordings)."""
     T = cmd.shape[-2]
     starts = torch.arange(0, T - horizon + 1, horizon)
@@ -339,7 +343,9 @@ def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None):
         tr = sim.rollout(State(qs[..., 0, :], vs[..., 0, :]), u)
     dq = tr.q[..., 1:, 7:] - qs[..., 1:, 7:]
     dR = difference(sim.robot, qs[..., 1:, :], tr.q[..., 1:, :])[..., 3:6]
-    return float(dq.pow(2).mean().sqrt()), float(dR.pow(2).sum(-1).mean().sqrt())
+    dw = tr.v[..., 1:, 3:6] - vs[..., 1:, 3:6]
+    return (float(dq.pow(2).mean().sqrt()), float(dR.pow(2).sum(-1).mean().sqrt()),
+            float(dw.pow(2).sum(-1).mean().sqrt()))
 
 
 def main(argv=None):
@@ -349,7 +355,9 @@ def main(argv=None):
     ap.add_argument("--heldout", type=float, default=5.0, help="length of each of the 2 held-out recordings, s")
     ap.add_argument("--segment", type=int, default=10, help="steps per shooting window")
     ap.add_argument("--windows", type=int, default=40, help="shooting windows drawn from the recording")
-    ap.add_argument("--horizon", type=int, default=100, help="steps of each held-out prediction")
+    ap.add_argument("--horizon", default="100",
+                    help="steps of each held-out prediction; a comma-separated list gives one table each "
+                         "(the first is saved)")
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--params", default="contact_stiffness,contact_damping,contact_friction,motor_strength",
@@ -373,6 +381,12 @@ def main(argv=None):
                     help="start the fit from the nominal guess or from the true parameters (with --iterations 0: "
                          "the loss at the truth, to compare with the fit's)")
     ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
+    ap.add_argument("--law-scan", default="",
+                    help="comma-separated stiffness:damping pairs (N/m:N s/m): a held-out row each for backdrive "
+                         "with every other hidden parameter at its truth and that contact law (a direct floor scan)")
+    ap.add_argument("--floor-fit", action="store_true",
+                    help="also fit the contact law (stiffness, damping) alone with every other hidden parameter at "
+                         "its true value, on the same windows: the best law backdrive can have, and its floor row")
     ap.add_argument("--reality", default="mujoco", choices=("mujoco", "backdrive"),
                     help="who plays the real robot: MuJoCo (the benchmark) or backdrive itself with the same "
                          "hidden draws and a hidden contact law (8 recordings of seconds/8, no pushes): the "
@@ -433,26 +447,46 @@ def main(argv=None):
             notes += n2
         t_fit = time.perf_counter() - t0
 
+    floor_fit = None
+    if args.floor_fit and "stiffness" not in truth:
+        t0 = time.perf_counter()
+        tsim = truth_simulator(robot0, truth)
+        floor_fit, n3 = calibrate(tsim.robot, tsim, ("contact_stiffness", "contact_damping"), (truth["delay"],),
+                                  "floor fit")
+        notes += n3
+        t_floor = time.perf_counter() - t0
+
     # Held-out prediction errors (pieces of `horizon` steps between pushes, exact states).
-    cases = [("nominal", sim0, 0), ("true parameters, nominal contact law (floor)", truth_simulator(robot0, truth),
+    cases = [("nominal", sim0, 0), ("true parameters, nominal contact law", truth_simulator(robot0, truth),
                                      truth["delay"])]
     if fits:
         cp = fits[0].simulator.contact.params
         if "stiffness" not in truth and "contact_stiffness" in fits[0].params:
-            cases.append(("true parameters, fitted contact law (floor)",
+            cases.append(("true parameters, the calibration's contact law",
                           truth_simulator(robot0, truth, ContactParameters(stiffness=cp.stiffness,
                                                                            damping=cp.damping)), truth["delay"]))
+    if floor_fit is not None:
+        cases.append(("true parameters, contact law fitted with them (floor)", floor_fit.simulator, truth["delay"]))
+    for pair in filter(None, args.law_scan.split(",")):
+        k, d = (float(x) for x in pair.split(":"))
+        cases.append((f"true parameters, law {k:.4g} N/m, {d:.4g} N s/m",
+                       truth_simulator(robot0, truth, ContactParameters(stiffness=k, damping=d)), truth["delay"]))
+    if fits:
         cases.append(("calibrated", fits[0].simulator, fits[0].delay))
         if len(fits) > 1:
             cases.append(("calibrated, stage 2", fits[1].simulator, fits[1].delay))
-    rows = []
-    for name, sim, delay in cases:
-        errs = []
-        for hq, hv, hc, hp in held:
-            a, b, c, _ = segments(hq, hv, hc, hp, args.horizon)
-            errs.append(prediction_error(sim, torch.as_tensor(a, dtype=F64), torch.as_tensor(b, dtype=F64),
-                                         torch.as_tensor(c, dtype=F64), delay, args.horizon))
-        rows.append((name, float(np.mean([e[0] for e in errs])), float(np.mean([e[1] for e in errs]))))
+    horizons = [int(h) for h in str(args.horizon).split(",")]
+    tables = {}
+    for horizon in horizons:
+        rows = tables[horizon] = []
+        for name, sim, delay in cases:
+            errs = []
+            for hq, hv, hc, hp in held:
+                a, b, c, _ = segments(hq, hv, hc, hp, horizon)
+                errs.append(prediction_error(sim, torch.as_tensor(a, dtype=F64), torch.as_tensor(b, dtype=F64),
+                                             torch.as_tensor(c, dtype=F64), delay, horizon))
+            rows.append((name, *(float(np.mean([e[i] for e in errs])) for i in range(3))))
+    rows = tables[horizons[0]]
 
     # Report.
     print(f"# calibration benchmark: {args.robot}, {args.reality} as reality"
@@ -462,12 +496,14 @@ def main(argv=None):
           f"recording {t_record:.1f} s, identify {t_fit:.1f} s"
           + "".join(f"; fit {k + 1}: {f.iterations} Gauss-Newton iterations, {f.message}, rms residual {f.rms_residual:.4g}" for k, f in enumerate(fits))
           + (f"; masses anchored on the weighed total {true_total:.4g} kg" if args.total_mass else "") + "\n")
-    print(f"| held-out {args.horizon}-step prediction ({args.horizon * DT:g} s) | joint angles, rms rad | "
-          "base orientation, rms rad | ratio nominal / this |")
-    print("| --- | --- | --- | --- |")
-    for name, a, b in rows:
-        print(f"| {name} | {a:.4g} | {b:.4g} | {rows[0][1] / a:.2f}x, {rows[0][2] / b:.2f}x |")
-    print()
+    for horizon, table in tables.items():
+        print(f"| held-out {horizon}-step prediction ({horizon * DT:g} s) | joint angles, rms rad | "
+              "base orientation, rms rad | base angular velocity, rms rad/s | ratio nominal / this |")
+        print("| --- | --- | --- | --- | --- |")
+        n = table[0]
+        for name, a, b, w in table:
+            print(f"| {name} | {a:.4g} | {b:.4g} | {w:.4g} | {n[1] / a:.2f}x, {n[2] / b:.2f}x, {n[3] / w:.2f}x |")
+        print()
 
     def line(label, true, nom, val, lo, hi, ok):
         err = f"{100 * (val / true - 1):+.1f} %" if true is not None else "-"
@@ -511,6 +547,11 @@ def main(argv=None):
                   f"{len(ok)} identified within 5 %; total {float(fit.params['body_mass'].sum()):.4g} kg "
                   f"(truth {true_total:.4g})")
         print()
+    if floor_fit is not None:
+        c = floor_fit.simulator.contact.params
+        print(f"floor fit (contact stiffness and damping, every other parameter at its true value, {t_floor:.0f} s, "
+              f"{floor_fit.message}, rms residual {floor_fit.rms_residual:.4g}): {float(c.stiffness):.4g} N/m, "
+              f"{float(c.damping):.4g} N s/m\n")
     if notes:
         print("warnings: " + "; ".join(notes))
     if args.save and fits:
@@ -531,7 +572,7 @@ def save(path: str, fit, truth, rows, args) -> None:
                        "motor_strength": float(kp.mean()) / KP, "stiffness": f(cp.stiffness)[0],
                        "contact_damping": f(cp.damping)[0], "friction": f(cp.friction)[0], "delay": fit.delay},
         "truth": {k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x) for k, x in truth.items()},
-        "prediction_error": {name: [a, b] for name, a, b in rows},
+        "prediction_error": {name: list(e) for name, *e in rows},
         "args": args,
     }
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,39 +1,44 @@
-"""Close the loop of issue 13: fine-tune the walker in the calibrated and in the nominal sim, deploy both in "reality".
+"""Close the loop of issue 13: calibrate on walking, fine-tune the walker in the calibrated and the nominal sim, deploy both in "reality".
 
-"Reality" is the one of ``benchmarks/calibration.py`` (MuJoCo, its own soft
-contact, ``implicitfast`` at 2 ms) running the shipped quadruped with the
-hidden parameters of a calibration run (``--save`` there): every link mass
-scaled by 0.8-1.2, foot friction 0.4-1.0, joint damping 0.05-0.3 N m s/rad,
-one motor strength 0.8-1.0 on both servo gains, armature 0.01 kg m^2
-(known to both engines). The walking env's servos are ``kp`` 40 N m/rad,
-``kd`` 1 N m s/rad (times the motor strength) with the URDF's effort limits,
-at 50 Hz. Unlike the calibration benchmark there is no control delay here
-(``locomotion_transfer.run_mujoco`` sends each action at once; the
-calibration's 1-3 steps of 2 ms are a tenth of the 20 ms control period).
+"Reality" is the hidden robot of ``benchmarks/calibration.py`` (the same
+draw for the same ``--seed``: every link mass scaled by 0.8-1.2, foot
+friction 0.4-1.0, joint damping 0.05-0.3 N m s/rad, one motor strength
+0.8-1.0 on both servo gains, a control delay of 1-3 steps, armature 0.01
+kg m^2 known to both engines), simulated by MuJoCo with its own soft contact
+(``solref (0.02, 1)``, elliptic cone, ``implicitfast``) at the policy's
+physics step (``QuadrupedWalk``'s 5 ms substep), with the walking env's
+servos (``kp`` 40 N m/rad, ``kd`` 1 N m s/rad, times the strength; the URDF
+effort limits) at 50 Hz. The delay is in 5 ms steps: each new servo target
+acts 5-15 ms into its 20 ms control period
+(``locomotion_transfer.build_hidden`` and ``run_mujoco(model=, delay=)``).
 
-Both simulators are ``QuadrupedWalk`` as the shipped policy was trained
-(``QuadrupedWalk.pretrained``: privileged observations, the trot generator),
-at its 5 ms physics substeps:
+1. **Record** walking in reality: the shipped policy
+   (``QuadrupedWalk.pretrained``) under random forward commands (0.2-0.8
+   m/s, a new one every 2.5 s), random PD-target offsets added to its
+   targets (hip +-0.05, thigh and calf +-0.1 rad, new every 0.2 s, held per
+   control period), a 20-40 N push on the trunk every second. Sensor and
+   state-estimator noise as in ``calibration.py``.
+2. **Calibrate** at 5 ms with ``identify(..., ContactFit)`` through the
+   training simulator itself (the env's contact geometry, servos and effort
+   saturation, in float64): masses (anchored on the weighed total mass),
+   contact stiffness, damping and friction, motor strength and the delay
+   (0-4 steps), on 25-step (125 ms) windows from push-free pieces of the
+   walk. Reported: held-out 40-step (0.2 s) prediction error on walking
+   of the nominal, true-parameter and calibrated simulators.
+3. **Fine-tune** the shipped policy with the same budget in two
+   ``QuadrupedWalk`` simulators at 5 ms: the nominal one (URDF masses,
+   joint damping 0.1, backdrive's default contact law, strength 1, no delay:
+   the calibration's starting guess) and the calibrated one (its masses,
+   contact law, strength and delay; :class:`DelayedWalk` applies the delay
+   in the env). ``QUADRUPED_WALK_SHAC`` settings, actor learning rate
+   ``--lr``, a fresh critic, the same seed.
+4. **Deploy** the shipped and both fine-tuned policies in reality, 16
+   episodes x 10 s from the env's randomised initial states under a 0.5 m/s
+   forward command; report forward speed, per-episode speed-tracking error
+   and fraction upright, and, as a diagnostic, the shipped policy's walk as
+   each training sim predicts it.
 
-* nominal: the URDF, joint damping 0.1 N m s/rad, armature 0.01, backdrive's
-  default contact law (4e4 N/m, 1e4 N s/m, friction 0.75), motor strength 1
-  (the calibration's starting guess);
-* calibrated: the same with the calibrated masses, joint damping, contact
-  law and motor strength read from the calibration's JSON.
-
-Each starts from the shipped ``QuadrupedWalk.pretrained()`` policy and runs
-the same number of SHAC updates (``QUADRUPED_WALK_SHAC`` settings, the actor's
-learning rate lowered for fine-tuning, a fresh critic, the same seed); the
-three policies (shipped, fine-tuned nominal, fine-tuned calibrated) then walk
-in the MuJoCo reality under a 0.5 m/s forward command, 16 episodes x 10 s
-from the env's randomised initial states (``locomotion_transfer.run_mujoco``,
-whose model builder is wrapped here to apply the hidden parameters).
-Reported: forward speed, per-episode speed-tracking error and the fraction
-upright of each policy in reality, and, as a diagnostic, the shipped
-policy's walk as each training sim predicts it.
-
-    nice -n 10 python benchmarks/calibration.py --save outputs/calibration.json [...]
-    nice -n 10 python benchmarks/calibration_loop.py outputs/calibration.json [--updates 120]
+    python benchmarks/calibration_loop.py --seed 0 [--updates 100] [--out outputs/benchmarks/calibration_loop_s0.json]
 """
 
 from __future__ import annotations
@@ -44,39 +49,75 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _mujoco_contact as MC  # noqa: E402
+import calibration as CAL  # noqa: E402
 import locomotion_transfer as LT  # noqa: E402
 
 from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
 from backdrive.envs import QuadrupedWalk  # noqa: E402
-from backdrive.optim import QUADRUPED_WALK_SHAC, train_policy  # noqa: E402
+from backdrive.optim import QUADRUPED_WALK_SHAC, ContactFit, SolverOptions, identify, train_policy  # noqa: E402
 from backdrive.sim import Simulator  # noqa: E402
 
-ARMATURE = 0.01  # as benchmarks/calibration.py
-REALITY_DT = 0.002
+F64 = torch.float64
+ARMATURE = CAL.ARMATURE  # 0.01 kg m^2, known to both engines
+OFFSETS = {"hip": 0.05, "thigh": 0.1, "calf": 0.1}  # random PD-target offsets, rad
+KNOT = 0.2  # s between offset knots
+COMMAND_EVERY = 2.5  # s between new random forward commands
+PUSH_EVERY, PUSH_LENGTH, SETTLE = CAL.PUSH_EVERY, CAL.PUSH_LENGTH, CAL.SETTLE
 
 
-def make_env(params: dict | None, num_envs: int) -> QuadrupedWalk:
+class DelayedWalk(QuadrupedWalk):
+    """``QuadrupedWalk`` whose new servo target takes effect ``delay`` physics
+    substeps into its control period (the previous target holds until then),
+    as ``locomotion_transfer.run_mujoco(delay=)`` does in MuJoCo. ``delay = 0``
+    is ``QuadrupedWalk``; at most ``substeps``."""
+
+    delay = 0
+
+    def transition(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        if not self.delay:
+            return super().transition(state, action)
+        if self.delay > self.substeps:
+            raise ValueError(f"delay {self.delay} exceeds the {self.substeps} substeps of a control period")
+        p = self.split(state)
+        phase = p["phase"] - 2 * math.pi * self.gait_frequency * self.dt
+        prev = self.to_robot_order(self.q_stand + self.action_scale * p["last_action"] + self.gait_offsets(phase))
+        calls = [0]
+        inner = QuadrupedWalk._substep
+
+        def substep(groups, q, v, u):
+            if calls[0] < self.delay:
+                u = torch.where(torch.isfinite(prev), prev, u)
+            calls[0] += 1
+            return inner(groups, q, v, u)
+
+        self._substep = substep
+        try:
+            return super().transition(state, action)
+        finally:
+            del self._substep
+
+
+def make_env(params: dict | None, num_envs: int, dtype=torch.float32) -> DelayedWalk:
     """``QuadrupedWalk`` as the shipped policy was trained, with the physics
-    of ``params`` (``None``: the calibration's nominal guess)."""
-    env, _ = QuadrupedWalk.pretrained(num_envs)
+    of ``params`` (``None``: the calibration's nominal guess) and its delay."""
+    env, _ = DelayedWalk.pretrained(num_envs, dtype=dtype)
     r = env.robot
     nj = r.num_joints
     kw = {"dtype": env.dtype}
     if params is None:
-        params = {"body_mass": r.body_mass.tolist(), "damping": [0.1] * nj, "motor_strength": 1.0,
-                  "stiffness": float(ContactParameters().stiffness),
-                  "contact_damping": float(ContactParameters().damping),
-                  "friction": float(ContactParameters().friction)}
+        params = nominal_params(r)
     robot = r.replace(body_mass=torch.tensor(params["body_mass"], **kw), damping=torch.tensor(params["damping"], **kw),
                       armature=torch.full((nj,), ARMATURE, **kw))
     s = float(params["motor_strength"])
-    env, _ = QuadrupedWalk.pretrained(num_envs, robot=robot, kp=env.kp * s, kd=env.kd * s)
+    env, _ = DelayedWalk.pretrained(num_envs, robot=robot, kp=env.kp * s, kd=env.kd * s, dtype=dtype)
     # The env builds its contact from `nominal_contact` at construction; the
     # fitted law replaces it (no randomisation, so `env.sim` is the one used).
     env.nominal_contact = ContactParameters(stiffness=float(params["stiffness"]),
@@ -84,100 +125,346 @@ def make_env(params: dict | None, num_envs: int) -> QuadrupedWalk:
                                             friction=float(params["friction"]))
     env.contact = ContactModel(env.robot, env.geometry, params=env.nominal_contact)
     env.sim = Simulator(env.robot, env.physics_dt, actuator=env._actuator, contact=env.contact)
+    env.delay = int(params.get("delay", 0))
     return env
 
 
-def hidden_build(truth: dict):
-    """``locomotion_transfer.build`` with the hidden parameters of ``truth``
-    applied to its native-contact model (masses by body name, damping and
-    armature per joint, motor strength on both gains, elliptic cone as in
-    the calibration's reality)."""
+def nominal_params(robot) -> dict:
+    c = ContactParameters()
+    return {"body_mass": robot.body_mass.tolist(), "damping": [0.1] * robot.num_joints, "motor_strength": 1.0,
+            "stiffness": float(c.stiffness), "contact_damping": float(c.damping), "friction": float(c.friction),
+            "delay": 0}
+
+
+def hidden_truth(seed: int, robot) -> dict:
+    """``calibration.reality``'s hidden draw for ``seed`` (masses and damping
+    in ``robot``'s body and joint order)."""
+    model, truth = CAL.reality("quadruped", seed)
+    perm = MC.joint_permutation(model, robot.joint_names)
+    return {"mass": [float(model.body_mass[model.body(n).id]) for n in robot.body_names],
+            "damping": [float(x) for x in truth["damping"][perm]], "strength": float(truth["strength"]),
+            "friction": float(truth["friction"]), "delay": int(truth["delay"]), "armature": ARMATURE}
+
+
+def truth_params(truth: dict, contact: ContactParameters | None = None) -> dict:
+    c = contact or ContactParameters()
+    return {"body_mass": truth["mass"], "damping": truth["damping"], "motor_strength": truth["strength"],
+            "stiffness": float(c.stiffness), "contact_damping": float(c.damping), "friction": truth["friction"],
+            "delay": truth["delay"]}
+
+
+@torch.no_grad()
+def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay: int):
+    """Walk ``env.num_envs`` robots in MuJoCo (``mj = (model, perm)``, time
+    step ``env.physics_dt``) with the policy, random commands, PD-target
+    offsets and pushes. Returns per robot ``(q (T+1, 19), v (T+1, 18),
+    targets (T, 12) as sent, invalid (T+1,))`` in backdrive's order (base
+    linear velocity in the base frame); ``invalid`` marks pushed steps and
+    everything from a fall on."""
     import mujoco
 
-    original = LT.build
+    model, perm = mj
+    rng = np.random.default_rng(seed)
+    sub = env.substeps
+    n = env.num_envs
+    steps = int(round(seconds / env.dt))
+    env.reset(seed=seed)
+    parts = {k: t.double().numpy().copy() for k, t in env.split(env.state).items()}
+    qpos0, qvel0 = LT.to_mujoco(parts["q"], parts["v"], perm)
+    datas = [mujoco.MjData(model) for _ in range(n)]
+    for d, qp, qv in zip(datas, qpos0, qvel0):
+        d.qpos[:], d.qvel[:] = qp, qv
+        mujoco.mj_forward(model, d)
+    trunk = model.body("trunk").id
+    q_stand = env.q_stand.double().numpy()
+    last, phase = parts["last_action"], parts["phase"]
+    dphase = 2 * math.pi * env.gait_frequency * env.dt
+    amp = np.array([OFFSETS[next(k for k in OFFSETS if f"_{k}_" in name)] for name in env.robot.joint_names])
+    knots = int(math.ceil(seconds / KNOT)) + 2
+    offs = rng.uniform(-1, 1, (n, knots, 12)) * amp
+    offs[:, 0] = 0.0
+    tc = np.arange(steps) * env.dt / KNOT
+    offsets = np.stack([np.stack([np.interp(tc, np.arange(knots), offs[i, :, j]) for j in range(12)], -1)
+                        for i in range(n)], 1)  # (steps, n, 12), held over each control period
+    vx_cmd = rng.uniform(0.2, 0.8, (int(math.ceil(seconds / COMMAND_EVERY)) + 1, n))
+    previous = (env.q_stand + env.action_scale * torch.as_tensor(last, dtype=env.dtype)
+                + env.gait_offsets(torch.as_tensor(phase - dphase, dtype=env.dtype))).double().numpy()
+    alive = np.ones(n, dtype=bool)
+    fall_step = np.zeros(n, dtype=int)
+    qs, vs, us, bad = [], [], [], []
 
-    def build(env, contact="native", dt=REALITY_DT, **physics):
-        s = float(truth["strength"])
-        model, perm = original(env, "native", dt, friction=float(truth["friction"]), motor_strength=s)
-        model.actuator_biasprm[:, 2] = -env.kd * s  # build scales kp only
-        model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
-        for name, m in zip(env.robot.body_names, truth["mass"]):
-            model.body_mass[model.body(name).id] = m
-        for name, d in zip(env.robot.joint_names, truth["damping"]):
-            adr = model.jnt_dofadr[model.joint(name).id]
-            model.dof_damping[adr] = d
-            model.dof_armature[adr] = ARMATURE
-        return model, perm
+    def snapshot():
+        q = np.stack([d.qpos.copy() for d in datas])
+        v = np.stack([d.qvel.copy() for d in datas])
+        R = MC.quat_to_matrix(q[:, 3:7] / np.linalg.norm(q[:, 3:7], axis=-1, keepdims=True))
+        vb = np.einsum("nji,nj->ni", R, v[:, :3])
+        return (np.concatenate([q[:, :7], q[:, 7:][:, perm]], -1),
+                np.concatenate([vb, v[:, 3:6], v[:, 6:][:, perm]], -1), R, q)
 
-    return build
+    for c in range(steps):
+        t = c * env.dt
+        cmd = np.zeros((n, 3))
+        cmd[:, 0] = vx_cmd[int(t // COMMAND_EVERY)]
+        qb, vb, R, qpos = snapshot()
+        qvel = np.stack([d.qvel for d in datas])
+        obs = LT.mujoco_observation(qpos, qvel, perm, q_stand, last, cmd, phase, env.privileged)
+        action = policy(torch.as_tensor(obs, dtype=env.dtype)).clamp(-1.0, 1.0)
+        target = (env.q_stand + env.action_scale * action
+                  + env.gait_offsets(torch.as_tensor(phase, dtype=env.dtype))).double().numpy() + offsets[c]
+        for k in range(sub):
+            if k:
+                qb, vb, R, qpos = snapshot()
+            pushed = (t + k * env.physics_dt) % PUSH_EVERY >= PUSH_EVERY - PUSH_LENGTH and t > 0
+            for i, d in enumerate(datas):
+                if not alive[i]:
+                    continue
+                if pushed:
+                    if not d.xfrc_applied[trunk].any():
+                        ang = rng.uniform(0, 2 * math.pi)
+                        d.xfrc_applied[trunk, :3] = rng.uniform(20, 40) * np.array([math.cos(ang), math.sin(ang), 0])
+                else:
+                    d.xfrc_applied[trunk] = 0.0
+                d.ctrl[perm] = previous[i] if k < delay else target[i]
+                mujoco.mj_step(model, d)
+            qs.append(qb)
+            vs.append(vb)
+            us.append(target.copy())
+            bad.append(~alive | pushed)
+        previous = target
+        last = action.double().numpy()
+        phase = np.remainder(phase + dphase, 2 * math.pi)
+        qpos = np.stack([d.qpos for d in datas])
+        R = MC.quat_to_matrix(qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=-1, keepdims=True))
+        fell = (-R[:, 2, 2] > -0.5) | (qpos[:, 2] < 0.5 * env.stand_height) | ~np.isfinite(qpos).all(-1)
+        fall_step[fell & alive] = len(qs)
+        alive &= ~fell
+    qb, vb, _, _ = snapshot()
+    qs.append(qb)
+    vs.append(vb)
+    bad.append(~alive)
+    Q, V, U, B = np.array(qs), np.array(vs), np.array(us), np.array(bad)
+    # A fall invalidates the steps before it was detected, back to the control step's start.
+    for i in range(n):
+        if not alive[i]:
+            B[max(fall_step[i] - 2 * sub, 0):, i] = True
+    return [(Q[:, i], V[:, i], U[:, i], B[:, i]) for i in range(n)], alive
+
+
+def pieces(recs, length: int, sub: int, settle_steps: int):
+    """Push-free pieces of ``length`` steps that start ``settle_steps`` after a
+    push, each at the last substep of a control period (so a delay of up to
+    ``sub - 1`` steps acts with the right command from the piece's first step)."""
+    out = []
+    for q, v, u, bad in recs:
+        n = u.shape[0]
+        k = sub - 1
+        while k + length < n:
+            if not bad[k:k + length + 1].any() and not bad[max(k - settle_steps, 0):k].any():
+                out.append((q[k:k + length + 1], v[k:k + length + 1], u[k:k + length]))
+                k += length + (sub - length % sub) % sub
+            else:
+                k += sub
+    return [np.array(x) for x in zip(*out)]
+
+
+def prediction(sim, held, delay: int, horizon: int):
+    q, v, u = (torch.as_tensor(x, dtype=F64) for x in held)
+    return CAL.prediction_error(sim, q, v, u, delay, horizon)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("calibration", help="JSON written by benchmarks/calibration.py --save")
-    ap.add_argument("--updates", type=int, default=120, help="SHAC updates of each fine-tuning run")
-    ap.add_argument("--minutes", type=float, default=10.0, help="wall-clock cap of each fine-tuning run")
+    ap.add_argument("--seed", type=int, default=0, help="the hidden draw (calibration.reality's seed)")
+    ap.add_argument("--record", type=float, default=8.0, help="seconds of walk per recorded robot")
+    ap.add_argument("--robots", type=int, default=4, help="robots recorded for the calibration (+2 held out)")
+    ap.add_argument("--segment", type=int, default=25, help="steps per shooting window")
+    ap.add_argument("--windows", type=int, default=32, help="shooting windows used")
+    ap.add_argument("--iterations", type=int, default=8, help="Gauss-Newton iterations")
+    ap.add_argument("--horizon", type=int, default=40, help="steps of each held-out prediction")
+    ap.add_argument("--floor", action="store_true",
+                    help="also fit the contact law alone with every other parameter at its true value")
+    ap.add_argument("--updates", type=int, default=100, help="SHAC updates of each fine-tuning run")
+    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock cap of each fine-tuning run")
     ap.add_argument("--lr", type=float, default=3e-4, help="actor learning rate of the fine-tuning")
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="outputs/benchmarks/calibration_loop.json")
+    ap.add_argument("--train-seed", type=int, default=0)
+    ap.add_argument("--nominal-only", default=None, metavar="PATH",
+                    help="only fine-tune in the nominal sim (the same for every hidden draw) and save the policy "
+                         "to PATH (a .pt state dict, with PATH.json for its training record)")
+    ap.add_argument("--nominal-policy", default=None, metavar="PATH",
+                    help="take the nominal fine-tuning from a --nominal-only run's PATH (waits for it) instead of "
+                         "running it here")
+    ap.add_argument("--out", default=None, help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    cal = json.loads(Path(args.calibration).read_text())
-    truth = cal["truth"]
-    LT.build = hidden_build(truth)
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
+    out = Path(args.out or f"outputs/benchmarks/calibration_loop_s{args.seed}.json")
+    result = {"args": vars(args)}
 
     _, shipped = QuadrupedWalk.pretrained(1)
-    num_envs = int(QUADRUPED_WALK_SHAC.env_kwargs["num_envs"])
-    # Which training sim predicts the shipped policy's walk in reality better
-    # (the same command, episodes and initial states, in backdrive).
-    predicted = {}
-    for name, params in (("nominal", None), ("calibrated", cal["calibrated"])):
-        m = make_env(params, args.episodes).evaluate(shipped, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
-                                                      settle=LT.SETTLE)
-        predicted[name] = {k: float(m[k]) for k in ("forward_speed", "speed_error", "upright")}
-    policies, train_info = {"shipped": shipped}, {}
-    for name, params in (("nominal", None), ("calibrated", cal["calibrated"])):
-        env = make_env(params, num_envs)
-        policy = copy.deepcopy(shipped).train()
-        t0 = time.perf_counter()
-        stop = lambda row, t0=t0: time.perf_counter() - t0 > 60 * args.minutes  # noqa: E731
-        trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, policy=policy, updates=args.updates, lr=args.lr,
-                               seed=args.seed, callback=stop, num_threads=1)
-        train_info[name] = {"updates": trainer.updates_done, "env_steps": trainer.env_steps,
-                            "minutes": (time.perf_counter() - t0) / 60}
-        policies[name] = trainer.policy.eval()
-        print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates, "
-              f"{train_info[name]['minutes']:.1f} min", flush=True)
+    if args.nominal_only:
+        policy, info = finetune(shipped, None, args)
+        torch.save(policy.state_dict(), args.nominal_only)
+        Path(args.nominal_only + ".json").write_text(json.dumps(info))
+        print(f"wrote {args.nominal_only}")
+        return None
+    env_n = make_env(None, args.robots + 2)
+    truth = hidden_truth(args.seed, env_n.robot)
+    result["truth"] = truth
+    dt = env_n.physics_dt
+    sub = env_n.substeps
+    mj = LT.build_hidden(env_n, truth, dt)
 
+    # 1. Record walking in reality.
+    t0 = time.perf_counter()
+    recs, alive = record_walk(mj, env_n, shipped, args.record, args.seed + 1, truth["delay"])
+    settle = int(round(SETTLE / dt))
+    train = pieces(recs[:args.robots], 4 * args.segment, sub, settle)
+    held = pieces(recs[args.robots:], args.horizon, sub, settle)
+    print(f"recorded {args.robots + 2} x {args.record:g} s of walking ({alive.sum()} stayed up) in "
+          f"{time.perf_counter() - t0:.0f} s; {len(train[0])} calibration pieces of {4 * args.segment} steps, "
+          f"{len(held[0])} held-out pieces of {args.horizon}", flush=True)
+    per = 4
+    pick = np.linspace(0, len(train[0]) - 1, min(max(args.windows // per, 1), len(train[0]))).round().astype(int)
+    Q, V, U = (torch.as_tensor(x[pick], dtype=F64) for x in train)
+    Qn, Vn = CAL.with_noise(Q, V, args.seed + 10)
+
+    # 2. Calibrate through the training simulator (float64).
+    sim0 = make_env(None, 1, F64).sim
+    true_total = float(np.sum(truth["mass"]))
+
+    def fit(start_sim, params, delays, total=None):
+        t0 = time.perf_counter()
+        f = identify(start_sim.robot, Qn, Vn, dt=dt, params=params,
+                     method=ContactFit(start_sim, U, segment=args.segment, noise=CAL.NOISE, delays=delays,
+                                       delay_iterations=1, total_mass=total),
+                     options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
+        return f, time.perf_counter() - t0
+
+    cal, t_fit = fit(sim0, ("body_mass", "contact_stiffness", "contact_damping", "contact_friction",
+                            "motor_strength"), (0, 1, 2, 3, 4), true_total)
+    s = cal.simulator
+    cp = s.contact.params
+    calibrated = {"body_mass": s.robot.body_mass.tolist(), "damping": s.robot.damping.tolist(),
+                  "motor_strength": float(torch.as_tensor(s.actuator.kp).reshape(-1).mean()) / env_n.kp,
+                  "stiffness": float(cp.stiffness), "contact_damping": float(cp.damping),
+                  "friction": float(cp.friction), "delay": int(cal.delay)}
+    result["calibrated"] = calibrated
+    result["fit"] = {"seconds": t_fit, "message": cal.message, "rms_residual": float(cal.rms_residual),
+                     "delay_losses": {str(k): float(x) for k, x in cal.delay_losses.items()},
+                     "not_identified": list(cal.not_identified), "windows": int(len(pick) * per)}
+    print(f"calibrated in {t_fit:.0f} s: {cal.message}", flush=True)
+    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (make_env(truth_params(truth), 1, F64).sim,
+                                                                           truth["delay"]),
+            "calibrated": (s, cal.delay)}
+    if args.floor:
+        tsim = make_env(truth_params(truth), 1, F64).sim
+        fl, t_fl = fit(tsim, ("contact_stiffness", "contact_damping"), (truth["delay"],))
+        c = fl.simulator.contact.params
+        result["floor_law"] = {"stiffness": float(c.stiffness), "damping": float(c.damping), "seconds": t_fl}
+        sims["true parameters, contact law fitted with them (floor)"] = (fl.simulator, truth["delay"])
+    errs = {name: prediction(sim, held, d, args.horizon) for name, (sim, d) in sims.items()}
+    result["prediction_error"] = errs
+
+    # Parameters against the truth.
+    m_err = np.array(calibrated["body_mass"]) / np.array(truth["mass"]) - 1
+    result["parameter_error"] = {"trunk_mass": float(m_err[0]), "leg_mass_median_abs": float(np.median(abs(m_err[1:]))),
+                                 "total_mass": float(np.sum(calibrated["body_mass"]) / true_total - 1),
+                                 "friction": calibrated["friction"] / truth["friction"] - 1,
+                                 "motor_strength": calibrated["motor_strength"] / truth["strength"] - 1,
+                                 "delay": [calibrated["delay"], truth["delay"]]}
+
+    # 3. Fine-tune in each sim; the shipped policy's walk as each predicts it.
+    predicted, policies, train_info = {}, {"shipped": shipped}, {}
+    for name, params in (("nominal", None), ("calibrated", calibrated)):
+        m = make_env(params, args.episodes).evaluate(shipped, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
+                                                     settle=LT.SETTLE)
+        predicted[name] = {k: float(m[k]) for k in ("forward_speed", "speed_error", "upright")}
+    policies["calibrated"], train_info["calibrated"] = finetune(shipped, calibrated, args)
+    if args.nominal_policy:
+        path = Path(args.nominal_policy)
+        while not Path(str(path) + ".json").exists():  # written after the weights
+            time.sleep(20)
+        policies["nominal"] = copy.deepcopy(shipped)
+        policies["nominal"].load_state_dict(torch.load(path, weights_only=True))
+        policies["nominal"].eval()
+        train_info["nominal"] = json.loads(Path(str(path) + ".json").read_text()) | {"from": str(path)}
+    else:
+        policies["nominal"], train_info["nominal"] = finetune(shipped, None, args)
+    policies = {k: policies[k] for k in ("shipped", "nominal", "calibrated")}
+
+    # 4. Deploy in reality (hidden parameters, delay).
     rows = {}
     for name, policy in policies.items():
         env, _ = QuadrupedWalk.pretrained(args.episodes)
         t0 = time.perf_counter()
-        rows[name] = LT.run_mujoco(env, policy, "native", REALITY_DT, seconds=args.seconds, seed=LT.SEED)
+        rows[name] = LT.run_mujoco(env, policy, dt=dt, seconds=args.seconds, seed=LT.SEED,
+                                   model=LT.build_hidden(env, truth, dt), delay=truth["delay"])
         rows[name]["wall_s"] = time.perf_counter() - t0
-    print(f"\n{args.episodes} episodes x {args.seconds:g} s in MuJoCo with the hidden parameters, command "
-          f"{LT.COMMAND[0]} m/s forward; fine-tuning: {args.updates} SHAC updates, actor lr {args.lr:g}\n")
-    print("| policy | forward speed (m/s) | speed error (m/s) | upright |")
+    result |= {"train": train_info, "rows": rows, "predicted": predicted}
+    report(result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The fine-tuned policies, for diagnostics (e.g. each one's walk in the other sim).
+    torch.save({k: p.state_dict() for k, p in policies.items() if k != "shipped"}, out.with_suffix(".policies.pt"))
+    out.write_text(json.dumps(result, indent=1, default=float))
+    print(f"\nwrote {out}")
+    return result
+
+
+def finetune(shipped, params: dict | None, args):
+    """The shipped policy fine-tuned in the sim of ``params`` (``None``: nominal): ``(policy, record)``."""
+    num_envs = int(QUADRUPED_WALK_SHAC.env_kwargs["num_envs"])
+    env = make_env(params, num_envs)
+    policy = copy.deepcopy(shipped).train()
+    t0 = time.perf_counter()
+    stop = lambda row, t0=t0: time.perf_counter() - t0 > 60 * args.minutes  # noqa: E731
+    trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, policy=policy, updates=args.updates, lr=args.lr,
+                           seed=args.train_seed, callback=stop, num_threads=1)
+    info = {"updates": trainer.updates_done, "env_steps": trainer.env_steps, "lr": args.lr,
+            "seed": args.train_seed, "minutes": (time.perf_counter() - t0) / 60}
+    name = "nominal" if params is None else "calibrated"
+    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates, {info['minutes']:.1f} min", flush=True)
+    return trainer.policy.eval(), info
+
+
+def report(r: dict) -> None:
+    a, t, c = r["args"], r["truth"], r["calibrated"]
+    print(f"\n# calibration loop, hidden draw {a['seed']}: friction {t['friction']:.3f}, strength "
+          f"{t['strength']:.3f}, delay {t['delay']} x 5 ms, total mass {sum(t['mass']):.3f} kg\n")
+    pe = r["parameter_error"]
+    print(f"calibration ({r['fit']['windows']} windows of {a['segment']} steps, {r['fit']['seconds']:.0f} s, "
+          f"{r['fit']['message']}): trunk mass {100 * pe['trunk_mass']:+.1f} %, leg masses median "
+          f"{100 * pe['leg_mass_median_abs']:.0f} % off, friction {c['friction']:.3f} ({100 * pe['friction']:+.1f} %), "
+          f"strength {c['motor_strength']:.3f} ({100 * pe['motor_strength']:+.1f} %), delay {c['delay']} (truth "
+          f"{t['delay']}), law {c['stiffness']:.3g} N/m, {c['contact_damping']:.3g} N s/m; not identified: "
+          f"{', '.join(r['fit']['not_identified']) or 'none'}")
+    if "floor_law" in r:
+        print(f"floor law (others at the truth): {r['floor_law']['stiffness']:.3g} N/m, "
+              f"{r['floor_law']['damping']:.3g} N s/m")
+    e = r["prediction_error"]
+    n = e["nominal"]
+    print(f"\n| held-out {a['horizon']}-step walking prediction | joint angles, rms rad | base orientation, rms rad "
+          "| base angular velocity, rms rad/s | ratio nominal / this |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for k, (j, o, *w) in e.items():
+        w = w[0] if w else math.nan
+        print(f"| {k} | {j:.4g} | {o:.4g} | {w:.4g} | {n[0] / j:.2f}x, {n[1] / o:.2f}x"
+              + (f", {n[2] / w:.2f}x |" if len(n) > 2 else " |"))
+    tr = r["train"]
+    print(f"\n| policy, deployed in reality | forward speed (m/s) | speed error (m/s) | upright |")
     print("| --- | ---: | ---: | ---: |")
-    label = {"shipped": "shipped (no fine-tuning)", "nominal": "fine-tuned in the nominal sim",
-             "calibrated": "fine-tuned in the calibrated sim"}
-    for k, r in rows.items():
-        print(f"| {label[k]} | {r['forward_speed']:.3f} | {r['speed_error']:.3f} | {r['upright']:.0%} |")
+    label = {"shipped": "shipped (no fine-tuning)",
+             "nominal": f"fine-tuned in the nominal sim ({tr['nominal']['updates']} updates)",
+             "calibrated": f"fine-tuned in the calibrated sim ({tr['calibrated']['updates']} updates)"}
+    for k, x in r["rows"].items():
+        print(f"| {label[k]} | {x['forward_speed']:.3f} | {x['speed_error']:.3f} | {x['upright']:.0%} |")
     print("\n| the shipped policy, same episodes | forward speed (m/s) | speed error (m/s) | upright |")
     print("| --- | ---: | ---: | ---: |")
-    r = rows["shipped"]
-    print(f"| in reality (MuJoCo, hidden parameters) | {r['forward_speed']:.3f} | {r['speed_error']:.3f} | "
-          f"{r['upright']:.0%} |")
-    for k, r in predicted.items():
-        print(f"| predicted by the {k} sim | {r['forward_speed']:.3f} | {r['speed_error']:.3f} | {r['upright']:.0%} |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "train": train_info, "rows": rows, "predicted": predicted,
-                               "calibration": args.calibration}, indent=1, default=float))
-    print(f"\nwrote {out}")
-    return rows
+    x = r["rows"]["shipped"]
+    print(f"| in reality | {x['forward_speed']:.3f} | {x['speed_error']:.3f} | {x['upright']:.0%} |")
+    for k, x in r["predicted"].items():
+        print(f"| predicted by the {k} sim | {x['forward_speed']:.3f} | {x['speed_error']:.3f} | {x['upright']:.0%} |")
 
 
 if __name__ == "__main__":

@@ -113,6 +113,38 @@ def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005, *, fr
     return model, perm
 
 
+def build_hidden(env: QuadrupedWalk, truth: dict, dt: float = 0.005):
+    """:func:`build`'s ``native`` model with hidden physical parameters: a
+    "real" robot for sim-to-real studies (``benchmarks/calibration_loop.py``).
+
+    Args:
+        env: as for :func:`build`.
+        truth: ``mass`` (per body, kg, in ``env.robot.body_names`` order),
+            ``damping`` (per joint, N m s/rad, ``env.robot.joint_names``
+            order), ``strength`` (factor on both servo gains), ``friction``
+            and optionally ``armature`` (kg m^2 per joint, default 0.01).
+        dt: MuJoCo's time step, s.
+
+    Returns:
+        ``(model, perm)`` as :func:`build`, with MuJoCo's elliptic friction
+        cone (as ``benchmarks/calibration.py``'s reality).
+    """
+    import mujoco
+
+    s = float(truth["strength"])
+    model, perm = build(env, "native", dt, friction=float(truth["friction"]), motor_strength=s)
+    model.actuator_biasprm[:, 2] = -env.kd * s  # build scales kp only
+    model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+    for name, m in zip(env.robot.body_names, truth["mass"], strict=True):
+        model.body_mass[model.body(name).id] = float(m)
+    armature = float(truth.get("armature", 0.01))
+    for name, d in zip(env.robot.joint_names, truth["damping"], strict=True):
+        adr = model.jnt_dofadr[model.joint(name).id]
+        model.dof_damping[adr] = float(d)
+        model.dof_armature[adr] = armature
+    return model, perm
+
+
 def to_mujoco(q: np.ndarray, v: np.ndarray, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Backdrive ``(q (..., 19), v (..., 18))`` as MuJoCo ``(qpos, qvel)``:
     joints put in MuJoCo's order, the base linear velocity into the world frame."""
@@ -148,17 +180,34 @@ def mujoco_observation(qpos: np.ndarray, qvel: np.ndarray, perm: np.ndarray, q_s
 
 @torch.no_grad()
 def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float = 0.005, *,
-               seconds: float = SECONDS, seed: int = SEED, settle: float = SETTLE, **physics) -> dict:
+               seconds: float = SECONDS, seed: int = SEED, settle: float = SETTLE, model=None, delay: int = 0,
+               **physics) -> dict:
     """``policy`` in MuJoCo from ``env``'s reset states (``seed``); metrics as ``env.evaluate``.
 
-    ``physics``: :func:`build`'s ``friction``, ``stiffness_scale``, ``motor_strength``.
+    Args:
+        model: ``(model, perm)`` to run instead of :func:`build`'s (e.g.
+            :func:`build_hidden`'s); its time step must be ``dt``.
+        delay: control delay in MuJoCo steps, at most ``env.dt / dt``: each
+            new servo target takes effect ``delay`` steps into its control
+            period (the previous target holds until then).
+        physics: :func:`build`'s ``friction``, ``stiffness_scale``,
+            ``motor_strength`` (not with ``model``).
     """
     import mujoco
 
-    model, perm = build(env, contact, dt, **physics)
+    if model is None:
+        model, perm = build(env, contact, dt, **physics)
+    elif physics:
+        raise ValueError(f"physics settings {sorted(physics)} with a given model")
+    else:
+        model, perm = model
+        if abs(model.opt.timestep - dt) > 1e-12:
+            raise ValueError(f"the model's time step {model.opt.timestep} is not dt {dt}")
     substeps = int(round(env.dt / dt))
     if abs(substeps * dt - env.dt) > 1e-9:
         raise ValueError(f"env.dt {env.dt} is not a multiple of dt {dt}")
+    if not (isinstance(delay, int) and 0 <= delay <= substeps):
+        raise ValueError(f"delay must be a whole number of steps in [0, {substeps}], got {delay!r}")
     env.reset(seed=seed)
     env.set_command(torch.as_tensor(COMMAND, dtype=env.dtype))
     parts = {k: t.double().numpy().copy() for k, t in env.split(env.state).items()}
@@ -173,6 +222,10 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
     alive = np.ones(n, dtype=bool)
     steps = int(round(seconds / env.dt))
     vx, heights = [], []
+    dphase = 2 * math.pi * env.gait_frequency * env.dt
+    # The target in force when the episode starts (the reset state's last action, the clock one period back).
+    previous = (env.q_stand + env.action_scale * torch.as_tensor(last, dtype=env.dtype)
+                + env.gait_offsets(torch.as_tensor(phase - dphase, dtype=env.dtype))).double().numpy()
     for _ in range(steps):
         qpos = np.stack([d.qpos for d in datas])
         qvel = np.stack([d.qvel for d in datas])
@@ -183,11 +236,12 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         for i, d in enumerate(datas):
             if not alive[i]:
                 continue
-            d.ctrl[perm] = target[i]
-            for _ in range(substeps):
+            for k in range(substeps):
+                d.ctrl[perm] = previous[i] if k < delay else target[i]
                 mujoco.mj_step(model, d)
+        previous = target
         last = action.double().numpy()
-        phase = np.remainder(phase + 2 * math.pi * env.gait_frequency * env.dt, 2 * math.pi)
+        phase = np.remainder(phase + dphase, 2 * math.pi)
         qpos = np.stack([d.qpos for d in datas])
         qvel = np.stack([d.qvel for d in datas])
         R = mc.quat_to_matrix(qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=-1, keepdims=True))

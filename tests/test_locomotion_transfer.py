@@ -91,3 +91,58 @@ def test_short_walk_in_mujoco_is_upright_and_close_to_backdrive():
     bd = env.evaluate(policy, lt.COMMAND, seconds=2.0, seed=lt.SEED, settle=1.0)
     assert mj["upright"] == 1.0 and bd["upright"] == 1.0
     assert abs(mj["forward_speed"] - bd["forward_speed"]) < 0.25 * bd["forward_speed"]
+
+
+def test_hidden_model_and_control_delay():
+    """``build_hidden`` puts the hidden parameters where MuJoCo reads them, a
+    given model runs as the built one, and the delay changes the walk."""
+    torch.set_num_threads(1)
+    env, policy = QuadrupedWalk.pretrained(1)
+    r = env.robot
+    truth = {"mass": (r.body_mass * 1.1).tolist(), "damping": [0.05 + 0.01 * j for j in range(12)],
+             "strength": 0.9, "friction": 0.6}
+    model, perm = lt.build_hidden(env, truth, 0.005)
+    for name, m in zip(r.body_names, truth["mass"]):
+        assert model.body_mass[model.body(name).id] == pytest.approx(m)
+    for name, d in zip(r.joint_names, truth["damping"]):
+        adr = model.jnt_dofadr[model.joint(name).id]
+        assert model.dof_damping[adr] == pytest.approx(d) and model.dof_armature[adr] == pytest.approx(0.01)
+    np.testing.assert_allclose(model.actuator_gainprm[:, 0], 0.9 * env.kp)
+    np.testing.assert_allclose(model.actuator_biasprm[:, 1:3], [[-0.9 * env.kp, -0.9 * env.kd]] * 12)
+    assert model.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC
+    assert np.allclose(model.geom_friction[model.geom_contype > 0, 0], 0.6)
+    kw = {"seconds": 0.4, "settle": 0.0}
+    built = lt.run_mujoco(env, policy, "native", **kw)
+    given = lt.run_mujoco(env, policy, "native", model=lt.build(env, "native"), **kw)
+    assert given == built
+    delayed = lt.run_mujoco(env, policy, "native", model=lt.build(env, "native"), delay=3, **kw)
+    assert delayed["forward_speed"] != built["forward_speed"]
+    with pytest.raises(ValueError, match="delay"):
+        lt.run_mujoco(env, policy, "native", delay=5, **kw)
+    with pytest.raises(ValueError, match="time step"):
+        lt.run_mujoco(env, policy, "native", dt=0.0025, model=(model, perm), **kw)
+
+
+def test_delayed_walk_holds_the_previous_target():
+    """``calibration_loop.DelayedWalk`` with a delay of a whole control period
+    steps the robot as ``QuadrupedWalk`` does under the previous period's
+    target (last action, clock one period back); delay 0 is ``QuadrupedWalk``."""
+    import calibration_loop as cl
+
+    torch.set_num_threads(1)
+    env = cl.DelayedWalk(2, privileged=True, gait_frequency=3.0, gait_amplitude=0.15, dtype=torch.float64)
+    ref = QuadrupedWalk(2, privileged=True, gait_frequency=3.0, gait_amplitude=0.15, dtype=torch.float64)
+    state = _random_state(env, 1)
+    action = torch.rand(2, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    now = ref.transition(state, action)
+    assert torch.equal(env.transition(state, action), now)
+    env.delay = env.substeps
+    late = env.transition(state, action)
+    p = ref.split(state.clone())
+    p["phase"] -= 2 * np.pi * ref.gait_frequency * ref.dt
+    prev = ref.transition(torch.cat([p[k] for k in ref.split(state)], -1), p["last_action"].clone())
+    torch.testing.assert_close(late[:, :37], prev[:, :37], rtol=0, atol=1e-12)
+    assert not torch.allclose(late[:, :37], now[:, :37])
+    env.delay = 2
+    half = env.transition(state, action)
+    assert not torch.allclose(half[:, :37], late[:, :37]) and not torch.allclose(half[:, :37], now[:, :37])
