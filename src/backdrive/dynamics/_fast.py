@@ -501,6 +501,23 @@ class _Sparsity(NamedTuple):
     dpos: torch.Tensor  # (nv,) diagonal entries
     base_pairs: tuple  # floating base: (r, c) of the 21 packed lower-triangle entries
     entry_rc: torch.Tensor  # (nnz, 2) internal (row, column) of each packed entry
+    rows: "_RowPlan"  # the factorisation's layout: one row of entries per coordinate
+
+
+class _RowPlan(NamedTuple):
+    """The layout :class:`LTDLFactor` works in: coordinate ``c``'s entries
+    ``M[c, anc_0(c)], ..., M[c, anc_{d-1}(c)], M[c, c]`` (ancestors root
+    first) as one run of ``d + 1`` rows, the coordinates of each LTDL level
+    one block ``(n, d + 1)``. An ancestor's ancestors are a prefix of the
+    chain, so eliminating ``k`` updates, for each ancestor ``a``, the first
+    ``a + 1`` entries of ``a``'s run: one in-place ``addcmul`` on a slice,
+    several children at once where their ancestors' runs are evenly spaced
+    (no product array and no scatter)."""
+
+    src: torch.Tensor  # (nnz,) packed position of each entry of the layout
+    blocks: tuple  # per level (sp.levels order): first row of its block
+    updates: tuple  # per level: (first, stride, count, k0, a), rows as in the docstring
+    dpos: torch.Tensor  # (nv,) the diagonal entries in the layout
 
 
 def _sparsity(model: RobotModel) -> _Sparsity:
@@ -601,6 +618,35 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         by_a = tuple(t([pos[(ancs[k][a], ancs[k][b])] for k in ks for b in range(a + 1)]) for a in range(depth))
         levels.append(_Level(depth, t(ks), t(xpos), t(dpos), t(anc), t(tgt), t(sa), t(sb), by_a))
     t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+    # The factorisation's layout: the levels' blocks (deepest first), then the roots.
+    order = [k for depth in sorted(by_depth, reverse=True) for k in by_depth[depth]]
+    start, src = {}, []
+    for k in order:
+        start[k] = len(src)
+        src.extend(pos[(k, a)] for a in ancs[k])
+        src.append(pos[(k, k)])
+    blocks, updates = [], []
+    for lv_depth in sorted(by_depth, reverse=True):
+        if lv_depth == 0:
+            continue
+        ks = by_depth[lv_depth]
+        blocks.append(start[ks[0]])
+        ups = []
+        for a in range(lv_depth):
+            tg = [start[ancs[k][a]] for k in ks]
+            i = 0
+            while i < len(ks):
+                j = i + 1
+                step = tg[j] - tg[i] if j < len(ks) else a + 1
+                if step > 0:
+                    while j < len(ks) and tg[j] - tg[j - 1] == step:
+                        j += 1
+                else:
+                    step = a + 1
+                ups.append((tg[i], step, j - i, i, a))
+                i = j
+        updates.append(tuple(ups))
+    rowplan = _RowPlan(t(src), tuple(blocks), tuple(updates), t([start[d] + len(ancs[d]) for d in range(nv)]))
     return _Sparsity(
         nnz=len(pos),
         joint_diag=t([pos[(off + i, off + i)] for i in range(nm)]),
@@ -610,6 +656,7 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         dpos=t([pos[(d, d)] for d in range(nv)]),
         base_pairs=tuple(base_pairs),
         entry_rc=t([rc for rc, _ in sorted(pos.items(), key=lambda x: x[1])]),
+        rows=rowplan,
     )
 
 
@@ -775,6 +822,26 @@ class LTDLFactor:
 
     def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
         self.sp, self.topo = sp, topo
+        N = E.shape[-1]
+        plan = sp.rows
+        W = rows(E, plan.src)  # the row layout (_RowPlan)
+        base = W.storage_offset()
+        Ls = []
+        for lv, b0, ups in zip(sp.levels, plan.blocks, plan.updates):
+            n, d = lv.k.numel(), lv.d
+            blk = W[b0 : b0 + n * (d + 1)].view(n, d + 1, N)
+            X, Dk = blk[:, :d], blk[:, d : d + 1]
+            L3 = div(X, Dk)  # (n, d, N)
+            for first, step, cnt, k0, a in ups:
+                tgt = W.as_strided((cnt, a + 1, N), (step * N, N, 1), base + first * N)
+                tgt.addcmul_(L3[k0 : k0 + cnt, a : a + 1], X[k0 : k0 + cnt, : a + 1], value=-1.0)
+            Ls.append(L3.view(n * d, N))
+        self.Ls = Ls
+        self.D = W.index_select(0, plan.dpos)
+
+    def _init_packed(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
+        """The factorisation in the packed order, by gathers and scatters (kept to compare)."""
+        self.sp, self.topo = sp, topo
         Ls = []
         N = E.shape[-1]
         for lv in sp.levels:
@@ -783,12 +850,9 @@ class LTDLFactor:
             Dk = rows(E, lv.dpos)  # (n, N)
             Lk = div(X.view(n, d, N), Dk[:, None]).view(n * d, N)
             if lv.tgt.numel() < LTDL_GATHER_MAX:
-                # Few updates: two gathers, one product, one scatter.
                 U = rows(Lk, lv.src_a).mul_(rows(X, lv.src_b))
                 E.index_add_(0, lv.tgt, U, alpha=-1.0)
             else:
-                # Many (a floating base under every leg): one product per
-                # ancestor a of strided views, no gathered copies.
                 L3, X3 = Lk.view(n, d, N), X.view(n, d, N)
                 for a, tgt in enumerate(lv.tgt_by_a):
                     E.index_add_(0, tgt, mul(L3[:, a : a + 1], X3[:, : a + 1]).view(-1, N), alpha=-1.0)
