@@ -87,6 +87,9 @@ class FastTopo(NamedTuple):
             mimic multipliers included; upper, strict: ``(nm, nm)`` with
             ``upper[j, i] = 1`` when moving body ``j`` is ``i`` or one of its
             ancestors (``strict``: without ``i``).
+        n_roots: active bodies whose parent is not active (the floating
+            base; with a fixed base, the children of the welded root): the
+            first ``n_roots`` positions.
     """
 
     o: int
@@ -108,6 +111,7 @@ class FastTopo(NamedTuple):
     G: torch.Tensor
     upper: torch.Tensor
     strict: torch.Tensor
+    n_roots: int
 
 
 def fast_topology(model: RobotModel) -> FastTopo:
@@ -159,6 +163,7 @@ def _build_fast_topology(model: RobotModel) -> FastTopo:
         G=G,
         upper=upper,
         strict=upper - torch.eye(nm, dtype=dtype, device=device),
+        n_roots=sum(1 for k in range(o, nb) if sched.parent_pos[k] < o),
     )
 
 
@@ -457,6 +462,45 @@ def _velocities(topo: FastTopo, K: FastKin, vt: torch.Tensor, fb: bool):
     return qd, (Jl, Ja), (Vl, Va)
 
 
+def _cross_into(out, a, b):
+    """``a x b`` into ``out`` for ``(3, ...)`` arrays (no autograd)."""
+    a0, a1, a2 = a.unbind(0)
+    b0, b1, b2 = b.unbind(0)
+    o0, o1, o2 = out.unbind(0)
+    torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
+    torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
+    torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
+    return out
+
+
+def _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav):
+    """Every active body's world acceleration offset by gravity's, ``A - [g; 0]``
+    (``(3, na, N)`` halves, no autograd): the sums over ancestors of each
+    joint's ``V x (S qd) + S qdd``, written in place into one array with the
+    base's row (the base's acceleration, or zero) and gravity added once at
+    the roots of the tree before the sum, which carries it to every body."""
+    na, N = topo.na, Vml.shape[-1]
+    Alf, Aaf = new((3, na, N), Vml), new((3, na, N), Vml)
+    Al, Aa = (Alf[:, 1:], Aaf[:, 1:]) if fb else (Alf, Aaf)
+    # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
+    cross_add(_cross_into(Al, Vma, Jl), Vml, Ja)
+    _cross_into(Aa, Vma, Ja)
+    if qdd is not None:
+        Al.addcmul_(Sl, qdd)
+        Aa.addcmul_(Sa, qdd)
+    if fb:
+        if at is not None:
+            bl, ba = _base_to_world(R0, p0, at[:6])
+            torch.add(bl, grav, out=Alf[:, :1])
+            Aaf[:, :1].copy_(ba)
+        else:
+            Alf[:, :1].copy_(grav.expand(3, 1, N))
+            Aaf[:, :1].zero_()
+    else:
+        Alf[:, : topo.n_roots].add_(grav)
+    return down(topo.sums, Alf), down(topo.sums, Aaf)
+
+
 def rnea_fast(
     model: RobotModel,
     topo: FastTopo,
@@ -497,23 +541,24 @@ def rnea_fast(
         if keep is not None:
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
-        # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
-        Al = cross_add(cross(Vma, Jl), Vml, Ja)
-        Aa = cross(Vma, Ja)
         if at is not None:
             qdd = _body_rates(topo, at)
-            if untracked():
-                Al.addcmul_(Sl, qdd), Aa.addcmul_(Sa, qdd)
-            else:
-                Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
-        if fb:
+        if untracked():
+            Al, Aa = _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav)
+        else:
+            # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
+            Al = cross_add(cross(Vma, Jl), Vml, Ja)
+            Aa = cross(Vma, Ja)
             if at is not None:
-                b = _base_to_world(R0, p0, at[:6])
-            else:
-                b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
-            Al, Aa = with_base(b, Al, Aa)
-        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
-        Al = Al.add_(grav) if untracked() else Al + grav
+                Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
+            if fb:
+                if at is not None:
+                    b = _base_to_world(R0, p0, at[:6])
+                else:
+                    b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
+                Al, Aa = with_base(b, Al, Aa)
+            Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
+            Al = Al + grav
         fl, fa = _inertia(K, Al, Aa, parts)
         hl, ha = _inertia(K, Vl, Va, parts)
         if replay:
@@ -540,7 +585,14 @@ def rnea_fast(
         keep["F"] = (Fl, Fa)
         return None
     Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
-    tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
+    if untracked():  # S . F component by component: no (3, nm, N) products
+        tau_b = mul(Sl[0], Fml[0])
+        for X, Y in ((Sl, Fml), (Sa, Fma)):
+            for c in range(3):
+                if X is not Sl or c:
+                    tau_b.addcmul_(X[c], Y[c])
+    else:
+        tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
     tau = _coordinate_forces(topo, tau_b)
     if at is not None and nj:
         tau = tau.addcmul(arm[:, None], at[6:] if fb else at)
