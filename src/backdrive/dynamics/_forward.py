@@ -56,6 +56,17 @@ def _joint_forces(robot: RobotModel, v: torch.Tensor, width: float) -> torch.Ten
     return tj
 
 
+def _has_joint_forces(robot: RobotModel) -> bool:
+    """Whether :func:`_joint_forces` can be non-zero (or needs a gradient).
+    Only read on the CPU, where the check costs no synchronisation (it saves
+    a few passes over the batch: 2 % of forward dynamics for the G1 at
+    10,000 samples); elsewhere the forces are always added."""
+    d, f = robot.damping, robot.friction
+    if d.device.type != "cpu" or d.requires_grad or f.requires_grad or torch.compiler.is_compiling():
+        return True
+    return bool(d.any()) or bool(f.any())
+
+
 def forward_dynamics(
     robot: RobotModel,
     q: torch.Tensor,
@@ -128,7 +139,8 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
             f"method='aba' needs independent joints but robot {robot.name!r} has mimic joints; "
             "use method='crba'"
         )
-    tau = tau + _joint_forces(robot, v, friction_width)
+    if _has_joint_forces(robot):
+        tau = tau + _joint_forces(robot, v, friction_width)
     params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
     inputs = (q, v, tau, g, f_ext) + params
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
