@@ -632,19 +632,22 @@ class _Sparsity(NamedTuple):
 
 
 class _RowPlan(NamedTuple):
-    """The layout :class:`LTDLFactor` works in: coordinate ``c``'s entries
-    ``M[c, anc_0(c)], ..., M[c, anc_{d-1}(c)], M[c, c]`` (ancestors root
-    first) as one run of ``d + 1`` rows, the coordinates of each LTDL level
-    one block ``(n, d + 1)``. An ancestor's ancestors are a prefix of the
-    chain, so eliminating ``k`` updates, for each ancestor ``a``, the first
-    ``a + 1`` entries of ``a``'s run: one in-place ``addcmul`` on a slice,
+    """The layout :class:`LTDLFactor` works in: coordinate ``c`` (with ``d``
+    ancestors) as one run of ``d + 2`` rows, ``r_c, M[c, anc_0(c)], ...,
+    M[c, anc_{d-1}(c)], M[c, c]`` (ancestors root first; ``r`` a right-hand
+    side), the coordinates of each LTDL level one block ``(n, d + 2)``. An
+    ancestor's ancestors are a prefix of the chain, so eliminating ``k``
+    updates, for each ancestor ``a``, the first ``a + 2`` rows of ``a``'s run
+    by the first ``a + 2`` of ``k``'s: one in-place ``addcmul`` on two slices,
     several children at once where their ancestors' runs are evenly spaced
-    (no product array and no scatter)."""
+    (no product array and no scatter), and the forward substitution
+    ``L^T y = r`` rides along in the first row."""
 
-    src: torch.Tensor  # (nnz,) packed position of each entry of the layout
+    src: torch.Tensor  # (nnz + nv,) packed position of each entry of the layout
     blocks: tuple  # per level (sp.levels order): first row of its block
     updates: tuple  # per level: (first, stride, count, k0, a), rows as in the docstring
     dpos: torch.Tensor  # (nv,) the diagonal entries in the layout
+    rpos: torch.Tensor  # (nv,) the right-hand side's entries in the layout
 
 
 def _sparsity(model: RobotModel) -> _Sparsity:
@@ -750,6 +753,7 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
     start, src = {}, []
     for k in order:
         start[k] = len(src)
+        src.append(pos[(k, k)])  # the right-hand side's row: filled by the caller
         src.extend(pos[(k, a)] for a in ancs[k])
         src.append(pos[(k, k)])
     blocks, updates = [], []
@@ -760,20 +764,27 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         blocks.append(start[ks[0]])
         ups = []
         for a in range(lv_depth):
+            # The ancestors at depth a are one level: runs of a + 2 rows.
             tg = [start[ancs[k][a]] for k in ks]
             i = 0
             while i < len(ks):
                 j = i + 1
-                step = tg[j] - tg[i] if j < len(ks) else a + 1
+                step = tg[j] - tg[i] if j < len(ks) else a + 2
                 if step > 0:
                     while j < len(ks) and tg[j] - tg[j - 1] == step:
                         j += 1
-                else:
-                    step = a + 1
+                else:  # a shared ancestor: one child at a time
+                    step = a + 2
                 ups.append((tg[i], step, j - i, i, a))
                 i = j
         updates.append(tuple(ups))
-    rowplan = _RowPlan(t(src), tuple(blocks), tuple(updates), t([start[d] + len(ancs[d]) for d in range(nv)]))
+    rowplan = _RowPlan(
+        src=t(src),
+        blocks=tuple(blocks),
+        updates=tuple(updates),
+        dpos=t([start[c] + len(ancs[c]) + 1 for c in range(nv)]),
+        rpos=t([start[c] for c in range(nv)]),
+    )
     return _Sparsity(
         nnz=len(pos),
         joint_diag=t([pos[(off + i, off + i)] for i in range(nm)]),
@@ -947,24 +958,30 @@ class LTDLFactor:
     Built under ``no_grad`` from the packed entries (which it overwrites).
     """
 
-    def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
+    def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor, rhs: torch.Tensor | None = None):
+        """With ``rhs (nv, N)`` (internal order) also ``self.x = M^-1 rhs``,
+        its forward substitution done in the same passes (:class:`_RowPlan`)."""
         self.sp, self.topo = sp, topo
         N = E.shape[-1]
         plan = sp.rows
         W = rows(E, plan.src)  # the row layout (_RowPlan)
+        if rhs is not None:
+            W.index_copy_(0, plan.rpos, rhs)
         base = W.storage_offset()
         Ls = []
         for lv, b0, ups in zip(sp.levels, plan.blocks, plan.updates):
             n, d = lv.k.numel(), lv.d
-            blk = W[b0 : b0 + n * (d + 1)].view(n, d + 1, N)
-            X, Dk = blk[:, :d], blk[:, d : d + 1]
-            L3 = div(X, Dk)  # (n, d, N)
+            blk = W[b0 : b0 + n * (d + 2)].view(n, d + 2, N)
+            L3 = div(blk[:, 1 : d + 1], blk[:, d + 1 :])  # (n, d, N)
             for first, step, cnt, k0, a in ups:
-                tgt = W.as_strided((cnt, a + 1, N), (step * N, N, 1), base + first * N)
-                tgt.addcmul_(L3[k0 : k0 + cnt, a : a + 1], X[k0 : k0 + cnt, : a + 1], value=-1.0)
+                tgt = W.as_strided((cnt, a + 2, N), (step * N, N, 1), base + first * N)
+                tgt.addcmul_(L3[k0 : k0 + cnt, a : a + 1], blk[k0 : k0 + cnt, : a + 2], value=-1.0)
             Ls.append(L3.view(n * d, N))
         self.Ls = Ls
         self.D = W.index_select(0, plan.dpos)
+        self.x = None
+        if rhs is not None:
+            self.x = self._back(W.index_select(0, plan.rpos).div_(self.D))
 
     def _init_packed(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
         """The factorisation in the packed order, by gathers and scatters (kept to compare)."""
@@ -991,12 +1008,15 @@ class LTDLFactor:
         """``M^-1 r`` for ``r (nv, N)`` (not modified)."""
         r = r.clone(memory_format=torch.contiguous_format)  # rows contiguous for the row updates
         N = r.shape[-1]
-        levels = self.sp.levels
-        for lv, Lk in zip(levels, self.Ls):  # L^T y = r, leaves first
+        for lv, Lk in zip(self.sp.levels, self.Ls):  # L^T y = r, leaves first
             y = r.index_select(0, lv.k)
             r.index_add_(0, lv.anc, mul(Lk.view(-1, lv.d, N), y[:, None]).view(-1, N), alpha=-1.0)
-        r.div_(self.D)
-        for lv, Lk in zip(reversed(levels), reversed(self.Ls)):  # L x = z, root first
+        return self._back(r.div_(self.D))
+
+    def _back(self, r: torch.Tensor) -> torch.Tensor:
+        """``L^-1 r`` in place on ``r (nv, N)``: ``L x = z``, root first."""
+        N = r.shape[-1]
+        for lv, Lk in zip(reversed(self.sp.levels), reversed(self.Ls)):
             x = rows(r, lv.anc).mul_(Lk)
             r.index_add_(0, lv.k, x.view(-1, lv.d, N).sum(1), alpha=-1.0)
         return r
@@ -1054,8 +1074,8 @@ def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
             a = factor.solve(_from_internal(topo, rhs))
         else:
             sp = _sparsity(model)
-            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K))
-            a = _from_internal(topo, factor.solve_fast(rhs))
+            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K), rhs)
+            a = _from_internal(topo, factor.x)
         # What the reverse pass of RNEA at the same (q, v) can reuse.
         factor.kin = (K.R, K.p, K.Sl, K.Sa, keep["V"])
         return a.reshape(*batch, nv), factor
