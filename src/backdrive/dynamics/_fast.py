@@ -798,12 +798,12 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
     )
 
 
-def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
+def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin, out: torch.Tensor | None = None):
     """Composite inertias ``C (13, na, N)`` (``m``, ``h``, ``I`` of every
     active body's subtree at the world origin) and ``F_i = Ic_i S_i``, the
     force that moving joint ``i`` alone, at unit acceleration, needs from its
-    subtree, ``(3, nm, N)`` halves. Without autograd ``K.packed`` is summed
-    in place (see :class:`FastKin`)."""
+    subtree, ``(3, nm, N)`` halves (into ``out (6, nm, N)``, no autograd).
+    Without autograd ``K.packed`` is summed in place (see :class:`FastKin`)."""
     na = topo.na
     N = K.h.shape[-1]
     if K.packed is not None:
@@ -814,6 +814,11 @@ def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
     Cm = C[:, 1:] if model.floating_base else C
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
+    if out is not None:
+        Fl = _cross_into(out[:3], K.Sa, hc).addcmul_(m, K.Sl)
+        (i0, i1, i2), (s0, s1, s2) = Ic.unbind(1), K.Sa.unbind(0)
+        Fa = cross_add(torch.mul(i0, s0, out=out[3:]).addcmul_(i1, s1).addcmul_(i2, s2), hc, K.Sl)
+        return C, Fl, Fa
     Fl = cross(K.Sa, hc).addcmul_(m, K.Sl)
     Fa = cross_add(rot(Ic, K.Sa), hc, K.Sl)
     return C, Fl, Fa
@@ -890,15 +895,23 @@ def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> tor
     return torch.cat([top, bottom], -2)
 
 
-def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastKin) -> torch.Tensor:
-    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included."""
+def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastKin, base_frame: bool = False) -> torch.Tensor:
+    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included.
+
+    ``base_frame``: ``K`` was computed with the floating base at the world
+    origin, unrotated (see :func:`forward_fast`): then each joint's column
+    ``F_i`` is already the base-frame wrench, written straight into its
+    entries, and the base's block is its composite inertia as it is.
+    """
     fb = model.floating_base
     N = K.h.shape[-1]
-    C, Fl, Fa = _composite_forces(model, topo, K)
     Sl, Sa = K.Sl, K.Sa
+    nb21, nm = len(sp.base_pairs), Sl.shape[1]
     npairs = sum(run[3] for run in sp.runs)
     # Every entry is written into one array: [base block; base-joint; joint pairs].
     E = new((sp.nnz, N), Sl)
+    base_frame = base_frame and fb and untracked()
+    C, Fl, Fa = _composite_forces(model, topo, K, E[nb21 : nb21 + 6 * nm].view(6, nm, N) if base_frame else None)
     P = E[sp.nnz - npairs :]
     if len(sp.runs) > 2 and N <= _paths.LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
@@ -911,11 +924,13 @@ def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastK
         P.index_add_(0, sp.joint_diag - (sp.nnz - npairs), arm[:, None].expand(-1, N))
     if not fb:
         return E
-    R0, p0 = K.R[:, :, 0], K.p[:, 0]
-    nb21, nm = len(sp.base_pairs), Sl.shape[1]
-    # Rows c nm + i: the base-frame wrench of joint i's column, component c.
-    _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
-    mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
+    if base_frame:
+        mt, hx, Ib = C[0, 0], skew(C[1:4, 0], 0), C[4:, 0].view(3, 3, N)
+    else:
+        R0, p0 = K.R[:, :, 0], K.p[:, 0]
+        # Rows c nm + i: the base-frame wrench of joint i's column, component c.
+        _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
+        mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
     z = torch.zeros_like(mt)
     # Spatial inertia [[m 1, -[h]x], [[h]x, I]] in the base frame; lower triangle.
     for k, (r, c) in enumerate(sp.base_pairs):
@@ -1052,7 +1067,7 @@ def _inputs(model, topo, q, g, f_ext, origin=True):
     return batch, N, K, gt, ft
 
 
-def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
+def forward_fast(model: RobotModel, q, v, tau, g, f_ext, base_frame: bool = False):
     """Accelerations ``(..., nv)`` (no autograd graph) and the factor of ``M``.
 
     ``q``, ``v``, ``tau`` share one batch shape; ``g`` is ``(3,)`` or that
@@ -1060,10 +1075,21 @@ def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
     ``M`` is factorised by the tree-sparse LTDL (:class:`LTDLFactor`), or,
     with mimic joints (whose coordinates do not form a tree), densely by a
     batched Cholesky factorisation (:class:`DenseFactor`).
+
+    ``base_frame`` (a floating base): evaluate everything in the base's
+    frame. The base's coordinates are base-frame twists and the external
+    wrenches body-frame ones, so the accelerations depend on the base's pose
+    only through gravity: with the base put at the origin, unrotated, and
+    gravity turned into its frame (``R0^T g``), the base's wrenches need no
+    transformation (27 passes over the joints fewer in CRBA). The factor then
+    carries no world-frame kinematics (``factor.kin`` is ``None``).
     """
     with torch.no_grad():
         topo = fast_topology(model)
         nv = model.nv
+        base_frame = base_frame and model.floating_base
+        if base_frame:
+            q, g = _to_base_frame(q, g)
         batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
         vt = _to_internal(topo, v.reshape(N, nv))
         keep = {}
@@ -1074,11 +1100,23 @@ def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
             a = factor.solve(_from_internal(topo, rhs))
         else:
             sp = _sparsity(model)
-            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K), rhs)
+            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K, base_frame), rhs)
             a = _from_internal(topo, factor.x)
         # What the reverse pass of RNEA at the same (q, v) can reuse.
-        factor.kin = (K.R, K.p, K.Sl, K.Sa, keep["V"])
+        factor.kin = None if base_frame else (K.R, K.p, K.Sl, K.Sa, keep["V"])
         return a.reshape(*batch, nv), factor
+
+
+def _to_base_frame(q: torch.Tensor, g: torch.Tensor):
+    """``q`` with the floating base at the origin, unrotated, and gravity
+    ``R0^T g`` in the base's frame (``(..., 3)``), for :func:`forward_fast`."""
+    from ..spatial import quat_to_matrix
+
+    R0 = quat_to_matrix(q[..., 3:7])  # as forward kinematics forms it
+    gb = (g[..., None, :] @ R0)[..., 0, :]  # R0^T g
+    qb = q.clone()
+    qb[..., :7] = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype=q.dtype, device=q.device)
+    return qb, gb
 
 
 class DenseFactor:

@@ -166,7 +166,7 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
         return _plain_crba(robot, topo, q, v, tau, g, f_ext)
     if needs_grad:
         return _ForwardDynamics.apply(robot, *inputs)
-    return forward_fast(robot, q, v, tau, g, f_ext)[0]
+    return forward_fast(robot, q, v, tau, g, f_ext, base_frame=True)[0]
 
 
 #: Physical parameters the equations of motion ``M a + b = tau`` depend on
