@@ -610,10 +610,6 @@ class _Level(NamedTuple):
     xpos: torch.Tensor  # (n d,) entries M[k, anc_b(k)]
     dpos: torch.Tensor  # (n,) entries M[k, k]
     anc: torch.Tensor  # (n d,) the ancestors anc_b(k)
-    tgt: torch.Tensor  # entries M[anc_a(k), anc_b(k)], b <= a, updated by the level
-    src_a: torch.Tensor  # (len(tgt),) position of (k, a) in the level's (n d) block
-    src_b: torch.Tensor
-    tgt_by_a: tuple  # per ancestor a: the entries M[anc_a(k), anc_b(k)], k-major, b <= a
 
 
 class _Sparsity(NamedTuple):
@@ -732,21 +728,15 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         if depth == 0:
             continue
         ks = by_depth[depth]
-        xpos, dpos, anc, tgt, sa, sb = [], [], [], [], [], []
-        for n, k in enumerate(ks):
+        xpos, dpos, anc = [], [], []
+        for k in ks:
             ak = ancs[k]
             dpos.append(pos[(k, k)])
             for b in range(depth):
                 xpos.append(pos[(k, ak[b])])
                 anc.append(ak[b])
-            for a in range(depth):
-                for b in range(a + 1):
-                    tgt.append(pos[(ak[a], ak[b])])
-                    sa.append(n * depth + a)
-                    sb.append(n * depth + b)
         t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
-        by_a = tuple(t([pos[(ancs[k][a], ancs[k][b])] for k in ks for b in range(a + 1)]) for a in range(depth))
-        levels.append(_Level(depth, t(ks), t(xpos), t(dpos), t(anc), t(tgt), t(sa), t(sb), by_a))
+        levels.append(_Level(depth, t(ks), t(xpos), t(dpos), t(anc)))
     t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
     # The factorisation's layout: the levels' blocks (deepest first), then the roots.
     order = [k for depth in sorted(by_depth, reverse=True) for k in by_depth[depth]]
@@ -960,17 +950,11 @@ def _pairs_by_runs(sp, Sl, Sa, Fl, Fa, P):
     return P
 
 
-#: Levels of the LTDL factorisation with fewer updates than this gather their
-#: factors (fewest operations); larger ones multiply strided views per
-#: ancestor (least memory traffic; measured 2.5 ms faster for the quadruped
-#: at 10,000 samples).
-LTDL_GATHER_MAX = 48
-
-
 class LTDLFactor:
     """``M = L^T D L`` with the tree's sparsity; :meth:`solve` applies ``M^-1``.
 
-    Built under ``no_grad`` from the packed entries (which it overwrites).
+    Built under ``no_grad`` from the packed entries (not modified), in the
+    row layout of :class:`_RowPlan`.
     """
 
     def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor, rhs: torch.Tensor | None = None):
@@ -997,27 +981,6 @@ class LTDLFactor:
         self.x = None
         if rhs is not None:
             self.x = self._back(W.index_select(0, plan.rpos).div_(self.D))
-
-    def _init_packed(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
-        """The factorisation in the packed order, by gathers and scatters (kept to compare)."""
-        self.sp, self.topo = sp, topo
-        Ls = []
-        N = E.shape[-1]
-        for lv in sp.levels:
-            n, d = lv.k.numel(), lv.d
-            X = rows(E, lv.xpos)  # (n d, N)
-            Dk = rows(E, lv.dpos)  # (n, N)
-            Lk = div(X.view(n, d, N), Dk[:, None]).view(n * d, N)
-            if lv.tgt.numel() < LTDL_GATHER_MAX:
-                U = rows(Lk, lv.src_a).mul_(rows(X, lv.src_b))
-                E.index_add_(0, lv.tgt, U, alpha=-1.0)
-            else:
-                L3, X3 = Lk.view(n, d, N), X.view(n, d, N)
-                for a, tgt in enumerate(lv.tgt_by_a):
-                    E.index_add_(0, tgt, mul(L3[:, a : a + 1], X3[:, : a + 1]).view(-1, N), alpha=-1.0)
-            Ls.append(Lk)
-        self.Ls = Ls
-        self.D = E.index_select(0, sp.dpos)
 
     def solve_fast(self, r: torch.Tensor) -> torch.Tensor:
         """``M^-1 r`` for ``r (nv, N)`` (not modified)."""
