@@ -277,18 +277,23 @@ def _inertia_factors(Ib: torch.Tensor) -> torch.Tensor:
     """``U (k, 3, 3)`` with ``Ib = sum_l u_l u_l^T`` (``u_l = U[:, :, l]``)
     for symmetric positive semi-definite ``Ib (k, 3, 3)``: the columns of
     ``L D^(1/2)`` of ``Ib = L D L^T`` (``L`` unit lower triangular), so that
-    ``u_l`` has zeros above entry ``l``. Computed in float64 (a pivot that is
-    zero, a massless or flat body, gives a zero column), once per inertia
-    tensor and version (:data:`_FACTORS`)."""
+    ``u_l`` has zeros above entry ``l``. Computed in float64 where the device
+    has it (a pivot that is zero, a massless or flat body, gives a zero
+    column), once per inertia tensor and version (:data:`_FACTORS`; not
+    cached while compiling)."""
     key = id(Ib)
-    try:
-        version = Ib._version
-    except RuntimeError:  # an inference tensor: no version counter, no cache
-        version = None
-    hit = _FACTORS.get(key)
-    if hit is not None and version is not None and hit[0]() is Ib and hit[1] == version:
+    version = None  # no cache while compiling, nor for an inference tensor (no version counter)
+    if not torch.compiler.is_compiling():
+        try:
+            version = Ib._version
+        except RuntimeError:
+            pass
+    hit = _FACTORS.get(key) if version is not None else None
+    if hit is not None and hit[0]() is Ib and hit[1] == version:
         return hit[2]
-    A = Ib.detach().double()
+    A = Ib.detach()
+    if A.device.type != "mps":  # no float64 there
+        A = A.double()
     a, b, c = A[:, 0, 0], A[:, 1, 0], A[:, 2, 0]
     e, f = A[:, 2, 1], A[:, 1, 1]
     safe = lambda x, y: torch.where(y > 0, x / torch.where(y > 0, y, 1.0), 0.0)  # noqa: E731
