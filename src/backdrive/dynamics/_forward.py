@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._errors import InputError
-from ..kinematics._paths import choose
+from ..kinematics._paths import choose, transforms_active
 from ..model import RobotModel
 from ._aba import aba_core
 from ._crba import crba_core
@@ -60,9 +60,11 @@ def _has_joint_forces(robot: RobotModel) -> bool:
     """Whether :func:`_joint_forces` can be non-zero (or needs a gradient).
     Only read on the CPU, where the check costs no synchronisation (it saves
     a few passes over the batch: 2 % of forward dynamics for the G1 at
-    10,000 samples); elsewhere the forces are always added."""
+    10,000 samples), outside ``torch.compile`` and ``torch.func`` transforms
+    (where a tensor's value cannot steer Python); elsewhere the forces are
+    always added."""
     d, f = robot.damping, robot.friction
-    if d.device.type != "cpu" or d.requires_grad or f.requires_grad or torch.compiler.is_compiling():
+    if d.device.type != "cpu" or d.requires_grad or f.requires_grad or torch.compiler.is_compiling() or transforms_active():
         return True
     return bool(d.any()) or bool(f.any())
 
