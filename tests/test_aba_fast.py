@@ -138,14 +138,7 @@ def test_fast_forward_dynamics_base_frame_and_fused_solve(name):
 def test_fast_forward_dynamics_float32_g1_accuracy():
     """The G1 humanoid (wide and shallow) in float32 at a fast-path batch
     against float64: evaluated in the base's frame, the error stays small."""
-    pytest.importorskip("cmeel")
-    from backdrive.data._example_robot_data import example_robot_path
-
-    try:
-        path = example_robot_path("g1")
-    except Exception as e:  # example-robot-data is not installed
-        pytest.skip(str(e))
-    robot = RobotModel.from_urdf(str(path), floating_base=True)
+    robot = load("example-robot-data:g1", floating_base=True)
     g = torch.Generator().manual_seed(23)
     q = robot.random_q(256, generator=g)
     v = torch.randn(256, robot.nv, generator=g, dtype=torch.float64)
