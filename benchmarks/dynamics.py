@@ -48,6 +48,7 @@ matches the 2 threads Pinocchio's parallel functions get).
     python benchmarks/dynamics.py            # full run (a few minutes)
     python benchmarks/dynamics.py --quick    # fewer repeats
     python benchmarks/dynamics.py --no-compile   # without the torch.compile rows
+    python benchmarks/dynamics.py --large-only   # the first table alone (wall clock, 15 rounds; ~2 minutes)
 """
 
 from __future__ import annotations
@@ -494,13 +495,18 @@ def main() -> None:
     parser.add_argument(
         "--no-compile", action="store_true", help="skip the compile_forward_dynamics rows (torch.compile)"
     )
+    parser.add_argument(
+        "--large-only",
+        action="store_true",
+        help="only the first table (forward dynamics at 10,000 beside abaInParallel), wall clock, 15 rounds",
+    )
     args = parser.parse_args()
     global CLOCK, THREADS, HUMANOID, ONE_THREAD
     HUMANOID = not args.no_humanoid
     ONE_THREAD = args.one_thread
     THREADS = args.threads
     torch.set_num_threads(args.threads)
-    if args.wall or args.threads > 1:
+    if args.wall or args.threads > 1 or args.large_only:
         CLOCK = time.perf_counter
     import pinocchio as pin
 
@@ -512,6 +518,11 @@ def main() -> None:
         f"{', quick' if args.quick else ''}\n",
         flush=True,
     )
+    if args.large_only:
+        large = large_batch_table(15)
+        large += large_batch_table(15, retain=True)
+        print("\n" + "\n".join(large))
+        return
     large = large_batch_table(8 if args.quick else 30)
     loaded = competing_load_table(3 if args.quick else 8)
     # The main tables: glibc's default allocator, backdrive's workspaces (as

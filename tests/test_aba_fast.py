@@ -7,7 +7,7 @@ import torch
 
 from backdrive import InputError, RobotModel
 from backdrive.data import load
-from backdrive.dynamics import forward_dynamics, use_path
+from backdrive.dynamics import forward_dynamics, mass_matrix, use_path
 from _robots import SMALL_URDF, SMALL_URDF_NO_MIMIC
 
 
@@ -71,3 +71,79 @@ def test_aba_with_gradient_and_mimic():
     with pytest.raises(InputError, match="mimic"):
         forward_dynamics(mimic, mimic.random_q(300), torch.zeros(300, mimic.nv, dtype=torch.float64),
                          torch.zeros(300, mimic.nv, dtype=torch.float64), method="aba")
+
+
+# ---------------------------------------------------------------------- the fast CRBA + LTDL forward dynamics
+
+
+def test_inertia_factors_rebuild_the_inertias():
+    """``Ib = sum_l u_l u_l^T`` with ``u_l`` zero above entry ``l``, also for
+    singular inertias (a point mass, a thin rod, a flat plate)."""
+    from backdrive.dynamics._fast import _inertia_factors
+
+    g = torch.Generator().manual_seed(21)
+    A = torch.randn(5, 3, 3, generator=g, dtype=torch.float64)
+    Ib = A @ A.transpose(1, 2)
+    rod = torch.diag(torch.tensor([0.0, 2.0, 2.0], dtype=torch.float64))
+    plate = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 2.0]], dtype=torch.float64)  # rank 2
+    Ib = torch.cat([Ib, torch.zeros(1, 3, 3, dtype=torch.float64), rod[None], plate[None]])
+    U = _inertia_factors(Ib)
+    assert torch.isfinite(U).all()
+    torch.testing.assert_close(U @ U.transpose(1, 2), Ib, rtol=0, atol=1e-12)
+    assert float(U.triu(1).abs().max()) == 0.0
+    # Cached per tensor and version: an in-place change is seen.
+    assert _inertia_factors(Ib) is U
+    Ib.mul_(2.0)
+    torch.testing.assert_close(_inertia_factors(Ib) @ _inertia_factors(Ib).transpose(1, 2), Ib, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["quadruped", "quadruped_fixed", "small_floating"])
+def test_fast_forward_dynamics_base_frame_and_fused_solve(name):
+    """Forward dynamics without gradient on the fast path (evaluated in the
+    floating base's frame, the first solve fused into the factorisation)
+    against the reference path, with the base far from the origin, per-sample
+    gravity and external wrenches; and the fused solve against the separate
+    one."""
+    from backdrive.dynamics import _fast as fast_mod
+
+    if name == "quadruped_fixed":  # a fixed base with four roots of the active tree
+        robot = load("quadruped", floating_base=False)
+    else:
+        robot = _robot(name)
+    # forward_fast alone adds no joint damping or friction.
+    robot = robot.replace(damping=torch.zeros_like(robot.damping), friction=torch.zeros_like(robot.friction))
+    g = torch.Generator().manual_seed(22)
+    n = 300
+    q = robot.random_q(n, generator=g)
+    if robot.floating_base:
+        q[:, :3] += 50.0 * torch.randn(n, 3, generator=g, dtype=torch.float64)
+    v = torch.randn(n, robot.nv, generator=g, dtype=torch.float64)
+    tau = torch.randn(n, robot.nv, generator=g, dtype=torch.float64)
+    f_ext = torch.randn(n, robot.num_bodies, 6, generator=g, dtype=torch.float64)
+    grav = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        with use_path("reference"):
+            ref = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav, method="crba")
+        with use_path("fast"):
+            got = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav)
+        a_world, factor = fast_mod.forward_fast(robot, q, v, tau, grav, f_ext)
+    # The reference works in the world frame, 50 m from the base: it loses a
+    # few digits there (the base-frame evaluation does not).
+    assert float((got - ref).abs().max() / ref.abs().max()) < 1e-8
+    assert float((a_world - ref).abs().max() / ref.abs().max()) < 1e-8
+    want = torch.linalg.solve(mass_matrix(robot, q), tau[..., None])[..., 0]
+    torch.testing.assert_close(factor.solve(tau), want, rtol=1e-8, atol=1e-8 * float(want.abs().max()))
+
+
+def test_fast_forward_dynamics_float32_g1_accuracy():
+    """The G1 humanoid (wide and shallow) in float32 at a fast-path batch
+    against float64: evaluated in the base's frame, the error stays small."""
+    robot = load("example-robot-data:g1", floating_base=True)
+    g = torch.Generator().manual_seed(23)
+    q = robot.random_q(256, generator=g)
+    v = torch.randn(256, robot.nv, generator=g, dtype=torch.float64)
+    tau = torch.randn(256, robot.nv, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        ref = forward_dynamics(robot, q, v, tau, method="crba")
+        got = forward_dynamics(robot.float(), q.float(), v.float(), tau.float())
+    assert float((got.double() - ref).abs().max() / ref.abs().max()) < 1e-3

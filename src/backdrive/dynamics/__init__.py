@@ -72,12 +72,15 @@ own pose and Jacobian pass, two implementations (``_fk_small``, ``fast_pass``;
 see ``docs/dynamics.md``).
 
 Following :func:`forward_dynamics`: ``_forward._forward_dynamics`` checks and
-broadcasts the inputs and adds the joints' damping and friction, then
-branches once. Reference: ``_plain_crba`` (``kinematics`` -> ``crba_core``
-and ``rnea_core`` -> Cholesky solve). Fast: ``_fast.forward_fast``
-(``kinematics_fast`` -> ``rnea_fast`` -> ``crba_entries_fast`` ->
-``LTDLFactor.solve_fast``), wrapped in ``_ForwardDynamics`` when a gradient is
-needed (backward: ``M^-1 g`` with the same factor, then ``rnea_vjp_fast``).
+broadcasts the inputs and adds the joints' damping and friction (when some
+are non-zero), then branches once. Reference: ``_plain_crba`` (``kinematics``
+-> ``crba_core`` and ``rnea_core`` -> Cholesky solve). Fast:
+``_fast.forward_fast`` (``kinematics_fast`` -> ``rnea_fast`` ->
+``crba_entries_fast`` -> ``LTDLFactor``, whose factorisation also does the
+first solve's forward substitution; without a gradient in the floating
+base's frame, ``_to_base_frame``), wrapped in ``_ForwardDynamics`` when a
+gradient is needed (backward: ``M^-1 g`` with the same factor,
+``LTDLFactor.solve_fast``, then ``rnea_vjp_fast``).
 """
 
 from ._compiled import CompilerUnavailableError, compile_forward_dynamics

@@ -33,6 +33,7 @@ and ``_forward`` is what the tests hold it against.
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -86,6 +87,9 @@ class FastTopo(NamedTuple):
             mimic multipliers included; upper, strict: ``(nm, nm)`` with
             ``upper[j, i] = 1`` when moving body ``j`` is ``i`` or one of its
             ancestors (``strict``: without ``i``).
+        n_roots: active bodies whose parent is not active (the floating
+            base; with a fixed base, the children of the welded root): the
+            first ``n_roots`` positions.
     """
 
     o: int
@@ -107,6 +111,7 @@ class FastTopo(NamedTuple):
     G: torch.Tensor
     upper: torch.Tensor
     strict: torch.Tensor
+    n_roots: int
 
 
 def fast_topology(model: RobotModel) -> FastTopo:
@@ -158,6 +163,7 @@ def _build_fast_topology(model: RobotModel) -> FastTopo:
         G=G,
         upper=upper,
         strict=upper - torch.eye(nm, dtype=dtype, device=device),
+        n_roots=sum(1 for k in range(o, nb) if sched.parent_pos[k] < o),
     )
 
 
@@ -214,12 +220,13 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
     if not origin:
         c = rot(R[:, :, o:], com.T[:, :, None]).add_(p[:, o:])
         return FastKin(R, p, Sl, Sa, m, m * c, None, c, Ib.permute(1, 2, 0)[:, :, :, None])
-    packed = None
+    packed = factors = None
     if untracked():
         N = qf.shape[0]
         packed = new((13, topo.na, N), R)
         packed[0].copy_(m.expand(topo.na, N))
-    h, I = world_inertia_fast(R[:, :, o:], p[:, o:], m, com, Ib, packed)
+        factors = _active(topo, _inertia_factors(model.body_inertia))
+    h, I = world_inertia_fast(R[:, :, o:], p[:, o:], m, com, Ib, packed, factors)
     return FastKin(R, p, Sl, Sa, m, h, I, packed=packed)
 
 
@@ -235,24 +242,26 @@ def motion_subspace_fast(topo: FastTopo, R: torch.Tensor, p: torch.Tensor):
     return cross(pm, aw), aw, aw
 
 
-def world_inertia_fast(Rt, pt, m, com, Ib, packed=None):
+def world_inertia_fast(Rt, pt, m, com, Ib, packed=None, factors=None):
     """First moments ``m c`` and rotational inertias ``R Ib R^T + m (|c|^2 1 - c c^T)``
     about the world origin, from ``Rt (3, 3, k, N)``, ``pt (3, k, N)``,
     ``m (k, 1)``, ``com (k, 3)`` and ``Ib (k, 3, 3)`` (at the centre of mass).
     With ``packed`` (``(13, k, N)``, no autograd) they are written into its
-    rows 1-3 and 4-12."""
+    rows 1-3 and 4-12 (:func:`_world_inertia_packed`; ``factors``: those of
+    ``Ib``, :func:`_inertia_factors`)."""
     ct = rot(Rt, com.T[:, :, None]).add_(pt)
-    ht = m * ct if packed is None else torch.mul(m, ct, out=packed[1:4])
+    if packed is not None:
+        ht = torch.mul(m, ct, out=packed[1:4])
+        U = _inertia_factors(Ib) if factors is None else factors
+        return ht, _world_inertia_packed(Rt, ct, ht, U, packed[4:].view(3, 3, *ct.shape[1:]))
+    ht = m * ct
     r0, r1, r2 = Rt.unbind(1)  # columns of R, (3, k, N) each
     b0, b1, b2 = Ib.permute(1, 2, 0)[:, :, :, None].unbind(0)  # rows of Ib, (3, k, 1)
     # Y = R Ib, Y[i, j] = sum_l R[i, l] Ib[l, j]; then I = Y R^T.
     Y = mul(r0[:, None], b0[None])
     Y.addcmul_(r1[:, None], b1[None]).addcmul_(r2[:, None], b2[None])
     y0, y1, y2 = Y.unbind(1)
-    if packed is None:
-        I = mul(y0[:, None], r0[None])
-    else:
-        I = torch.mul(y0[:, None], r0[None], out=packed[4:].view(3, 3, *ct.shape[1:]))
+    I = mul(y0[:, None], r0[None])
     I.addcmul_(y1[:, None], r1[None]).addcmul_(y2[:, None], r2[None])
     I.addcmul_(ct[:, None], ht[None, :], value=-1.0)
     d = (ct * ht).sum(0)
@@ -262,6 +271,82 @@ def world_inertia_fast(Rt, pt, m, com, Ib, packed=None):
     for i in range(3):  # the diagonal only: a third of the memory traffic
         I[i, i].add_(d)
     return ht, I
+
+
+def _inertia_factors(Ib: torch.Tensor) -> torch.Tensor:
+    """``U (k, 3, 3)`` with ``Ib = sum_l u_l u_l^T`` (``u_l = U[:, :, l]``)
+    for symmetric positive semi-definite ``Ib (k, 3, 3)``: the columns of
+    ``L D^(1/2)`` of ``Ib = L D L^T`` (``L`` unit lower triangular), so that
+    ``u_l`` has zeros above entry ``l``. Computed in float64 where the device
+    has it (a pivot that is zero, a massless or flat body, gives a zero
+    column), once per inertia tensor and version (:data:`_FACTORS`; not
+    cached while compiling)."""
+    key = id(Ib)
+    version = None  # no cache while compiling, nor for an inference tensor (no version counter)
+    if not torch.compiler.is_compiling():
+        try:
+            version = Ib._version
+        except RuntimeError:
+            pass
+    hit = _FACTORS.get(key) if version is not None else None
+    if hit is not None and hit[0]() is Ib and hit[1] == version:
+        return hit[2]
+    A = Ib.detach()
+    if A.device.type != "mps":  # no float64 there
+        A = A.double()
+    a, b, c = A[:, 0, 0], A[:, 1, 0], A[:, 2, 0]
+    e, f = A[:, 2, 1], A[:, 1, 1]
+    safe = lambda x, y: torch.where(y > 0, x / torch.where(y > 0, y, 1.0), 0.0)  # noqa: E731
+    d0 = a.clamp_min(0.0)
+    l10, l20 = safe(b, d0), safe(c, d0)
+    d1 = (f - l10 * b).clamp_min(0.0)
+    l21 = safe(e - l20 * b, d1)
+    d2 = (A[:, 2, 2] - l20 * c - l21 * l21 * d1).clamp_min(0.0)
+    s0, s1, s2 = d0.sqrt(), d1.sqrt(), d2.sqrt()
+    z = torch.zeros_like(a)
+    rows_ = [[s0, z, z], [l10 * s0, s1, z], [l20 * s0, l21 * s1, s2]]
+    U = torch.stack([torch.stack(r, -1) for r in rows_], -2).to(Ib.dtype)
+    if version is not None:
+        if len(_FACTORS) >= 64:
+            _FACTORS.clear()
+        _FACTORS[key] = (weakref.ref(Ib), version, U)
+    return U
+
+
+#: :func:`_inertia_factors` per inertia tensor: ``id -> (weak reference,
+#: version, factors)`` (a tensor changed in place has a new version).
+_FACTORS: dict = {}
+
+
+def _world_inertia_packed(Rt, ct, ht, U, I):
+    """:func:`world_inertia_fast` without autograd, into ``I (3, 3, k, N)``:
+    with ``Ib = sum_l u_l u_l^T`` (``U (k, 3, 3)`` from
+    :func:`_inertia_factors`, ``u_l`` with zeros above entry ``l``),
+    ``R Ib R^T = sum_l w_l w_l^T`` for ``w_l = R u_l`` (6 products per body
+    instead of the 27 of ``R Ib``), and only the upper triangle formed (the
+    lower one copied): 36 passes over the bodies instead of 66."""
+    U = U.permute(1, 2, 0)[:, :, :, None]  # (3, 3, k, 1)
+    r = Rt.unbind(1)  # columns of R, (3, k, N)
+    w = []
+    for col in range(3):
+        wl = mul(r[col], U[col, col])
+        for j in range(col + 1, 3):
+            wl.addcmul_(r[j], U[j, col])
+        w.append(wl)
+    w0, w1, w2 = w
+    for i in range(3):
+        for j in range(i, 3):
+            x = torch.mul(w0[i], w0[j], out=I[i, j])
+            x.addcmul_(w1[i], w1[j]).addcmul_(w2[i], w2[j])
+            if i == j:  # m (|c|^2 - c_i^2) = sum over the other two components
+                for k in range(3):
+                    if k != i:
+                        x.addcmul_(ct[k], ht[k])
+            else:
+                x.addcmul_(ct[i], ht[j], value=-1.0)
+    for i, j in ((1, 0), (2, 0), (2, 1)):
+        I[i, j].copy_(I[j, i])
+    return I
 
 
 def f_ext_world_fast(topo: FastTopo, K: FastKin, f_ext: torch.Tensor):
@@ -382,6 +467,45 @@ def _velocities(topo: FastTopo, K: FastKin, vt: torch.Tensor, fb: bool):
     return qd, (Jl, Ja), (Vl, Va)
 
 
+def _cross_into(out, a, b):
+    """``a x b`` into ``out`` for ``(3, ...)`` arrays (no autograd)."""
+    a0, a1, a2 = a.unbind(0)
+    b0, b1, b2 = b.unbind(0)
+    o0, o1, o2 = out.unbind(0)
+    torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
+    torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
+    torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
+    return out
+
+
+def _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav):
+    """Every active body's world acceleration offset by gravity's, ``A - [g; 0]``
+    (``(3, na, N)`` halves, no autograd): the sums over ancestors of each
+    joint's ``V x (S qd) + S qdd``, written in place into one array with the
+    base's row (the base's acceleration, or zero) and gravity added once at
+    the roots of the tree before the sum, which carries it to every body."""
+    na, N = topo.na, Vml.shape[-1]
+    Alf, Aaf = new((3, na, N), Vml), new((3, na, N), Vml)
+    Al, Aa = (Alf[:, 1:], Aaf[:, 1:]) if fb else (Alf, Aaf)
+    # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
+    cross_add(_cross_into(Al, Vma, Jl), Vml, Ja)
+    _cross_into(Aa, Vma, Ja)
+    if qdd is not None:
+        Al.addcmul_(Sl, qdd)
+        Aa.addcmul_(Sa, qdd)
+    if fb:
+        if at is not None:
+            bl, ba = _base_to_world(R0, p0, at[:6])
+            torch.add(bl, grav, out=Alf[:, :1])
+            Aaf[:, :1].copy_(ba)
+        else:
+            Alf[:, :1].copy_(grav.expand(3, 1, N))
+            Aaf[:, :1].zero_()
+    else:
+        Alf[:, : topo.n_roots].add_(grav)
+    return down(topo.sums, Alf), down(topo.sums, Aaf)
+
+
 def rnea_fast(
     model: RobotModel,
     topo: FastTopo,
@@ -422,23 +546,24 @@ def rnea_fast(
         if keep is not None:
             keep["V"] = (Vl, Va)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
-        # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
-        Al = cross_add(cross(Vma, Jl), Vml, Ja)
-        Aa = cross(Vma, Ja)
         if at is not None:
             qdd = _body_rates(topo, at)
-            if untracked():
-                Al.addcmul_(Sl, qdd), Aa.addcmul_(Sa, qdd)
-            else:
-                Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
-        if fb:
+        if untracked():
+            Al, Aa = _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav)
+        else:
+            # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
+            Al = cross_add(cross(Vma, Jl), Vml, Ja)
+            Aa = cross(Vma, Ja)
             if at is not None:
-                b = _base_to_world(R0, p0, at[:6])
-            else:
-                b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
-            Al, Aa = with_base(b, Al, Aa)
-        Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
-        Al = Al.add_(grav) if untracked() else Al + grav
+                Al, Aa = Al.addcmul(Sl, qdd), Aa.addcmul(Sa, qdd)
+            if fb:
+                if at is not None:
+                    b = _base_to_world(R0, p0, at[:6])
+                else:
+                    b = (Al.new_zeros(3, 1, Al.shape[-1]), Al.new_zeros(3, 1, Al.shape[-1]))
+                Al, Aa = with_base(b, Al, Aa)
+            Al, Aa = down(topo.sums, Al), down(topo.sums, Aa)
+            Al = Al + grav
         fl, fa = _inertia(K, Al, Aa, parts)
         hl, ha = _inertia(K, Vl, Va, parts)
         if replay:
@@ -465,7 +590,14 @@ def rnea_fast(
         keep["F"] = (Fl, Fa)
         return None
     Fml, Fma = (Fl[:, 1:], Fa[:, 1:]) if fb else (Fl, Fa)
-    tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
+    if untracked():  # S . F component by component: no (3, nm, N) products
+        tau_b = mul(Sl[0], Fml[0])
+        for X, Y in ((Sl, Fml), (Sa, Fma)):
+            for c in range(3):
+                if X is not Sl or c:
+                    tau_b.addcmul_(X[c], Y[c])
+    else:
+        tau_b = (Sl * Fml).sum(0) + (Sa * Fma).sum(0)  # (nm, N)
     tau = _coordinate_forces(topo, tau_b)
     if at is not None and nj:
         tau = tau.addcmul(arm[:, None], at[6:] if fb else at)
@@ -483,10 +615,6 @@ class _Level(NamedTuple):
     xpos: torch.Tensor  # (n d,) entries M[k, anc_b(k)]
     dpos: torch.Tensor  # (n,) entries M[k, k]
     anc: torch.Tensor  # (n d,) the ancestors anc_b(k)
-    tgt: torch.Tensor  # entries M[anc_a(k), anc_b(k)], b <= a, updated by the level
-    src_a: torch.Tensor  # (len(tgt),) position of (k, a) in the level's (n d) block
-    src_b: torch.Tensor
-    tgt_by_a: tuple  # per ancestor a: the entries M[anc_a(k), anc_b(k)], k-major, b <= a
 
 
 class _Sparsity(NamedTuple):
@@ -501,6 +629,26 @@ class _Sparsity(NamedTuple):
     dpos: torch.Tensor  # (nv,) diagonal entries
     base_pairs: tuple  # floating base: (r, c) of the 21 packed lower-triangle entries
     entry_rc: torch.Tensor  # (nnz, 2) internal (row, column) of each packed entry
+    rows: "_RowPlan"  # the factorisation's layout: one row of entries per coordinate
+
+
+class _RowPlan(NamedTuple):
+    """The layout :class:`LTDLFactor` works in: coordinate ``c`` (with ``d``
+    ancestors) as one run of ``d + 2`` rows, ``r_c, M[c, anc_0(c)], ...,
+    M[c, anc_{d-1}(c)], M[c, c]`` (ancestors root first; ``r`` a right-hand
+    side), the coordinates of each LTDL level one block ``(n, d + 2)``. An
+    ancestor's ancestors are a prefix of the chain, so eliminating ``k``
+    updates, for each ancestor ``a``, the first ``a + 2`` rows of ``a``'s run
+    by the first ``a + 2`` of ``k``'s: one in-place ``addcmul`` on two slices,
+    several children at once where their ancestors' runs are evenly spaced
+    (no product array and no scatter), and the forward substitution
+    ``L^T y = r`` rides along in the first row."""
+
+    src: torch.Tensor  # (nnz + nv,) packed position of each entry of the layout
+    blocks: tuple  # per level (sp.levels order): first row of its block
+    updates: tuple  # per level: (first, stride, count, k0, a), rows as in the docstring
+    dpos: torch.Tensor  # (nv,) the diagonal entries in the layout
+    rpos: torch.Tensor  # (nv,) the right-hand side's entries in the layout
 
 
 def _sparsity(model: RobotModel) -> _Sparsity:
@@ -585,22 +733,53 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         if depth == 0:
             continue
         ks = by_depth[depth]
-        xpos, dpos, anc, tgt, sa, sb = [], [], [], [], [], []
-        for n, k in enumerate(ks):
+        xpos, dpos, anc = [], [], []
+        for k in ks:
             ak = ancs[k]
             dpos.append(pos[(k, k)])
             for b in range(depth):
                 xpos.append(pos[(k, ak[b])])
                 anc.append(ak[b])
-            for a in range(depth):
-                for b in range(a + 1):
-                    tgt.append(pos[(ak[a], ak[b])])
-                    sa.append(n * depth + a)
-                    sb.append(n * depth + b)
         t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
-        by_a = tuple(t([pos[(ancs[k][a], ancs[k][b])] for k in ks for b in range(a + 1)]) for a in range(depth))
-        levels.append(_Level(depth, t(ks), t(xpos), t(dpos), t(anc), t(tgt), t(sa), t(sb), by_a))
+        levels.append(_Level(depth, t(ks), t(xpos), t(dpos), t(anc)))
     t = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
+    # The factorisation's layout: the levels' blocks (deepest first), then the roots.
+    order = [k for depth in sorted(by_depth, reverse=True) for k in by_depth[depth]]
+    start, src = {}, []
+    for k in order:
+        start[k] = len(src)
+        src.append(pos[(k, k)])  # the right-hand side's row: filled by the caller
+        src.extend(pos[(k, a)] for a in ancs[k])
+        src.append(pos[(k, k)])
+    blocks, updates = [], []
+    for lv_depth in sorted(by_depth, reverse=True):
+        if lv_depth == 0:
+            continue
+        ks = by_depth[lv_depth]
+        blocks.append(start[ks[0]])
+        ups = []
+        for a in range(lv_depth):
+            # The ancestors at depth a are one level: runs of a + 2 rows.
+            tg = [start[ancs[k][a]] for k in ks]
+            i = 0
+            while i < len(ks):
+                j = i + 1
+                step = tg[j] - tg[i] if j < len(ks) else a + 2
+                if step > 0:
+                    while j < len(ks) and tg[j] - tg[j - 1] == step:
+                        j += 1
+                else:  # a shared ancestor: one child at a time
+                    step = a + 2
+                ups.append((tg[i], step, j - i, i, a))
+                i = j
+        updates.append(tuple(ups))
+    rowplan = _RowPlan(
+        src=t(src),
+        blocks=tuple(blocks),
+        updates=tuple(updates),
+        dpos=t([start[c] + len(ancs[c]) + 1 for c in range(nv)]),
+        rpos=t([start[c] for c in range(nv)]),
+    )
     return _Sparsity(
         nnz=len(pos),
         joint_diag=t([pos[(off + i, off + i)] for i in range(nm)]),
@@ -610,15 +789,16 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         dpos=t([pos[(d, d)] for d in range(nv)]),
         base_pairs=tuple(base_pairs),
         entry_rc=t([rc for rc, _ in sorted(pos.items(), key=lambda x: x[1])]),
+        rows=rowplan,
     )
 
 
-def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
+def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin, out: torch.Tensor | None = None):
     """Composite inertias ``C (13, na, N)`` (``m``, ``h``, ``I`` of every
     active body's subtree at the world origin) and ``F_i = Ic_i S_i``, the
     force that moving joint ``i`` alone, at unit acceleration, needs from its
-    subtree, ``(3, nm, N)`` halves. Without autograd ``K.packed`` is summed
-    in place (see :class:`FastKin`)."""
+    subtree, ``(3, nm, N)`` halves (into ``out (6, nm, N)``, no autograd).
+    Without autograd ``K.packed`` is summed in place (see :class:`FastKin`)."""
     na = topo.na
     N = K.h.shape[-1]
     if K.packed is not None:
@@ -629,6 +809,11 @@ def _composite_forces(model: RobotModel, topo: FastTopo, K: FastKin):
     Cm = C[:, 1:] if model.floating_base else C
     m, hc, Ic = Cm[0], Cm[1:4], Cm[4:].reshape(3, 3, -1, N)
     # F_i = Ic_i S_i: [m Sl + Sa x h; I Sa + h x Sl].
+    if out is not None:
+        Fl = _cross_into(out[:3], K.Sa, hc).addcmul_(m, K.Sl)
+        (i0, i1, i2), (s0, s1, s2) = Ic.unbind(1), K.Sa.unbind(0)
+        Fa = cross_add(torch.mul(i0, s0, out=out[3:]).addcmul_(i1, s1).addcmul_(i2, s2), hc, K.Sl)
+        return C, Fl, Fa
     Fl = cross(K.Sa, hc).addcmul_(m, K.Sl)
     Fa = cross_add(rot(Ic, K.Sa), hc, K.Sl)
     return C, Fl, Fa
@@ -705,15 +890,23 @@ def dense_mass_matrix_fast(model: RobotModel, topo: FastTopo, K: FastKin) -> tor
     return torch.cat([top, bottom], -2)
 
 
-def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastKin) -> torch.Tensor:
-    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included."""
+def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastKin, base_frame: bool = False) -> torch.Tensor:
+    """The packed entries of ``M`` (``_Sparsity`` order), ``(nnz, N)``, armature included.
+
+    ``base_frame``: ``K`` was computed with the floating base at the world
+    origin, unrotated (see :func:`forward_fast`): then each joint's column
+    ``F_i`` is already the base-frame wrench, written straight into its
+    entries, and the base's block is its composite inertia as it is.
+    """
     fb = model.floating_base
     N = K.h.shape[-1]
-    C, Fl, Fa = _composite_forces(model, topo, K)
     Sl, Sa = K.Sl, K.Sa
+    nb21, nm = len(sp.base_pairs), Sl.shape[1]
     npairs = sum(run[3] for run in sp.runs)
     # Every entry is written into one array: [base block; base-joint; joint pairs].
     E = new((sp.nnz, N), Sl)
+    base_frame = base_frame and fb and untracked()
+    C, Fl, Fa = _composite_forces(model, topo, K, E[nb21 : nb21 + 6 * nm].view(6, nm, N) if base_frame else None)
     P = E[sp.nnz - npairs :]
     if len(sp.runs) > 2 and N <= _paths.LEVEL_SUM_MIN_BATCH:
         # Few samples: all S_j . F_i at once (6 operations), then the pairs.
@@ -726,11 +919,13 @@ def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastK
         P.index_add_(0, sp.joint_diag - (sp.nnz - npairs), arm[:, None].expand(-1, N))
     if not fb:
         return E
-    R0, p0 = K.R[:, :, 0], K.p[:, 0]
-    nb21, nm = len(sp.base_pairs), Sl.shape[1]
-    # Rows c nm + i: the base-frame wrench of joint i's column, component c.
-    _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
-    mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
+    if base_frame:
+        mt, hx, Ib = C[0, 0], skew(C[1:4, 0], 0), C[4:, 0].view(3, 3, N)
+    else:
+        R0, p0 = K.R[:, :, 0], K.p[:, 0]
+        # Rows c nm + i: the base-frame wrench of joint i's column, component c.
+        _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
+        mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
     z = torch.zeros_like(mt)
     # Spatial inertia [[m 1, -[h]x], [[h]x, I]] in the base frame; lower triangle.
     for k, (r, c) in enumerate(sp.base_pairs):
@@ -760,52 +955,51 @@ def _pairs_by_runs(sp, Sl, Sa, Fl, Fa, P):
     return P
 
 
-#: Levels of the LTDL factorisation with fewer updates than this gather their
-#: factors (fewest operations); larger ones multiply strided views per
-#: ancestor (least memory traffic; measured 2.5 ms faster for the quadruped
-#: at 10,000 samples).
-LTDL_GATHER_MAX = 48
-
-
 class LTDLFactor:
     """``M = L^T D L`` with the tree's sparsity; :meth:`solve` applies ``M^-1``.
 
-    Built under ``no_grad`` from the packed entries (which it overwrites).
+    Built under ``no_grad`` from the packed entries (not modified), in the
+    row layout of :class:`_RowPlan`.
     """
 
-    def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor):
+    def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor, rhs: torch.Tensor | None = None):
+        """With ``rhs (nv, N)`` (internal order) also ``self.x = M^-1 rhs``,
+        its forward substitution done in the same passes (:class:`_RowPlan`)."""
         self.sp, self.topo = sp, topo
-        Ls = []
         N = E.shape[-1]
-        for lv in sp.levels:
+        plan = sp.rows
+        W = rows(E, plan.src)  # the row layout (_RowPlan)
+        if rhs is not None:
+            W.index_copy_(0, plan.rpos, rhs)
+        base = W.storage_offset()
+        Ls = []
+        for lv, b0, ups in zip(sp.levels, plan.blocks, plan.updates):
             n, d = lv.k.numel(), lv.d
-            X = rows(E, lv.xpos)  # (n d, N)
-            Dk = rows(E, lv.dpos)  # (n, N)
-            Lk = div(X.view(n, d, N), Dk[:, None]).view(n * d, N)
-            if lv.tgt.numel() < LTDL_GATHER_MAX:
-                # Few updates: two gathers, one product, one scatter.
-                U = rows(Lk, lv.src_a).mul_(rows(X, lv.src_b))
-                E.index_add_(0, lv.tgt, U, alpha=-1.0)
-            else:
-                # Many (a floating base under every leg): one product per
-                # ancestor a of strided views, no gathered copies.
-                L3, X3 = Lk.view(n, d, N), X.view(n, d, N)
-                for a, tgt in enumerate(lv.tgt_by_a):
-                    E.index_add_(0, tgt, mul(L3[:, a : a + 1], X3[:, : a + 1]).view(-1, N), alpha=-1.0)
-            Ls.append(Lk)
+            blk = W[b0 : b0 + n * (d + 2)].view(n, d + 2, N)
+            L3 = div(blk[:, 1 : d + 1], blk[:, d + 1 :])  # (n, d, N)
+            for first, step, cnt, k0, a in ups:
+                tgt = W.as_strided((cnt, a + 2, N), (step * N, N, 1), base + first * N)
+                tgt.addcmul_(L3[k0 : k0 + cnt, a : a + 1], blk[k0 : k0 + cnt, : a + 2], value=-1.0)
+            Ls.append(L3.view(n * d, N))
         self.Ls = Ls
-        self.D = E.index_select(0, sp.dpos)
+        self.D = W.index_select(0, plan.dpos)
+        self.x = None
+        if rhs is not None:
+            self.x = self._back(W.index_select(0, plan.rpos).div_(self.D))
 
     def solve_fast(self, r: torch.Tensor) -> torch.Tensor:
         """``M^-1 r`` for ``r (nv, N)`` (not modified)."""
         r = r.clone(memory_format=torch.contiguous_format)  # rows contiguous for the row updates
         N = r.shape[-1]
-        levels = self.sp.levels
-        for lv, Lk in zip(levels, self.Ls):  # L^T y = r, leaves first
+        for lv, Lk in zip(self.sp.levels, self.Ls):  # L^T y = r, leaves first
             y = r.index_select(0, lv.k)
             r.index_add_(0, lv.anc, mul(Lk.view(-1, lv.d, N), y[:, None]).view(-1, N), alpha=-1.0)
-        r.div_(self.D)
-        for lv, Lk in zip(reversed(levels), reversed(self.Ls)):  # L x = z, root first
+        return self._back(r.div_(self.D))
+
+    def _back(self, r: torch.Tensor) -> torch.Tensor:
+        """``L^-1 r`` in place on ``r (nv, N)``: ``L x = z``, root first."""
+        N = r.shape[-1]
+        for lv, Lk in zip(reversed(self.sp.levels), reversed(self.Ls)):
             x = rows(r, lv.anc).mul_(Lk)
             r.index_add_(0, lv.k, x.view(-1, lv.d, N).sum(1), alpha=-1.0)
         return r
@@ -841,7 +1035,7 @@ def _inputs(model, topo, q, g, f_ext, origin=True):
     return batch, N, K, gt, ft
 
 
-def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
+def forward_fast(model: RobotModel, q, v, tau, g, f_ext, base_frame: bool = False):
     """Accelerations ``(..., nv)`` (no autograd graph) and the factor of ``M``.
 
     ``q``, ``v``, ``tau`` share one batch shape; ``g`` is ``(3,)`` or that
@@ -849,10 +1043,21 @@ def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
     ``M`` is factorised by the tree-sparse LTDL (:class:`LTDLFactor`), or,
     with mimic joints (whose coordinates do not form a tree), densely by a
     batched Cholesky factorisation (:class:`DenseFactor`).
+
+    ``base_frame`` (a floating base): evaluate everything in the base's
+    frame. The base's coordinates are base-frame twists and the external
+    wrenches body-frame ones, so the accelerations depend on the base's pose
+    only through gravity: with the base put at the origin, unrotated, and
+    gravity turned into its frame (``R0^T g``), the base's wrenches need no
+    transformation (27 passes over the joints fewer in CRBA). The factor then
+    carries no world-frame kinematics (``factor.kin`` is ``None``).
     """
     with torch.no_grad():
         topo = fast_topology(model)
         nv = model.nv
+        base_frame = base_frame and model.floating_base
+        if base_frame:
+            q, g = _to_base_frame(q, g)
         batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
         vt = _to_internal(topo, v.reshape(N, nv))
         keep = {}
@@ -863,11 +1068,23 @@ def forward_fast(model: RobotModel, q, v, tau, g, f_ext):
             a = factor.solve(_from_internal(topo, rhs))
         else:
             sp = _sparsity(model)
-            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K))
-            a = _from_internal(topo, factor.solve_fast(rhs))
+            factor = LTDLFactor(sp, topo, crba_entries_fast(model, topo, sp, K, base_frame), rhs)
+            a = _from_internal(topo, factor.x)
         # What the reverse pass of RNEA at the same (q, v) can reuse.
-        factor.kin = (K.R, K.p, K.Sl, K.Sa, keep["V"])
+        factor.kin = None if base_frame else (K.R, K.p, K.Sl, K.Sa, keep["V"])
         return a.reshape(*batch, nv), factor
+
+
+def _to_base_frame(q: torch.Tensor, g: torch.Tensor):
+    """``q`` with the floating base at the origin, unrotated, and gravity
+    ``R0^T g`` in the base's frame (``(..., 3)``), for :func:`forward_fast`."""
+    from ..spatial import quat_to_matrix
+
+    R0 = quat_to_matrix(q[..., 3:7])  # as forward kinematics forms it
+    gb = (g[..., None, :] @ R0)[..., 0, :]  # R0^T g
+    qb = q.clone()
+    qb[..., :7] = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0], dtype=q.dtype, device=q.device)
+    return qb, gb
 
 
 class DenseFactor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._errors import InputError
-from ..kinematics._paths import choose
+from ..kinematics._paths import choose, transforms_active
 from ..model import RobotModel
 from ._aba import aba_core
 from ._crba import crba_core
@@ -54,6 +54,19 @@ def _joint_forces(robot: RobotModel, v: torch.Tensor, width: float) -> torch.Ten
     if fb:
         tj = torch.cat([torch.zeros_like(v[..., :6]), tj], -1)
     return tj
+
+
+def _has_joint_forces(robot: RobotModel) -> bool:
+    """Whether :func:`_joint_forces` can be non-zero (or needs a gradient).
+    Only read on the CPU, where the check costs no synchronisation (it saves
+    a few passes over the batch: 2 % of forward dynamics for the G1 at
+    10,000 samples), outside ``torch.compile`` and ``torch.func`` transforms
+    (where a tensor's value cannot steer Python); elsewhere the forces are
+    always added."""
+    d, f = robot.damping, robot.friction
+    if d.device.type != "cpu" or d.requires_grad or f.requires_grad or torch.compiler.is_compiling() or transforms_active():
+        return True
+    return bool(d.any()) or bool(f.any())
 
 
 def forward_dynamics(
@@ -128,7 +141,8 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
             f"method='aba' needs independent joints but robot {robot.name!r} has mimic joints; "
             "use method='crba'"
         )
-    tau = tau + _joint_forces(robot, v, friction_width)
+    if _has_joint_forces(robot):
+        tau = tau + _joint_forces(robot, v, friction_width)
     params = tuple(getattr(robot, k) for k in _MASS_PARAMETERS)
     inputs = (q, v, tau, g, f_ext) + params
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
@@ -154,7 +168,7 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
         return _plain_crba(robot, topo, q, v, tau, g, f_ext)
     if needs_grad:
         return _ForwardDynamics.apply(robot, *inputs)
-    return forward_fast(robot, q, v, tau, g, f_ext)[0]
+    return forward_fast(robot, q, v, tau, g, f_ext, base_frame=True)[0]
 
 
 #: Physical parameters the equations of motion ``M a + b = tau`` depend on
