@@ -74,3 +74,22 @@ def test_integrate_world_dispatch_and_torch_func():
     rows = [torch.autograd.grad(integrate_world(robot, q.detach(), v, aa, 0.01)[0][i], aa)[0] for i in range(7)]
     torch.testing.assert_close(J, torch.stack(rows), rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(Jf, J, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.2, 5.0])
+def test_quat_to_matrix_backward_gradcheck_and_plain_autograd(scale):
+    from backdrive.spatial import quat_to_matrix
+    from backdrive.spatial._quat import _quat_to_matrix
+
+    g = torch.Generator().manual_seed(1)
+    q = (scale * torch.randn(4, 4, generator=g, dtype=torch.float64)).requires_grad_(True)  # off unit norm too
+    R = quat_to_matrix(q)
+    assert type(R.grad_fn).__name__ == "_QuatToMatrixBackward"
+    assert torch.equal(R, _quat_to_matrix(q))
+    assert torch.autograd.gradcheck(quat_to_matrix, (q,))
+    assert torch.autograd.gradgradcheck(quat_to_matrix, (q,))
+    G = torch.randn(4, 3, 3, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad(R, q, G)[0], torch.autograd.grad(_quat_to_matrix(q), q, G)[0],
+                               rtol=1e-12, atol=1e-13)
+    J = torch.func.jacrev(quat_to_matrix)(q.detach()[0])  # torch.func: the plain formula
+    torch.testing.assert_close(J, torch.func.jacfwd(quat_to_matrix)(q.detach()[0]), rtol=1e-12, atol=1e-14)
