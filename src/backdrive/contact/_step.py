@@ -53,9 +53,11 @@ def integrate_world(
     return _integrate_world_floating(q, v, a, dt)
 
 
-def _integrate_world_floating(q, v, a, dt):
+def _integrate_world_floating(q, v, a, dt, keep: bool = False):
     """:func:`integrate_world` of a floating base, plain operations (the
-    reference of :class:`_IntegrateWorld`, and its forward)."""
+    reference of :class:`_IntegrateWorld`, and its forward; ``keep`` also
+    returns the turn, the start-frame velocity ``lin`` and ``|quat0 turn|``
+    for its backward)."""
     v1 = torch.add(v, a, alpha=dt)
     quat0 = q[..., 3:7]
     lin0, omega0, omega1 = v[..., :3], v[..., 3:6], v1[..., 3:6]
@@ -63,10 +65,13 @@ def _integrate_world_floating(q, v, a, dt):
     lin = lin0 + dt * (a[..., :3] + torch.linalg.cross(omega0, lin0))
     turn = rotvec_to_quat(dt * omega1)
     quat1 = quat_multiply(quat0, turn)
-    quat1 = quat1 / torch.linalg.vector_norm(quat1, dim=-1, keepdim=True)
+    norm = torch.linalg.vector_norm(quat1, dim=-1, keepdim=True)
+    quat1 = quat1 / norm
     p1 = q[..., :3] + dt * quat_apply(quat0, lin)
     lin1 = quat_apply(quat_conjugate(turn), lin)
     q1 = torch.cat([p1, quat1, q[..., 7:] + dt * v1[..., 6:]], -1)
+    if keep:
+        return q1, torch.cat([lin1, v1[..., 3:]], -1), turn, lin, norm
     return q1, torch.cat([lin1, v1[..., 3:]], -1)
 
 
@@ -152,20 +157,20 @@ class _IntegrateWorld(torch.autograd.Function):
     def forward(ctx, q, v, a, dt):
         shape = torch.broadcast_shapes(q.shape[:-1], v.shape[:-1], a.shape[:-1])
         ctx.shape = shape
-        q1, v1 = _integrate_world_floating(*_expand(shape, q, v, a), dt)
+        q1, v1, turn, lin, norm = _integrate_world_floating(*_expand(shape, q, v, a), dt, keep=True)
         ctx.dt = dt
-        ctx.save_for_backward(q, v, a, q1, v1)
+        ctx.save_for_backward(q, v, a, q1, turn, lin, norm)
         return q1, v1
 
     @staticmethod
     def backward(ctx, gq1, gv1):
-        q_in, v_in, a_in, q1, vout = ctx.saved_tensors
+        q_in, v_in, a_in, q1, T, lin, nrm = ctx.saved_tensors
         dt = ctx.dt
         sq, sv, sa = q_in.shape, v_in.shape, a_in.shape
         if gq1 is None:
             gq1 = torch.zeros_like(q1)
         if gv1 is None:
-            gv1 = torch.zeros_like(vout)
+            gv1 = torch.zeros_like(v_in.expand(*ctx.shape, v_in.shape[-1]))
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
             with torch.enable_grad():
                 ins = [x if x.requires_grad else x.detach().requires_grad_(True) for x in (q_in, v_in, a_in)]
@@ -175,12 +180,7 @@ class _IntegrateWorld(torch.autograd.Function):
         q, v, a = _expand(ctx.shape, q_in, v_in, a_in)
         Q0 = q[..., 3:7]
         l0, o0 = v[..., :3], v[..., 3:6]
-        o1 = v[..., 3:6] + dt * a[..., 3:6]
-        r = dt * o1
-        T = rotvec_to_quat(r)
-        lin = l0 + dt * (a[..., :3] + torch.linalg.cross(o0, l0))
-        Qu = _qmul(Q0, T)
-        nrm = torch.linalg.vector_norm(Qu, dim=-1, keepdim=True)
+        r = dt * (v[..., 3:6] + dt * a[..., 3:6])
         Q1 = q1[..., 3:7]
         gp1, gQ1, gqj = gq1[..., :3], gq1[..., 3:7], gq1[..., 7:]
         glin1, gw1 = gv1[..., :3], gv1[..., 3:]
