@@ -391,6 +391,40 @@ def gradient_profile(robot: str, dt: float, T: int, batch: int, dtype: str, repe
     return {"forward_s": fwd, "record_s": rec, "backward_s": bwd, "ratio": (rec + bwd) / fwd, "nodes": nodes}
 
 
+def gradient_pieces(repeats: int = 15, calls: int = 200) -> dict:
+    """Forward + backward of one call, batch 1, float64, CPU seconds (minimum of
+    ``repeats`` interleaved repeats of ``calls`` calls): the floating-base
+    update and ``quat_to_matrix`` as their hand-written autograd Functions
+    and as the plain operations they replace."""
+    import torch
+
+    from backdrive.contact._step import _IntegrateWorld, _integrate_world_floating
+    from backdrive.spatial._quat import _QuatToMatrix, _quat_to_matrix
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 19, generator=g, dtype=torch.float64)
+    q[:, 3:7] /= q[:, 3:7].norm()
+    v = 0.1 * torch.randn(1, 18, generator=g, dtype=torch.float64)
+    a = torch.randn(1, 18, generator=g, dtype=torch.float64)
+    cases = {
+        "integrate_world, Function": (lambda q, v, a: _IntegrateWorld.apply(q, v, a, 4e-3), (q, v, a)),
+        "integrate_world, plain autograd": (lambda q, v, a: _integrate_world_floating(q, v, a, 4e-3), (q, v, a)),
+        "quat_to_matrix, Function": (_QuatToMatrix.apply, (q[:, 3:7],)),
+        "quat_to_matrix, plain autograd": (_quat_to_matrix, (q[:, 3:7],)),
+    }
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(repeats):
+        for k, (f, xs) in cases.items():
+            xs = [x.clone().requires_grad_(True) for x in xs]
+            c0 = time.process_time()
+            for _ in range(calls):
+                out = f(*xs)
+                out = out if isinstance(out, tuple) else (out,)
+                torch.autograd.backward(out, [torch.ones_like(o) for o in out])
+            best[k] = min(best[k], (time.process_time() - c0) / calls)
+    return best
+
+
 # ------------------------------------------------------- stable step sizes
 
 
@@ -772,6 +806,8 @@ def main(argv=None) -> None:
     ap.add_argument("--no-gradient", action="store_true")
     ap.add_argument("--gradient-profile", nargs="+", type=int, default=None, metavar="BATCH",
                     help="only the gradient's time split (forward, recording, backward) at these batch sizes")
+    ap.add_argument("--gradient-pieces", action="store_true",
+                    help="only the hand-written backward passes against plain autograd, one call each")
     ap.add_argument("--gradient-only", action="store_true",
                     help="only the rollout-gradient table (no step selection, no throughput)")
     ap.add_argument("--no-native", action="store_true", help="skip the rows of MuJoCo's default contact")
@@ -806,6 +842,12 @@ def main(argv=None) -> None:
     print(f"# Contact benchmark: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores, "
           f"MuJoCo {mujoco.__version__}, torch {tv}, {args.steps} steps per rollout, wall time, min of {repeats}; "
           f"{_load()} at the start; freed memory {'retained' if retained else 'not retained'}\n")
+    if args.gradient_pieces:
+        print("| piece, batch 1, float64 | forward + backward (us, CPU) |\n| --- | ---: |")
+        for k, t in gradient_pieces().items():
+            print(f"| {k} | {t * 1e6:.0f} |")
+        print(f"\n{_load()} at the end")
+        return
     if args.gradient_profile:
         print(f"## Rollout gradient: where the time goes ({args.steps} steps of {args.gradient_dt * 1e3:g} ms, "
               "CPU time of this process, one thread)\n")
