@@ -68,7 +68,10 @@ shared: quote ratios from one run, not absolute numbers.
 
 Run: ``python benchmarks/contact.py`` (``--quick`` for one repeat and the
 small batches only; ``--robots``, ``--batches``, ``--dtypes``, ``--threads``
-to narrow it). Prints markdown tables, with the load average at the start
+to narrow it; ``--gradient-only`` for the gradient table alone,
+``--gradient-profile 1 64 1024`` for the gradient's time split and autograd
+nodes per step at those batches, ``--gradient-pieces`` for the hand-written
+backward passes against plain autograd). Prints markdown tables, with the load average at the start
 and the end.
 """
 
