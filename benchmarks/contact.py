@@ -68,7 +68,10 @@ shared: quote ratios from one run, not absolute numbers.
 
 Run: ``python benchmarks/contact.py`` (``--quick`` for one repeat and the
 small batches only; ``--robots``, ``--batches``, ``--dtypes``, ``--threads``
-to narrow it). Prints markdown tables, with the load average at the start
+to narrow it; ``--gradient-only`` for the gradient table alone,
+``--gradient-profile 1 64 1024`` for the gradient's time split and autograd
+nodes per step at those batches, ``--gradient-pieces`` for the hand-written
+backward passes against plain autograd). Prints markdown tables, with the load average at the start
 and the end.
 """
 
@@ -334,6 +337,95 @@ def backdrive_gradient_runner(robot: str, dt: float, nstep: int, dtype: str = "f
         return out
 
     return forward, gradient
+
+
+def autograd_nodes(*outputs) -> int:
+    """Autograd nodes reachable from ``outputs`` (walks ``grad_fn.next_functions``)."""
+    seen, todo = set(), [o.grad_fn for o in outputs]
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        todo.extend(nf for nf, _ in f.next_functions)
+    return len(seen)
+
+
+def gradient_profile(robot: str, dt: float, T: int, batch: int, dtype: str, repeats: int) -> dict:
+    """Where the rollout gradient's time goes at one batch size: the ``T``-step
+    rollout without gradient, the same rollout recording the graph, and the
+    backward pass alone (CPU seconds of this process, minimum of ``repeats``,
+    interleaved), plus the autograd nodes of one step with ``q``, ``v`` and the
+    targets requiring grad. The batch's start states are the settled state with
+    ``JOINT_NOISE`` on the joint velocities; the targets those of the gradient
+    scenario, the same for every batch element; the scalar is summed over the batch."""
+    import torch
+
+    model = mc.build_model(robot, dt=dt, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
+    qpos, qvel, ctrl = settled_state(model, robot)
+    U = gradient_targets(model, ctrl, T, WIGGLE)
+    bd, _, step = _backdrive_setup(robot, dtype)
+    rng = np.random.default_rng(0)
+    qvels = np.repeat(qvel[None], batch, 0)
+    qvels[1:, 6:] += JOINT_NOISE * rng.standard_normal((batch - 1, qvel.shape[0] - 6))
+    q0, v0, Ub = to_backdrive_state(model, bd, np.repeat(qpos[None], batch, 0), qvels, U)
+
+    def rollout(targets):
+        q, v = q0, v0
+        for t in range(T):
+            q, v = step(q, v, targets[t], dt)
+        return (q[..., 2] + 0.1 * q[..., 0]).sum()
+
+    qn, vn, tn = q0.clone().requires_grad_(True), v0.clone().requires_grad_(True), Ub[0].clone().requires_grad_(True)
+    nodes = autograd_nodes(*step(qn, vn, tn, dt))
+    best = [float("inf")] * 3
+    for _ in range(max(repeats, 2) + 1):
+        c0 = time.process_time()
+        with torch.no_grad():
+            rollout(Ub)
+        c1 = time.process_time()
+        targets = Ub.clone().requires_grad_(True)
+        s = rollout(targets)
+        c2 = time.process_time()
+        torch.autograd.grad(s, targets)
+        c3 = time.process_time()
+        best = [min(b, x) for b, x in zip(best, (c1 - c0, c2 - c1, c3 - c2))]
+    fwd, rec, bwd = best
+    return {"forward_s": fwd, "record_s": rec, "backward_s": bwd, "ratio": (rec + bwd) / fwd, "nodes": nodes}
+
+
+def gradient_pieces(repeats: int = 15, calls: int = 200) -> dict:
+    """Forward + backward of one call, batch 1, float64, CPU seconds (minimum of
+    ``repeats`` interleaved repeats of ``calls`` calls): the floating-base
+    update and ``quat_to_matrix`` as their hand-written autograd Functions
+    and as the plain operations they replace."""
+    import torch
+
+    from backdrive.contact._step import _IntegrateWorld, _integrate_world_floating
+    from backdrive.spatial._quat import _QuatToMatrix, _quat_to_matrix
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 19, generator=g, dtype=torch.float64)
+    q[:, 3:7] /= q[:, 3:7].norm()
+    v = 0.1 * torch.randn(1, 18, generator=g, dtype=torch.float64)
+    a = torch.randn(1, 18, generator=g, dtype=torch.float64)
+    cases = {
+        "integrate_world, Function": (lambda q, v, a: _IntegrateWorld.apply(q, v, a, 4e-3), (q, v, a)),
+        "integrate_world, plain autograd": (lambda q, v, a: _integrate_world_floating(q, v, a, 4e-3), (q, v, a)),
+        "quat_to_matrix, Function": (_QuatToMatrix.apply, (q[:, 3:7],)),
+        "quat_to_matrix, plain autograd": (_quat_to_matrix, (q[:, 3:7],)),
+    }
+    best = dict.fromkeys(cases, float("inf"))
+    for _ in range(repeats):
+        for k, (f, xs) in cases.items():
+            xs = [x.clone().requires_grad_(True) for x in xs]
+            c0 = time.process_time()
+            for _ in range(calls):
+                out = f(*xs)
+                out = out if isinstance(out, tuple) else (out,)
+                torch.autograd.backward(out, [torch.ones_like(o) for o in out])
+            best[k] = min(best[k], (time.process_time() - c0) / calls)
+    return best
 
 
 # ------------------------------------------------------- stable step sizes
@@ -715,6 +807,12 @@ def main(argv=None) -> None:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="backdrive's torch threads")
     ap.add_argument("--no-gradient", action="store_true")
+    ap.add_argument("--gradient-profile", nargs="+", type=int, default=None, metavar="BATCH",
+                    help="only the gradient's time split (forward, recording, backward) at these batch sizes")
+    ap.add_argument("--gradient-pieces", action="store_true",
+                    help="only the hand-written backward passes against plain autograd, one call each")
+    ap.add_argument("--gradient-only", action="store_true",
+                    help="only the rollout-gradient table (no step selection, no throughput)")
     ap.add_argument("--no-native", action="store_true", help="skip the rows of MuJoCo's default contact")
     ap.add_argument("--no-retain", action="store_true",
                     help="do not call backdrive.runtime.retain_freed_memory() (large batches then page-fault)")
@@ -747,8 +845,28 @@ def main(argv=None) -> None:
     print(f"# Contact benchmark: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores, "
           f"MuJoCo {mujoco.__version__}, torch {tv}, {args.steps} steps per rollout, wall time, min of {repeats}; "
           f"{_load()} at the start; freed memory {'retained' if retained else 'not retained'}\n")
+    if args.gradient_pieces:
+        print("| piece, batch 1, float64 | forward + backward (us, CPU) |\n| --- | ---: |")
+        for k, t in gradient_pieces().items():
+            print(f"| {k} | {t * 1e6:.0f} |")
+        print(f"\n{_load()} at the end")
+        return
+    if args.gradient_profile:
+        print(f"## Rollout gradient: where the time goes ({args.steps} steps of {args.gradient_dt * 1e3:g} ms, "
+              "CPU time of this process, one thread)\n")
+        print("| robot | dtype | batch | forward, no grad (ms) | forward recording (ms) | backward (ms) "
+              "| gradient / forward | autograd nodes per step |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for robot in args.robots:
+            for d in args.dtypes:
+                for b in args.gradient_profile:
+                    r = gradient_profile(robot, args.gradient_dt, args.steps, b, d, repeats)
+                    print(f"| {robot} | {d} | {b} | {r['forward_s'] * 1e3:.1f} | {r['record_s'] * 1e3:.1f} | "
+                          f"{r['backward_s'] * 1e3:.1f} | {r['ratio']:.2f}x | {r['nodes']} |", flush=True)
+        print(f"\n{_load()} at the end")
+        return
     summary = []
-    for robot in args.robots:
+    for robot in ([] if args.gradient_only else args.robots):
         if args.mujoco_dt and args.backdrive_dt:
             steps = {"mujoco": args.mujoco_dt, "mujoco_native": args.mujoco_dt,
                      **{f"backdrive_{d}": args.backdrive_dt for d in args.dtypes}}
