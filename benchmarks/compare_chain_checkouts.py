@@ -14,10 +14,7 @@ new/old.
     python benchmarks/compare_chain_checkouts.py OLD_SRC NEW_SRC 1,64,256,1000,10000
 """
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -25,13 +22,10 @@ import torch
 torch.set_num_threads(1)
 OLD, NEW = sys.argv[1], sys.argv[2]
 batches = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "1,64,256,1000,10000").split(",")]
-_tmp = tempfile.mkdtemp()
-for name, src in (("bdold", OLD), ("bdnew", NEW)):
-    dst = os.path.join(_tmp, name)
-    shutil.copytree(os.path.join(src, "backdrive"), dst)
-    subprocess.run(["bash", "-c", f"grep -rl backdrive {dst} --include=*.py | xargs sed -i -E "
-                    f"'s/^(\\s*)(from|import) backdrive([. ])/\\1\\2 {name}\\3/'"], check=True)
-sys.path.insert(0, _tmp)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checkouts import import_pair  # noqa: E402
+
+import_pair(OLD, NEW)
 import bdnew  # noqa: E402
 import bdold  # noqa: E402
 from bdnew.kinematics import DifferentiableIKCfg as CfgN  # noqa: E402

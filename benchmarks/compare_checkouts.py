@@ -12,20 +12,16 @@ Robots: ``BD_ROBOTS`` (comma-separated, default ``panda,quadruped``; ``g1``
 is example-robot-data's G1, floating); dtypes: ``BD_DTYPES`` (default
 ``float32,float64``); time per row: ``BD_SECONDS`` (default 0.6).
 """
-import os, shutil, subprocess, tempfile
+import os
 import sys, time
 import torch
 
 torch.set_num_threads(1)
 OLD, NEW = sys.argv[1], sys.argv[2]
-_tmp = tempfile.mkdtemp()
-for name, src in (("bdold", OLD), ("bdnew", NEW)):
-    dst = os.path.join(_tmp, name)
-    shutil.copytree(os.path.join(src, "backdrive"), dst)
-    # The few absolute imports inside the package.
-    subprocess.run(["bash", "-c", f"grep -rl backdrive {dst} --include=*.py | xargs sed -i -E "
-                    f"'s/^(\\s*)(from|import) backdrive([. ])/\\1\\2 {name}\\3/'"], check=True)
-sys.path.insert(0, _tmp)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checkouts import import_pair  # noqa: E402
+
+import_pair(OLD, NEW)
 import bdold, bdnew
 import bdold.dynamics as Do, bdnew.dynamics as Dn, bdold.kinematics as Ko, bdnew.kinematics as Kn
 from bdold.data import load as lo

@@ -15,10 +15,7 @@ two gradients.
 
 import importlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,14 +30,9 @@ OLD, NEW = sys.argv[1], sys.argv[2]
 robot = sys.argv[3] if len(sys.argv) > 3 else "quadruped"
 dtype = sys.argv[4] if len(sys.argv) > 4 else "float64"
 repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 5
-_tmp = tempfile.mkdtemp()
-for name, src in (("bdold", OLD), ("bdnew", NEW)):
-    dst = os.path.join(_tmp, name)
-    shutil.copytree(os.path.join(src, "backdrive"), dst, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run(["bash", "-c", f"grep -rl backdrive {dst} --include=*.py | xargs sed -i -E "
-                    f"'s/^(\\s*)(from|import) backdrive([. ])/\\1\\2 {name}\\3/; s/files\\(\"backdrive.data\"\\)/files(\"{name}.data\")/'"],
-                   check=True)
-sys.path.insert(0, _tmp)
+from _checkouts import import_pair  # noqa: E402
+
+import_pair(OLD, NEW)
 
 dt, T = 4e-3, 100
 model = mc.build_model(robot, dt=dt, integrator=cb.INTEGRATOR, stiction_width=cb.CONTACT["stiction_width"])
