@@ -133,3 +133,20 @@ def test_reference_single_body_and_empty_batches(floating):
     tree = RobotModel.from_urdf(random_tree_urdf(0), floating_base=floating)
     qt = tree.random_q(2).reshape(2, 1, -1)[:, :0]
     assert _fk.body_transforms_reference(tree, qt)[1].shape == (2, 0, tree.num_bodies, 3)
+
+
+@pytest.mark.parametrize("path", ["reference", "fast"])
+def test_wound_up_joint_angles_keep_their_sine_and_cosine(path):
+    """A revolute joint wound up to 1e6 and 1e30 rad: each path's rotation has
+    the sine and cosine of the angle itself (a cosine taken as sin(a + pi/2)
+    would be off by ulp(a): the whole cosine at 1e30)."""
+    from backdrive.data import load
+
+    robot = load("pendulum")
+    q = torch.tensor([[1e6], [1e30], [0.5]], dtype=torch.float64)
+    with use_path(path):
+        R, _ = _fk.body_transforms(robot, q)
+    c = torch.cos(q[:, 0])
+    R1 = R[:, -1]
+    # The pendulum's hinge turns about one axis: the rotation's trace is 1 + 2 cos.
+    torch.testing.assert_close(R1.diagonal(dim1=-2, dim2=-1).sum(-1), 1 + 2 * c, atol=1e-12, rtol=0)

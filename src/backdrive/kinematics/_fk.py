@@ -140,7 +140,6 @@ def _build_jump(model: RobotModel, pl, Rpl, A, B, Raxis, is_pri) -> dict:
         "jump_perm": None if sched.sorted else mperm,
         "jump_base": base.reshape(n, 16, 1).contiguous(),
         "jump_coef": torch.stack(coef, 1).reshape(n, len(coef), 16).transpose(1, 2).contiguous(),
-        "jump_phase": torch.tensor([[0.0], [torch.pi / 2]], dtype=model.dtype, device=model.device),
         "jump_eye": torch.eye(4, dtype=model.dtype, device=model.device).reshape(1, 1, 16),
         "jump_rounds": tuple(rounds),
         "jump_is_rev": (1.0 - is_pri).index_select(0, mperm),
@@ -257,7 +256,9 @@ def body_transforms_reference(model: RobotModel, q: torch.Tensor) -> tuple[torch
         if c["jump_perm"] is not None:
             theta = theta.index_select(0, c["jump_perm"])  # level order
         ang = theta * c["jump_is_rev"][:, None] if c["has_pri"] else theta
-        coef = torch.sin(ang[:, None, :] + c["jump_phase"])  # (nb - 1, 2, N): sin, cos
+        # sin and cos each from the angle itself: sin(a + pi/2) as the cosine
+        # loses ulp(a) of accuracy (all of it for a wound-up joint at 1e16 rad).
+        coef = torch.stack([torch.sin(ang), torch.cos(ang)], 1)  # (nb - 1, 2, N): sin, cos
         if c["has_pri"]:
             coef = torch.cat([coef, (theta * c["jump_is_pri"][:, None])[:, None, :]], 1)
         # (nb - 1, 16, N): one small product per body, batched over the bodies.
