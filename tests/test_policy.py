@@ -396,17 +396,23 @@ def test_cartpole_preset_settings_are_accepted_and_count_steps():
 DATA = __import__("pathlib").Path(__file__).parent / "data" / "policy"
 
 
-def test_checkpoint_of_the_single_module_trainer_loads_and_resumes_bit_for_bit():
+def test_checkpoint_of_the_single_module_trainer_loads_and_resumes_to_float32_rounding():
     # shac_v1.pt was written by optim/_policy.py before it became a package
     # (tests/data/policy/README.md); the expected values come from that code.
     expected = torch.load(DATA / "shac_v1_expected.pt", weights_only=True)
     policy = load_policy(DATA / "shac_v1.pt")
+    # The expected values were written on another CPU: float32 matrix products
+    # may round differently across instruction sets, so compare to float32
+    # rounding here (exact resume on one machine: test_checkpoint_resume_is_exact).
     with torch.no_grad():
-        assert torch.equal(policy(expected["obs"]), expected["actions"])
+        torch.testing.assert_close(policy(expected["obs"]), expected["actions"], rtol=1e-6, atol=1e-6)
     # resume without repeating the settings: the checkpoint's are used
     trainer = train_policy(Pendulum(2, max_episode_steps=16), updates=4, resume=DATA / "shac_v1.pt")
     assert trainer.config.hidden == (8,) and trainer.config.seed == 5 and trainer.updates_done == 4
-    assert _same(_params(trainer.policy), expected["policy_after_4"])
+    got, want = _params(trainer.policy), expected["policy_after_4"]
+    assert got.keys() == want.keys()
+    for k in got:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
     # given settings must still match the checkpoint's
     with pytest.raises(PolicyConfigError, match="horizon: checkpoint 4 vs now 8"):
         train_policy(Pendulum(2, max_episode_steps=16), updates=4, resume=DATA / "shac_v1.pt", horizon=8,
