@@ -54,7 +54,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> None:
     [
         (_panda, torch.float32, 1e-5),
         (_panda, torch.float64, 1e-12),
-        (_quadruped, torch.float32, 1e-4),
+        # 2e-4 measured after the reference FK's sine/cosine change (rounding only).
+        (_quadruped, torch.float32, 3e-4),
         (_quadruped, torch.float64, 1e-12),
     ],
     ids=["panda-f32", "panda-f64", "quadruped-f32", "quadruped-f64"],
