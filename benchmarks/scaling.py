@@ -40,6 +40,7 @@ published bandwidths used for GPU and multi-node estimates.
     python benchmarks/scaling.py --env cartpole --num-envs 256 --updates 20
     python benchmarks/scaling.py --device auto --procs 1 2 4 8  # one GPU per process (nccl)
     python benchmarks/scaling.py --compile-step --compile-batches 64 1024   # compile_step vs eager, one process
+    python benchmarks/scaling.py --compile-env --compile-batches 64 --compile-reps 10  # QuadrupedWalk(compile=True)
 
 Every process runs one torch thread (``OMP_NUM_THREADS=1``), so 2 processes
 use 2 cores where 1 process uses 1: on a shared machine the ratio is only
@@ -321,6 +322,82 @@ def compile_step_bench(args) -> None:
             (out / "compile_step.json").write_text(json.dumps(rows, indent=1))
 
 
+def compile_env_bench(args) -> None:
+    """``QuadrupedWalk(compile=...)`` against the eager env: one env step (4 contact substeps), forward and gradient.
+
+    The ``quadruped_walk_shac`` preset's env at each ``--compile-batches``
+    batch, built twice (eager, and compiled with ``--compile-backend``),
+    reset with the same seed. Per pass (forward without grad; forward and
+    the backward pass of a weighted sum of the next state to the action):
+    the first compiled call's CPU and wall seconds (the compilation), the
+    largest difference of the next states (relative to the largest entry)
+    and of the action gradients, then ``--compile-reps`` interleaved eager
+    and compiled calls from the same state (CPU seconds, one torch thread);
+    medians and their ratio. Rows go to ``--out``/compile_env.json as they
+    are measured.
+    """
+    torch.set_num_threads(1)
+    preset = _preset("quadruped")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    dtype = {"float32": torch.float32, "float64": torch.float64}[args.dtype]
+    for batch in args.compile_batches:
+        kw = {**preset.env_kwargs, "num_envs": batch, "dtype": dtype, "device": _device(args.device)}
+        eager_env, env = preset.env_type(**kw), preset.env_type(**kw, compile=args.compile_backend)
+        eager_env.reset(seed=0)
+        env.reset(seed=0)
+        state = eager_env.state.clone()
+        g = torch.Generator().manual_seed(0)
+        action = (0.5 * torch.randn(batch, 12, generator=g, dtype=dtype)).to(state.device)
+        w = torch.randn(state.shape, generator=g, dtype=dtype).to(state.device)
+        for grad in (False, True):
+
+            def run(e):
+                a = action.clone().requires_grad_(grad)
+                with torch.set_grad_enabled(grad):
+                    s1 = e.transition(state, a)
+                    ga = torch.autograd.grad((s1 * w).sum(), a)[0] if grad else None
+                return s1.detach(), ga
+
+            def timed(e):
+                _sync(state.device)
+                t0 = time.process_time()
+                run(e)
+                _sync(state.device)
+                return time.process_time() - t0
+
+            timed(eager_env)
+            t0, c0 = time.perf_counter(), time.process_time()
+            got = run(env)
+            compile_wall, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
+            ref = run(eager_env)
+            finite = torch.isfinite(ref[0]).all(-1) & torch.isfinite(got[0]).all(-1)
+            rel = float((got[0] - ref[0])[finite].abs().max() / ref[0][finite].abs().max())
+            grel = float((got[1] - ref[1]).abs().max() / ref[1].abs().max()) if grad else None
+            eager, compiled = [], []
+            for _ in range(args.compile_reps):
+                eager.append(timed(eager_env))
+                compiled.append(timed(env))
+            row = {
+                "batch": batch, "dtype": args.dtype, "backward": grad, "backend": args.compile_backend,
+                "compiled": env.compiled_step.compiled, "eager_reason": env.compiled_step.eager_reason,
+                "compile_wall_s": compile_wall, "compile_cpu_s": compile_cpu,
+                "eager_s": statistics.median(eager), "compiled_s": statistics.median(compiled),
+                "state_rel_diff": rel, "grad_rel_diff": grel, "finite_copies": int(finite.sum()),
+                "load_average": os.getloadavg()[0],
+            }
+            row["compiled_over_eager"] = row["compiled_s"] / row["eager_s"]
+            rows.append(row)
+            print(f"QuadrupedWalk env step, batch {batch} {args.dtype} {'forward+gradient' if grad else 'forward'}: "
+                  f"eager {row['eager_s'] * 1e3:.1f} ms, compiled {row['compiled_s'] * 1e3:.1f} ms (ratio "
+                  f"{row['compiled_over_eager']:.2f}; compiled={row['compiled']}), first compiled call "
+                  f"{compile_cpu:.0f} CPU s ({compile_wall:.0f} s wall), next state {rel:.1e} of the largest "
+                  f"entry" + (f", action gradient {grel:.1e}" if grad else "") + f", load {row['load_average']:.1f}",
+                  flush=True)
+            (out / "compile_env.json").write_text(json.dumps(rows, indent=1))
+
+
 # ------------------------------------------------------------------ parent
 def _launch(args, nproc: int, out: Path) -> dict:
     result = out / f"scaling_{args.env}_{nproc}p.json"
@@ -381,6 +458,8 @@ def main() -> None:
     ap.add_argument("--out", default="outputs/scaling")
     ap.add_argument("--compile-step", action="store_true",
                     help="instead: eager vs compile_step on the quadruped's contact step (one process)")
+    ap.add_argument("--compile-env", action="store_true",
+                    help="instead: QuadrupedWalk(compile=...) vs the eager env, one env step (one process)")
     ap.add_argument("--compile-batches", type=int, nargs="+", default=[64, 1024])
     ap.add_argument("--compile-reps", type=int, default=15)
     ap.add_argument("--compile-backend", default="inductor")
@@ -393,6 +472,9 @@ def main() -> None:
         return
     if args.compile_step:
         compile_step_bench(args)
+        return
+    if args.compile_env:
+        compile_env_bench(args)
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -167,3 +167,77 @@ def test_bad_arguments_are_named():
     q, v, u = _state(sim, 2)
     with pytest.raises(InputError, match="control must have shape"):
         step(State(q, v), u[:, :0])
+
+
+# ------------------------------------------------ QuadrupedWalk(compile=...)
+def _walk_pair(batch, **kw):
+    from backdrive.envs import QuadrupedWalk
+
+    settings = dict(privileged=True, gait_frequency=3.0, dtype=torch.float64)
+    eager, compiled = QuadrupedWalk(batch, **settings), QuadrupedWalk(batch, **settings, **kw)
+    eager.reset(seed=1)
+    compiled.reset(seed=1)
+    return eager, compiled
+
+
+def test_quadruped_walk_steps_through_the_compiled_step():
+    # Dynamo traces the env's contact substep into one graph (fullgraph) and
+    # the "eager" backend runs it with torch's own kernels: this checks the
+    # env's wiring (the compiled step is what steps the batch, with its
+    # effort, normal force and slip velocity) in seconds. Inductor's code for
+    # the same step is compared with the eager step by the tests above (on a
+    # smaller robot: minutes for this one) and in benchmarks/scaling.py
+    # --compile-env.
+    from backdrive.sim import CompiledStep
+
+    eager, env = _walk_pair(4, compile="eager")
+    assert isinstance(env.compiled_step, CompiledStep) and eager.compiled_step is None
+    (rows, stepper), = env._simulators(env.split(env.state))
+    assert rows is None and stepper is env.compiled_step
+    a = (0.5 * torch.randn(4, 12, generator=torch.Generator().manual_seed(0), dtype=torch.float64)).requires_grad_()
+    w = torch.randn(4, env.state_dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="compile_step")  # a fallback would make this trivial
+        s_c = env.transition(env.state, a)
+        s_c2 = env.transition(s_c, a)  # a state with a graph: the same compiled graph
+    s_e = eager.transition(eager.state, a)
+    s_e2 = eager.transition(s_e, a)
+    assert env.compiled_step.compiled
+    assert len(env.compiled_step._ready) == 1  # one graph for both grad patterns of the state
+    torch.testing.assert_close(s_c2, s_e2, rtol=1e-12, atol=1e-12)
+    assert (s_e2[:, :19] - eager.state[:, :19]).abs().max() > 1e-3  # it moved
+    g_c, = torch.autograd.grad((s_c2 * w).sum(), a)
+    g_e, = torch.autograd.grad((s_e2 * w).sum(), a)
+    assert g_e.abs().max() > 1.0
+    torch.testing.assert_close(g_c, g_e, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(env._aux["effort2"], eager._aux["effort2"], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(env._aux["slip2"], eager._aux["slip2"], rtol=1e-12, atol=1e-12)
+
+
+def test_quadruped_walk_compile_falls_back_without_a_compiler(monkeypatch):
+    import backdrive.sim._compile as mod
+
+    def unavailable(device, backend):
+        raise CompilerUnavailableError("no C++ compiler here")
+
+    monkeypatch.setattr(mod, "_check_compiler", unavailable)
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler here.*runs eagerly"):
+        eager, env = _walk_pair(3, compile=True)
+    assert not env.compiled_step.compiled
+    a = 0.3 * torch.ones(3, 12, dtype=torch.float64)
+    assert torch.equal(env.transition(env.state, a), eager.transition(eager.state, a))
+
+
+def test_compile_options_are_checked():
+    from backdrive.envs import QuadrupedWalk
+
+    for bad in (3, "", None):
+        with pytest.raises(InputError, match="compile must be True, False or a torch.compile backend name"):
+            QuadrupedWalk(1, compile=bad)
+    sim = _sim(torch.float64)
+    with pytest.raises(InputError, match="unknown ContactResult fields"):
+        compile_step(sim, contact_record=("normal_force", "nope"))
+    with pytest.raises(InputError, match="contact_record must be a tuple"):
+        compile_step(sim, contact_record="normal_force")
+    with pytest.raises(InputError, match="needs a simulator with contact"):
+        compile_step(sim.replace(contact=None), contact_record=("normal_force",))

@@ -242,6 +242,13 @@ class QuadrupedWalk(DiffEnv):
         gait_frequency: Hz of the trot generator (0: off).
         gait_amplitude: rad of thigh lift of the trot generator.
         max_episode_steps: truncation length.
+        compile: step the physics through :func:`backdrive.sim.compile_step`
+            (``torch.compile`` of the contact step, with its eager fallback):
+            ``False`` (default), ``True`` (inductor) or a ``torch.compile``
+            backend name. Compiled once per batch size, dtype and grad mode
+            (minutes on a CPU); applies to nominal physics (with
+            randomised friction, stiffness or base mass those steps run
+            eagerly). ``docs/scaling.md``, *The per-step cost*, has its cost.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
 
@@ -266,6 +273,7 @@ class QuadrupedWalk(DiffEnv):
         gait_frequency: float = 0.0,
         gait_amplitude: float = 0.25,
         max_episode_steps: int = 500,
+        compile: bool | str = False,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
         autoreset: bool = True,
@@ -309,6 +317,8 @@ class QuadrupedWalk(DiffEnv):
                 raise InputError(f"{k} must be a positive int, got {x!r}")
         if randomization is not None and not isinstance(randomization, Randomization):
             raise InputError(f"randomization must be a Randomization or None, got {type(randomization).__name__}")
+        if not isinstance(compile, (bool, str)) or compile == "":
+            raise InputError(f"compile must be True, False or a torch.compile backend name, got {compile!r}")
 
         ranges = parse_command_ranges(command_ranges, COMMAND_RANGES)
         weights = parse_reward_weights(reward_weights, REWARD_WEIGHTS)
@@ -356,6 +366,13 @@ class QuadrupedWalk(DiffEnv):
         self._Simulator = Simulator
         self.contact = ContactModel(robot, self.geometry, params=self.nominal_contact)
         self.sim = Simulator(robot, self.physics_dt, actuator=self._actuator, contact=self.contact)
+        #: The compiled step of :attr:`sim` (``compile=``), or ``None``.
+        self.compiled_step = None
+        if compile:
+            from ..sim import compile_step
+
+            self.compiled_step = compile_step(self.sim, backend="inductor" if compile is True else compile,
+                                              contact_record=("normal_force", "slip_velocity"))
         # One robot per base-mass factor (Randomization.base_mass): the
         # dynamics take one mass per link for the whole batch.
         levels = (1.0,) if randomization is None or randomization.base_mass is None else randomization.base_mass
@@ -482,7 +499,9 @@ class QuadrupedWalk(DiffEnv):
         out = []
         for rows, robot in groups:
             if not per_copy_contact and robot is self.robot:
-                out.append((rows, self.sim))
+                # The compiled step for the whole batch (one shape: one graph).
+                compiled = rows is None and self.compiled_step is not None
+                out.append((rows, self.compiled_step if compiled else self.sim))
                 continue
             params = self.nominal_contact
             if per_copy_contact:
@@ -497,11 +516,14 @@ class QuadrupedWalk(DiffEnv):
     @staticmethod
     def _substep(groups, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor):
         """One physics step of every copy: ``(q, v, effort, normal force, slip velocity)``."""
-        from ..sim import State
+        from ..sim import Simulator, State
 
         outs = []
         for rows, sim in groups:
             qs, vs, us = (q, v, u) if rows is None else (q[rows], v[rows], u[rows])
+            if not isinstance(sim, Simulator):  # a CompiledStep (QuadrupedWalk(compile=...))
+                outs.append(sim.advance(qs, vs, us))
+                continue
             traj = sim.rollout(State(qs, vs), us[:, None, :], check_finite=False)
             outs.append((traj.q[:, -1], traj.v[:, -1], traj.effort[:, -1], traj.contact.normal_force[:, -1],
                          traj.contact.slip_velocity[:, -1]))

@@ -19,16 +19,20 @@ class CompiledStep:
     """``Simulator.step`` as one ``torch.compile`` graph; built by :func:`compile_step`.
 
     Call it as ``step(state, control)``: the same arguments and result as
-    ``sim.step(state, control)``. Attributes: ``simulator``, ``backend``,
-    ``mode``, ``fallback``; :attr:`eager_reason` says why calls run eagerly
-    (``None`` while they run compiled).
+    ``sim.step(state, control)``; :meth:`advance` also gives the effort and
+    contact fields, without checks (for an env's hot loop). Attributes:
+    ``simulator``, ``backend``, ``mode``, ``fallback``, ``contact_record``;
+    :attr:`eager_reason` says why calls run eagerly (``None`` while they run
+    compiled).
     """
 
-    def __init__(self, sim: Simulator, backend, mode: str | None, fallback: bool) -> None:
+    def __init__(self, sim: Simulator, backend, mode: str | None, fallback: bool, contact_record=()) -> None:
         self.simulator = sim
         self.backend = backend
         self.mode = mode
         self.fallback = fallback
+        #: The contact-result fields :meth:`advance` returns besides the state and effort.
+        self.contact_record: tuple[str, ...] = tuple(contact_record)
         #: Why this step runs eagerly (``None``: compiled). Set by the first failure.
         self.eager_reason: str | None = None
         try:
@@ -39,11 +43,13 @@ class CompiledStep:
                 raise
             self._give_up(str(exc))
 
+        record = self.contact_record
+
         def traced(q, v, u):
             if sim.contact is not None:
-                q1, v1, effort, _ = sim._advance_contact(q, v, u)
-            else:
-                q1, v1, effort = sim._advance(q, v, u)
+                q1, v1, effort, res = sim._advance_contact(q, v, u)
+                return (q1, v1, effort, *(getattr(res, f) for f in record))
+            q1, v1, effort = sim._advance(q, v, u)
             return q1, v1, effort
 
         self._eager = traced
@@ -101,14 +107,34 @@ class CompiledStep:
             )
         return State(q1, v1)
 
-    def _run(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor):
+    def advance(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One step of batched arrays without checks: ``(q1, v1, effort, *record)``.
+
+        ``q (..., nq)``, ``v (..., nv)``, ``u (..., nu)`` of one batch shape;
+        ``record`` the contact-result fields named by ``contact_record`` (with
+        contact), as :meth:`Simulator.rollout` would store them for this step.
+        No finiteness check and no host synchronisation: what an env's hot
+        loop calls (``QuadrupedWalk(compile=True)``).
+        """
+        q, v, u = self.simulator._prepare(q, v, u, time_axis=False)
+        return self._run(q, v, u, full=True)
+
+    def _run(self, q: torch.Tensor, v: torch.Tensor, u: torch.Tensor, full: bool = False):
+        n = None if full else 2
         if self._compiled is None:
-            return self._eager(q, v, u)[:2]
+            return tuple(self._eager(q, v, u)[:n])
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (q, v, u)):
+            # One graph for every grad pattern of the state: an input that
+            # needs no gradient enters as a new leaf that asks for one (the
+            # same values; its gradient, computed by the backward graph, is
+            # dropped). Otherwise the first step of every window (a detached
+            # state, controls with a graph) would compile a graph of its own.
+            q, v, u = (x if x.requires_grad else x.detach().requires_grad_() for x in (q, v, u))
         params = _parameters(self.simulator)
         key = (torch.is_grad_enabled(),) + tuple((x.shape, x.dtype, x.device, x.requires_grad) for x in (q, v, u))
         key += tuple(p.requires_grad for p in params)
         if key in self._ready:
-            return self._compiled(q, v, u)[:2]
+            return tuple(self._compiled(q, v, u)[:n])
         # First call with this layout: one eager pass builds the model's
         # cached constants (topology, level plans: Python code with .tolist())
         # outside the traced region, and shows that the inputs can be
@@ -122,9 +148,9 @@ class CompiledStep:
                 raise CompilerUnavailableError(f"torch.compile failed on the simulation step: {_describe(exc)}") from exc
             self._give_up(_describe(exc))
             self._compiled = None
-            return eager[:2]
+            return tuple(eager[:n])
         self._ready.add(key)
-        return out[:2]
+        return tuple(out[:n])
 
     def __repr__(self) -> str:
         state = "compiled" if self.compiled else f"eager ({self.eager_reason})"
@@ -171,6 +197,7 @@ def compile_step(
     backend: str | Callable = "inductor",
     mode: str | None = None,
     fallback: bool = True,
+    contact_record=(),
 ) -> CompiledStep:
     """``sim.step`` compiled by ``torch.compile``, falling back to eager code when it cannot be.
 
@@ -206,6 +233,10 @@ def compile_step(
         backend, mode: passed to ``torch.compile`` (``backend`` may be a
             callable backend).
         fallback: run eagerly, with a warning, when compilation fails.
+        contact_record: with contact, the :class:`~backdrive.contact.ContactResult`
+            fields (e.g. ``("normal_force", "slip_velocity")``) that
+            :meth:`CompiledStep.advance` returns after the state and the
+            effort, computed inside the same graph. ``()`` (default): none.
 
     Returns:
         A :class:`CompiledStep`.
@@ -220,4 +251,10 @@ def compile_step(
         raise InputError(f"fallback must be True or False, got {fallback!r}")
     if not (isinstance(backend, str) or callable(backend)):
         raise InputError(f"backend must be a torch.compile backend name or callable, got {backend!r}")
-    return CompiledStep(sim, backend, mode, fallback)
+    if isinstance(contact_record, str) or not isinstance(contact_record, (tuple, list)):
+        raise InputError(f"contact_record must be a tuple of ContactResult field names, got {contact_record!r}")
+    if contact_record:
+        if sim.contact is None:
+            raise InputError("contact_record needs a simulator with contact (sim.contact is None)")
+        sim._contact_fields(tuple(contact_record))  # names each unknown field
+    return CompiledStep(sim, backend, mode, fallback, tuple(contact_record))
