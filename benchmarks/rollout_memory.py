@@ -52,6 +52,7 @@ Usage::
     PYTHONPATH=src python benchmarks/rollout_memory.py --only-record  # only the rows without the contact record
     PYTHONPATH=src python benchmarks/rollout_memory.py --quick    # small sizes, a smoke run
     PYTHONPATH=src python benchmarks/rollout_memory.py --saved    # saved-tensor bytes per step
+    PYTHONPATH=src python benchmarks/rollout_memory.py --breakdown --batch 64 --steps 800  # what grows, stage by stage
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def one(spec: dict) -> dict:
     """Measure one configuration in this (fresh) process."""
     torch.set_num_threads(1)
     dtype = getattr(torch, spec.get("dtype", "float32"))
+    if spec["kind"] == "breakdown":
+        return breakdown_one(spec)
     if spec["kind"] == "rollout":
         if spec.get("impl") == "torch.utils.checkpoint":
             # The implementation before _RecomputedWindow, kept as the fallback
@@ -197,6 +200,95 @@ def saved_bytes() -> None:
             )
 
 
+def _live_bytes() -> int:
+    """Bytes glibc's malloc has handed out and not taken back (heap in use + mmapped chunks).
+
+    Exact at the moment it is read, unlike the resident set, which also
+    counts freed memory the allocator keeps (``mallinfo2``, glibc >= 2.33).
+    """
+    import ctypes
+
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    m = libc.mallinfo2()
+    return m.uordblks + m.hblkhd
+
+
+def breakdown_one(spec: dict) -> dict:
+    """Live bytes at the stages of one checkpointed rollout's forward and backward pass (this process).
+
+    Sampled with :func:`_live_bytes`: after the controls are made, at the
+    end of every window and stacking (the forward peak), after the
+    rollout, when the loss's gradient of the stored configurations arrives,
+    before and after every window's backward (the backward peak) and at the
+    end. A window's internals (its recomputation inside the backward) do not
+    grow with the horizon, so two horizons give the per-step growth of each.
+    """
+    from backdrive.sim import State
+    from backdrive.sim import _simulator as simmod
+
+    torch.set_num_threads(1)
+    sim, q0, v0, qj = quadruped(torch.float32)
+    rollout_gradient(sim, q0, v0, qj, 2, 4, 2, False)
+    B, T, k = spec["B"], spec["T"], spec["k"]
+    peak = [0]
+    fn_backward, window, stack = simmod._RecomputedWindow.backward, simmod.Simulator._window, torch.stack
+
+    def sampled(f):
+        def g(*a, **kw):
+            out = f(*a, **kw)
+            peak[0] = max(peak[0], _live_bytes())
+            return out
+        return g
+
+    def backward(ctx, *grads):
+        peak[0] = max(peak[0], _live_bytes())
+        return sampled(fn_backward)(ctx, *grads)
+
+    simmod._RecomputedWindow.backward = staticmethod(backward)
+    simmod.Simulator._window = sampled(window)
+    torch.stack = sampled(stack)
+    marks = {"base": _live_bytes()}
+    t = torch.arange(T, dtype=qj.dtype)[:, None]
+    U = (qj + 0.1 * torch.sin(2 * torch.pi * t * sim.dt / 0.25)).expand(B, T, 12).clone().requires_grad_()
+    marks["controls"] = _live_bytes()
+    traj = sim.rollout(State(q0, v0), U, checkpoint_every=k, contact_record=False)
+    marks["after the rollout"] = _live_bytes()
+    marks["forward peak"], peak[0] = peak[0], 0
+    loss = traj.q[..., 2].mean(-1).sum() + traj.q[..., -1, :3].sum() + traj.v[..., -1, :].sum()
+
+    def arrived(g):
+        marks["gradient of q arrives"] = _live_bytes()
+        return g
+
+    traj.q.register_hook(arrived)
+    (g,) = torch.autograd.grad(loss, U)
+    marks["backward peak"] = peak[0]
+    marks["after the backward pass"] = _live_bytes()
+    base = marks.pop("base")
+    return {**spec, "live_mb": {n: (x - base) / 1e6 for n, x in marks.items()}}
+
+
+def breakdown(B: int, horizons: tuple[int, int], k: int) -> None:
+    """Print the live bytes per sample-step that each stage adds, from two horizons (fresh processes)."""
+    runs = [measure(dict(kind="breakdown", B=B, T=T, k=k)) for T in horizons]
+    for r in runs:
+        if "error" in r:
+            print(f"failed: {r['error']}")
+            return
+    (a, b), dT = runs, horizons[1] - horizons[0]
+    print(f"| stage (quadruped, float32, batch {B}, `checkpoint_every={k}`, `contact_record=False`) "
+          f"| live MB at {horizons[0]} steps | at {horizons[1]} steps | growth per sample-step |")
+    print("| --- | ---: | ---: | ---: |")
+    for name in a["live_mb"]:
+        x, y = a["live_mb"][name], b["live_mb"][name]
+        print(f"| {name} | {x:.2f} | {y:.2f} | {(y - x) * 1e6 / B / dT:.0f} B |")
+
+
 def _name(spec: dict) -> str:
     if spec["k"] is None:
         return "plain"
@@ -216,12 +308,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1000, help="the longest horizon")
     p.add_argument("--no-before", action="store_true", help="leave out the rows of the torch.utils.checkpoint implementation")
     p.add_argument("--only-record", action="store_true", help="only the checkpointed rows without the contact record")
+    p.add_argument("--breakdown", action="store_true",
+                   help="live bytes per sample-step at each stage of a checkpointed rollout without the contact "
+                        "record (--batch, at --steps/2 and --steps)")
     a = p.parse_args()
     if a.one:
         print(json.dumps(one(json.loads(a.one))))
         return
     if a.saved:
         saved_bytes()
+        return
+    if a.breakdown:
+        breakdown(a.batch, (a.steps // 2, a.steps), 10)
         return
     B, T = (16, 100) if a.quick else (a.batch, a.steps)
     horizons = (T // 4, T // 2, T)
