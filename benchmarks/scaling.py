@@ -41,6 +41,7 @@ published bandwidths used for GPU and multi-node estimates.
     python benchmarks/scaling.py --device auto --procs 1 2 4 8  # one GPU per process (nccl)
     python benchmarks/scaling.py --compile-step --compile-batches 64 1024   # compile_step vs eager, one process
     python benchmarks/scaling.py --compile-env --compile-batches 64 --compile-reps 10  # QuadrupedWalk(compile=True)
+    python benchmarks/scaling.py --env quadruped --env-compile inductor --updates 8 --warmup 3  # torchrun, compiled env
 
 Every process runs one torch thread (``OMP_NUM_THREADS=1``), so 2 processes
 use 2 cores where 1 process uses 1: on a shared machine the ratio is only
@@ -202,7 +203,8 @@ def worker(args) -> None:
         cpu.append(time.process_time())
         comm_at.append((calls["n"], calls["bytes"], calls["s"], calls["cpu_s"]))
 
-    env = preset.make_env(num_envs=num_envs, device=_device(args.device))
+    extra = {"compile": True if args.env_compile == "inductor" else args.env_compile} if args.env_compile else {}
+    env = preset.make_env(num_envs=num_envs, device=_device(args.device), **extra)
     t = train_policy(env, preset=preset, updates=args.updates, callback=tick)
     dist.all_reduce = real_all_reduce
     w = args.warmup
@@ -241,8 +243,8 @@ def worker(args) -> None:
         half = max(1, num_envs // 2)
         stamps.clear()
         cpu.clear()
-        t2 = train_policy(preset.make_env(num_envs=half, device=env.device), preset=preset, updates=args.updates,
-                          callback=tick)
+        t2 = train_policy(preset.make_env(num_envs=half, device=env.device, **extra), preset=preset,
+                          updates=args.updates, callback=tick)
         result["half_num_envs"] = half
         result["half_update_s"] = statistics.median([b - a for a, b in zip(stamps[w:], stamps[w + 1 :])])
         result["half_update_cpu_s"] = statistics.median([b - a for a, b in zip(cpu[w:], cpu[w + 1 :])])
@@ -407,6 +409,8 @@ def _launch(args, nproc: int, out: Path) -> dict:
            "--reps", str(args.reps), "--result", str(result)]
     if args.num_envs:
         cmd += ["--num-envs", str(args.num_envs)]
+    if args.env_compile:
+        cmd += ["--env-compile", args.env_compile]
     cmd += ["--device", args.device]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
@@ -458,6 +462,9 @@ def main() -> None:
     ap.add_argument("--out", default="outputs/scaling")
     ap.add_argument("--compile-step", action="store_true",
                     help="instead: eager vs compile_step on the quadruped's contact step (one process)")
+    ap.add_argument("--env-compile", default=None, metavar="BACKEND",
+                    help="train with the env's compiled step (QuadrupedWalk(compile=...)): inductor, aot_eager, ...; "
+                         "each process compiles its own graphs first (minutes; raise --warmup)")
     ap.add_argument("--compile-env", action="store_true",
                     help="instead: QuadrupedWalk(compile=...) vs the eager env, one env step (one process)")
     ap.add_argument("--compile-batches", type=int, nargs="+", default=[64, 1024])
