@@ -180,6 +180,7 @@ def _walk_pair(batch, **kw):
     return eager, compiled
 
 
+@pytest.mark.slow  # dynamo traces the quadruped's substep: 5-30 s with the load
 def test_quadruped_walk_steps_through_the_compiled_step():
     # Dynamo traces the env's contact substep into one graph (fullgraph) and
     # the "eager" backend runs it with torch's own kernels: this checks the
