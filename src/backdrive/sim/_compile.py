@@ -219,7 +219,9 @@ def compile_step(
     and backward). It removes per-operation overhead, which dominates small
     batches: measured on the CPU in float32 (docs/scaling.md), the
     quadruped's step with its backward pass took 0.34 of the eager time at
-    batch 64 and 0.81 at batch 1024. Not measured on CUDA.
+    batch 64 and 0.81 at batch 1024. Not measured on CUDA. Envs:
+    ``QuadrupedWalk(compile=True)`` steps its contact substeps through it
+    (:meth:`CompiledStep.advance`).
 
     Fallback: when ``torch.compile`` is unavailable (no dynamo for this
     Python, no C++ compiler for inductor's CPU kernels) or fails on the step,
