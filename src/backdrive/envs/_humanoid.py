@@ -631,8 +631,8 @@ class HumanoidBalance(DiffEnv):
         resource = files("backdrive.data").joinpath(cls.SHIPPED_POLICY)
         if not resource.is_file():
             raise FileNotFoundError(
-                f"no shipped humanoid policy ({cls.SHIPPED_POLICY} in backdrive.data): no training run has beaten "
-                "the zero-action baseline yet (docs/locomotion.md, HumanoidBalance); "
+                f"no shipped humanoid policy ({cls.SHIPPED_POLICY} in backdrive.data): this source tree lacks "
+                "the file the package ships (docs/locomotion.md, HumanoidBalance); "
                 "`python examples/humanoid_balance.py --ship` writes one"
             )
         return load_shipped(cls, num_envs, overrides)
