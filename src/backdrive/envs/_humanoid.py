@@ -109,8 +109,12 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: which moves the pelvis over the stance foot) and ``stride`` (rad of hip
 #: pitch per m/s of commanded forward speed: the left hip pitch gets ``stride
 #: vx_cmd cos(phase)`` and the right the opposite, the ankles the negative, so
-#: the swing foot travels forward and the stance foot back, feet flat).
-GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride")
+#: the swing foot travels forward and the stance foot back, feet flat) and
+#: ``placement`` (rad of the swing leg's hip pitch per m/s of the pelvis's
+#: forward velocity above the command, times the swing's ``s``, the ankle
+#: pitch the opposite: a foot placement that lands the swing foot further
+#: forward when the body runs ahead of the command).
+GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -216,7 +220,8 @@ class HumanoidBalance(DiffEnv):
 
     State ``(N, 89)`` (:meth:`split`): ``q (36)``, ``v (35)`` (base twist in
     the base frame), the last action (15) and the command ``(vx, vy, yaw)``
-    (3).
+    (3); with a stepping prior (``gait=``) one more column, the gait clock's
+    phase (rad).
 
     Observation ``(N, 82)``, what the robot measures: joint positions
     relative to the standing pose (29, rad), joint velocities (29, times
@@ -236,7 +241,8 @@ class HumanoidBalance(DiffEnv):
 
     Command: standing still by default (every range ``(0, 0)``); a forward
     velocity command (``command_ranges={"vx": (0.0, 0.3)}``) turns it into
-    the next level, walking. The checks are :class:`QuadrupedWalk`'s.
+    the next level, walking, for which ``gait=`` adds a stepping prior. The
+    checks are :class:`QuadrupedWalk`'s.
 
     Reward per step (weights :data:`HUMANOID_REWARD_WEIGHTS`, all smooth):
 
@@ -274,11 +280,20 @@ class HumanoidBalance(DiffEnv):
             hand-designed balance prior added to the servo targets of the
             ankle, hip and waist pitch and roll joints, linear in the
             pelvis's lean, lean rate and horizontal velocity (see
-            :meth:`feedback_offsets`). The policy's action is added on top
-            (a residual policy).
+            :meth:`feedback_offsets`). The velocity signals are taken
+            relative to the command (zero when standing), so a walking
+            command is not fought as a push. The policy's action is added on
+            top (a residual policy).
         feet: the feet's contact model, ``"sole"`` (the foot mesh's sole
             outline, 20 cm long) or ``"urdf"`` (the URDF's foot spheres, 17
             cm); see :func:`g1_contact_geometry`.
+        gait: ``None`` (off, standing) or a stepping prior ``{key: value}``
+            with keys in :data:`GAIT_KEYS` (``frequency`` > 0 Hz required,
+            at most half the control rate; the others default to 0): a
+            clock, one more state column (its phase, rad, drawn uniformly at
+            reset) and two more observations (its cos and sin, after the
+            privileged ones), whose :meth:`gait_offsets` are added to the
+            servo targets under the policy's action, as the balance prior is.
         max_episode_steps: truncation length.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
@@ -345,7 +360,7 @@ class HumanoidBalance(DiffEnv):
         if gait is not None:
             if not isinstance(gait, Mapping):
                 raise InputError(f"gait must be None or a mapping with keys {GAIT_KEYS}, got {type(gait).__name__}")
-            gait_cfg = {"frequency": 0.0, "lift": 0.0, "sway": 0.0, "stride": 0.0}
+            gait_cfg = dict.fromkeys(GAIT_KEYS, 0.0)
             for k, w in gait.items():
                 if k not in GAIT_KEYS:
                     raise InputError(f"unknown gait setting {k!r}; valid: {', '.join(map(repr, GAIT_KEYS))}")
@@ -414,7 +429,7 @@ class HumanoidBalance(DiffEnv):
     # ------------------------------------------------------------- layout
     @staticmethod
     def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The named parts of a state ``(..., 89)`` (views)."""
+        """The named parts of a state ``(..., 89)`` (views; ``(..., 90)`` with a gait: also ``phase``)."""
         names = (("q", 36), ("v", 35), ("last_action", NUM_ACTUATED), ("command", 3))
         out, i = {}, 0
         for k, n in names:
@@ -568,7 +583,7 @@ class HumanoidBalance(DiffEnv):
         offsets = self.action_scale * action + self.feedback_offsets(state)
         if self.gait is not None:
             phase = state[:, 89:90]
-            offsets = offsets + self.gait_offsets(phase, p["command"])
+            offsets = offsets + self.gait_offsets(phase, p["command"], v[:, 0])
         target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
                             self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
         # A non-finite copy would stop the whole batch (the contact step's
@@ -646,12 +661,15 @@ class HumanoidBalance(DiffEnv):
             parts += [torch.cos(state[..., 89:90]), torch.sin(state[..., 89:90])]
         return torch.cat(parts, -1)
 
-    def gait_offsets(self, phase: torch.Tensor, command: torch.Tensor) -> torch.Tensor:
+    def gait_offsets(self, phase: torch.Tensor, command: torch.Tensor,
+                     forward_velocity: torch.Tensor | None = None) -> torch.Tensor:
         """The stepping prior's servo-target offsets ``(N, 15)``, rad, at the clock's ``phase`` ``(N, 1)``.
 
         See :data:`GAIT_KEYS`: the left foot swings while ``sin(phase) > 0``,
-        the right while it is negative; ``command`` ``(N, 3)`` scales the stride.
-        Zeros when ``gait`` is off.
+        the right while it is negative; ``command`` ``(N, 3)`` scales the
+        stride, ``forward_velocity`` ``(N,)`` (the pelvis's, base frame, m/s;
+        ``None``: the command's) drives the foot placement. Zeros when
+        ``gait`` is off.
         """
         out = phase.new_zeros(phase.shape[0], NUM_ACTUATED)
         if self.gait is None:
@@ -660,12 +678,15 @@ class HumanoidBalance(DiffEnv):
         sin, cos = torch.sin(phase[:, 0]), torch.cos(phase[:, 0])
         stride = g["stride"] * command[:, 0] * cos
         sway = g["sway"] * sin
+        ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
         cols = []
         for leg, s in ((0, torch.clamp_min(sin, 0.0) ** 2), (6, torch.clamp_min(-sin, 0.0) ** 2)):
             lift = g["lift"] * s
+            place = g["placement"] * ahead * s
             sign = 1.0 if leg == 0 else -1.0
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
-            cols += [-lift + sign * stride, sway, torch.zeros_like(sway), 2.0 * lift, -lift - sign * stride, -sway]
+            cols += [-lift + sign * stride - place, sway, torch.zeros_like(sway), 2.0 * lift,
+                     -lift - sign * stride + place, -sway]
         out[:, :12] = torch.stack(cols, -1)
         return out
 
