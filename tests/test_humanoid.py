@@ -339,7 +339,7 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     assert torch.allclose(off[1, [0, 4, 6, 10]], torch.tensor([0.09, -0.09, -0.09, 0.09]), atol=1e-6)
     assert torch.equal(off[0], torch.zeros(15))  # no command: no stride
     assert torch.equal(plain.gait_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 15))
-    assert GAIT_KEYS == ("frequency", "lift", "sway", "stride", "placement")
+    assert GAIT_KEYS == ("frequency", "lift", "sway", "stride", "placement", "reference")
     # Foot placement: running 0.2 m/s ahead of the command swings the left foot further forward (flat).
     placing = HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.5, "placement": 0.5})
     off = placing.gait_offsets(torch.full((1, 1), math.pi / 2), torch.zeros(1, 3), torch.tensor([0.2]))
@@ -379,3 +379,10 @@ def test_balance_feedback_velocities_are_relative_to_the_command(g1_32):
     ankles = [4, 10]
     assert float(off[0, ankles].min()) > 0.1  # a push-like forward velocity: the ankles push back
     assert float(off[1, ankles].abs().max()) < 0.01  # the commanded velocity is not fought
+    half = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                           balance_feedback={"ankle_comvel": 0.5, "ankle_vel": 0.2},
+                           gait={"frequency": 1.0, "reference": 0.5})
+    s2 = torch.cat([s, torch.zeros(2, 1)], -1)  # the clock's column
+    off2 = half.feedback_offsets(s2)
+    # Relative to half the command: a 0.15 m/s excess, 0.7 * 0.15 = 0.105 rad before the saturation.
+    assert torch.allclose(off2[1, ankles], torch.full((2,), 0.25 * math.tanh(0.105 / 0.25)), atol=2e-3)

@@ -113,8 +113,11 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: ``placement`` (rad of the swing leg's hip pitch per m/s of the pelvis's
 #: forward velocity above the command, times the swing's ``s``, the ankle
 #: pitch the opposite: a foot placement that lands the swing foot further
-#: forward when the body runs ahead of the command).
-GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement")
+#: forward when the body runs ahead of the command) and ``reference`` (the
+#: fraction of the command that the balance prior's velocity signals are taken
+#: relative to: 1, the default, leaves the commanded velocity alone; 0 fights
+#: every velocity as a push).
+GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -360,7 +363,7 @@ class HumanoidBalance(DiffEnv):
         if gait is not None:
             if not isinstance(gait, Mapping):
                 raise InputError(f"gait must be None or a mapping with keys {GAIT_KEYS}, got {type(gait).__name__}")
-            gait_cfg = dict.fromkeys(GAIT_KEYS, 0.0)
+            gait_cfg = {**dict.fromkeys(GAIT_KEYS, 0.0), "reference": 1.0}
             for k, w in gait.items():
                 if k not in GAIT_KEYS:
                     raise InputError(f"unknown gait setting {k!r}; valid: {', '.join(map(repr, GAIT_KEYS))}")
@@ -517,6 +520,8 @@ class HumanoidBalance(DiffEnv):
         # Velocities relative to the commanded one (standing: the command is 0), so
         # that a walking command is not fought as a push.
         cmd = p["command"][:, :2]
+        if self.gait is not None and self.gait["reference"] != 1.0:
+            cmd = self.gait["reference"] * cmd
         vrel, cdot = v[:, :2] - cmd, cdot - cmd
         pitch = torch.stack([g[:, 0], v[:, 4], vrel[:, 0], c[:, 0], cdot[:, 0]], -1)
         roll = torch.stack([-g[:, 1], v[:, 3], -vrel[:, 1], -c[:, 1], -cdot[:, 1]], -1)
