@@ -50,11 +50,14 @@ def make_env(num_envs: int, gait: dict, **overrides) -> HumanoidBalance:
 
 
 def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND) -> dict:
-    """Upright fraction, forward speed while up, distance along the start heading (upright copies), falls."""
+    """Upright fraction, forward speed while up, distance along the start heading (upright copies, and the
+    fallen ones until their fall), falls."""
     m = env.evaluate(policy, command=(command, 0.0, 0.0), seconds=seconds, seed=seed)
     q, fall = m["q"], m["fall_step"]
     yaw0 = 2 * torch.atan2(q[0, :, 6], q[0, :, 3])  # the reset turns about z only
-    d = q[-1, :, :2] - q[0, :, :2]
+    # Each copy's last upright state: the end, or the step of its fall.
+    last = torch.where(fall < 0, torch.full_like(fall, q.shape[0] - 1), fall)
+    d = q[last, torch.arange(q.shape[1]), :2] - q[0, :, :2]
     along = d[:, 0] * torch.cos(yaw0) + d[:, 1] * torch.sin(yaw0)
     up = fall < 0
     falls = []
@@ -67,6 +70,7 @@ def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, comman
         falls.append((round(float(fall[i]) * env.dt, 2), way))
     return {"seed": seed, "upright": m["upright"], "forward_speed": m["forward_speed"],
             "distance": float(along[up].mean()) if bool(up.any()) else float("nan"),
+            "distance_before_fall": float(along[~up].mean()) if bool((~up).any()) else float("nan"),
             "falls": sorted(falls), "height": m["height"]}
 
 
@@ -101,7 +105,8 @@ def main() -> None:
             r = walk_metrics(test, policy, args.seconds, seed, args.command)
         print(f"{name}, command {args.command} m/s, gait {json.dumps(args.gait)}, {args.episodes} x "
               f"{args.seconds:g} s, seed {seed}: upright {r['upright'] * 100:.0f}%, forward speed while up "
-              f"{r['forward_speed']:.3f} m/s, distance of the upright ones {r['distance']:.2f} m, "
+              f"{r['forward_speed']:.3f} m/s, distance of the upright ones {r['distance']:.2f} m, of the fallen "
+              f"ones until their fall {r['distance_before_fall']:.2f} m, "
               f"falls (s, direction) {r['falls']}", flush=True)
 
 

@@ -345,7 +345,8 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     off = placing.gait_offsets(torch.full((1, 1), math.pi / 2), torch.zeros(1, 3), torch.tensor([0.2]))
     assert torch.allclose(off[0, [0, 4, 6, 10]], torch.tensor([-0.1, 0.1, 0.0, 0.0]), atol=1e-6)
     for bad, match in (({"lift": 0.1}, "frequency must be > 0"), ({"frequency": 1.0, "lenght": 0.1}, "lenght"),
-                       ({"frequency": math.nan}, "frequency must be a finite"), ({"frequency": 30.0}, "half the control"),
+                       ({"frequency": math.nan}, "frequency must be a finite"),
+                       ({"frequency": 30.0}, "half the control"),
                        ({"frequency": 1.0, "lift": True}, "lift must be a finite"), ([1.0], "mapping")):
         with pytest.raises(InputError, match=match):
             HumanoidBalance(1, robot=g1_32, gait=bad)
