@@ -106,14 +106,15 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: ``2 lift s`` and its ankle pitch by ``-lift s``, ``s = max(+-sin(phase),
 #: 0)^2``, which lifts the foot about straight up, flat), ``sway`` (rad: both
 #: hip rolls turn by ``sway sin(phase)`` and both ankle rolls back by as much,
-#: which moves the pelvis over the stance foot) and ``stride`` (rad of hip
+#: which moves the pelvis over the stance foot), ``stride`` (rad of hip
 #: pitch per m/s of commanded forward speed: the left hip pitch gets ``stride
-#: vx_cmd cos(phase)`` and the right the opposite, the ankles the negative, so
-#: the swing foot travels forward and the stance foot back, feet flat) and
-#: ``placement`` (rad of the swing leg's hip pitch per m/s of the pelvis's
-#: forward velocity above the command, times the swing's ``s``, the ankle
-#: pitch the opposite: a foot placement that lands the swing foot further
-#: forward when the body runs ahead of the command) and ``reference`` (the
+#: vx_cmd cos(phase)`` and the right the opposite, each ankle pitch the
+#: negative of its hip's, so the swing foot travels forward and the stance
+#: foot back, feet flat), ``placement`` (rad of the swing leg's hip flexion
+#: per m/s of the pelvis's forward velocity above the command, times the
+#: swing's ``s``, the ankle pitch the opposite: a foot placement that lands
+#: the swing foot further forward when the body runs ahead of the command;
+#: measured to shorten the walks, docs/locomotion.md) and ``reference`` (the
 #: fraction of the command that the balance prior's velocity signals are taken
 #: relative to: 1, the default, leaves the commanded velocity alone; 0 fights
 #: every velocity as a push).
