@@ -166,7 +166,7 @@ def test_pretrained_policy_beats_zero_action():
     from importlib.resources import files
 
     if not files("backdrive.data").joinpath(HumanoidBalance.SHIPPED_POLICY).is_file():
-        with pytest.raises(FileNotFoundError, match="zero-action baseline"):
+        with pytest.raises(FileNotFoundError, match="lacks the file the package ships"):
             HumanoidBalance.pretrained(1)
         return  # nothing ships
     try:
@@ -310,3 +310,80 @@ def test_com_signals_after_a_push(g1_32):
     assert torch.allclose(d[:, 4], lim * torch.tanh(0.5 * cdot2[:, 0] / lim), atol=1e-5)
     assert torch.allclose(d[:, 5], lim * torch.tanh(-0.5 * cdot2[:, 1] / lim), atol=1e-5)
     assert torch.allclose(d[:, 4], d[:, 10]) and d[:, [0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14]].abs().max() < 1e-6
+
+
+def test_gait_prior_layout_offsets_and_errors(g1_32):
+    from backdrive.envs._humanoid import GAIT_KEYS
+
+    gait = {"frequency": 1.5, "lift": 0.2, "sway": 0.05, "stride": 0.3}
+    env = HumanoidBalance(3, robot=g1_32, push_velocity=0.0, gait=gait, command_ranges={"vx": (0.0, 0.3)})
+    plain = HumanoidBalance(3, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)})
+    assert env.state_dim == 90 and env.obs_dim == 84 and plain.state_dim == 89 and plain.obs_dim == 82
+    obs = env.reset(seed=4)
+    # The clock is drawn last: the rest of the reset is the standing env's.
+    plain.reset(seed=4)
+    assert torch.equal(env.state[:, :89], plain.state)
+    phase = env.state[:, 89]
+    assert torch.allclose(obs[:, 82], torch.cos(phase)) and torch.allclose(obs[:, 83], torch.sin(phase))
+    env.step(torch.zeros(3, 15))
+    step = torch.remainder(env.state[:, 89] - phase, 2 * math.pi)
+    assert torch.allclose(step, torch.full((3,), 2 * math.pi * 1.5 * env.dt), atol=1e-5)
+    # Left swing at phase pi/2: hip -lift, knee 2 lift, ankle -lift (foot flat); sway on both rolls; right leg still.
+    cmd = torch.tensor([[0.0, 0.0, 0.0], [0.3, 0.0, 0.0]])
+    off = env.gait_offsets(torch.full((2, 1), math.pi / 2), cmd)
+    assert torch.allclose(off[0, :6], torch.tensor([-0.2, 0.05, 0.0, 0.4, -0.2, -0.05]), atol=1e-6)
+    assert torch.allclose(off[0, 6:12], torch.tensor([0.0, 0.05, 0.0, 0.0, 0.0, -0.05]), atol=1e-6)
+    assert torch.equal(off[:, 12:], torch.zeros(2, 3))  # the waist
+    # Stride at phase 0 (no swing): the left leg back, the right forward, by stride * vx; feet kept flat.
+    off = env.gait_offsets(torch.zeros(2, 1), cmd)
+    assert torch.allclose(off[1, [0, 4, 6, 10]], torch.tensor([0.09, -0.09, -0.09, 0.09]), atol=1e-6)
+    assert torch.equal(off[0], torch.zeros(15))  # no command: no stride
+    assert torch.equal(plain.gait_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 15))
+    assert GAIT_KEYS == ("frequency", "lift", "sway", "stride", "placement", "reference")
+    # Foot placement: running 0.2 m/s ahead of the command swings the left foot further forward (flat).
+    placing = HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.5, "placement": 0.5})
+    off = placing.gait_offsets(torch.full((1, 1), math.pi / 2), torch.zeros(1, 3), torch.tensor([0.2]))
+    assert torch.allclose(off[0, [0, 4, 6, 10]], torch.tensor([-0.1, 0.1, 0.0, 0.0]), atol=1e-6)
+    for bad, match in (({"lift": 0.1}, "frequency must be > 0"), ({"frequency": 1.0, "lenght": 0.1}, "lenght"),
+                       ({"frequency": math.nan}, "frequency must be a finite"),
+                       ({"frequency": 30.0}, "half the control"),
+                       ({"frequency": 1.0, "lift": True}, "lift must be a finite"), ([1.0], "mapping")):
+        with pytest.raises(InputError, match=match):
+            HumanoidBalance(1, robot=g1_32, gait=bad)
+
+
+def test_gait_prior_lifts_the_swing_foot(g1_32):
+    from backdrive.kinematics import forward_kinematics
+
+    env = HumanoidBalance(1, robot=g1_32, push_velocity=0.0, init_noise=0.0, gait={"frequency": 1.5, "lift": 0.2})
+    env.reset(seed=0)
+    state = env.state.clone()
+    state[:, 89] = 0.0  # the left foot's swing starts now; it peaks a quarter period later
+    env.set_state(state)
+    feet = [g1_32.frame_index(f"{s}_ankle_roll_link") for s in ("left", "right")]
+    for _ in range(round(0.25 / 1.5 / env.dt)):
+        env.step(torch.zeros(1, 15))
+    z = forward_kinematics(g1_32, env.state[:, :36])[0, feet, 2, 3]
+    assert float(z[0] - z[1]) > 0.02, z  # the left foot is off the ground, the right one on it
+    assert not bool(env.is_terminal(env.state).any())
+
+
+def test_balance_feedback_velocities_are_relative_to_the_command(g1_32):
+    env = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, init_noise=0.0, command_ranges={"vx": (0.0, 0.3)},
+                          balance_feedback={"ankle_comvel": 0.5, "ankle_vel": 0.2})
+    env.reset(seed=0)
+    s = env.state.clone()
+    s[:, 3:7] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # heading along x: base and heading frames agree
+    s[:, 36] = 0.3  # moving forward at 0.3 m/s
+    s[:, 86] = torch.tensor([0.0, 0.3])  # commanded: standing, and 0.3 m/s forward
+    off = env.feedback_offsets(s)
+    ankles = [4, 10]
+    assert float(off[0, ankles].min()) > 0.1  # a push-like forward velocity: the ankles push back
+    assert float(off[1, ankles].abs().max()) < 0.01  # the commanded velocity is not fought
+    half = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                           balance_feedback={"ankle_comvel": 0.5, "ankle_vel": 0.2},
+                           gait={"frequency": 1.0, "reference": 0.5})
+    s2 = torch.cat([s, torch.zeros(2, 1)], -1)  # the clock's column
+    off2 = half.feedback_offsets(s2)
+    # Relative to half the command: a 0.15 m/s excess, 0.7 * 0.15 = 0.105 rad before the saturation.
+    assert torch.allclose(off2[1, ankles], torch.full((2,), 0.25 * math.tanh(0.105 / 0.25)), atol=2e-3)

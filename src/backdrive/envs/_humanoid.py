@@ -20,7 +20,7 @@ from ._base import DiffEnv
 from ._quadruped import COMMAND_RANGES, QuadrupedWalk, gravity_in_base, load_shipped, parse_command_ranges, parse_reward_weights
 
 __all__ = ["HumanoidBalance", "g1_contact_geometry", "HUMANOID_REWARD_WEIGHTS", "G1_JOINTS", "BALANCE_FEEDBACK_KEYS",
-           "G1_BALANCE_FEEDBACK", "G1_CAPTURE_FEEDBACK", "G1_SOLE_POINTS", "FOOT_MODELS"]
+           "G1_BALANCE_FEEDBACK", "G1_CAPTURE_FEEDBACK", "G1_SOLE_POINTS", "FOOT_MODELS", "GAIT_KEYS"]
 
 #: The G1's joints in example-robot-data's order (legs, waist, arms).
 G1_JOINTS: tuple[str, ...] = tuple(
@@ -99,6 +99,26 @@ G1_BALANCE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_rate": 0.15}
 #: 1, 2, 3 and 5, never the evaluation's seed 999) with the sole-outline feet
 #: (``feet="sole"``); docs/locomotion.md gives the tables.
 G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5, "hip_comvel": -0.6}
+
+#: The stepping prior's settings (``gait=``): ``frequency`` (Hz of the gait
+#: clock; each foot is lifted once per period, the left in the first half),
+#: ``lift`` (rad: the swing leg's hip pitch flexes by ``lift s``, its knee by
+#: ``2 lift s`` and its ankle pitch by ``-lift s``, ``s = max(+-sin(phase),
+#: 0)^2``, which lifts the foot about straight up, flat), ``sway`` (rad: both
+#: hip rolls turn by ``sway sin(phase)`` and both ankle rolls back by as much,
+#: which moves the pelvis over the stance foot), ``stride`` (rad of hip
+#: pitch per m/s of commanded forward speed: the left hip pitch gets ``stride
+#: vx_cmd cos(phase)`` and the right the opposite, each ankle pitch the
+#: negative of its hip's, so the swing foot travels forward and the stance
+#: foot back, feet flat), ``placement`` (rad of the swing leg's hip flexion
+#: per m/s of the pelvis's forward velocity above the command, times the
+#: swing's ``s``, the ankle pitch the opposite: a foot placement that lands
+#: the swing foot further forward when the body runs ahead of the command;
+#: measured to shorten the walks, docs/locomotion.md) and ``reference`` (the
+#: fraction of the command that the balance prior's velocity signals are taken
+#: relative to: 1, the default, leaves the commanded velocity alone; 0 fights
+#: every velocity as a push).
+GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -204,7 +224,8 @@ class HumanoidBalance(DiffEnv):
 
     State ``(N, 89)`` (:meth:`split`): ``q (36)``, ``v (35)`` (base twist in
     the base frame), the last action (15) and the command ``(vx, vy, yaw)``
-    (3).
+    (3); with a stepping prior (``gait=``) one more column, the gait clock's
+    phase (rad).
 
     Observation ``(N, 82)``, what the robot measures: joint positions
     relative to the standing pose (29, rad), joint velocities (29, times
@@ -224,7 +245,8 @@ class HumanoidBalance(DiffEnv):
 
     Command: standing still by default (every range ``(0, 0)``); a forward
     velocity command (``command_ranges={"vx": (0.0, 0.3)}``) turns it into
-    the next level, walking. The checks are :class:`QuadrupedWalk`'s.
+    the next level, walking, for which ``gait=`` adds a stepping prior. The
+    checks are :class:`QuadrupedWalk`'s.
 
     Reward per step (weights :data:`HUMANOID_REWARD_WEIGHTS`, all smooth):
 
@@ -262,11 +284,20 @@ class HumanoidBalance(DiffEnv):
             hand-designed balance prior added to the servo targets of the
             ankle, hip and waist pitch and roll joints, linear in the
             pelvis's lean, lean rate and horizontal velocity (see
-            :meth:`feedback_offsets`). The policy's action is added on top
-            (a residual policy).
+            :meth:`feedback_offsets`). The velocity signals are taken
+            relative to the command (zero when standing), so a walking
+            command is not fought as a push. The policy's action is added on
+            top (a residual policy).
         feet: the feet's contact model, ``"sole"`` (the foot mesh's sole
             outline, 20 cm long) or ``"urdf"`` (the URDF's foot spheres, 17
             cm); see :func:`g1_contact_geometry`.
+        gait: ``None`` (off, standing) or a stepping prior ``{key: value}``
+            with keys in :data:`GAIT_KEYS` (``frequency`` > 0 Hz required,
+            at most half the control rate; the others default to 0): a
+            clock, one more state column (its phase, rad, drawn uniformly at
+            reset) and two more observations (its cos and sin, after the
+            privileged ones), whose :meth:`gait_offsets` are added to the
+            servo targets under the policy's action, as the balance prior is.
         max_episode_steps: truncation length.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
@@ -294,6 +325,7 @@ class HumanoidBalance(DiffEnv):
         init_noise: float = 0.05,
         balance_feedback: Mapping[str, float] | None = None,
         feet: str = "sole",
+        gait: Mapping[str, float] | None = None,
         max_episode_steps: int = 500,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
@@ -328,6 +360,23 @@ class HumanoidBalance(DiffEnv):
         for k, x in (("substeps", substeps), ("max_episode_steps", max_episode_steps)):
             if isinstance(x, bool) or not isinstance(x, int) or x < 1:
                 raise InputError(f"{k} must be a positive int, got {x!r}")
+        gait_cfg = None
+        if gait is not None:
+            if not isinstance(gait, Mapping):
+                raise InputError(f"gait must be None or a mapping with keys {GAIT_KEYS}, got {type(gait).__name__}")
+            gait_cfg = {**dict.fromkeys(GAIT_KEYS, 0.0), "reference": 1.0}
+            for k, w in gait.items():
+                if k not in GAIT_KEYS:
+                    raise InputError(f"unknown gait setting {k!r}; valid: {', '.join(map(repr, GAIT_KEYS))}")
+                if isinstance(w, bool) or not (isinstance(w, (int, float)) and math.isfinite(w)):
+                    raise InputError(f"gait setting {k} must be a finite number, got {w!r}")
+                gait_cfg[k] = float(w)
+            if not gait_cfg["frequency"] > 0:
+                raise InputError(f"gait frequency must be > 0 Hz (gait=None: no stepping prior), "
+                                 f"got {gait_cfg['frequency']!r}")
+            if gait_cfg["frequency"] * dt > 0.5:
+                raise InputError(f"gait frequency {gait_cfg['frequency']} Hz is above half the control rate "
+                                 f"({0.5 / dt:g} Hz)")
         ranges = parse_command_ranges(command_ranges, {k: (0.0, 0.0) for k in COMMAND_RANGES})
         weights = parse_reward_weights(reward_weights, HUMANOID_REWARD_WEIGHTS)
 
@@ -355,7 +404,12 @@ class HumanoidBalance(DiffEnv):
         self.privileged = bool(privileged)
         self.init_noise = float(init_noise)
         self.max_episode_steps = max_episode_steps
-        self.obs_dim = 82 + (4 if self.privileged else 0)
+        # The stepping prior (gait=): its clock's phase is one more state column and
+        # (cos, sin) of it two more observations (at the end: without a gait the
+        # layouts are the standing env's).
+        self.gait = gait_cfg
+        self.state_dim = 89 + (1 if gait_cfg else 0)
+        self.obs_dim = 82 + (4 if self.privileged else 0) + (2 if gait_cfg else 0)
         self.stand_height = self.STAND_HEIGHT
         kw = {"dtype": self.dtype, "device": self.device}
         self.q_stand = torch.tensor(
@@ -379,12 +433,14 @@ class HumanoidBalance(DiffEnv):
     # ------------------------------------------------------------- layout
     @staticmethod
     def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The named parts of a state ``(..., 89)`` (views)."""
+        """The named parts of a state ``(..., 89)`` (views; ``(..., 90)`` with a gait: also ``phase``)."""
         names = (("q", 36), ("v", 35), ("last_action", NUM_ACTUATED), ("command", 3))
         out, i = {}, 0
         for k, n in names:
             out[k] = state[..., i:i + n]
             i += n
+        if state.shape[-1] > i:  # the stepping prior's clock (gait=)
+            out["phase"] = state[..., i:i + 1]
         return out
 
     @property
@@ -415,7 +471,10 @@ class HumanoidBalance(DiffEnv):
         v = torch.zeros(n, 35, **kw)
         v[:, :2] = self._uniform(-0.05, 0.05, (n, 2), generator)
         cmd = self._uniform(self._cmd_low, self._cmd_high, (n, 3), generator)
-        return torch.cat([pos, quat, joints, v, torch.zeros(n, NUM_ACTUATED, **kw), cmd], -1)
+        parts = [pos, quat, joints, v, torch.zeros(n, NUM_ACTUATED, **kw), cmd]
+        if self.gait is not None:  # drawn last: the draws above are those of an env without a gait
+            parts.append(self._uniform(0.0, 2 * math.pi, (n, 1), generator))
+        return torch.cat(parts, -1)
 
     def draw_push(self, n: int) -> torch.Tensor:
         """This step's pushes: world-frame base velocity changes ``(n, 3)``, m/s (rows of zeros: no push)."""
@@ -459,8 +518,14 @@ class HumanoidBalance(DiffEnv):
             c, cdot = self.com_signals(state)
         else:  # the centre of mass is not needed (it costs two kinematics passes)
             c = cdot = g.new_zeros(g.shape[0], 2)
-        pitch = torch.stack([g[:, 0], v[:, 4], v[:, 0], c[:, 0], cdot[:, 0]], -1)
-        roll = torch.stack([-g[:, 1], v[:, 3], -v[:, 1], -c[:, 1], -cdot[:, 1]], -1)
+        # Velocities relative to the commanded one (standing: the command is 0), so
+        # that a walking command is not fought as a push.
+        cmd = p["command"][:, :2]
+        if self.gait is not None and self.gait["reference"] != 1.0:
+            cmd = self.gait["reference"] * cmd
+        vrel, cdot = v[:, :2] - cmd, cdot - cmd
+        pitch = torch.stack([g[:, 0], v[:, 4], vrel[:, 0], c[:, 0], cdot[:, 0]], -1)
+        roll = torch.stack([-g[:, 1], v[:, 3], -vrel[:, 1], -c[:, 1], -cdot[:, 1]], -1)
         dp = (k * pitch[:, None, :]).sum(-1)  # (N, 3 groups)
         dr = (k * roll[:, None, :]).sum(-1)
         cols_p = torch.zeros(3, NUM_ACTUATED, dtype=state.dtype, device=state.device)
@@ -521,7 +586,11 @@ class HumanoidBalance(DiffEnv):
             state = self.push(state, dv)
         p = self.split(state)
         q, v = p["q"], p["v"]
-        target = torch.cat([self.q_stand[:NUM_ACTUATED] + self.action_scale * action + self.feedback_offsets(state),
+        offsets = self.action_scale * action + self.feedback_offsets(state)
+        if self.gait is not None:
+            phase = state[:, 89:90]
+            offsets = offsets + self.gait_offsets(phase, p["command"], v[:, 0])
+        target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
                             self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
         # A non-finite copy would stop the whole batch (the contact step's
         # factorisation raises), so between substeps its rows are the standing
@@ -542,7 +611,10 @@ class HumanoidBalance(DiffEnv):
         nan = torch.full_like(q, math.nan)
         q1 = torch.where(bad[:, None], nan, q)
         v1 = torch.where(bad[:, None], nan[:, :35], v)
-        out = torch.cat([q1, v1, action, p["command"]], -1)
+        parts = [q1, v1, action, p["command"]]
+        if self.gait is not None:
+            parts.append(torch.remainder(phase + 2 * math.pi * self.gait["frequency"] * self.dt, 2 * math.pi))
+        out = torch.cat(parts, -1)
         self._aux = {"effort2": effort2, "next": out}
         return out
 
@@ -591,7 +663,38 @@ class HumanoidBalance(DiffEnv):
                  OBS_SCALES["ang_vel"] * v[..., 3:6], self.projected_gravity(state), p["last_action"], p["command"]]
         if self.privileged:
             parts += [OBS_SCALES["lin_vel"] * v[..., :3], OBS_SCALES["height"] * (q[..., 2:3] - self.stand_height)]
+        if self.gait is not None:
+            parts += [torch.cos(state[..., 89:90]), torch.sin(state[..., 89:90])]
         return torch.cat(parts, -1)
+
+    def gait_offsets(self, phase: torch.Tensor, command: torch.Tensor,
+                     forward_velocity: torch.Tensor | None = None) -> torch.Tensor:
+        """The stepping prior's servo-target offsets ``(N, 15)``, rad, at the clock's ``phase`` ``(N, 1)``.
+
+        See :data:`GAIT_KEYS`: the left foot swings while ``sin(phase) > 0``,
+        the right while it is negative; ``command`` ``(N, 3)`` scales the
+        stride, ``forward_velocity`` ``(N,)`` (the pelvis's, base frame, m/s;
+        ``None``: the command's) drives the foot placement. Zeros when
+        ``gait`` is off.
+        """
+        out = phase.new_zeros(phase.shape[0], NUM_ACTUATED)
+        if self.gait is None:
+            return out
+        g = self.gait
+        sin, cos = torch.sin(phase[:, 0]), torch.cos(phase[:, 0])
+        stride = g["stride"] * command[:, 0] * cos
+        sway = g["sway"] * sin
+        ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
+        cols = []
+        for leg, s in ((0, torch.clamp_min(sin, 0.0) ** 2), (6, torch.clamp_min(-sin, 0.0) ** 2)):
+            lift = g["lift"] * s
+            place = g["placement"] * ahead * s
+            sign = 1.0 if leg == 0 else -1.0
+            # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
+            cols += [-lift + sign * stride - place, sway, torch.zeros_like(sway), 2.0 * lift,
+                     -lift - sign * stride + place, -sway]
+        out[:, :12] = torch.stack(cols, -1)
+        return out
 
     def is_terminal(self, state: torch.Tensor) -> torch.Tensor:
         tilted = self.projected_gravity(state)[..., 2] > -0.5
@@ -631,8 +734,8 @@ class HumanoidBalance(DiffEnv):
         resource = files("backdrive.data").joinpath(cls.SHIPPED_POLICY)
         if not resource.is_file():
             raise FileNotFoundError(
-                f"no shipped humanoid policy ({cls.SHIPPED_POLICY} in backdrive.data): no training run has beaten "
-                "the zero-action baseline yet (docs/locomotion.md, HumanoidBalance); "
+                f"no shipped humanoid policy ({cls.SHIPPED_POLICY} in backdrive.data): this source tree lacks "
+                "the file the package ships (docs/locomotion.md, HumanoidBalance); "
                 "`python examples/humanoid_balance.py --ship` writes one"
             )
         return load_shipped(cls, num_envs, overrides)

@@ -1,0 +1,114 @@
+"""The G1 humanoid asked to walk forward at 0.3 m/s: a stepping prior, optionally with a SHAC residual on top.
+
+``backdrive.envs.HumanoidBalance`` with a forward velocity command
+(``command_ranges={"vx": ...}``; the reward's ``tracking_lin`` term then
+tracks it) and the stepping prior ``gait=`` (a clock that lifts the feet in
+turn through hip, knee and ankle pitch offsets, sways the pelvis over the
+stance foot through the hip and ankle rolls and strides in proportion to the
+command; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
+balance prior kept (its velocity signals are taken relative to the command,
+so walking is not fought as a push). No pushes.
+
+    python examples/humanoid_walk.py                   # the prior alone (zero action) on held-out seeds
+    python examples/humanoid_walk.py --updates 60      # SHAC residual on the prior, then the same evaluation
+    python examples/humanoid_walk.py --gait '{"frequency": 1.5, "lift": 0.15}'   # another stepping prior
+    python examples/humanoid_walk.py --command 0 --gait '{"frequency": 1.5, "lift": 0.15, "sway": 0.05}'  # in place
+
+Prints, per evaluation seed, the fraction of robots upright over the
+episode, the mean forward speed of the upright ones (base frame) and the
+mean distance travelled along the start heading (upright ones, m), and when
+the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
+the measured numbers. Needs example-robot-data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import time
+
+import torch
+
+from backdrive.envs import G1_CAPTURE_FEEDBACK, HumanoidBalance
+from backdrive.optim import train_policy
+from backdrive.optim._policy.presets import HUMANOID_CAPTURE_SHAC
+from backdrive.spatial import quat_apply
+
+#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md).
+GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3}
+COMMAND = 0.3
+#: Held-out evaluation seeds (the screens used seed 1).
+EVAL_SEEDS = (999, 1000)
+
+
+def make_env(num_envs: int, gait: dict, **overrides) -> HumanoidBalance:
+    kwargs = dict(privileged=True, push_velocity=0.0, feet="sole", balance_feedback=dict(G1_CAPTURE_FEEDBACK),
+                  gait=gait, command_ranges={"vx": (0.0, COMMAND)})
+    return HumanoidBalance(num_envs, **{**kwargs, **overrides})
+
+
+def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND) -> dict:
+    """Upright fraction, forward speed while up, distance along the start heading (upright copies, and the
+    fallen ones until their fall), falls."""
+    m = env.evaluate(policy, command=(command, 0.0, 0.0), seconds=seconds, seed=seed)
+    q, fall = m["q"], m["fall_step"]
+    yaw0 = 2 * torch.atan2(q[0, :, 6], q[0, :, 3])  # the reset turns about z only
+    # Each copy's last upright state: the end, or the step of its fall.
+    last = torch.where(fall < 0, torch.full_like(fall, q.shape[0] - 1), fall)
+    d = q[last, torch.arange(q.shape[1]), :2] - q[0, :, :2]
+    along = d[:, 0] * torch.cos(yaw0) + d[:, 1] * torch.sin(yaw0)
+    up = fall < 0
+    falls = []
+    for i in torch.nonzero(~up)[:, 0].tolist():
+        # Where the pelvis's up axis points just after the fall, in the start heading's frame.
+        z = quat_apply(q[int(fall[i]) + 1, i, 3:7], q.new_tensor([0.0, 0.0, 1.0]))
+        c, s = math.cos(float(yaw0[i])), math.sin(float(yaw0[i]))
+        fx, fy = c * float(z[0]) + s * float(z[1]), -s * float(z[0]) + c * float(z[1])
+        way = ("forward" if fx > 0 else "back") if abs(fx) > abs(fy) else ("left" if fy > 0 else "right")
+        falls.append((round(float(fall[i]) * env.dt, 2), way))
+    return {"seed": seed, "upright": m["upright"], "forward_speed": m["forward_speed"],
+            "distance": float(along[up].mean()) if bool(up.any()) else float("nan"),
+            "distance_before_fall": float(along[~up].mean()) if bool((~up).any()) else float("nan"),
+            "falls": sorted(falls), "height": m["height"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gait", type=json.loads, default=GAIT, help="the stepping prior (JSON)")
+    parser.add_argument("--updates", type=int, default=0, help="SHAC updates of a residual (0: the prior alone)")
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument("--command", type=float, default=COMMAND, help="forward speed, m/s (0: step in place)")
+    parser.add_argument("--eval-seeds", type=int, nargs="+", default=list(EVAL_SEEDS),
+                        help="evaluation seeds (the screens: 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    policy = None
+    if args.updates:
+        env = make_env(32, args.gait)
+        # The balance residual's settings (HUMANOID_CAPTURE_SHAC: 8-step windows, actor lr 2e-4, noise 0.05).
+        config = dataclasses.replace(HUMANOID_CAPTURE_SHAC.config, seed=args.seed)
+        t = time.perf_counter()
+        trainer = train_policy(env, config=config, updates=args.updates, num_threads=1)
+        print(f"trained {trainer.updates_done} updates, {trainer.env_steps:,} env steps, "
+              f"{(time.perf_counter() - t) / 60:.1f} min; last window reward "
+              f"{trainer.history[-1]['train_return']:.3f}", flush=True)
+        policy = trainer.policy.eval()
+    test = make_env(args.episodes, args.gait)
+    name = "zero action (the stepping and balance priors alone)" if policy is None else "SHAC residual"
+    for seed in args.eval_seeds:
+        with torch.no_grad():
+            r = walk_metrics(test, policy, args.seconds, seed, args.command)
+        print(f"{name}, command {args.command} m/s, gait {json.dumps(args.gait)}, {args.episodes} x "
+              f"{args.seconds:g} s, seed {seed}: upright {r['upright'] * 100:.0f}%, forward speed while up "
+              f"{r['forward_speed']:.3f} m/s, distance of the upright ones {r['distance']:.2f} m, of the fallen "
+              f"ones until their fall {r['distance_before_fall']:.2f} m, "
+              f"falls (s, direction) {r['falls']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
