@@ -30,6 +30,7 @@ from .._errors import InputError
 from ..model import JointType, RobotModel
 from ..model._model import check_device, dtype_mismatch
 from ..runtime import finite_checked
+from ._fk import jump_batch_first, jump_coefficients, jump_compose, jump_locals, jump_plan
 from ._kernels import cross, skew
 from ._paths import choose
 
@@ -155,13 +156,14 @@ class SerialChainKinematics:
         # The first joint's parent is the chain root: its transposed block as
         # (11, 3, 1) rows, the layout of a GEMM output in :meth:`_serial`.
         self._first = blocks[0].T.contiguous()[:, :, None]
-        # Local 4x4 pieces for the small-batch reduction:
-        # T_local(theta) = T_pl + sin A4 + (1 - cos) B4 + d C4.
-        T_pl, A4, B4, C4 = (t(m[k]).reshape(n, 16) for k in ("T_pl", "A4", "B4", "C4"))
-        self._local_base = T_pl + B4
-        pieces = [A4, -B4] + ([C4] if self._any_pri else [])
-        self._local_coef = torch.stack(pieces, dim=1)  # (n, 2 or 3, 16)
-        self._phase = t(np.array([0.0, np.pi / 2]))
+        # The small-batch path is the tree's reference FK kernel (pointer
+        # jumping, :func:`~._fk.jump_plan`) on the chain's own local
+        # transforms, T_local(theta) = T_pl + sin A4 + (1 - cos) B4 + d C4,
+        # plus the tool as a fixed last entry, restricted to that last entry:
+        # the pairwise product tree of the path.
+        T_pl, A4, B4, C4 = (t(m[k]) for k in ("T_pl", "A4", "B4", "C4"))
+        self._jump_locals = jump_coefficients(T_pl, A4, B4, C4 if self._any_pri else None)
+        self._jump_plan = jump_plan(list(range(-1, n)), [n], device)
         self._end = t(m["end"])  # (4, 4) last body -> end frame
         self._rev_mask = t(1.0 - m["is_prismatic"])
         self._pri_mask = t(m["is_prismatic"])
@@ -309,31 +311,20 @@ class SerialChainKinematics:
         return tool
 
     def _fk_small(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
-        """Pose-only FK for small batches ``q (N, dof)``: every local 4x4
-        transform in one batched product (batched over the joints), then a
-        pairwise product tree over the joints (one
-        :func:`torch.linalg.multi_dot` for a single sample)."""
+        """Pose-only FK for small batches ``q (N, dof)``: the tree's reference
+        FK kernel on the chain (:func:`~._fk.jump_locals`: every local 4x4
+        transform in one batched product; :func:`~._fk.jump_compose`: pointer
+        jumping restricted to the tool, which on a path is the pairwise
+        product tree over the joints)."""
         theta = q if self._identity_coupling else q[:, self._coord] * self._mult + self._offset
         N = theta.shape[0]
-        n = self._n
-        ang = theta * self._rev_mask if self._any_pri else theta
-        # [sin, cos] in one call: sin(theta + (0, pi/2)).
-        coef = torch.sin(ang[..., None] + self._phase)  # (N, n, 2)
-        if self._any_pri:
-            coef = torch.cat([coef, (theta * self._pri_mask)[..., None]], dim=-1)
-        # T_local = (T_pl + B4) + sin A4 - cos B4 + d C4: one product per joint,
-        # batched over the joints, (n, N, 16).
-        T = torch.baddbmm(self._local_base[:, None, :], coef.transpose(0, 1), self._local_coef)
-        tool = self._tool(tcp)
-        if N == 1:
-            return torch.linalg.multi_dot([*T.view(n, 4, 4).unbind(0), tool])[None]
-        mats = torch.cat([T.view(n, N, 4, 4), tool.expand(1, N, 4, 4)], dim=0)
-        while mats.shape[0] > 1:
-            k = mats.shape[0]
-            even = k - (k % 2)
-            prod = mats[0:even:2] @ mats[1:even:2]
-            mats = torch.cat([prod, mats[even:]], dim=0) if k % 2 else prod
-        return mats[0]
+        pri = self._any_pri
+        first = jump_batch_first(self._jump_plan, N)
+        T = jump_locals(
+            self._jump_locals, theta.T, self._rev_mask if pri else None, self._pri_mask if pri else None, first
+        )
+        T = jump_compose(T, self._jump_plan, first, last=self._tool(tcp))[0]
+        return T if first else T.permute(2, 0, 1)
 
     def fast_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
         """Serial FK (and Jacobian) in a batch-last layout; see :meth:`fast_plain`.
