@@ -314,7 +314,7 @@ def test_closed_form_jacobian_backward_matches_autograd(panda):
     for chain in (panda, revolute_toy):
         qT = _random_q(chain, 5, seed=9).T.contiguous().requires_grad_()
         outs_fast = chain_module._JacobianPass.apply(qT, chain, tcp)
-        outs_plain = chain.fast_plain(qT, tcp, with_jacobian=True)
+        outs_plain = chain.fast_plain(qT, tcp)
         g = torch.Generator().manual_seed(1)
         ws = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outs_plain]
         (a,) = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs_fast, ws)), qT)

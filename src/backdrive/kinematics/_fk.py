@@ -231,12 +231,15 @@ def jump_plan(parents: list[int], outputs: list[int] | None, device) -> JumpPlan
 class JumpLocals(NamedTuple):
     """Constants of the local transforms ``T_l(theta) = (T_pl + B4) + sin A4
     - cos B4 + d C4`` (:func:`jump_coefficients`) as flattened rows, for
-    :func:`jump_locals` in both layouts: ``base (n, 16, 1)``, ``coef (n, 16,
-    2 or 3)``, and their transposes ``base_t (n, 1, 16)``, ``coef_t (n, 2 or
-    3, 16)`` (contiguous)."""
+    :func:`jump_locals` in its three layouts: ``base (n, 16, 1)``, ``coef
+    (n, 16, 2 or 3)``, their first 12 rows (the top three rows of the 4x4)
+    ``base12``, ``coef12``, and the transposes ``base_t (n, 1, 16)``,
+    ``coef_t (n, 2 or 3, 16)`` (all contiguous)."""
 
     base: torch.Tensor
     coef: torch.Tensor
+    base12: torch.Tensor
+    coef12: torch.Tensor
     base_t: torch.Tensor
     coef_t: torch.Tensor
 
@@ -251,70 +254,101 @@ def jump_coefficients(pl4, A4, B4, C4=None) -> JumpLocals:
     pieces = [A4, -B4] + ([] if C4 is None else [C4])
     base_t = (pl4 + B4).reshape(n, 1, 16).contiguous()
     coef_t = torch.stack(pieces, 1).reshape(n, len(pieces), 16).contiguous()
-    return JumpLocals(base_t.transpose(1, 2).contiguous(), coef_t.transpose(1, 2).contiguous(), base_t, coef_t)
+    base, coef = base_t.transpose(1, 2).contiguous(), coef_t.transpose(1, 2).contiguous()
+    return JumpLocals(base, coef, base[:, :12].contiguous(), coef[:, :12].contiguous(), base_t, coef_t)
 
 
-#: Below this many samples :func:`jump_compose` runs batch-first (batched 4x4
-#: ``matmul``), from it batch-last (the products elementwise over the batch):
-#: for one output ("path": the entries halve each round) and for many
-#: ("tree": every entry each round). Measured in docs/kinematics.md ("One
-#: reference FK").
+#: The layout :func:`jump_compose` runs in (:func:`jump_layout`): batch-first
+#: 4x4 (one batched ``matmul`` per round) below ``JUMP_BATCH_LAST_MIN``
+#: samples, for one output ("path": the entries halve each round) or many
+#: ("tree": every entry each round); batch-last 4x4 (each product one
+#: broadcast multiplication and its sum) up to ``JUMP_AFFINE_MIN``; from
+#: there batch-last top three rows (each product three multiply-adds over
+#: the batch: no ``4 x 4 x 4`` intermediate, a quarter less work). Measured in
+#: docs/kinematics.md ("One reference FK").
 JUMP_BATCH_LAST_MIN = {"path": 32, "tree": 16}
+JUMP_AFFINE_MIN = 512
 
 
-def jump_batch_first(plan: JumpPlan, N: int) -> bool:
-    """Whether :func:`jump_compose` runs ``plan`` on ``N`` samples batch-first."""
-    return N < JUMP_BATCH_LAST_MIN["path" if plan.path else "tree"]
+def jump_layout(plan: JumpPlan, N: int) -> str:
+    """``"first"``, ``"last"`` or ``"affine"``: the layout :func:`jump_locals`
+    and :func:`jump_compose` use for ``plan`` on ``N`` samples."""
+    if N < JUMP_BATCH_LAST_MIN["path" if plan.path else "tree"]:
+        return "first"
+    return "affine" if N >= JUMP_AFFINE_MIN else "last"
 
 
-def jump_locals(c: JumpLocals, theta, is_rev=None, is_pri=None, batch_first: bool = False) -> torch.Tensor:
+def jump_locals(c: JumpLocals, theta, is_rev=None, is_pri=None, layout: str = "last") -> torch.Tensor:
     """All local transforms from the body angles ``theta (n, N)``: one small
     product per body, batched over the bodies (``is_rev``/``is_pri`` masks
-    with prismatic joints). ``(n, 4, 4, N)``, or ``(n, N, 4, 4)`` with
-    ``batch_first``."""
+    with prismatic joints). ``(n, 4, 4, N)`` (``"last"``), ``(n, N, 4, 4)``
+    (``"first"``) or the top three rows ``(n, 3, 4, N)`` (``"affine"``)."""
     n, N = theta.shape
     ang = theta if is_rev is None else theta * is_rev[:, None]
-    ax = 2 if batch_first else 1
+    ax = 2 if layout == "first" else 1
     # sin and cos each from the angle itself: sin(a + pi/2) as the cosine
     # loses ulp(a) of accuracy (all of it for a wound-up joint at 1e16 rad).
     sc = torch.stack([torch.sin(ang), torch.cos(ang)], ax)  # (n, 2, N) or (n, N, 2)
     if is_pri is not None:
         sc = torch.cat([sc, (theta * is_pri[:, None]).unsqueeze(ax)], ax)
-    if batch_first:
+    if layout == "first":
         return torch.baddbmm(c.base_t, sc, c.coef_t).view(n, N, 4, 4)
+    if layout == "affine":
+        return torch.baddbmm(c.base12, c.coef12, sc).view(n, 3, 4, N)
     return torch.baddbmm(c.base, c.coef, sc).view(n, 4, 4, N)
 
 
-def jump_compose(T: torch.Tensor, plan: JumpPlan, batch_first: bool = False, last=None) -> torch.Tensor:
-    """Run a :func:`jump_plan` on local transforms ``T`` (its ``inputs``,
-    :func:`jump_locals`' layout): the composed transforms of its outputs,
-    ``(k, 4, 4, N)`` or with ``batch_first`` ``(k, N, 4, 4)``.
+def _affine_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``A @ B`` of top-three-row transforms ``(k, 3, 4, N)`` (bottom rows
+    ``[0, 0, 0, 1]``)."""
+    a0, a1, a2, a3 = A.unbind(2)  # columns of A, (k, 3, N)
+    b0, b1, b2 = B.unbind(1)  # rows of B, (k, 4, N)
+    out = a0[:, :, None] * b0[:, None]
+    out.addcmul_(a1[:, :, None], b1[:, None]).addcmul_(a2[:, :, None], b2[:, None])
+    out[:, :, 3].add_(a3)
+    return out
 
-    Batch last, the 4x4 products are elementwise over the batch (several
-    times faster than batched 4x4 ``matmul`` from a few dozen samples on);
-    batch first, one batched ``matmul`` per round (fewer dispatches), and for
-    one sample on a path the whole product tree in one ``multi_dot``.
-    ``last``: a constant ``(4, 4)`` entry after ``T`` (a chain's tool).
+
+def jump_compose(T: torch.Tensor, plan: JumpPlan, layout: str = "last", last=None) -> torch.Tensor:
+    """Run a :func:`jump_plan` on local transforms ``T`` (its ``inputs``, in
+    a :func:`jump_locals` layout): the composed transforms of its outputs,
+    in the same layout.
+
+    Batch last, the products are elementwise over the batch (several times
+    faster than batched 4x4 ``matmul`` from a few dozen samples on); batch
+    first, one batched ``matmul`` per round (fewer dispatches), and for one
+    sample on a path the whole product tree in one ``multi_dot``. ``last``:
+    a constant ``(4, 4)`` multiplied onto every output from the right (a
+    chain's tool).
     """
-    if batch_first:
+    if layout == "first":
         N = T.shape[1]
         if N == 1 and plan.path:
             mats = list(T.view(T.shape[0], 4, 4).unbind(0)) + ([] if last is None else [last])
             return (torch.linalg.multi_dot(mats) if len(mats) > 1 else mats[0]).view(1, 1, 4, 4)
-        if last is not None:
-            T = torch.cat([T, last.expand(1, N, 4, 4)], 0)
-    elif last is not None:
-        T = torch.cat([T, last[None, :, :, None].expand(1, 4, 4, T.shape[-1])], 0)
     for keep, anc, cur in plan.rounds:
         if anc is None:
             T = _rows(T, keep)
             continue
-        if batch_first:
+        if layout == "first":
             prod = _rows(T, anc) @ _rows(T, cur)
+        elif layout == "affine":
+            prod = _affine_product(_rows(T, anc), _rows(T, cur))
         else:
             prod = (_rows(T, anc)[:, :, :, None, :] * _rows(T, cur)[:, None]).sum(2)
         T = prod if keep is None else torch.cat([_rows(T, keep), prod], 0)
-    return T if plan.outputs is None else _rows(T, plan.outputs)
+    T = T if plan.outputs is None else _rows(T, plan.outputs)
+    if last is None:
+        return T
+    if layout == "first":
+        return T @ last
+    if layout == "last":
+        return (T[:, :, :, None, :] * last[:, :, None]).sum(2)
+    t0, t1, t2, t3 = T.unbind(2)  # affine: three multiply-adds
+    out = t0[:, :, None] * last[0, :, None]
+    out.addcmul_(t1[:, :, None], last[1, :, None]).addcmul_(t2[:, :, None], last[2, :, None])
+    out[:, :, 3].add_(t3)
+    return out
 
 
 def joint_values(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
@@ -428,22 +462,24 @@ def body_transforms_reference(
         bodies = tuple(int(b) for b in bodies)
         sub = geometry_constants(model, f"fk.jump.{bodies}", lambda m: _build_jump_subset(m, bodies))
         plan, root, rows, loc, is_rev, is_pri = (sub[k] for k in ("plan", "root", "rows", "locals", "is_rev", "is_pri"))
-    first = jump_batch_first(plan, N)
+    layout = jump_layout(plan, N)
     parts = []
     if root:
-        eye = c["jump_eye"]
+        eye = c["jump_eye"].view(4, 4)
         if model.floating_base:
             R0 = quat_to_matrix(qf[:, 3:7])
-            if first:
-                bottom = eye.view(4, 4)[3:].expand(N, 1, 4)
-                parts.append(torch.cat([torch.cat([R0, qf[:, 0:3, None]], 2), bottom], 1)[None])
+            if layout == "first":
+                parts.append(torch.cat([torch.cat([R0, qf[:, 0:3, None]], 2), eye[3:].expand(N, 1, 4)], 1)[None])
             else:
-                bottom = eye.view(4, 4, 1)[3:].expand(1, 4, N)
-                parts.append(torch.cat([torch.cat([R0.permute(1, 2, 0), qf[:, 0:3].T[:, None]], 1), bottom], 0)[None])
-        elif first:
-            parts.append(eye.view(4, 4).expand(1, N, 4, 4))
+                top = torch.cat([R0.permute(1, 2, 0), qf[:, 0:3].T[:, None]], 1)
+                if layout == "last":
+                    top = torch.cat([top, eye[3:, :, None].expand(1, 4, N)], 0)
+                parts.append(top[None])
+        elif layout == "first":
+            parts.append(eye.expand(1, N, 4, 4))
         else:
-            parts.append(eye.view(1, 16, 1).expand(1, 16, N).view(1, 4, 4, N))
+            h = 3 if layout == "affine" else 4
+            parts.append(eye[:h, :, None].expand(1, h, 4, N))
     if loc.base.shape[0]:
         if c["identity_coupling"]:
             theta = qf[:, 7:] if model.floating_base else qf
@@ -453,13 +489,14 @@ def body_transforms_reference(
         if rows is not None:
             theta = theta.index_select(0, rows)  # level order (or the needed bodies)
         pri = c["has_pri"]
-        parts.append(jump_locals(loc, theta, is_rev if pri else None, is_pri if pri else None, first))
+        parts.append(jump_locals(loc, theta, is_rev if pri else None, is_pri if pri else None, layout))
     T = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
-    T = jump_compose(T, plan, first)
+    T = jump_compose(T, plan, layout)
     if bodies is None and not model.levels_sorted:
         T = T.index_select(0, model.level_inverse)
     k = T.shape[0]
-    T = (T.transpose(0, 1) if first else T.permute(3, 0, 1, 2)).reshape(*batch, k, 4, 4)
+    first = layout == "first"
+    T = (T.transpose(0, 1) if first else T.permute(3, 0, 1, 2)).reshape(*batch, k, T.shape[2 if first else 1], 4)
     # Contiguous, batch-first: the dynamics' reference path runs on these (as
     # strided views, its products were measured up to 1.6x slower at 64 samples).
     return T[..., :3, :3].contiguous(), T[..., :3, 3].contiguous()
