@@ -149,12 +149,19 @@ def test_batch_shapes(toy, shape):
 
 
 def test_small_batch_tree_matches_serial_path(panda, toy):
+    """The pose on the reference FK kernel (every layout: 1 and 2 samples
+    batch-first, 64 batch-last 4x4, 600 batch-last three rows) equals the
+    Jacobian pass's pose, as 4x4 and in the IK's transposed layout."""
     for chain in (panda, toy):
-        for n in (1, 2, 7, 64):
+        for n in (1, 2, 7, 64, 600):
             q = _random_q(chain, n, seed=n)
             T_tree = chain._fk_small(q, None)
             T_serial = chain.evaluate(q)[0]
+            assert T_tree.shape == (n, 4, 4)
             assert (T_tree - T_serial).abs().max() < 1e-14
+            RT, p = chain.pose_soa(q.T.contiguous(), None)
+            RT_s, p_s, _ = chain.fast_plain(q.T.contiguous(), None)
+            assert (RT - RT_s).abs().max() < 1e-14 and (p - p_s).abs().max() < 1e-14
 
 
 def test_empty_batch(toy):

@@ -246,7 +246,8 @@ class SerialChainKinematics:
         self.check_q(qpos)
         self._check_tcp(tcp)
         if qpos.ndim == 1:  # one sample: no batch bookkeeping (measured 20 us of 60)
-            return self._fk_small(qpos[None], tcp)[0]
+            theta = qpos if self._identity_coupling else qpos[self._coord] * self._mult + self._offset
+            return self._jump(theta[:, None], tcp)[0].view(4, 4)
         batch = qpos.shape[:-1]
         return self._fk_small(qpos.reshape(-1, self.dof), tcp).reshape(*batch, 4, 4)
 

@@ -48,7 +48,6 @@ PATHS = ("auto", "reference", "fast")
 #: quadruped (tree-sparse factorisation) between 128 and 192. Keys are the
 #: public functions' families.
 FAST_MIN_BATCH = {
-    "serial_chain": 65,  # SerialChainKinematics.forward_kinematics (pose only)
     "kinematics": 128,
     "inverse_dynamics": 96,
     "mass_matrix": 96,
