@@ -349,3 +349,19 @@ def test_closed_form_jacobian_backward_matches_autograd(panda):
     toy = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64)
     # a prismatic joint: plain autograd
     assert not any("_JacobianPass" in n for n in graph_names(toy.evaluate(toy_q.requires_grad_())[1]))
+
+
+def test_pose_switches_to_the_gemm_pass_at_the_threshold(panda, monkeypatch):
+    """Pose queries take the reference FK kernel below
+    ``FAST_MIN_BATCH["serial_chain"]`` and the GEMM pass without its Jacobian
+    from there; both give the Jacobian pass's pose."""
+    from backdrive.kinematics import _paths
+
+    q = _random_q(panda, 40, seed=3)
+    T_ref = panda.evaluate(q)[0]
+    for threshold in (41, 40):
+        monkeypatch.setitem(_paths.FAST_MIN_BATCH, "serial_chain", threshold)
+        assert (panda.forward_kinematics(q) - T_ref).abs().max() < 1e-14
+        RT, p = panda.pose_soa(q.T.contiguous(), None)
+        RT_s, p_s, _ = panda.fast_plain(q.T.contiguous(), None)
+        assert (RT - RT_s).abs().max() < 1e-14 and (p - p_s).abs().max() < 1e-14

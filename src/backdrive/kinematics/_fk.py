@@ -231,14 +231,14 @@ def jump_plan(parents: list[int], outputs: list[int] | None, device) -> JumpPlan
 class JumpLocals(NamedTuple):
     """Constants of the local transforms ``T_l(theta) = (T_pl + B4) + sin A4
     - cos B4 + d C4`` (:func:`jump_coefficients`) as flattened rows, for
-    :func:`jump_locals` in its three layouts: ``base (n, 16, 1)``, ``coef
-    (n, 16, 2 or 3)``, their first 12 rows (the top three rows of the 4x4)
-    ``base12``, ``coef12``, and the transposes ``base_t (n, 1, 16)``,
-    ``coef_t (n, 2 or 3, 16)`` (all contiguous)."""
+    :func:`jump_locals` in its three layouts: batch last ``coef (n, 16, k +
+    1)`` (columns: ``A4``, ``-B4``(, ``C4``), ``T_pl + B4``; the last one
+    multiplies a row of ones: a product with a broadcast base would first
+    copy it into the output), ``coef12`` its first 12 rows (the top three
+    rows of the 4x4); batch first ``base_t (n, 1, 16)``, ``coef_t (n, k,
+    16)`` (all contiguous)."""
 
-    base: torch.Tensor
     coef: torch.Tensor
-    base12: torch.Tensor
     coef12: torch.Tensor
     base_t: torch.Tensor
     coef_t: torch.Tensor
@@ -254,8 +254,8 @@ def jump_coefficients(pl4, A4, B4, C4=None) -> JumpLocals:
     pieces = [A4, -B4] + ([] if C4 is None else [C4])
     base_t = (pl4 + B4).reshape(n, 1, 16).contiguous()
     coef_t = torch.stack(pieces, 1).reshape(n, len(pieces), 16).contiguous()
-    base, coef = base_t.transpose(1, 2).contiguous(), coef_t.transpose(1, 2).contiguous()
-    return JumpLocals(base, coef, base[:, :12].contiguous(), coef[:, :12].contiguous(), base_t, coef_t)
+    coef = torch.cat([coef_t, base_t], 1).transpose(1, 2).contiguous()
+    return JumpLocals(coef, coef[:, :12].contiguous(), base_t, coef_t)
 
 
 #: The layout :func:`jump_compose` runs in (:func:`jump_layout`): batch-first
@@ -285,17 +285,15 @@ def jump_locals(c: JumpLocals, theta, is_rev=None, is_pri=None, layout: str = "l
     (``"first"``) or the top three rows ``(n, 3, 4, N)`` (``"affine"``)."""
     n, N = theta.shape
     ang = theta if is_rev is None else theta * is_rev[:, None]
-    ax = 2 if layout == "first" else 1
     # sin and cos each from the angle itself: sin(a + pi/2) as the cosine
     # loses ulp(a) of accuracy (all of it for a wound-up joint at 1e16 rad).
-    sc = torch.stack([torch.sin(ang), torch.cos(ang)], ax)  # (n, 2, N) or (n, N, 2)
-    if is_pri is not None:
-        sc = torch.cat([sc, (theta * is_pri[:, None]).unsqueeze(ax)], ax)
+    parts = [torch.sin(ang), torch.cos(ang)] + ([] if is_pri is None else [theta * is_pri[:, None]])
     if layout == "first":
-        return torch.baddbmm(c.base_t, sc, c.coef_t).view(n, N, 4, 4)
+        return torch.baddbmm(c.base_t, torch.stack(parts, 2), c.coef_t).view(n, N, 4, 4)
+    sc = torch.stack(parts + [theta.new_ones(()).expand(n, N)], 1)  # (n, k + 1, N)
     if layout == "affine":
-        return torch.baddbmm(c.base12, c.coef12, sc).view(n, 3, 4, N)
-    return torch.baddbmm(c.base, c.coef, sc).view(n, 4, 4, N)
+        return torch.bmm(c.coef12, sc).view(n, 3, 4, N)
+    return torch.bmm(c.coef, sc).view(n, 4, 4, N)
 
 
 def _affine_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -480,7 +478,7 @@ def body_transforms_reference(
         else:
             h = 3 if layout == "affine" else 4
             parts.append(eye[:h, :, None].expand(1, h, 4, N))
-    if loc.base.shape[0]:
+    if loc.coef.shape[0]:
         if c["identity_coupling"]:
             theta = qf[:, 7:] if model.floating_base else qf
         else:

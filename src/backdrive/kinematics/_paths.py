@@ -51,6 +51,10 @@ PATHS = ("auto", "reference", "fast")
 #: quadruped (tree-sparse factorisation) between 128 and 192. Keys are the
 #: public functions' families.
 FAST_MIN_BATCH = {
+    # SerialChainKinematics' pose (forward_kinematics, the IK's final pose):
+    # the reference FK kernel below, the chain's GEMM pass (pose only) from
+    # here (docs/kinematics.md, "One reference FK").
+    "serial_chain": 2048,
     "kinematics": 128,
     "inverse_dynamics": 96,
     "mass_matrix": 96,
