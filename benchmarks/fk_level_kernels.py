@@ -34,7 +34,10 @@ def build(model):
     Rpl, A, B, ppl, Rax = (c[k].index_select(0, perm) for k in ("Rpl", "A", "B", "ppl", "Raxis"))
     blocks = torch.cat([Rpl, A, B, ppl[:, :, None], Rax[:, :, None]], 2)  # (n, 3, 11)
     bt = blocks.transpose(1, 2).contiguous()[:, : 11 if c["has_pri"] else 10]
-    lv = [(sl, par, bt[sl].contiguous(), bt[sl].reshape(-1, 3).contiguous()) for sl, par in zip(c["level_slices"], c["level_parents"])]
+    lv = [
+        (sl, par, bt[sl].contiguous(), bt[sl].reshape(-1, 3).contiguous())
+        for sl, par in zip(c["level_slices"], c["level_parents"])
+    ]
     return {"lv": lv, "perm": perm, "pri": c["has_pri"], "is_pri": c["is_pri"].index_select(0, perm)[:, None]}
 
 

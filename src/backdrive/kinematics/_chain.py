@@ -325,7 +325,8 @@ class SerialChainKinematics:
         N = theta.shape[1]
         pri = self._any_pri
         layout = jump_layout(self._jump_plan, N)
-        T = jump_locals(self._jump_locals, theta, self._rev_mask if pri else None, self._pri_mask if pri else None, layout)
+        rev, is_pri = (self._rev_mask, self._pri_mask) if pri else (None, None)
+        T = jump_locals(self._jump_locals, theta, rev, is_pri, layout)
         return jump_compose(T, self._jump_plan, layout, last=self._tool(tcp)), layout
 
     def _fk_small(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
