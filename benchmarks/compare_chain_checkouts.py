@@ -12,6 +12,8 @@ forward+backward, at the given batch sizes. Prints a markdown table of
 new/old.
 
     python benchmarks/compare_chain_checkouts.py OLD_SRC NEW_SRC 1,64,256,1000,10000
+
+``REPEATS`` (environment, default 7): interleaved repeats per row.
 """
 import os
 import sys
@@ -22,6 +24,7 @@ import torch
 torch.set_num_threads(1)
 OLD, NEW = sys.argv[1], sys.argv[2]
 batches = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "1,64,256,1000,10000").split(",")]
+REPEATS = int(os.environ.get("REPEATS", "7"))  # interleaved repeats per row (minimum taken)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _checkouts import import_pair  # noqa: E402
 
@@ -88,7 +91,7 @@ for B in batches:
         t1 = clock(f_o, grad, 1)
         inner = max(1, int(0.02 / max(t1, 1e-6)))
         best_o = best_n = float("inf")
-        for _ in range(7):
+        for _ in range(REPEATS):
             best_o = min(best_o, clock(f_o, grad, inner))
             best_n = min(best_n, clock(f_n, grad, inner))
         ms = lambda t: f"{t * 1e3:.3f} ms"  # noqa: E731

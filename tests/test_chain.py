@@ -149,12 +149,19 @@ def test_batch_shapes(toy, shape):
 
 
 def test_small_batch_tree_matches_serial_path(panda, toy):
+    """The pose on the reference FK kernel (every layout: 1 and 2 samples
+    batch-first, 64 batch-last 4x4, 600 batch-last three rows) equals the
+    Jacobian pass's pose, as 4x4 and in the IK's transposed layout."""
     for chain in (panda, toy):
-        for n in (1, 2, 7, 64):
+        for n in (1, 2, 7, 64, 600):
             q = _random_q(chain, n, seed=n)
             T_tree = chain._fk_small(q, None)
             T_serial = chain.evaluate(q)[0]
+            assert T_tree.shape == (n, 4, 4)
             assert (T_tree - T_serial).abs().max() < 1e-14
+            RT, p = chain.pose_soa(q.T.contiguous(), None)
+            RT_s, p_s, _ = chain.fast_plain(q.T.contiguous(), None)
+            assert (RT - RT_s).abs().max() < 1e-14 and (p - p_s).abs().max() < 1e-14
 
 
 def test_empty_batch(toy):
@@ -314,7 +321,7 @@ def test_closed_form_jacobian_backward_matches_autograd(panda):
     for chain in (panda, revolute_toy):
         qT = _random_q(chain, 5, seed=9).T.contiguous().requires_grad_()
         outs_fast = chain_module._JacobianPass.apply(qT, chain, tcp)
-        outs_plain = chain.fast_plain(qT, tcp, with_jacobian=True)
+        outs_plain = chain.fast_plain(qT, tcp)
         g = torch.Generator().manual_seed(1)
         ws = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outs_plain]
         (a,) = torch.autograd.grad(sum((o * w).sum() for o, w in zip(outs_fast, ws)), qT)
@@ -342,3 +349,19 @@ def test_closed_form_jacobian_backward_matches_autograd(panda):
     toy = SerialChainKinematics.from_urdf(TOY_URDF, end_link_name="tool", dtype=torch.float64)
     # a prismatic joint: plain autograd
     assert not any("_JacobianPass" in n for n in graph_names(toy.evaluate(toy_q.requires_grad_())[1]))
+
+
+def test_pose_switches_to_the_gemm_pass_at_the_threshold(panda, monkeypatch):
+    """Pose queries take the reference FK kernel below
+    ``FAST_MIN_BATCH["serial_chain"]`` and the GEMM pass without its Jacobian
+    from there; both give the Jacobian pass's pose."""
+    from backdrive.kinematics import _paths
+
+    q = _random_q(panda, 40, seed=3)
+    T_ref = panda.evaluate(q)[0]
+    for threshold in (41, 40):
+        monkeypatch.setitem(_paths.FAST_MIN_BATCH, "serial_chain", threshold)
+        assert (panda.forward_kinematics(q) - T_ref).abs().max() < 1e-14
+        RT, p = panda.pose_soa(q.T.contiguous(), None)
+        RT_s, p_s, _ = panda.fast_plain(q.T.contiguous(), None)
+        assert (RT - RT_s).abs().max() < 1e-14 and (p - p_s).abs().max() < 1e-14

@@ -98,6 +98,61 @@ def test_both_paths_equal_body_by_body_composition(name, urdf, floating):
     assert (R - R_ref[0, 0]).abs().max() < 1e-12 and (p - p_ref[0, 0]).abs().max() < 1e-12
 
 
+@pytest.mark.parametrize("name,urdf,floating", _models()[::2], ids=[m[0] for m in _models()[::2]])
+def test_reference_layouts_and_output_subsets(name, urdf, floating, monkeypatch):
+    """The reference kernel in each of its layouts (batch-first 4x4, one
+    ``multi_dot`` for one sample and one output, batch-last 4x4, batch-last
+    top three rows), on all bodies and on output subsets (only what they need
+    composed), against the body-by-body composition; gradients equal across
+    layouts."""
+    model = RobotModel.from_urdf(urdf, floating_base=floating).to(dtype=torch.float64)
+    nb = model.num_bodies
+    g = torch.Generator().manual_seed(5)
+    subsets = [(nb - 1,), (nb - 1, 0, nb // 2), tuple(range(nb))[::-1], (1,)]
+    sizes = (1, 5, 40, 600)
+    plan = _fk._cache(model)["jump_plan"]
+    assert [_fk.jump_layout(plan, N) for N in sizes] == ["first", "first", "last", "affine"]
+    for N in sizes:
+        q = model.random_q(N, generator=g)
+        R_ref, p_ref = composed(model, q)
+        R, p = _fk.body_transforms_reference(model, q)
+        assert (R - R_ref).abs().max() < 1e-12 and (p - p_ref).abs().max() < 1e-12, N
+        for bodies in subsets:
+            R, p = _fk.body_transforms_reference(model, q, bodies)
+            idx = list(bodies)
+            assert R.shape == (N, len(idx), 3, 3) and p.shape == (N, len(idx), 3)
+            assert (R - R_ref[:, idx]).abs().max() < 1e-12 and (p - p_ref[:, idx]).abs().max() < 1e-12, (N, bodies)
+    # Gradients: each layout against the batch-last 4x4 one.
+    for N, key in ((5, "first"), (600, "affine")):
+        q = model.random_q(N, generator=g)
+        wR = torch.randn(N, nb, 3, 3, generator=g, dtype=torch.float64)
+        grads = []
+        for force in (False, True):
+            if force:
+                monkeypatch.setitem(_fk.JUMP_BATCH_LAST_MIN, "tree", 0)
+                monkeypatch.setattr(_fk, "JUMP_AFFINE_MIN", 10**9)
+            assert _fk.jump_layout(plan, N) == ("last" if force else key)
+            x = q.clone().requires_grad_(True)
+            R, p = _fk.body_transforms_reference(model, x)
+            ((R * wR).sum() + p.sum()).backward()
+            grads.append(x.grad)
+        monkeypatch.undo()
+        assert (grads[0] - grads[1]).abs().max() < 1e-10, key
+
+
+def test_jump_plan_on_a_path_is_the_pairwise_product_tree():
+    """Pointer jumping restricted to the end of a path of ``n`` entries:
+    ``ceil(log2(n))`` rounds and ``n - 1`` products in all (the pairwise
+    product tree); unrestricted, every unfinished entry composes each round."""
+    for n in range(1, 20):
+        plan = _fk.jump_plan(list(range(-1, n - 1)), [n - 1], "cpu")
+        sizes = [len(range(n)[a]) if isinstance(a, slice) else len(a) for _, a, _ in plan.rounds]
+        assert plan.path and len(plan.rounds) == math.ceil(math.log2(n)) and sum(sizes) == n - 1, n
+        full = _fk.jump_plan(list(range(-1, n - 1)), None, "cpu")
+        sizes = [len(range(n)[a]) if isinstance(a, slice) else len(a) for _, a, _ in full.rounds]
+        assert sizes == [n - 2**r for r in range(len(full.rounds))], n
+
+
 def test_reference_gradients_forward_mode_and_double_backward():
     """The reference path stays plain autograd: gradcheck, gradgradcheck and
     forward-mode (jacfwd) equal reverse mode (jacrev). (The fast path's

@@ -1,23 +1,25 @@
-"""A serial chain cut out of the whole-tree model, with lean FK and Jacobians.
+"""A serial chain cut out of the whole-tree model: pose and Jacobians.
 
 :class:`SerialChainKinematics` selects the bodies on the path from a root link
 to an end link of a :class:`~backdrive.RobotModel`, folds every fixed offset
-into per-joint constants once (in float64), and evaluates the chain with a
-serial loop that never builds a batch of 4x4 products:
+into per-joint constants once (in float64), and evaluates:
 
-* the large-batch path writes each step as one GEMM against a constant
-  ``3 x 11`` block, ``R_prev @ [Rpl, Rpl K, Rpl K^2, p_pl, Rpl a]``, and then
-  mixes the columns with the joint's sine and cosine (Rodrigues folded into
-  the placement); the world joint axis of the Jacobian comes out of the same
-  GEMM;
-* the small-batch FK path builds all local 4x4 transforms in a handful of
-  vectorised operations and reduces them pairwise (a tree of ``log2(n)``
-  batched products), which keeps the Python and dispatch overhead of a
-  single pose query low.
+* the pose (:meth:`~SerialChainKinematics.forward_kinematics`, the IK's
+  final pose) below ``FAST_MIN_BATCH["serial_chain"]`` samples on the tree's
+  reference FK kernel (:func:`~backdrive.kinematics._fk.jump_compose`): all
+  local 4x4 transforms in one batched product, then pointer jumping
+  restricted to the end of the path, which is the pairwise product tree over
+  the joints, then the tool; from there on the GEMM pass below without its
+  Jacobian;
+* the pose with the geometric Jacobian (``evaluate``, ``jacobian``, every IK
+  iteration) in one serial pass that never builds a 4x4 product: each step
+  is one GEMM against a constant ``3 x 11`` block, ``R_prev @ [Rpl, Rpl K,
+  Rpl K^2, p_pl, Rpl a]``, then the Rodrigues mix with the joint's sine and
+  cosine; the joint's world axis and origin (the Jacobian's columns) come
+  out of the same GEMM. Its backward is closed-form (:class:`_JacobianPass`).
 
-Both paths compute the same poses; the Jacobian is the geometric one,
-``[linear; angular]`` rows in the chain root frame at the tool point, built
-from the world axes and origins of the same FK pass.
+The Jacobian is ``[linear; angular]`` rows in the chain root frame at the
+tool point.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .._errors import InputError
 from ..model import JointType, RobotModel
 from ..model._model import check_device, dtype_mismatch
 from ..runtime import finite_checked
+from ._fk import jump_coefficients, jump_layout, jump_compose, jump_locals, jump_plan
 from ._kernels import cross, skew
 from ._paths import choose
 
@@ -155,13 +158,15 @@ class SerialChainKinematics:
         # The first joint's parent is the chain root: its transposed block as
         # (11, 3, 1) rows, the layout of a GEMM output in :meth:`_serial`.
         self._first = blocks[0].T.contiguous()[:, :, None]
-        # Local 4x4 pieces for the small-batch reduction:
-        # T_local(theta) = T_pl + sin A4 + (1 - cos) B4 + d C4.
-        T_pl, A4, B4, C4 = (t(m[k]).reshape(n, 16) for k in ("T_pl", "A4", "B4", "C4"))
-        self._local_base = T_pl + B4
-        pieces = [A4, -B4] + ([C4] if self._any_pri else [])
-        self._local_coef = torch.stack(pieces, dim=1)  # (n, 2 or 3, 16)
-        self._phase = t(np.array([0.0, np.pi / 2]))
+        # The pose runs on the tree's reference FK kernel (pointer
+        # jumping, :func:`~._fk.jump_plan`) with the chain's own local
+        # transforms, T_local(theta) = T_pl + sin A4 + (1 - cos) B4 + d C4,
+        # restricted to the last joint (the pairwise product tree of the
+        # path), times the tool.
+        T_pl, A4, B4, C4 = (t(m[k]) for k in ("T_pl", "A4", "B4", "C4"))
+        self._jump_locals = jump_coefficients(T_pl, A4, B4, C4 if self._any_pri else None)
+        self._jump_plan = jump_plan(list(range(-1, n - 1)), [n - 1], device)
+        self._bottom = t(np.array([[0.0], [0.0], [0.0], [1.0]]))[None]  # (1, 4, 1): a 4x4's bottom row, batch last
         self._end = t(m["end"])  # (4, 4) last body -> end frame
         self._rev_mask = t(1.0 - m["is_prismatic"])
         self._pri_mask = t(m["is_prismatic"])
@@ -244,15 +249,17 @@ class SerialChainKinematics:
         self.check_q(qpos)
         self._check_tcp(tcp)
         if qpos.ndim == 1:  # one sample: no batch bookkeeping (measured 20 us of 60)
-            return self._fk_small(qpos[None], tcp)[0]
+            theta = qpos if self._identity_coupling else qpos[self._coord] * self._mult + self._offset
+            return self._jump(theta[:, None], tcp)[0].view(4, 4)
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
-        # Small batches: the pairwise 4x4 reduction (fewer, larger dispatches);
-        # from FAST_MIN_BATCH["serial_chain"] the batch-last pass wins.
+        # The reference FK kernel wins below FAST_MIN_BATCH["serial_chain"]
+        # (0.4-0.9x at 64 to 1,000 samples); its 4x4 arrays outgrow the
+        # caches from a few thousand, where the GEMM pass keeps less in flight.
         if not choose("serial_chain", q.shape[0]):
             T = self._fk_small(q, tcp)
         else:
-            RT, p, _ = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=False)
+            RT, p, _ = self.fast_plain(q.T.contiguous(), tcp, with_jacobian=False)
             T = fast_to_homogeneous(RT, p)
         return T.reshape(*batch, 4, 4)
 
@@ -282,7 +289,7 @@ class SerialChainKinematics:
         self._check_tcp(tcp)
         batch = qpos.shape[:-1]
         q = qpos.reshape(-1, self.dof)
-        RT, p, J = self.fast_pass(q.T.contiguous(), tcp, with_jacobian=True)
+        RT, p, J = self.fast_pass(q.T.contiguous(), tcp)
         T = fast_to_homogeneous(RT, p).reshape(*batch, 4, 4)
         return T, J.permute(2, 0, 1).reshape(*batch, 6, self.dof)
 
@@ -308,55 +315,71 @@ class SerialChainKinematics:
         self._tool_cache = (tcp, tcp._version, tool)
         return tool
 
+    def _jump(self, theta: torch.Tensor, tcp: torch.Tensor | None):
+        """The tool pose from body angles ``theta (n, N)`` on the tree's
+        reference FK kernel (:func:`~._fk.jump_locals`: every local 4x4
+        transform in one batched product; :func:`~._fk.jump_compose`: pointer
+        jumping restricted to the last joint, which on a path is the pairwise
+        product tree over the joints; then the tool). Returns the kernel's
+        ``(1, ...)`` output and its layout (:func:`~._fk.jump_layout`)."""
+        N = theta.shape[1]
+        pri = self._any_pri
+        layout = jump_layout(self._jump_plan, N)
+        rev, is_pri = (self._rev_mask, self._pri_mask) if pri else (None, None)
+        T = jump_locals(self._jump_locals, theta, rev, is_pri, layout)
+        return jump_compose(T, self._jump_plan, layout, last=self._tool(tcp)), layout
+
     def _fk_small(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
-        """Pose-only FK for small batches ``q (N, dof)``: every local 4x4
-        transform in one batched product (batched over the joints), then a
-        pairwise product tree over the joints (one
-        :func:`torch.linalg.multi_dot` for a single sample)."""
+        """Pose-only FK ``(N, 4, 4)`` of ``q (N, dof)`` (:meth:`_jump`)."""
         theta = q if self._identity_coupling else q[:, self._coord] * self._mult + self._offset
         N = theta.shape[0]
-        n = self._n
-        ang = theta * self._rev_mask if self._any_pri else theta
-        # [sin, cos] in one call: sin(theta + (0, pi/2)).
-        coef = torch.sin(ang[..., None] + self._phase)  # (N, n, 2)
-        if self._any_pri:
-            coef = torch.cat([coef, (theta * self._pri_mask)[..., None]], dim=-1)
-        # T_local = (T_pl + B4) + sin A4 - cos B4 + d C4: one product per joint,
-        # batched over the joints, (n, N, 16).
-        T = torch.baddbmm(self._local_base[:, None, :], coef.transpose(0, 1), self._local_coef)
-        tool = self._tool(tcp)
-        if N == 1:
-            return torch.linalg.multi_dot([*T.view(n, 4, 4).unbind(0), tool])[None]
-        mats = torch.cat([T.view(n, N, 4, 4), tool.expand(1, N, 4, 4)], dim=0)
-        while mats.shape[0] > 1:
-            k = mats.shape[0]
-            even = k - (k % 2)
-            prod = mats[0:even:2] @ mats[1:even:2]
-            mats = torch.cat([prod, mats[even:]], dim=0) if k % 2 else prod
-        return mats[0]
+        # Batch last, the angles' rows contiguous: sin and cos of a transposed
+        # view keep its strides and slow every later pass.
+        T, layout = self._jump(theta.T if N < 2 else theta.T.contiguous(), tcp)
+        T = T[0]
+        if layout == "first":
+            return T
+        if layout == "affine":
+            T = torch.cat([T, self._bottom.expand(1, 4, N)], 0)
+        return T.permute(2, 0, 1)
 
-    def fast_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool):
-        """Serial FK (and Jacobian) in a batch-last layout; see :meth:`fast_plain`.
+    def pose_soa(self, qT: torch.Tensor, tcp: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pose-only FK of ``qT (dof, M)`` in the layout of :meth:`fast_plain`:
+        ``RT (3, 3, M)`` (transposed rotation), ``p (3, M)`` (:meth:`_jump`)."""
+        if choose("serial_chain", qT.shape[1]):
+            return self.fast_plain(qT, tcp, with_jacobian=False)[:2]
+        theta = qT if self._identity_coupling else qT[self._coord] * self._mult[:, None] + self._offset[:, None]
+        T, layout = self._jump(theta, tcp)
+        T = T[0]
+        if layout == "first":  # (M, 4, 4)
+            return T[:, :3, :3].permute(2, 1, 0), T[:, :3, 3].T
+        return T[:3, :3].transpose(0, 1), T[:3, 3]
 
-        When a gradient is needed for a pass with the Jacobian, a revolute-only
-        chain uses :class:`_JacobianPass`, whose backward is the closed-form
-        derivative of the pose and of the Jacobian (one sweep over the joints)
-        instead of a recorded graph of the loop.
+    def fast_pass(self, qT: torch.Tensor, tcp: torch.Tensor | None):
+        """Tool pose and Jacobian in a batch-last layout; see :meth:`fast_plain`.
+
+        When a gradient is needed, a revolute-only chain uses
+        :class:`_JacobianPass`, whose backward is the closed-form derivative
+        of the pose and of the Jacobian (one sweep over the joints) instead of
+        a recorded graph of the loop.
         """
         if (
-            with_jacobian
-            and torch.is_grad_enabled()
+            torch.is_grad_enabled()
             and qT.requires_grad
             and not self._any_pri
             and (tcp is None or not tcp.requires_grad)
         ):
             return _JacobianPass.apply(qT, self, tcp)
-        return self.fast_plain(qT, tcp, with_jacobian=with_jacobian)
+        return self.fast_plain(qT, tcp)
 
     def fast_plain(
-        self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool, internals: bool = False
+        self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool = True, internals: bool = False
     ):
-        """Serial FK (and Jacobian) in a batch-last ("structure of arrays") layout.
+        """The chain's Jacobian pass: tool pose and geometric Jacobian in a
+        batch-last ("structure of arrays") layout. Pose-only queries take the
+        reference FK kernel (:meth:`_jump`) below
+        ``FAST_MIN_BATCH["serial_chain"]`` samples and this pass without the
+        Jacobian (``with_jacobian=False``) from there.
 
         Rotations are kept transposed and batch-last, ``RT[c, r, :] = R[r, c]``,
         so that a step ``R_prev @ C`` for the constant ``3 x 11`` block ``C`` is
@@ -372,7 +395,8 @@ class SerialChainKinematics:
 
         Returns:
             ``RT (3, 3, M)`` (the tool rotation, transposed), ``p (3, M)`` the
-            tool position, and ``J (6, dof, M)`` or ``None``; with
+            tool position, and ``J (6, dof, M)`` (``None`` without
+            ``with_jacobian``); with
             ``internals`` also the world axes ``Z (n, 3, M)`` and the linear
             Jacobian rows ``(n, 3, M)`` of every chain body.
         """
@@ -451,7 +475,7 @@ class _JacobianPass(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, qT, chain, tcp):
-        RT, p, J, Z, V = chain.fast_plain(qT, tcp, with_jacobian=True, internals=True)
+        RT, p, J, Z, V = chain.fast_plain(qT, tcp, internals=True)
         ctx.chain = chain
         ctx.tcp = tcp
         ctx.save_for_backward(qT, RT, Z, V)
@@ -463,7 +487,7 @@ class _JacobianPass(torch.autograd.Function):
         chain = ctx.chain
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
             with torch.enable_grad():
-                outs = chain.fast_plain(qT, ctx.tcp, with_jacobian=True)
+                outs = chain.fast_plain(qT, ctx.tcp)
             (g,) = torch.autograd.grad(outs, qT, (g_RT, g_p, g_J), create_graph=True)
             return g, None, None
         if not chain._identity_coupling:

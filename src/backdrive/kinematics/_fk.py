@@ -106,19 +106,15 @@ def _build_jump(model: RobotModel, pl, Rpl, A, B, Raxis, is_pri) -> dict:
 
     Local transforms are flattened 4x4 matrices, ``T_l(theta) = (T_pl + B4)
     + sin A4 - cos B4 + d C4`` (Rodrigues folded into the placement, ``d`` a
-    prismatic joint's travel), one row of coefficients per moving body, in
-    level order (the levels concatenated). ``jump_rounds``: per round
-    ``(k, anc)``: the bodies from level-order position ``k`` on (the deeper
-    ones: those still missing ancestors) compose with the entries ``anc``,
-    ``T[i] <- T[anc(i)] @ T[i]``, and the table advances ``anc(i) <-
-    anc(anc(i))``; the others are final. The root's entry is the identity (a
-    fixed base, which then counts as no ancestor) or the floating base's pose.
+    prismatic joint's travel; :func:`jump_coefficients`), one row of
+    coefficients per moving body, in level order (the levels concatenated).
+    ``jump_plan``: :func:`jump_plan` over the whole tree (entry 0 the root:
+    the identity for a fixed base, which then counts as no ancestor, or the
+    floating base's pose; entries 1.. the moving bodies in level order).
     """
-    nb = model.num_bodies
-    n = nb - 1
+    n = model.num_bodies - 1
     sched = tree_schedule(model)
-    order = list(sched.order)
-    mperm = torch.tensor([b - 1 for b in order[1:]], dtype=torch.long, device=model.device)
+    mperm = torch.tensor([b - 1 for b in sched.order[1:]], dtype=torch.long, device=model.device)
     A4 = torch.zeros(n, 4, 4, dtype=model.dtype, device=model.device)
     B4 = torch.zeros_like(A4)
     C4 = torch.zeros_like(A4)
@@ -126,25 +122,231 @@ def _build_jump(model: RobotModel, pl, Rpl, A, B, Raxis, is_pri) -> dict:
     A4[:, :3, :3] = A * rev
     B4[:, :3, :3] = B * rev
     C4[:, :3, 3] = Raxis * is_pri[:, None]
-    base = (pl + B4).index_select(0, mperm)
-    coef = [x.index_select(0, mperm) for x in [A4, -B4] + ([C4] if bool(is_pri.any()) else [])]
-    # Ancestor table in level-order positions; -1: none left to compose.
-    anc = [p if (p > 0 or model.floating_base) else -1 for p in sched.parent_pos]
-    rounds = []
-    while any(a >= 0 for a in anc):
-        k = min(i for i, a in enumerate(anc) if a >= 0)
-        assert all(a >= 0 for a in anc[k:])  # the unfinished bodies are a suffix of the level order
-        rounds.append((k, torch.tensor(anc[k:], dtype=torch.long, device=model.device)))
-        anc = [a if a < 0 else anc[a] for a in anc]
+    locals_ = jump_coefficients(
+        *(x.index_select(0, mperm) for x in (pl, A4, B4)), C4.index_select(0, mperm) if bool(is_pri.any()) else None
+    )
     return {
         "jump_perm": None if sched.sorted else mperm,
-        "jump_base": base.reshape(n, 16, 1).contiguous(),
-        "jump_coef": torch.stack(coef, 1).reshape(n, len(coef), 16).transpose(1, 2).contiguous(),
+        "jump_locals": locals_,
         "jump_eye": torch.eye(4, dtype=model.dtype, device=model.device).reshape(1, 1, 16),
-        "jump_rounds": tuple(rounds),
+        "jump_plan": jump_plan(_jump_parents(model), None, model.device),
         "jump_is_rev": (1.0 - is_pri).index_select(0, mperm),
         "jump_is_pri": is_pri.index_select(0, mperm),
     }
+
+
+def _jump_parents(model: RobotModel) -> list[int]:
+    """Per level-order position, the entry it composes with (``-1``: none;
+    a fixed base's identity root counts as none)."""
+    return [p if (p > 0 or model.floating_base) else -1 for p in tree_schedule(model).parent_pos]
+
+
+# ---------------------------------------------------------------------- pointer jumping (the reference FK kernel)
+
+
+class JumpPlan(NamedTuple):
+    """A pointer-jumping schedule (:func:`jump_plan`), run by :func:`jump_compose`.
+
+    Attributes:
+        inputs: the entries whose local transforms are needed, in the order
+            :func:`jump_compose` takes them (``None``: all, in order).
+        rounds: per round ``(keep, anc, cur)``, each a slice or a long index
+            into the current array's first axis (``keep`` may be ``None``):
+            the next array is ``cat([T[keep], T[anc] @ T[cur]])``.
+        outputs: index of the requested entries in the last array (``None``:
+            the array is already all entries in order).
+        path: one output: the inputs are its path from the top, in order,
+            and the rounds the pairwise product tree over them.
+    """
+
+    inputs: object
+    rounds: tuple
+    outputs: object
+    path: bool = False
+
+
+def _index(idx: list[int], device):
+    """A list of positions as a view-friendly slice when evenly spaced, else a long tensor."""
+    if not idx:
+        return None
+    step = idx[1] - idx[0] if len(idx) > 1 else 1
+    if step > 0 and all(b - a == step for a, b in zip(idx, idx[1:])):
+        return slice(idx[0], idx[-1] + 1, step)
+    return torch.tensor(idx, dtype=torch.long, device=device)
+
+
+def _rows(x: torch.Tensor, idx) -> torch.Tensor:
+    return x[idx] if isinstance(idx, slice) else x.index_select(0, idx)
+
+
+def jump_plan(parents: list[int], outputs: list[int] | None, device) -> JumpPlan:
+    """Pointer jumping over a forest, restricted to what ``outputs`` need.
+
+    ``parents[i]``: the entry that entry ``i`` composes with (``T_i <-
+    T_parent @ T_i``), ``-1`` for none; every parent comes before its child.
+    Round ``r`` composes every unfinished entry with its current ancestor
+    and advances the ancestor table ``anc <- anc[anc]``: ``ceil(log2(depth))``
+    rounds. Working back from ``outputs`` (``None``: every entry), only the
+    entries a later round reads are kept and composed. For the end of one
+    path that degenerates into the pairwise product tree (round 1 the
+    products of neighbours, round 2 of those pairs, ...).
+    """
+    m = len(parents)
+    anc = list(parents)
+    ancs = []  # the ancestor table each round starts with
+    while any(a >= 0 for a in anc):
+        ancs.append(anc)
+        anc = [a if a < 0 else anc[a] for a in anc]
+    want = list(range(m)) if outputs is None else list(dict.fromkeys(outputs))
+    needs = [sorted(want)]  # needs[r]: entries alive after round r (backwards)
+    for a in reversed(ancs):
+        cur = set(needs[0])
+        needs.insert(0, sorted(cur | {a[i] for i in cur if a[i] >= 0}))
+    order = needs[0]  # the array's entries, in array order
+    rounds = []
+    for a, need in zip(ancs, needs[1:]):
+        pos = {e: k for k, e in enumerate(order)}
+        keep = [e for e in need if a[e] < 0]
+        comp = [e for e in need if a[e] >= 0]
+        if not comp and keep == order:
+            continue
+        rounds.append(
+            (
+                _index([pos[e] for e in keep], device),
+                _index([pos[a[e]] for e in comp], device),
+                _index([pos[e] for e in comp], device),
+            )
+        )
+        order = keep + comp
+    pos = {e: k for k, e in enumerate(order)}
+    out = [pos[e] for e in want]
+    return JumpPlan(
+        None if needs[0] == list(range(m)) else needs[0],
+        tuple(rounds),
+        None if out == list(range(m)) else _index(out, device),
+        len(want) == 1,
+    )
+
+
+class JumpLocals(NamedTuple):
+    """Constants of the local transforms ``T_l(theta) = (T_pl + B4) + sin A4
+    - cos B4 + d C4`` (:func:`jump_coefficients`) as flattened rows, for
+    :func:`jump_locals` in its three layouts: batch last ``coef (n, 16, k +
+    1)`` (columns: ``A4``, ``-B4``(, ``C4``), ``T_pl + B4``; the last one
+    multiplies a row of ones: a product with a broadcast base would first
+    copy it into the output), ``coef12`` its first 12 rows (the top three
+    rows of the 4x4); batch first ``base_t (n, 1, 16)``, ``coef_t (n, k,
+    16)`` (all contiguous)."""
+
+    coef: torch.Tensor
+    coef12: torch.Tensor
+    base_t: torch.Tensor
+    coef_t: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> "JumpLocals":
+        return JumpLocals(*(x.index_select(0, rows) for x in self))
+
+
+def jump_coefficients(pl4, A4, B4, C4=None) -> JumpLocals:
+    """The :class:`JumpLocals` of ``n`` bodies from their ``(n, 4, 4)``
+    placements and Rodrigues pieces (``C4`` only with prismatic joints)."""
+    n = pl4.shape[0]
+    pieces = [A4, -B4] + ([] if C4 is None else [C4])
+    base_t = (pl4 + B4).reshape(n, 1, 16).contiguous()
+    coef_t = torch.stack(pieces, 1).reshape(n, len(pieces), 16).contiguous()
+    coef = torch.cat([coef_t, base_t], 1).transpose(1, 2).contiguous()
+    return JumpLocals(coef, coef[:, :12].contiguous(), base_t, coef_t)
+
+
+#: The layout :func:`jump_compose` runs in (:func:`jump_layout`): batch-first
+#: 4x4 (one batched ``matmul`` per round) below ``JUMP_BATCH_LAST_MIN``
+#: samples, for one output ("path": the entries halve each round) or many
+#: ("tree": every entry each round); batch-last 4x4 (each product one
+#: broadcast multiplication and its sum) up to ``JUMP_AFFINE_MIN``; from
+#: there batch-last top three rows (each product three multiply-adds over
+#: the batch: no ``4 x 4 x 4`` intermediate, a quarter less work). Measured in
+#: docs/kinematics.md ("One reference FK").
+JUMP_BATCH_LAST_MIN = {"path": 32, "tree": 16}
+JUMP_AFFINE_MIN = 512
+
+
+def jump_layout(plan: JumpPlan, N: int) -> str:
+    """``"first"``, ``"last"`` or ``"affine"``: the layout :func:`jump_locals`
+    and :func:`jump_compose` use for ``plan`` on ``N`` samples."""
+    if N < JUMP_BATCH_LAST_MIN["path" if plan.path else "tree"]:
+        return "first"
+    return "affine" if N >= JUMP_AFFINE_MIN else "last"
+
+
+def jump_locals(c: JumpLocals, theta, is_rev=None, is_pri=None, layout: str = "last") -> torch.Tensor:
+    """All local transforms from the body angles ``theta (n, N)``: one small
+    product per body, batched over the bodies (``is_rev``/``is_pri`` masks
+    with prismatic joints). ``(n, 4, 4, N)`` (``"last"``), ``(n, N, 4, 4)``
+    (``"first"``) or the top three rows ``(n, 3, 4, N)`` (``"affine"``)."""
+    n, N = theta.shape
+    ang = theta if is_rev is None else theta * is_rev[:, None]
+    # sin and cos each from the angle itself: sin(a + pi/2) as the cosine
+    # loses ulp(a) of accuracy (all of it for a wound-up joint at 1e16 rad).
+    parts = [torch.sin(ang), torch.cos(ang)] + ([] if is_pri is None else [theta * is_pri[:, None]])
+    if layout == "first":
+        return torch.baddbmm(c.base_t, torch.stack(parts, 2), c.coef_t).view(n, N, 4, 4)
+    sc = torch.stack(parts + [theta.new_ones(()).expand(n, N)], 1)  # (n, k + 1, N)
+    if layout == "affine":
+        return torch.bmm(c.coef12, sc).view(n, 3, 4, N)
+    return torch.bmm(c.coef, sc).view(n, 4, 4, N)
+
+
+def _affine_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``A @ B`` of top-three-row transforms ``(k, 3, 4, N)`` (bottom rows
+    ``[0, 0, 0, 1]``)."""
+    a0, a1, a2, a3 = A.unbind(2)  # columns of A, (k, 3, N)
+    b0, b1, b2 = B.unbind(1)  # rows of B, (k, 4, N)
+    out = a0[:, :, None] * b0[:, None]
+    out.addcmul_(a1[:, :, None], b1[:, None]).addcmul_(a2[:, :, None], b2[:, None])
+    out[:, :, 3].add_(a3)
+    return out
+
+
+def jump_compose(T: torch.Tensor, plan: JumpPlan, layout: str = "last", last=None) -> torch.Tensor:
+    """Run a :func:`jump_plan` on local transforms ``T`` (its ``inputs``, in
+    a :func:`jump_locals` layout): the composed transforms of its outputs,
+    in the same layout.
+
+    Batch last, the products are elementwise over the batch (several times
+    faster than batched 4x4 ``matmul`` from a few dozen samples on); batch
+    first, one batched ``matmul`` per round (fewer dispatches), and for one
+    sample on a path the whole product tree in one ``multi_dot``. ``last``:
+    a constant ``(4, 4)`` multiplied onto every output from the right (a
+    chain's tool).
+    """
+    if layout == "first":
+        N = T.shape[1]
+        if N == 1 and plan.path:
+            mats = list(T.view(T.shape[0], 4, 4).unbind(0)) + ([] if last is None else [last])
+            return (torch.linalg.multi_dot(mats) if len(mats) > 1 else mats[0]).view(1, 1, 4, 4)
+    for keep, anc, cur in plan.rounds:
+        if anc is None:
+            T = _rows(T, keep)
+            continue
+        if layout == "first":
+            prod = _rows(T, anc) @ _rows(T, cur)
+        elif layout == "affine":
+            prod = _affine_product(_rows(T, anc), _rows(T, cur))
+        else:
+            prod = (_rows(T, anc)[:, :, :, None, :] * _rows(T, cur)[:, None]).sum(2)
+        T = prod if keep is None else torch.cat([_rows(T, keep), prod], 0)
+    T = T if plan.outputs is None else _rows(T, plan.outputs)
+    if last is None:
+        return T
+    if layout == "first":
+        return T @ last
+    if layout == "last":
+        return (T[:, :, :, None, :] * last[:, :, None]).sum(2)
+    t0, t1, t2, t3 = T.unbind(2)  # affine: three multiply-adds
+    out = t0[:, :, None] * last[0, :, None]
+    out.addcmul_(t1[:, :, None], last[1, :, None]).addcmul_(t2[:, :, None], last[2, :, None])
+    out[:, :, 3].add_(t3)
+    return out
 
 
 def joint_values(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
@@ -222,59 +424,103 @@ def body_transforms(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, t
     return R, p
 
 
-def body_transforms_reference(model: RobotModel, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def body_transforms_reference(
+    model: RobotModel, q: torch.Tensor, bodies: tuple[int, ...] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`body_transforms` on the reference path: batch-first, plain
     autograd (``q`` not checked).
 
-    Pointer jumping over the tree: every local 4x4 transform at once (one
-    batched product over the bodies, :func:`_build_jump`), then
-    ``ceil(log2(depth))`` rounds of ``T[i] <- T[anc(i)] @ T[i]`` over the
-    bodies still missing ancestors, with the ancestor table advanced each
-    round (a gather, one broadcast product and its sum, a concatenation),
-    instead of one step per depth level. Internally the batch is the last
-    axis (``(nb, 4, 4, N)``: the 4x4 products are elementwise over the
-    batch, several times faster than batched 4x4 ``matmul`` from a few dozen
-    samples on); returns batch-first arrays.
+    Pointer jumping over the tree (:func:`jump_plan`, :func:`jump_compose`):
+    every local 4x4 transform at once (one batched product over the bodies,
+    :func:`jump_locals`), then ``ceil(log2(depth))`` rounds of ``T[i] <-
+    T[anc(i)] @ T[i]`` over the bodies still missing ancestors, with the
+    ancestor table advanced each round (a gather, one broadcast product and
+    its sum, a concatenation), instead of one step per depth level.
+    Internally the batch is the last axis (``(nb, 4, 4, N)``: the 4x4
+    products are elementwise over the batch, several times faster than
+    batched 4x4 ``matmul`` from a few dozen samples on); returns batch-first
+    arrays.
+
+    Args:
+        bodies: only these bodies' poses, in this order (``R (..., k, 3,
+            3)``, ``p (..., k, 3)``): only the local transforms and products
+            they need are computed (for the end of one path, the pairwise
+            product tree of its local transforms).
     """
     c = _cache(model)
     batch = q.shape[:-1]
     nb = model.num_bodies
     N = batch.numel()
     qf = q.reshape(N, q.shape[-1])
-    if model.floating_base:
-        R0 = quat_to_matrix(qf[:, 3:7]).permute(1, 2, 0)
-        bottom = c["jump_eye"].view(4, 4, 1)[3:].expand(1, 4, N)
-        T0 = torch.cat([torch.cat([R0, qf[:, 0:3].T[:, None]], 1), bottom], 0)[None]
+    if bodies is None:
+        plan, root, rows, loc, is_rev, is_pri = (
+            c["jump_plan"], True, c["jump_perm"], c["jump_locals"], c["jump_is_rev"], c["jump_is_pri"]
+        )
     else:
-        T0 = c["jump_eye"].view(1, 16, 1).expand(1, 16, N).view(1, 4, 4, N)
-    if nb > 1:
+        bodies = tuple(int(b) for b in bodies)
+        sub = geometry_constants(model, f"fk.jump.{bodies}", lambda m: _build_jump_subset(m, bodies))
+        plan, root, rows, loc, is_rev, is_pri = (sub[k] for k in ("plan", "root", "rows", "locals", "is_rev", "is_pri"))
+    layout = jump_layout(plan, N)
+    parts = []
+    if root:
+        eye = c["jump_eye"].view(4, 4)
+        if model.floating_base:
+            R0 = quat_to_matrix(qf[:, 3:7])
+            if layout == "first":
+                parts.append(torch.cat([torch.cat([R0, qf[:, 0:3, None]], 2), eye[3:].expand(N, 1, 4)], 1)[None])
+            else:
+                top = torch.cat([R0.permute(1, 2, 0), qf[:, 0:3].T[:, None]], 1)
+                if layout == "last":
+                    top = torch.cat([top, eye[3:, :, None].expand(1, 4, N)], 0)
+                parts.append(top[None])
+        elif layout == "first":
+            parts.append(eye.expand(1, N, 4, 4))
+        else:
+            h = 3 if layout == "affine" else 4
+            parts.append(eye[:h, :, None].expand(1, h, 4, N))
+    if loc.coef.shape[0]:
         if c["identity_coupling"]:
             theta = qf[:, 7:] if model.floating_base else qf
         else:
             theta = joint_values(model, qf)
         theta = theta.T
-        if c["jump_perm"] is not None:
-            theta = theta.index_select(0, c["jump_perm"])  # level order
-        ang = theta * c["jump_is_rev"][:, None] if c["has_pri"] else theta
-        # sin and cos each from the angle itself: sin(a + pi/2) as the cosine
-        # loses ulp(a) of accuracy (all of it for a wound-up joint at 1e16 rad).
-        coef = torch.stack([torch.sin(ang), torch.cos(ang)], 1)  # (nb - 1, 2, N): sin, cos
-        if c["has_pri"]:
-            coef = torch.cat([coef, (theta * c["jump_is_pri"][:, None])[:, None, :]], 1)
-        # (nb - 1, 16, N): one small product per body, batched over the bodies.
-        T = torch.baddbmm(c["jump_base"], c["jump_coef"], coef)
-        T = torch.cat([T0, T.view(nb - 1, 4, 4, N)], 0)
-        for k, anc in c["jump_rounds"]:
-            A = T.index_select(0, anc)
-            T = torch.cat([T[:k], (A[:, :, :, None, :] * T[k:, None]).sum(2)], 0)
-        if not model.levels_sorted:
-            T = T.index_select(0, model.level_inverse)
-    else:
-        T = T0
-    T = T.permute(3, 0, 1, 2).reshape(*batch, nb, 4, 4)
+        if rows is not None:
+            theta = theta.index_select(0, rows)  # level order (or the needed bodies)
+        pri = c["has_pri"]
+        parts.append(jump_locals(loc, theta, is_rev if pri else None, is_pri if pri else None, layout))
+    T = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
+    T = jump_compose(T, plan, layout)
+    if bodies is None and not model.levels_sorted:
+        T = T.index_select(0, model.level_inverse)
+    k = T.shape[0]
+    first = layout == "first"
+    T = (T.transpose(0, 1) if first else T.permute(3, 0, 1, 2)).reshape(*batch, k, T.shape[2 if first else 1], 4)
     # Contiguous, batch-first: the dynamics' reference path runs on these (as
     # strided views, its products were measured up to 1.6x slower at 64 samples).
     return T[..., :3, :3].contiguous(), T[..., :3, 3].contiguous()
+
+
+def _build_jump_subset(model: RobotModel, bodies: tuple[int, ...]) -> dict:
+    """:func:`body_transforms_reference` restricted to ``bodies``: the plan,
+    and the constants of the moving bodies it reads (level order)."""
+    for b in bodies:
+        if not 0 <= b < model.num_bodies:
+            raise InputError(f"body index {b} is out of range for a model of {model.num_bodies} bodies")
+    c = _cache(model)
+    sched = tree_schedule(model)
+    pos = {b: k for k, b in enumerate(sched.order)}
+    plan = jump_plan(_jump_parents(model), [pos[b] for b in bodies], model.device)
+    inputs = list(range(model.num_bodies)) if plan.inputs is None else plan.inputs
+    lv = torch.tensor([e - 1 for e in inputs if e > 0], dtype=torch.long, device=model.device)
+    perm = c["jump_perm"]
+    return {
+        "plan": plan._replace(inputs=None),
+        "root": 0 in inputs,
+        "rows": lv if perm is None else perm.index_select(0, lv),
+        "locals": c["jump_locals"].select(lv),
+        "is_rev": c["jump_is_rev"].index_select(0, lv),
+        "is_pri": c["jump_is_pri"].index_select(0, lv),
+    }
 
 
 def body_transforms_fast(

@@ -530,12 +530,12 @@ def solve_dls_ik(
     else:
         lam2 = cfg.damping**2
         for _ in range(cfg.max_iterations):
-            RT, p, J = chain.fast_pass(qT, tcp, with_jacobian=True)
+            RT, p, J = chain.fast_pass(qT, tcp)
             err = _residual_soa(RT, p, Rt, pt)
             qT = qT + cfg.step_size * _dls_soa(J, err, lam2)
             if cfg.enforce_joint_limits:
                 qT = _project(qT, lo, hi)
-        RT, p, _ = chain.fast_pass(qT, tcp, with_jacobian=False)
+        RT, p = chain.pose_soa(qT, tcp)
         err = _residual_soa(RT, p, Rt, pt)
 
     q = qT.T  # (M, dof)
@@ -570,7 +570,7 @@ def _classify(q, pos_err, rot_err, lower, upper, cfg):
 
 def _lm_loop(chain, qT, Rt, pt, cfg, tcp, lo, hi):
     """Adaptive (Levenberg-Marquardt-style) damping with accept/reject steps."""
-    RT, p, J = chain.fast_pass(qT, tcp, with_jacobian=True)
+    RT, p, J = chain.fast_pass(qT, tcp)
     err = _residual_soa(RT, p, Rt, pt)
     cost = (err.detach() ** 2).sum(0)
     lam = torch.full_like(cost, cfg.damping)
@@ -579,7 +579,7 @@ def _lm_loop(chain, qT, Rt, pt, cfg, tcp, lo, hi):
         q_try = qT + cfg.step_size * _dls_soa(J, err, lam * lam)
         if cfg.enforce_joint_limits:
             q_try = _project(q_try, lo, hi)
-        RT, p, J_try = chain.fast_pass(q_try, tcp, with_jacobian=True)
+        RT, p, J_try = chain.fast_pass(q_try, tcp)
         err_try = _residual_soa(RT, p, Rt, pt)
         cost_try = (err_try.detach() ** 2).sum(0)
         accept = cost_try < cost  # a NaN trial is rejected

@@ -1,11 +1,11 @@
 """Which implementation runs: the batch-first reference or the batch-last fast path.
 
 Every kinematics and dynamics algorithm has at most two implementations
-(forward kinematics excepted: :class:`~backdrive.kinematics.SerialChainKinematics`
-keeps its own small-batch and batch-last passes beside the tree's two, because
-the tree's kernels cost it 1.4-6.6x on pose queries and up to 1.3x on IK, and
-still 1.4-3.8x and up to 1.4x with the tree's pointer-jumping reference,
-measured in ``docs/kinematics.md``):
+(forward kinematics: the tree's pointer-jumping reference kernel, which
+:class:`~backdrive.kinematics.SerialChainKinematics` also runs for its pose
+at every batch size, restricted to its path, and the tree's level kernel;
+the chain's batch-last GEMM pass is its pose-and-Jacobian pass; measured in
+``docs/kinematics.md``, "One reference FK"):
 
 * the **reference** path: batch-first tensors ``(..., k, c)``, plain autograd.
   It serves small batches, ``torch.func`` transforms, forward-mode AD and
@@ -21,7 +21,10 @@ function (``forward_kinematics``, ``frame_transforms``, ``frame_jacobian``,
 ``forward_dynamics``). :func:`use_path` forces one path for tests and
 benchmarks. The batch sizes at which the fast path takes over are
 :data:`FAST_MIN_BATCH`; with :data:`LEVEL_SUM_MIN_BATCH` (a choice of
-kernel inside the fast path) these are the only batch-size thresholds.
+kernel inside the fast path) and ``_fk.JUMP_BATCH_LAST_MIN`` /
+``_fk.JUMP_AFFINE_MIN`` (the reference FK kernel's layouts,
+:func:`~backdrive.kinematics._fk.jump_layout`) these are the only batch-size
+thresholds.
 """
 
 from __future__ import annotations
@@ -48,7 +51,10 @@ PATHS = ("auto", "reference", "fast")
 #: quadruped (tree-sparse factorisation) between 128 and 192. Keys are the
 #: public functions' families.
 FAST_MIN_BATCH = {
-    "serial_chain": 65,  # SerialChainKinematics.forward_kinematics (pose only)
+    # SerialChainKinematics' pose (forward_kinematics, the IK's final pose):
+    # the reference FK kernel below, the chain's GEMM pass (pose only) from
+    # here (docs/kinematics.md, "One reference FK").
+    "serial_chain": 2048,
     "kinematics": 128,
     "inverse_dynamics": 96,
     "mass_matrix": 96,
