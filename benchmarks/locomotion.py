@@ -28,6 +28,10 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
                                                              # ... to reach those PPO runs' best final return
     python benchmarks/locomotion.py --methods shac --blind-actor --seeds 0
                                                              # an actor without base velocity and height
+    python benchmarks/locomotion.py --methods ppo --budget cpu --minutes 15 --ppo-eval-every 0.5 --seeds 0 1 2 --out ppo.json
+    python benchmarks/locomotion.py --reach --target 1e9 --reach-max-update 150 --seeds 0 --out shac0.json  # (1, 2 alike)
+    python benchmarks/locomotion.py --reach-table shac0.json shac1.json shac2.json --ppo-json ppo.json
+                                                             # issue 12's protocol: the per-seed table below
 
 ``--reach`` answers issue 12's "env steps and CPU seconds each method needs
 to reach PPO's final return": it trains SHAC and evaluates it (the same
@@ -42,6 +46,16 @@ steps and the training CPU seconds (evaluations excluded) spent until then.
 PPO is also evaluated every ``--ppo-eval-every`` minutes of training (the
 ``curve`` of its JSON row: env steps, training CPU seconds, return), so its
 own env steps and CPU seconds to reach its final return are known.
+
+``--reach-table`` puts the two together without training (``reach_table``):
+per seed, PPO's final return (its evaluation after the whole budget) and its
+best evaluation (PPO's evaluation return rises and collapses during
+training, so "PPO's final return" alone can sit below where it once was),
+and for each of the two the env steps and training CPU seconds PPO and SHAC
+(same seed, its ``--reach --target 1e9`` curve) spend to first evaluate at
+or above it, their ratios and the means over seeds. It also reads the stdout
+logs of runs stopped before their end (a PPO row then takes its last
+evaluation as its final one).
 
 Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
 Run it on a quiet machine: the default budget is wall time; ``--budget cpu``
@@ -385,9 +399,9 @@ def reach_table(ppo_rows: list[dict], shac_curves: dict[int, list[dict]]) -> tup
             row[f"cpu_ratio_{name}"] = a["cpu_s"] / b["cpu_s"] if ok else None
         rows.append(row)
 
-    def cell(x) -> str:
+    def cell(x, last=None) -> str:
         if x is None:
-            return "not reached"
+            return "not reached" if last is None else f"not reached by update {last['update']} ({last['env_steps']:,})"
         return "0 (before any update)" if x["env_steps"] == 0 else f"{x['env_steps']:,} / {x['cpu_s']:.0f} s"
 
     def ratio(x) -> str:
@@ -401,7 +415,7 @@ def reach_table(ppo_rows: list[dict], shac_curves: dict[int, list[dict]]) -> tup
             head = (f"| {r['seed']} | {r['ppo_final']:+,.0f} ({r['ppo_final_steps']:,} / {r['ppo_final_cpu_s']:.0f} s) "
                     f"| {r['ppo_best']:+,.0f} " if name == "final" else "| | | ")
             lines.append(f"{head}| {name} ({r['ppo_' + name]:+,.0f}) | {cell(r['ppo_to_' + name])} "
-                         f"| {cell(r['shac_to_' + name])} | {ratio(r['steps_ratio_' + name])} "
+                         f"| {cell(r['shac_to_' + name], r['shac_last'])} | {ratio(r['steps_ratio_' + name])} "
                          f"| {ratio(r['cpu_ratio_' + name])} |")
     for name in ("final", "best"):
         s = [r[f"steps_ratio_{name}"] for r in rows if r[f"steps_ratio_{name}"] is not None]
