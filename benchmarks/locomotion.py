@@ -28,6 +28,10 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
                                                              # ... to reach those PPO runs' best final return
     python benchmarks/locomotion.py --methods shac --blind-actor --seeds 0
                                                              # an actor without base velocity and height
+    python benchmarks/locomotion.py --methods ppo --budget cpu --minutes 15 --ppo-eval-every 0.5 --seeds 0 1 2 --out ppo.json
+    python benchmarks/locomotion.py --reach --target 1e9 --reach-max-update 150 --seeds 0 --out shac0.json  # (1, 2 alike)
+    python benchmarks/locomotion.py --reach-table shac0.json shac1.json shac2.json --ppo-json ppo.json
+                                                             # issue 12's protocol: the per-seed table below
 
 ``--reach`` answers issue 12's "env steps and CPU seconds each method needs
 to reach PPO's final return": it trains SHAC and evaluates it (the same
@@ -42,6 +46,16 @@ steps and the training CPU seconds (evaluations excluded) spent until then.
 PPO is also evaluated every ``--ppo-eval-every`` minutes of training (the
 ``curve`` of its JSON row: env steps, training CPU seconds, return), so its
 own env steps and CPU seconds to reach its final return are known.
+
+``--reach-table`` puts the two together without training (``reach_table``):
+per seed, PPO's final return (its evaluation after the whole budget) and its
+best evaluation (PPO's evaluation return rises and collapses during
+training, so "PPO's final return" alone can sit below where it once was),
+and for each of the two the env steps and training CPU seconds PPO and SHAC
+(same seed, its ``--reach --target 1e9`` curve) spend to first evaluate at
+or above it, their ratios and the means over seeds. It also reads the stdout
+logs of runs stopped before their end (a PPO row then takes its last
+evaluation as its final one).
 
 Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
 Run it on a quiet machine: the default budget is wall time; ``--budget cpu``
@@ -269,8 +283,12 @@ PPO_RECORDED = [
 REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 420)
 
 
-def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
-    """SHAC's evaluation curve and the first point at or above ``target`` return."""
+def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | None = None) -> dict:
+    """SHAC's evaluation curve and the first point at or above ``target`` return.
+
+    With ``out``, the curve so far is written there (the ``reach_table`` format) after each
+    evaluation, so a run stopped early still leaves its curve.
+    """
     env = QUADRUPED_WALK_SHAC.make_env()
     cpu0 = time.process_time()
     trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, updates=0, seed=seed, num_threads=1)
@@ -285,6 +303,9 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
         trainer.policy.train()
         curve.append({"update": k, "env_steps": trainer.env_steps, "train_cpu_s": cpu, **m})
         print(json.dumps(curve[-1]), flush=True)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"shac": [{"method": "shac", "seed": seed, "curve": curve}]}, indent=1))
         if m["return"] >= target:
             break
     hit = next((c for c in curve if c["return"] >= target), None)
@@ -292,6 +313,116 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES) -> dict:
             "reached_at_update": None if hit is None else hit["update"],
             "env_steps_to_target": None if hit is None else hit["env_steps"],
             "cpu_s_to_target": None if hit is None else hit["train_cpu_s"]}
+
+
+def first_at(curve: list[dict], target: float) -> tuple[dict | None, dict | None]:
+    """The first point of ``curve`` at or above ``target`` return, and the point before it (the grid's
+    lower bound on the crossing; ``None`` when the first point is already there)."""
+    for i, c in enumerate(curve):
+        if c["return"] >= target:
+            return c, (curve[i - 1] if i > 0 else None)
+    return None, None
+
+
+def load_shac_curves(paths: list[Path]) -> dict[int, list[dict]]:
+    """SHAC evaluation curves by seed, from ``--reach`` outputs (JSON) or from their stdout logs
+    (one JSON curve point per line: a run stopped before it wrote its output; the log names no
+    seed, so its file name must end in the seed, e.g. ``shac1.log``)."""
+    curves: dict[int, list[dict]] = {}
+    for path in paths:
+        text = path.read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            seed = int("".join(ch for ch in path.stem[-3:] if ch.isdigit()))
+            points = (json.loads(line) for line in text.splitlines() if line.startswith("{"))
+            curves[seed] = [c for c in points if "update" in c]
+            continue
+        for r in data["shac"]:
+            curves[r["seed"]] = r["curve"]
+    return curves
+
+
+def load_ppo_rows(paths: list[Path]) -> list[dict]:
+    """PPO rows from PPO runs' outputs (JSON), or from their stdout logs (one JSON evaluation per line,
+    ``run_ppo``'s curve: a run stopped before the end of its budget). A row from a log takes its last
+    evaluation as its final one (``"stopped_early": True``)."""
+    rows = []
+    for path in paths:
+        text = path.read_text()
+        try:
+            rows += [r for r in json.loads(text) if r["method"] == "ppo"]
+            continue
+        except json.JSONDecodeError:
+            pass
+        points = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        curve = [c for c in points if "method" not in c and "return" in c]
+        done = [c for c in points if c.get("method") == "ppo"]
+        if done:  # the run finished (its row is printed last) but its output is missing
+            rows.append({**done[-1], "curve": curve + [{k: done[-1][k] for k in curve[-1] if k in done[-1]}]})
+        elif curve:
+            last = curve[-1]
+            rows.append({"method": "ppo", "seed": last["seed"], "return": last["return"],
+                         "env_steps": last["env_steps"], "train_cpu_s": last["train_cpu_s"],
+                         "train_wall_s": last["train_wall_s"], "curve": curve, "stopped_early": True})
+    return rows
+
+
+def reach_table(ppo_rows: list[dict], shac_curves: dict[int, list[dict]]) -> tuple[str, list[dict]]:
+    """Issue 12's comparison, per seed: PPO's final and best evaluation returns, and the env steps and
+    training CPU seconds PPO and SHAC (same seed) spend to first evaluate at or above each.
+
+    "PPO's final return" is its evaluation after the whole budget; PPO's evaluation return rises and
+    collapses during training, so its best evaluation (and where it happened) is reported too. The
+    crossings are bounded by the evaluation grids (the point before each is kept in the rows).
+    """
+    rows = []
+    for p in ppo_rows:
+        curve = p.get("curve") or [p]
+        best = max(curve, key=lambda c: c["return"])
+        row = {"seed": p["seed"], "ppo_final": p["return"], "ppo_final_steps": p["env_steps"],
+               "ppo_final_cpu_s": p["train_cpu_s"], "ppo_best": best["return"], "ppo_start": curve[0]["return"]}
+        shac = shac_curves.get(p["seed"], [])
+        row["shac_last"] = ({k: shac[-1][k] for k in ("update", "env_steps", "train_cpu_s", "return")}
+                            if shac else None)
+        for name, target in (("final", p["return"]), ("best", best["return"])):
+            for method, c in (("ppo", curve), ("shac", shac)):
+                hit, before = first_at(c, target)
+                row[f"{method}_to_{name}"] = None if hit is None else {
+                    "env_steps": hit["env_steps"], "cpu_s": hit["train_cpu_s"],
+                    "after": None if before is None else {"env_steps": before["env_steps"],
+                                                          "cpu_s": before["train_cpu_s"]}}
+            a, b = row[f"ppo_to_{name}"], row[f"shac_to_{name}"]
+            # A target already met before any update (a collapse below the start) gives no ratio.
+            ok = a is not None and b is not None and min(a["env_steps"], b["env_steps"]) > 0
+            row[f"steps_ratio_{name}"] = a["env_steps"] / b["env_steps"] if ok else None
+            row[f"cpu_ratio_{name}"] = a["cpu_s"] / b["cpu_s"] if ok else None
+        rows.append(row)
+
+    def cell(x, last=None) -> str:
+        if x is None:
+            return "not reached" if last is None else f"not reached by update {last['update']} ({last['env_steps']:,})"
+        return "0 (before any update)" if x["env_steps"] == 0 else f"{x['env_steps']:,} / {x['cpu_s']:.0f} s"
+
+    def ratio(x) -> str:
+        return "-" if x is None else f"{x:.1f}x"
+
+    lines = ["| seed | PPO final (steps / CPU) | PPO best | target | PPO to reach it (steps / CPU) "
+             "| SHAC to reach it (steps / CPU) | fewer env steps | less CPU |",
+             "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        for name in ("final", "best"):
+            head = (f"| {r['seed']} | {r['ppo_final']:+,.0f} ({r['ppo_final_steps']:,} / {r['ppo_final_cpu_s']:.0f} s) "
+                    f"| {r['ppo_best']:+,.0f} " if name == "final" else "| | | ")
+            lines.append(f"{head}| {name} ({r['ppo_' + name]:+,.0f}) | {cell(r['ppo_to_' + name])} "
+                         f"| {cell(r['shac_to_' + name], r['shac_last'])} | {ratio(r['steps_ratio_' + name])} "
+                         f"| {ratio(r['cpu_ratio_' + name])} |")
+    for name in ("final", "best"):
+        s = [r[f"steps_ratio_{name}"] for r in rows if r[f"steps_ratio_{name}"] is not None]
+        c = [r[f"cpu_ratio_{name}"] for r in rows if r[f"cpu_ratio_{name}"] is not None]
+        if s:
+            lines.append(f"| mean ({len(s)} seeds) | | | {name} | | | {np.mean(s):.1f}x | {np.mean(c):.1f}x |")
+    return "\n".join(lines), rows
 
 
 def ppo_untrained(seed: int, config: dict | str = "tuned") -> dict:
@@ -342,15 +473,36 @@ def main() -> None:
                         help="with --reach: this return instead of PPO's best final return")
     parser.add_argument("--ppo-json", type=Path, nargs="+", default=None,
                         help="with --reach: take PPO's returns from this output of a PPO run instead of the recorded ones")
+    parser.add_argument("--reach-max-update", type=int, default=None,
+                        help="with --reach: stop SHAC's curve after this update (REACH_UPDATES up to it)")
+    parser.add_argument("--reach-table", type=Path, nargs="+", default=None, metavar="SHAC_JSON",
+                        help="with --ppo-json (PPO outputs, or logs of PPO runs stopped early): no training; the "
+                             "per-seed table of PPO's final and best returns and the steps and CPU each method "
+                             "needs to reach them, from these --reach outputs (or logs)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.reach_table is not None:
+        if args.ppo_json is None:
+            parser.error("--reach-table needs --ppo-json")
+        text, rows = reach_table(load_ppo_rows(args.ppo_json), load_shac_curves(args.reach_table))
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(rows, indent=1))
+        print(text)
+        for r in rows:
+            if r["shac_last"] is not None:
+                last = r["shac_last"]
+                print(f"SHAC seed {r['seed']}: last evaluated at update {last['update']} ({last['env_steps']:,} steps, "
+                      f"{last['train_cpu_s']:.0f} CPU s): return {last['return']:+,.0f}")
+        return
     if args.reach:
         ppo = PPO_RECORDED
         if args.ppo_json is not None:
             ppo = [r for f in args.ppo_json for r in json.loads(f.read_text()) if r["method"] == "ppo"]
         target = max(r["return"] for r in ppo) if args.target is None else args.target  # default: the best PPO run
         out = args.out or Path("outputs/benchmarks/locomotion_reach.json")
-        rows = [run_shac_reach(seed, target) for seed in args.seeds]
+        updates = tuple(u for u in REACH_UPDATES if args.reach_max_update is None or u <= args.reach_max_update)
+        rows = [run_shac_reach(seed, target, updates, out=out if len(args.seeds) == 1 else None) for seed in args.seeds]
         start = ppo_untrained(args.seeds[0]) if args.target is None else None
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"ppo": ppo, "ppo_untrained": start, "shac": rows}, indent=1))
