@@ -109,9 +109,13 @@ def forward_dynamics(
             mimic joints) and an analytic backward, ``M^-1`` times the
             incoming gradient and one reverse pass of inverse dynamics),
             ``"crba"`` (the reference path at every batch size) or
-            ``"aba"`` (articulated-body algorithm, reference path only; not
-            for mimic joints). All three give the same values and
-            gradients; see ``docs/dynamics.md``.
+            ``"aba"`` (articulated-body algorithm: without a gradient on
+            the fast path from ``FAST_MIN_BATCH`` samples, otherwise the
+            reference path; not for mimic joints). All three give the same
+            values and gradients; see ``docs/dynamics.md``. Without a
+            gradient, on the CPU, with torch on several threads, a batch of
+            at least ``2 * SPLIT_MIN_PER_THREAD`` samples runs as one part
+            per thread, each part on its own thread with torch on one.
         friction_width: velocity scale of the friction smoothing.
 
     Returns:
