@@ -194,8 +194,8 @@ def _forward_base_frame(robot, q, v, tau, g, f_ext):
 #: fork and join per operation (about 1,400 for the G1 humanoid), and none
 #: for the operations under its grain size (32,768 elements: a tree level of
 #: two bodies at 10,000 samples), so two threads took the G1 at 10,000
-#: samples from 68 to only 58 ms (docs/dynamics.md).
-SPLIT_MIN_PER_THREAD = 2048
+#: samples from 68 ms to only 58-63 ms on a quiet machine (docs/dynamics.md).
+SPLIT_MIN_PER_THREAD = 4096
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
