@@ -100,7 +100,8 @@ def test_inertia_factors_rebuild_the_inertias():
 @pytest.mark.parametrize("name", ["quadruped", "quadruped_fixed", "small_floating"])
 def test_fast_forward_dynamics_base_frame_and_fused_solve(name):
     """Forward dynamics without gradient on the fast path (evaluated in the
-    floating base's frame, the first solve fused into the factorisation)
+    floating base's frame, the first solve fused into the factorisation; and
+    ABA, also in the base's frame)
     against the reference path, with the base far from the origin, per-sample
     gravity and external wrenches; and the fused solve against the separate
     one."""
@@ -126,10 +127,12 @@ def test_fast_forward_dynamics_base_frame_and_fused_solve(name):
             ref = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav, method="crba")
         with use_path("fast"):
             got = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav)
+            got_aba = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav, method="aba")
         a_world, factor = fast_mod.forward_fast(robot, q, v, tau, grav, f_ext)
     # The reference works in the world frame, 50 m from the base: it loses a
     # few digits there (the base-frame evaluation does not).
     assert float((got - ref).abs().max() / ref.abs().max()) < 1e-8
+    assert float((got_aba - ref).abs().max() / ref.abs().max()) < 1e-8
     assert float((a_world - ref).abs().max() / ref.abs().max()) < 1e-8
     want = torch.linalg.solve(mass_matrix(robot, q), tau[..., None])[..., 0]
     torch.testing.assert_close(factor.solve(tau), want, rtol=1e-8, atol=1e-8 * float(want.abs().max()))
@@ -147,3 +150,64 @@ def test_fast_forward_dynamics_float32_g1_accuracy():
         ref = forward_dynamics(robot, q, v, tau, method="crba")
         got = forward_dynamics(robot.float(), q.float(), v.float(), tau.float())
     assert float((got.double() - ref).abs().max() / ref.abs().max()) < 1e-3
+
+
+# ---------------------------------------------------------------------- the batch in parts, one per thread
+
+
+@pytest.mark.parametrize("method", ["auto", "aba"])
+def test_forward_dynamics_in_parts_on_threads(method, monkeypatch):
+    """With torch on 3 threads a large batch runs as 3 parts on 3 threads
+    (each with torch on one thread): the same accelerations as one part, to
+    rounding, with a batch of two axes, batched gravity and external
+    wrenches, inside and outside ``reuse_workspaces``; torch's thread count
+    is restored."""
+    import threading
+
+    from backdrive import runtime
+    from backdrive.dynamics import _forward
+
+    monkeypatch.setattr(_forward, "SPLIT_MIN_PER_THREAD", 64)
+    robot = load("quadruped", floating_base=True)
+    g = torch.Generator().manual_seed(8)
+    n = 3 * 70 + 1  # parts of 70, 70 and 71 samples
+    q = robot.random_q(n, generator=g).reshape(n, 1, -1)
+    v = torch.randn(n, 1, robot.nv, generator=g, dtype=torch.float64)
+    tau = torch.randn(robot.nv, generator=g, dtype=torch.float64)
+    f_ext = torch.randn(n, 1, robot.num_bodies, 6, generator=g, dtype=torch.float64)
+    grav = torch.randn(n, 1, 3, generator=g, dtype=torch.float64)
+    seen = []
+    part = _forward._forward_base_frame if method == "auto" else _forward.aba_fast
+
+    def spy(*args):
+        seen.append((threading.get_ident(), args[1].shape[0], torch.get_num_threads(), runtime.active_workspace()))
+        return part(*args)
+
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.no_grad(), use_path("fast"):
+            one = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav, method=method)
+        assert _forward._parts(n, q.device) == 1
+        monkeypatch.setattr(_forward, "_forward_base_frame" if method == "auto" else "aba_fast", spy)
+        torch.set_num_threads(3)
+        with torch.no_grad(), use_path("fast"):
+            got = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav, method=method)
+            assert torch.get_num_threads() == 3
+            with runtime.reuse_workspaces():
+                for _ in range(2):
+                    again = forward_dynamics(robot, q, v, tau, f_ext=f_ext, gravity=grav, method=method)
+    finally:
+        torch.set_num_threads(previous)
+    assert got.shape == again.shape == one.shape == (n, 1, robot.nv)
+    scale = one.abs().max()
+    assert float((got - one).abs().max() / scale) < 1e-13
+    assert float((again - one).abs().max() / scale) < 1e-13
+    assert [sorted(s[1] for s in seen[i : i + 3]) for i in (0, 3, 6)] == [[70, 70, 71]] * 3
+    assert all(s[2] == 1 for s in seen)  # torch on one thread in every part
+    assert len({s[0] for s in seen[:3]}) == 3  # three threads at once
+    assert all(s[3] is None for s in seen[:3])
+    # Inside reuse_workspaces every part has a workspace, the workers the same ones both times.
+    assert all(s[3] is not None for s in seen[3:])
+    assert len({id(s[3]) for s in seen[3:6]}) == 3
+    assert {id(s[3]) for s in seen[3:6]} == {id(s[3]) for s in seen[6:]}

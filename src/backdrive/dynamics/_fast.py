@@ -1192,16 +1192,18 @@ def aba_fast(model: RobotModel, q, v, tau, g, f_ext) -> torch.Tensor:
     batched step per depth level (the level's bodies are one slice; their
     parents get them by one ``index_add``), then the accelerations are
     resolved from the root out. ``q``, ``v``, ``tau`` share one batch shape;
-    ``tau`` already holds every joint force.
+    ``tau`` already holds every joint force. A floating base is evaluated in
+    its own frame, as in :func:`forward_fast` (``base_frame``).
     """
     with torch.no_grad():
         topo = fast_topology(model)
         fb = model.floating_base
         o, nv = topo.o, model.nv
+        if fb:
+            q, g = _to_base_frame(q, g)
         batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
         vt = _to_internal(topo, v.reshape(N, nv))
         tt = _to_internal(topo, tau.reshape(N, nv))
-        R0, p0 = K.R[:, :, 0], K.p[:, 0]
         qd, (Jl, Ja), (Vl, Va) = _velocities(topo, K, vt, fb)
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
         # Velocity-product acceleration of each joint, c = V x (S qd).
@@ -1216,10 +1218,9 @@ def aba_fast(model: RobotModel, q, v, tau, g, f_ext) -> torch.Tensor:
         if ft is not None:
             pA[:3] -= ft[0]
             pA[3:] -= ft[1]
-        if fb:
-            fl = rot(R0, tt[:3])
-            pA[:3, 0] -= fl
-            pA[3:, 0] -= rot(R0, tt[3:6]) + cross(p0, fl)
+        if fb:  # in the base's frame: R0 = 1, p0 = 0
+            pA[:3, 0] -= tt[:3]
+            pA[3:, 0] -= tt[3:6]
         # Spatial inertias [[m 1, -[h]x], [[h]x, I]] at the world origin.
         IA = K.h.new_zeros(6, 6, topo.na, N)
         for i in range(3):
@@ -1264,8 +1265,7 @@ def aba_fast(model: RobotModel, q, v, tau, g, f_ext) -> torch.Tensor:
             L = torch.linalg.cholesky_ex(I0)[0]
             a0 = -torch.cholesky_solve(pA[:, 0].T[:, :, None], L)[..., 0].T  # (6, N)
             a[:, 0] = a0
-            lin = a0[:3] + grav
-            base = torch.cat([rot_t(R0, lin + cross(a0[3:], p0)), rot_t(R0, a0[3:])], 0)
+            base = torch.cat([a0[:3] + grav, a0[3:]], 0)
         qdd = K.h.new_empty(S.shape[1], N)
         prev_root = torch.cat([-grav, torch.zeros_like(grav)], 0)[:, None]  # a fixed root: -[g; 0]
         am = K.h.new_empty(6, S.shape[1], N)  # accelerations of the moving bodies
