@@ -67,9 +67,12 @@ Written once and shared: the tree schedule and its sums
 (``kinematics._fk.coupling_matrix``), the skew, cross and inertia kernels of
 both layouts (``kinematics._kernels``), quaternions and the SO(3) log
 (``backdrive.spatial``; ``so3_log_parts(batch_last=True)`` for the IK's
-batch-last layout). The serial chain (``SerialChainKinematics``) keeps its
-own pose and Jacobian pass, two implementations (``_fk_small``, ``fast_pass``;
-see ``docs/dynamics.md``).
+batch-last layout). The serial chain (``SerialChainKinematics``) computes its pose
+on the tree's reference FK kernel (``kinematics._fk.jump_compose``,
+restricted to its path) below ``FAST_MIN_BATCH["serial_chain"]`` samples,
+and keeps its own pose-and-Jacobian pass (``fast_pass``, ``_JacobianPass``;
+pose only from 2,048 samples): forward kinematics has one reference and two
+batch-last implementations (see ``docs/kinematics.md``, "One reference FK").
 
 Following :func:`forward_dynamics`: ``_forward._forward_dynamics`` checks and
 broadcasts the inputs and adds the joints' damping and friction (when some
@@ -80,7 +83,9 @@ are non-zero), then branches once. Reference: ``_plain_crba`` (``kinematics``
 first solve's forward substitution; without a gradient in the floating
 base's frame, ``_to_base_frame``), wrapped in ``_ForwardDynamics`` when a
 gradient is needed (backward: ``M^-1 g`` with the same factor,
-``LTDLFactor.solve_fast``, then ``rnea_vjp_fast``).
+``LTDLFactor.solve_fast``, then ``rnea_vjp_fast``). Without a gradient, on several torch
+threads, a CPU batch of at least ``2 * SPLIT_MIN_PER_THREAD`` samples runs
+in parts, one per thread with torch on one thread (``_forward._in_parts``).
 """
 
 from ._compiled import CompilerUnavailableError, compile_forward_dynamics
