@@ -71,6 +71,7 @@ OFFSETS = {"hip": 0.05, "thigh": 0.1, "calf": 0.1}  # random PD-target offsets, 
 KNOT = 0.2  # s between offset knots
 COMMAND_EVERY = 2.5  # s between new random forward commands
 PUSH_EVERY, PUSH_LENGTH, SETTLE = CAL.PUSH_EVERY, CAL.PUSH_LENGTH, CAL.SETTLE
+FIT_PARAMS = ("body_mass", "damping", "contact_stiffness", "contact_damping", "contact_friction", "motor_strength")
 
 
 class DelayedWalk(QuadrupedWalk):
@@ -272,6 +273,82 @@ def prediction(sim, held, delay: int, horizon: int):
     return CAL.prediction_error(sim, q, v, u, delay, horizon)
 
 
+def calibrate(args, env_n, truth: dict, result: dict) -> dict:
+    """Steps 1 and 2: record walking in reality, fit, and the held-out
+    prediction table. Fills ``result`` and returns the calibrated parameters."""
+    dt = env_n.physics_dt
+    sub = env_n.substeps
+    mj = LT.build_hidden(env_n, truth, dt)
+    _, shipped = QuadrupedWalk.pretrained(1)
+
+    # 1. Record walking in reality.
+    t0 = time.perf_counter()
+    recs, alive = record_walk(mj, env_n, shipped, args.record, args.seed + 1, truth["delay"])
+    settle = int(round(SETTLE / dt))
+    train = pieces(recs[:args.robots], 4 * args.segment, sub, settle)
+    held = pieces(recs[args.robots:], args.horizon, sub, settle)
+    print(f"recorded {args.robots + 2} x {args.record:g} s of walking ({alive.sum()} stayed up) in "
+          f"{time.perf_counter() - t0:.0f} s; {len(train[0])} calibration pieces of {4 * args.segment} steps, "
+          f"{len(held[0])} held-out pieces of {args.horizon}", flush=True)
+    per = 4
+    pick = np.linspace(0, len(train[0]) - 1, min(max(args.windows // per, 1), len(train[0]))).round().astype(int)
+    Q, V, U = (torch.as_tensor(x[pick], dtype=F64) for x in train)
+    Qn, Vn = CAL.with_noise(Q, V, args.seed + 10)
+
+    # 2. Calibrate through the training simulator (float64).
+    sim0 = make_env(None, 1, F64).sim
+    true_total = float(np.sum(truth["mass"]))
+
+    def fit(start_sim, params, delays, total=None):
+        t0 = time.perf_counter()
+        f = identify(start_sim.robot, Qn, Vn, dt=dt, params=params,
+                     method=ContactFit(start_sim, U, segment=args.segment, noise=CAL.NOISE, delays=delays,
+                                       delay_iterations=1, total_mass=total),
+                     options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
+        return f, time.perf_counter() - t0
+
+    params = tuple(p.strip() for p in args.params.split(",") if p.strip())
+    cal, t_fit = fit(sim0, params, (0, 1, 2, 3, 4), true_total if "body_mass" in params else None)
+    s = cal.simulator
+    cp = s.contact.params
+    calibrated = {"body_mass": s.robot.body_mass.tolist(), "damping": s.robot.damping.tolist(),
+                  "motor_strength": float(torch.as_tensor(s.actuator.kp).reshape(-1).mean()) / env_n.kp,
+                  "stiffness": float(cp.stiffness), "contact_damping": float(cp.damping),
+                  "friction": float(cp.friction), "delay": int(cal.delay)}
+    result["calibrated"] = calibrated
+    result["fit"] = {"params": list(params), "seconds": t_fit, "message": cal.message,
+                     "rms_residual": float(cal.rms_residual),
+                     "delay_losses": {str(k): float(x) for k, x in cal.delay_losses.items()},
+                     "not_identified": list(cal.not_identified), "windows": int(len(pick) * per),
+                     "interval": {k: [torch.as_tensor(cal.lower[k]).reshape(-1).tolist(),
+                                      torch.as_tensor(cal.upper[k]).reshape(-1).tolist()]
+                                  for k in cal.lower},
+                     "identified": {k: torch.as_tensor(v).reshape(-1).tolist() for k, v in cal.identified.items()}}
+    result["joint_names"] = list(env_n.robot.joint_names)
+    print(f"calibrated in {t_fit:.0f} s: {cal.message}", flush=True)
+    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (make_env(truth_params(truth), 1, F64).sim,
+                                                                           truth["delay"]),
+            "calibrated": (s, cal.delay)}
+    if args.floor:
+        tsim = make_env(truth_params(truth), 1, F64).sim
+        fl, t_fl = fit(tsim, ("contact_stiffness", "contact_damping"), (truth["delay"],))
+        c = fl.simulator.contact.params
+        result["floor_law"] = {"stiffness": float(c.stiffness), "damping": float(c.damping), "seconds": t_fl}
+        sims["true parameters, contact law fitted with them (floor)"] = (fl.simulator, truth["delay"])
+    result["prediction_error"] = {name: prediction(sim, held, d, args.horizon) for name, (sim, d) in sims.items()}
+
+    # Parameters against the truth.
+    m_err = np.array(calibrated["body_mass"]) / np.array(truth["mass"]) - 1
+    d_err = np.array(calibrated["damping"]) / np.array(truth["damping"]) - 1
+    result["parameter_error"] = {"trunk_mass": float(m_err[0]), "leg_mass_median_abs": float(np.median(abs(m_err[1:]))),
+                                 "total_mass": float(np.sum(calibrated["body_mass"]) / true_total - 1),
+                                 "damping_median_abs": float(np.median(abs(d_err))),
+                                 "friction": calibrated["friction"] / truth["friction"] - 1,
+                                 "motor_strength": calibrated["motor_strength"] / truth["strength"] - 1,
+                                 "delay": [calibrated["delay"], truth["delay"]]}
+    return calibrated
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="the hidden draw (calibration.reality's seed)")
@@ -283,7 +360,20 @@ def main(argv=None):
     ap.add_argument("--horizon", type=int, default=40, help="steps of each held-out prediction")
     ap.add_argument("--floor", action="store_true",
                     help="also fit the contact law alone with every other parameter at its true value")
-    ap.add_argument("--updates", type=int, default=100, help="SHAC updates of each fine-tuning run")
+    ap.add_argument("--params", default=",".join(FIT_PARAMS),
+                    help="comma-separated parameters of the calibration (with the delay and the total-mass anchor)")
+    ap.add_argument("--calibrate-only", action="store_true",
+                    help="stop after the calibration and its prediction table (write the JSON; a later run "
+                         "takes it with --calibration)")
+    ap.add_argument("--calibration", default=None, metavar="JSON",
+                    help="take the calibration (and its tables) from an earlier run's JSON instead of recording "
+                         "and fitting again")
+    ap.add_argument("--updates", type=int, default=100, help="SHAC updates of each fine-tuning run (warm-up included)")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="of --updates, the first ones fit only the critic (the actor frozen)")
+    ap.add_argument("--anchor", type=float, default=0.0,
+                    help="after each actor step pull every actor weight this fraction of the way back to the "
+                         "shipped one (a proximal penalty; 0: off)")
     ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock cap of each fine-tuning run")
     ap.add_argument("--lr", type=float, default=3e-4, help="actor learning rate of the fine-tuning")
     ap.add_argument("--episodes", type=int, default=16)
@@ -313,67 +403,23 @@ def main(argv=None):
     truth = hidden_truth(args.seed, env_n.robot)
     result["truth"] = truth
     dt = env_n.physics_dt
-    sub = env_n.substeps
-    mj = LT.build_hidden(env_n, truth, dt)
-
-    # 1. Record walking in reality.
-    t0 = time.perf_counter()
-    recs, alive = record_walk(mj, env_n, shipped, args.record, args.seed + 1, truth["delay"])
-    settle = int(round(SETTLE / dt))
-    train = pieces(recs[:args.robots], 4 * args.segment, sub, settle)
-    held = pieces(recs[args.robots:], args.horizon, sub, settle)
-    print(f"recorded {args.robots + 2} x {args.record:g} s of walking ({alive.sum()} stayed up) in "
-          f"{time.perf_counter() - t0:.0f} s; {len(train[0])} calibration pieces of {4 * args.segment} steps, "
-          f"{len(held[0])} held-out pieces of {args.horizon}", flush=True)
-    per = 4
-    pick = np.linspace(0, len(train[0]) - 1, min(max(args.windows // per, 1), len(train[0]))).round().astype(int)
-    Q, V, U = (torch.as_tensor(x[pick], dtype=F64) for x in train)
-    Qn, Vn = CAL.with_noise(Q, V, args.seed + 10)
-
-    # 2. Calibrate through the training simulator (float64).
-    sim0 = make_env(None, 1, F64).sim
-    true_total = float(np.sum(truth["mass"]))
-
-    def fit(start_sim, params, delays, total=None):
-        t0 = time.perf_counter()
-        f = identify(start_sim.robot, Qn, Vn, dt=dt, params=params,
-                     method=ContactFit(start_sim, U, segment=args.segment, noise=CAL.NOISE, delays=delays,
-                                       delay_iterations=1, total_mass=total),
-                     options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
-        return f, time.perf_counter() - t0
-
-    cal, t_fit = fit(sim0, ("body_mass", "contact_stiffness", "contact_damping", "contact_friction",
-                            "motor_strength"), (0, 1, 2, 3, 4), true_total)
-    s = cal.simulator
-    cp = s.contact.params
-    calibrated = {"body_mass": s.robot.body_mass.tolist(), "damping": s.robot.damping.tolist(),
-                  "motor_strength": float(torch.as_tensor(s.actuator.kp).reshape(-1).mean()) / env_n.kp,
-                  "stiffness": float(cp.stiffness), "contact_damping": float(cp.damping),
-                  "friction": float(cp.friction), "delay": int(cal.delay)}
-    result["calibrated"] = calibrated
-    result["fit"] = {"seconds": t_fit, "message": cal.message, "rms_residual": float(cal.rms_residual),
-                     "delay_losses": {str(k): float(x) for k, x in cal.delay_losses.items()},
-                     "not_identified": list(cal.not_identified), "windows": int(len(pick) * per)}
-    print(f"calibrated in {t_fit:.0f} s: {cal.message}", flush=True)
-    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (make_env(truth_params(truth), 1, F64).sim,
-                                                                           truth["delay"]),
-            "calibrated": (s, cal.delay)}
-    if args.floor:
-        tsim = make_env(truth_params(truth), 1, F64).sim
-        fl, t_fl = fit(tsim, ("contact_stiffness", "contact_damping"), (truth["delay"],))
-        c = fl.simulator.contact.params
-        result["floor_law"] = {"stiffness": float(c.stiffness), "damping": float(c.damping), "seconds": t_fl}
-        sims["true parameters, contact law fitted with them (floor)"] = (fl.simulator, truth["delay"])
-    errs = {name: prediction(sim, held, d, args.horizon) for name, (sim, d) in sims.items()}
-    result["prediction_error"] = errs
-
-    # Parameters against the truth.
-    m_err = np.array(calibrated["body_mass"]) / np.array(truth["mass"]) - 1
-    result["parameter_error"] = {"trunk_mass": float(m_err[0]), "leg_mass_median_abs": float(np.median(abs(m_err[1:]))),
-                                 "total_mass": float(np.sum(calibrated["body_mass"]) / true_total - 1),
-                                 "friction": calibrated["friction"] / truth["friction"] - 1,
-                                 "motor_strength": calibrated["motor_strength"] / truth["strength"] - 1,
-                                 "delay": [calibrated["delay"], truth["delay"]]}
+    if args.calibration:
+        prev = json.loads(Path(args.calibration).read_text())
+        if prev["truth"] != json.loads(json.dumps(truth)):
+            raise SystemExit(f"{args.calibration} is another hidden draw than --seed {args.seed}")
+        for k in ("truth", "calibrated", "fit", "prediction_error", "parameter_error", "floor_law", "joint_names"):
+            if k in prev:
+                result[k] = prev[k]
+        result["calibration_from"] = args.calibration
+        calibrated = result["calibrated"]
+    else:
+        calibrated = calibrate(args, env_n, truth, result)
+        if args.calibrate_only:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=1, default=float))
+            report_calibration(result)
+            print(f"\nwrote {out}")
+            return result
 
     # 3. Fine-tune in each sim; the shipped policy's walk as each predicts it.
     predicted, policies, train_info = {}, {"shipped": shipped}, {}
@@ -428,7 +474,8 @@ def finetune(shipped, params: dict | None, args):
     return trainer.policy.eval(), info
 
 
-def report(r: dict) -> None:
+def report_calibration(r: dict) -> None:
+    """The calibration's parameters and held-out prediction table."""
     a, t, c = r["args"], r["truth"], r["calibrated"]
     print(f"\n# calibration loop, hidden draw {a['seed']}: friction {t['friction']:.3f}, strength "
           f"{t['strength']:.3f}, delay {t['delay']} x 5 ms, total mass {sum(t['mass']):.3f} kg\n")
@@ -451,6 +498,20 @@ def report(r: dict) -> None:
         w = w[0] if w else math.nan
         print(f"| {k} | {j:.4g} | {o:.4g} | {w:.4g} | {n[0] / j:.2f}x, {n[1] / o:.2f}x"
               + (f", {n[2] / w:.2f}x |" if len(n) > 2 else " |"))
+    if "damping" in r["fit"].get("params", ()):
+        lo, hi = r["fit"]["interval"]["damping"]
+        print(f"\n| joint damping (N m s/rad) | truth | fitted | error | 95 % interval | identified |")
+        print("| --- | ---: | ---: | ---: | --- | --- |")
+        names = r.get("joint_names") or [str(i) for i in range(len(t["damping"]))]
+        for i, (name, d, f) in enumerate(zip(names, t["damping"], c["damping"])):
+            ok = r["fit"]["identified"]["damping"][i]
+            print(f"| {name} | {d:.3f} | {f:.3f} | {100 * (f / d - 1):+.0f} % | [{lo[i]:.3g}, {hi[i]:.3g}] | "
+                  f"{'yes' if ok else 'NO'} |")
+
+
+def report(r: dict) -> None:
+    report_calibration(r)
+    a = r["args"]
     tr = r["train"]
     print(f"\n| policy, deployed in reality | forward speed (m/s) | speed error (m/s) | upright |")
     print("| --- | ---: | ---: | ---: |")
