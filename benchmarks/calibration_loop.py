@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import sys
@@ -62,7 +63,7 @@ import locomotion_transfer as LT  # noqa: E402
 
 from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
 from backdrive.envs import QuadrupedWalk  # noqa: E402
-from backdrive.optim import QUADRUPED_WALK_SHAC, ContactFit, SolverOptions, identify, train_policy  # noqa: E402
+from backdrive.optim import QUADRUPED_WALK_SHAC, ContactFit, PolicyTrainer, SolverOptions, identify  # noqa: E402
 from backdrive.sim import Simulator  # noqa: E402
 
 F64 = torch.float64
@@ -308,7 +309,9 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
         return f, time.perf_counter() - t0
 
     params = tuple(p.strip() for p in args.params.split(",") if p.strip())
-    cal, t_fit = fit(sim0, params, (0, 1, 2, 3, 4), true_total if "body_mass" in params else None)
+    delays = (truth["delay"],) if args.delays == "truth" else tuple(int(d) for d in args.delays.split(","))
+    start = sim0 if args.start == "nominal" else make_env(truth_params(truth), 1, F64).sim
+    cal, t_fit = fit(start, params, delays, true_total if "body_mass" in params else None)
     s = cal.simulator
     cp = s.contact.params
     calibrated = {"body_mass": s.robot.body_mass.tolist(), "damping": s.robot.damping.tolist(),
@@ -362,6 +365,11 @@ def main(argv=None):
                     help="also fit the contact law alone with every other parameter at its true value")
     ap.add_argument("--params", default=",".join(FIT_PARAMS),
                     help="comma-separated parameters of the calibration (with the delay and the total-mass anchor)")
+    ap.add_argument("--start", choices=("nominal", "truth"), default="nominal",
+                    help="the fit's starting point; 'truth' (with --iterations 0 and --delays truth) gives the "
+                         "Cramer-Rao intervals at the hidden values: what the data can determine")
+    ap.add_argument("--delays", default="0,1,2,3,4",
+                    help="candidate control delays, 5 ms steps, comma-separated, or 'truth'")
     ap.add_argument("--calibrate-only", action="store_true",
                     help="stop after the calibration and its prediction table (write the JSON; a later run "
                          "takes it with --calibration)")
@@ -459,19 +467,65 @@ def main(argv=None):
 
 
 def finetune(shipped, params: dict | None, args):
-    """The shipped policy fine-tuned in the sim of ``params`` (``None``: nominal): ``(policy, record)``."""
+    """The shipped policy fine-tuned in the sim of ``params`` (``None``: nominal)
+    by :func:`fine_tune_policy`: ``(policy, record)``. The record has the
+    policy's walk in its own training sim (``args.episodes`` x
+    ``args.seconds``, the deployment's command and seed)."""
     num_envs = int(QUADRUPED_WALK_SHAC.env_kwargs["num_envs"])
-    env = make_env(params, num_envs)
-    policy = copy.deepcopy(shipped).train()
     t0 = time.perf_counter()
-    stop = lambda row, t0=t0: time.perf_counter() - t0 > 60 * args.minutes  # noqa: E731
-    trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, policy=policy, updates=args.updates, lr=args.lr,
-                           seed=args.train_seed, callback=stop, num_threads=1)
-    info = {"updates": trainer.updates_done, "env_steps": trainer.env_steps, "lr": args.lr,
-            "seed": args.train_seed, "minutes": (time.perf_counter() - t0) / 60}
+    policy, trainer, drift = fine_tune_policy(make_env(params, num_envs), shipped, updates=args.updates,
+                                              warmup=args.warmup, lr=args.lr, anchor=args.anchor,
+                                              seed=args.train_seed, minutes=args.minutes)
+    minutes = (time.perf_counter() - t0) / 60
+    own = make_env(params, args.episodes).evaluate(policy, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
+                                                   settle=LT.SETTLE)
+    rows = trainer.history
+    info = {"updates": trainer.updates_done, "warmup": args.warmup, "anchor": args.anchor,
+            "env_steps": trainer.env_steps, "lr": args.lr, "seed": args.train_seed, "minutes": minutes,
+            "relative_weight_change": drift, "critic_loss": [r["critic_loss"] for r in rows],
+            "window_reward": [r["window_reward"] for r in rows],
+            "own_sim": {k: float(own[k]) for k in ("forward_speed", "speed_error", "upright")}}
     name = "nominal" if params is None else "calibrated"
-    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates, {info['minutes']:.1f} min", flush=True)
-    return trainer.policy.eval(), info
+    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates ({args.warmup} critic-only), "
+          f"{minutes:.1f} min, weights moved {100 * drift:.2f} %; in its own sim "
+          f"{info['own_sim']['forward_speed']:.3f} m/s, error {info['own_sim']['speed_error']:.3f}", flush=True)
+    return policy, info
+
+
+def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float = 3e-4, anchor: float = 0.0,
+                     seed: int = 0, minutes: float = math.inf):
+    """Fine-tune a copy of ``shipped`` in ``env``: ``(policy, trainer, relative weight change)``.
+
+    ``QUADRUPED_WALK_SHAC``'s settings with the actor learning rate ``lr``
+    and the observation statistics frozen at the shipped ones. The critic
+    starts fresh, so the first ``warmup`` of the ``updates`` fit only it
+    (the actor's step is skipped: learning rate 0, and its Adam state starts
+    after the warm-up): a random critic's value at the end of each 8-step
+    window would otherwise steer the actor's first steps. With ``anchor > 0``
+    every actor step is followed by ``w <- w - anchor * (w - w_shipped)``, a
+    proximal pull towards the shipped weights. Stops early after
+    ``minutes`` of wall-clock time."""
+    config = dataclasses.replace(QUADRUPED_WALK_SHAC.config, lr=lr, seed=seed, normalize_obs=False)
+    t0 = time.perf_counter()
+    trainer = PolicyTrainer(env, config=config, policy=copy.deepcopy(shipped).train())
+    ref = [p.detach().clone() for p in trainer.policy.parameters()]
+    for group in trainer.actor_opt.param_groups:
+        group["lr"] = 0.0
+    for k in range(updates):
+        if k == warmup:
+            trainer.actor_opt = torch.optim.Adam(trainer.policy.parameters(), lr=lr, betas=config.betas)
+        trainer.history.append(trainer.update())
+        if k >= warmup and anchor > 0:
+            with torch.no_grad():
+                for p, p0 in zip(trainer.policy.parameters(), ref):
+                    p.sub_(anchor * (p - p0))
+        if time.perf_counter() - t0 > 60 * minutes:
+            break
+    policy = trainer.policy.eval()
+    with torch.no_grad():
+        drift = float(torch.sqrt(sum((p - p0).pow(2).sum() for p, p0 in zip(policy.parameters(), ref))
+                                 / sum(p0.pow(2).sum() for p0 in ref)))
+    return policy, trainer, drift
 
 
 def report_calibration(r: dict) -> None:
