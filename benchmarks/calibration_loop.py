@@ -393,6 +393,9 @@ def main(argv=None):
     ap.add_argument("--nominal-policy", default=None, metavar="PATH",
                     help="take the nominal fine-tuning from a --nominal-only run's PATH (waits for it) instead of "
                          "running it here")
+    ap.add_argument("--deploy-only", action="store_true",
+                    help="with --nominal-policy: no calibration or fine-tuning, only the shipped and that policy "
+                         "deployed in this draw's reality")
     ap.add_argument("--out", default=None, help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -411,6 +414,18 @@ def main(argv=None):
     truth = hidden_truth(args.seed, env_n.robot)
     result["truth"] = truth
     dt = env_n.physics_dt
+    if args.deploy_only:
+        if not args.nominal_policy:
+            raise SystemExit("--deploy-only needs --nominal-policy")
+        policies = {"shipped": shipped, "nominal": load_nominal(shipped, args.nominal_policy)[0]}
+        result["rows"] = deploy(policies, truth, args, dt)
+        result["train"] = {"nominal": load_nominal(shipped, args.nominal_policy)[1]}
+        for k, x in result["rows"].items():
+            print(f"| {k} | {x['forward_speed']:.3f} | {x['speed_error']:.3f} | {x['upright']:.0%} |")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1, default=float))
+        print(f"wrote {out}")
+        return result
     if args.calibration:
         prev = json.loads(Path(args.calibration).read_text())
         if prev["truth"] != json.loads(json.dumps(truth)):
@@ -437,25 +452,13 @@ def main(argv=None):
         predicted[name] = {k: float(m[k]) for k in ("forward_speed", "speed_error", "upright")}
     policies["calibrated"], train_info["calibrated"] = finetune(shipped, calibrated, args)
     if args.nominal_policy:
-        path = Path(args.nominal_policy)
-        while not Path(str(path) + ".json").exists():  # written after the weights
-            time.sleep(20)
-        policies["nominal"] = copy.deepcopy(shipped)
-        policies["nominal"].load_state_dict(torch.load(path, weights_only=True))
-        policies["nominal"].eval()
-        train_info["nominal"] = json.loads(Path(str(path) + ".json").read_text()) | {"from": str(path)}
+        policies["nominal"], train_info["nominal"] = load_nominal(shipped, args.nominal_policy)
     else:
         policies["nominal"], train_info["nominal"] = finetune(shipped, None, args)
     policies = {k: policies[k] for k in ("shipped", "nominal", "calibrated")}
 
     # 4. Deploy in reality (hidden parameters, delay).
-    rows = {}
-    for name, policy in policies.items():
-        env, _ = QuadrupedWalk.pretrained(args.episodes)
-        t0 = time.perf_counter()
-        rows[name] = LT.run_mujoco(env, policy, dt=dt, seconds=args.seconds, seed=LT.SEED,
-                                   model=LT.build_hidden(env, truth, dt), delay=truth["delay"])
-        rows[name]["wall_s"] = time.perf_counter() - t0
+    rows = deploy(policies, truth, args, dt)
     result |= {"train": train_info, "rows": rows, "predicted": predicted}
     report(result)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -464,6 +467,28 @@ def main(argv=None):
     out.write_text(json.dumps(result, indent=1, default=float))
     print(f"\nwrote {out}")
     return result
+
+
+def load_nominal(shipped, path):
+    """A ``--nominal-only`` run's policy and record (waits until it is written)."""
+    path = Path(path)
+    while not Path(str(path) + ".json").exists():  # written after the weights
+        time.sleep(20)
+    policy = copy.deepcopy(shipped)
+    policy.load_state_dict(torch.load(path, weights_only=True))
+    return policy.eval(), json.loads(Path(str(path) + ".json").read_text()) | {"from": str(path)}
+
+
+def deploy(policies: dict, truth: dict, args, dt: float) -> dict:
+    """Each policy in reality (hidden parameters and delay), ``args.episodes`` x ``args.seconds``."""
+    rows = {}
+    for name, policy in policies.items():
+        env, _ = QuadrupedWalk.pretrained(args.episodes)
+        t0 = time.perf_counter()
+        rows[name] = LT.run_mujoco(env, policy, dt=dt, seconds=args.seconds, seed=LT.SEED,
+                                   model=LT.build_hidden(env, truth, dt), delay=truth["delay"])
+        rows[name]["wall_s"] = time.perf_counter() - t0
+    return rows
 
 
 def finetune(shipped, params: dict | None, args):
