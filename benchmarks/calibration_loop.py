@@ -21,24 +21,36 @@ acts 5-15 ms into its 20 ms control period
 2. **Calibrate** at 5 ms with ``identify(..., ContactFit)`` through the
    training simulator itself (the env's contact geometry, servos and effort
    saturation, in float64): masses (anchored on the weighed total mass),
-   contact stiffness, damping and friction, motor strength and the delay
-   (0-4 steps), on 25-step (125 ms) windows from push-free pieces of the
-   walk. Reported: held-out 40-step (0.2 s) prediction error on walking
-   of the nominal, true-parameter and calibrated simulators.
+   joint damping, contact stiffness, damping and friction, motor strength
+   and the delay (0-4 steps), on 25-step (125 ms) windows from push-free
+   pieces of the walk (``--params`` chooses the set; ``--start truth
+   --iterations 0 --delays truth`` gives the Cramer-Rao intervals at the
+   hidden values instead: what the data can determine). Reported: held-out
+   40-step (0.2 s) prediction error on walking of the nominal,
+   true-parameter and calibrated simulators.
 3. **Fine-tune** the shipped policy with the same budget in two
    ``QuadrupedWalk`` simulators at 5 ms: the nominal one (URDF masses,
    joint damping 0.1, backdrive's default contact law, strength 1, no delay:
    the calibration's starting guess) and the calibrated one (its masses,
    contact law, strength and delay; :class:`DelayedWalk` applies the delay
-   in the env). ``QUADRUPED_WALK_SHAC`` settings, actor learning rate
-   ``--lr``, a fresh critic, the same seed.
+   in the env). ``QUADRUPED_WALK_SHAC`` settings with the observation
+   statistics frozen, a fresh critic fitted alone for the first
+   ``--warmup`` updates (the actor frozen), then actor steps at ``--lr``,
+   optionally pulled towards the shipped weights (``--anchor``); the same
+   seed. Each fine-tuned policy is also evaluated in its own training sim.
 4. **Deploy** the shipped and both fine-tuned policies in reality, 16
    episodes x 10 s from the env's randomised initial states under a 0.5 m/s
    forward command; report forward speed, per-episode speed-tracking error
    and fraction upright, and, as a diagnostic, the shipped policy's walk as
    each training sim predicts it.
 
-    python benchmarks/calibration_loop.py --seed 0 [--updates 100] [--out outputs/benchmarks/calibration_loop_s0.json]
+The stages can run apart: ``--calibrate-only`` writes the calibration,
+``--calibration JSON`` reuses it, ``--nominal-only PATH`` fine-tunes in the
+nominal sim once for every draw, ``--nominal-policy PATH`` takes it, and
+``--deploy-only`` deploys the shipped and that policy in one draw's reality.
+
+    python benchmarks/calibration_loop.py --nominal-only outputs/benchmarks/nominal_ft.pt --warmup 40 --lr 1e-4
+    python benchmarks/calibration_loop.py --seed 0 --floor --warmup 40 --lr 1e-4 --nominal-policy outputs/benchmarks/nominal_ft.pt
 """
 
 from __future__ import annotations
