@@ -49,8 +49,9 @@ The stages can run apart: ``--calibrate-only`` writes the calibration,
 nominal sim once for every draw, ``--nominal-policy PATH`` takes it, and
 ``--deploy-only`` deploys the shipped and that policy in one draw's reality.
 
-    python benchmarks/calibration_loop.py --nominal-only outputs/benchmarks/nominal_ft.pt --warmup 40 --lr 1e-4
-    python benchmarks/calibration_loop.py --seed 0 --floor --warmup 40 --lr 1e-4 --nominal-policy outputs/benchmarks/nominal_ft.pt
+    python benchmarks/calibration_loop.py --nominal-only outputs/benchmarks/nominal_ft.pt
+    python benchmarks/calibration_loop.py --seed 0 --floor --nominal-policy outputs/benchmarks/nominal_ft.pt
+    python benchmarks/calibration_loop.py --seed 0 --deploy-only --nominal-policy outputs/benchmarks/nominal_ft.pt
 """
 
 from __future__ import annotations
@@ -388,13 +389,14 @@ def main(argv=None):
     ap.add_argument("--calibration", default=None, metavar="JSON",
                     help="take the calibration (and its tables) from an earlier run's JSON instead of recording "
                          "and fitting again")
-    ap.add_argument("--updates", type=int, default=100, help="SHAC updates of each fine-tuning run (warm-up included)")
-    ap.add_argument("--warmup", type=int, default=0,
+    ap.add_argument("--updates", type=int, default=50, help="SHAC updates of each fine-tuning run (warm-up included)")
+    ap.add_argument("--warmup", type=int, default=20,
                     help="of --updates, the first ones fit only the critic (the actor frozen)")
     ap.add_argument("--anchor", type=float, default=0.0,
                     help="after each actor step pull every actor weight this fraction of the way back to the "
                          "shipped one (a proximal penalty; 0: off)")
-    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock cap of each fine-tuning run")
+    ap.add_argument("--minutes", type=float, default=120.0,
+                    help="wall-clock cap of each fine-tuning run (the record says how many updates ran)")
     ap.add_argument("--lr", type=float, default=3e-4, help="actor learning rate of the fine-tuning")
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)
