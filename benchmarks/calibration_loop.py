@@ -21,30 +21,44 @@ acts 5-15 ms into its 20 ms control period
 2. **Calibrate** at 5 ms with ``identify(..., ContactFit)`` through the
    training simulator itself (the env's contact geometry, servos and effort
    saturation, in float64): masses (anchored on the weighed total mass),
-   contact stiffness, damping and friction, motor strength and the delay
-   (0-4 steps), on 25-step (125 ms) windows from push-free pieces of the
-   walk. Reported: held-out 40-step (0.2 s) prediction error on walking
-   of the nominal, true-parameter and calibrated simulators.
+   joint damping, contact stiffness, damping and friction, motor strength
+   and the delay (0-4 steps), on 25-step (125 ms) windows from push-free
+   pieces of the walk (``--params`` chooses the set; ``--start truth
+   --iterations 0 --delays truth`` gives the Cramer-Rao intervals at the
+   hidden values instead: what the data can determine). Reported: held-out
+   40-step (0.2 s) prediction error on walking of the nominal,
+   true-parameter and calibrated simulators.
 3. **Fine-tune** the shipped policy with the same budget in two
    ``QuadrupedWalk`` simulators at 5 ms: the nominal one (URDF masses,
    joint damping 0.1, backdrive's default contact law, strength 1, no delay:
    the calibration's starting guess) and the calibrated one (its masses,
    contact law, strength and delay; :class:`DelayedWalk` applies the delay
-   in the env). ``QUADRUPED_WALK_SHAC`` settings, actor learning rate
-   ``--lr``, a fresh critic, the same seed.
+   in the env). ``QUADRUPED_WALK_SHAC`` settings with the observation
+   statistics frozen, a fresh critic fitted alone for the first
+   ``--warmup`` updates (the actor frozen), then actor steps at ``--lr``,
+   optionally pulled towards the shipped weights (``--anchor``); the same
+   seed. Each fine-tuned policy is also evaluated in its own training sim.
 4. **Deploy** the shipped and both fine-tuned policies in reality, 16
    episodes x 10 s from the env's randomised initial states under a 0.5 m/s
    forward command; report forward speed, per-episode speed-tracking error
    and fraction upright, and, as a diagnostic, the shipped policy's walk as
    each training sim predicts it.
 
-    python benchmarks/calibration_loop.py --seed 0 [--updates 100] [--out outputs/benchmarks/calibration_loop_s0.json]
+The stages can run apart: ``--calibrate-only`` writes the calibration,
+``--calibration JSON`` reuses it, ``--nominal-only PATH`` fine-tunes in the
+nominal sim once for every draw, ``--nominal-policy PATH`` takes it, and
+``--deploy-only`` deploys the shipped and that policy in one draw's reality.
+
+    python benchmarks/calibration_loop.py --nominal-only outputs/benchmarks/nominal_ft.pt
+    python benchmarks/calibration_loop.py --seed 0 --floor --nominal-policy outputs/benchmarks/nominal_ft.pt
+    python benchmarks/calibration_loop.py --seed 0 --deploy-only --nominal-policy outputs/benchmarks/nominal_ft.pt
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import sys
@@ -62,7 +76,7 @@ import locomotion_transfer as LT  # noqa: E402
 
 from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
 from backdrive.envs import QuadrupedWalk  # noqa: E402
-from backdrive.optim import QUADRUPED_WALK_SHAC, ContactFit, SolverOptions, identify, train_policy  # noqa: E402
+from backdrive.optim import QUADRUPED_WALK_SHAC, ContactFit, PolicyTrainer, SolverOptions, identify  # noqa: E402
 from backdrive.sim import Simulator  # noqa: E402
 
 F64 = torch.float64
@@ -71,6 +85,7 @@ OFFSETS = {"hip": 0.05, "thigh": 0.1, "calf": 0.1}  # random PD-target offsets, 
 KNOT = 0.2  # s between offset knots
 COMMAND_EVERY = 2.5  # s between new random forward commands
 PUSH_EVERY, PUSH_LENGTH, SETTLE = CAL.PUSH_EVERY, CAL.PUSH_LENGTH, CAL.SETTLE
+FIT_PARAMS = ("body_mass", "damping", "contact_stiffness", "contact_damping", "contact_friction", "motor_strength")
 
 
 class DelayedWalk(QuadrupedWalk):
@@ -272,49 +287,13 @@ def prediction(sim, held, delay: int, horizon: int):
     return CAL.prediction_error(sim, q, v, u, delay, horizon)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, default=0, help="the hidden draw (calibration.reality's seed)")
-    ap.add_argument("--record", type=float, default=8.0, help="seconds of walk per recorded robot")
-    ap.add_argument("--robots", type=int, default=4, help="robots recorded for the calibration (+2 held out)")
-    ap.add_argument("--segment", type=int, default=25, help="steps per shooting window")
-    ap.add_argument("--windows", type=int, default=32, help="shooting windows used")
-    ap.add_argument("--iterations", type=int, default=8, help="Gauss-Newton iterations")
-    ap.add_argument("--horizon", type=int, default=40, help="steps of each held-out prediction")
-    ap.add_argument("--floor", action="store_true",
-                    help="also fit the contact law alone with every other parameter at its true value")
-    ap.add_argument("--updates", type=int, default=100, help="SHAC updates of each fine-tuning run")
-    ap.add_argument("--minutes", type=float, default=30.0, help="wall-clock cap of each fine-tuning run")
-    ap.add_argument("--lr", type=float, default=3e-4, help="actor learning rate of the fine-tuning")
-    ap.add_argument("--episodes", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--train-seed", type=int, default=0)
-    ap.add_argument("--nominal-only", default=None, metavar="PATH",
-                    help="only fine-tune in the nominal sim (the same for every hidden draw) and save the policy "
-                         "to PATH (a .pt state dict, with PATH.json for its training record)")
-    ap.add_argument("--nominal-policy", default=None, metavar="PATH",
-                    help="take the nominal fine-tuning from a --nominal-only run's PATH (waits for it) instead of "
-                         "running it here")
-    ap.add_argument("--out", default=None, help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json)")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
-    out = Path(args.out or f"outputs/benchmarks/calibration_loop_s{args.seed}.json")
-    result = {"args": vars(args)}
-
-    _, shipped = QuadrupedWalk.pretrained(1)
-    if args.nominal_only:
-        policy, info = finetune(shipped, None, args)
-        torch.save(policy.state_dict(), args.nominal_only)
-        Path(args.nominal_only + ".json").write_text(json.dumps(info))
-        print(f"wrote {args.nominal_only}")
-        return None
-    env_n = make_env(None, args.robots + 2)
-    truth = hidden_truth(args.seed, env_n.robot)
-    result["truth"] = truth
+def calibrate(args, env_n, truth: dict, result: dict) -> dict:
+    """Steps 1 and 2: record walking in reality, fit, and the held-out
+    prediction table. Fills ``result`` and returns the calibrated parameters."""
     dt = env_n.physics_dt
     sub = env_n.substeps
     mj = LT.build_hidden(env_n, truth, dt)
+    _, shipped = QuadrupedWalk.pretrained(1)
 
     # 1. Record walking in reality.
     t0 = time.perf_counter()
@@ -342,8 +321,10 @@ def main(argv=None):
                      options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
         return f, time.perf_counter() - t0
 
-    cal, t_fit = fit(sim0, ("body_mass", "contact_stiffness", "contact_damping", "contact_friction",
-                            "motor_strength"), (0, 1, 2, 3, 4), true_total)
+    params = tuple(p.strip() for p in args.params.split(",") if p.strip())
+    delays = (truth["delay"],) if args.delays == "truth" else tuple(int(d) for d in args.delays.split(","))
+    start = sim0 if args.start == "nominal" else make_env(truth_params(truth), 1, F64).sim
+    cal, t_fit = fit(start, params, delays, true_total if "body_mass" in params else None)
     s = cal.simulator
     cp = s.contact.params
     calibrated = {"body_mass": s.robot.body_mass.tolist(), "damping": s.robot.damping.tolist(),
@@ -351,9 +332,15 @@ def main(argv=None):
                   "stiffness": float(cp.stiffness), "contact_damping": float(cp.damping),
                   "friction": float(cp.friction), "delay": int(cal.delay)}
     result["calibrated"] = calibrated
-    result["fit"] = {"seconds": t_fit, "message": cal.message, "rms_residual": float(cal.rms_residual),
+    result["fit"] = {"params": list(params), "seconds": t_fit, "message": cal.message,
+                     "rms_residual": float(cal.rms_residual),
                      "delay_losses": {str(k): float(x) for k, x in cal.delay_losses.items()},
-                     "not_identified": list(cal.not_identified), "windows": int(len(pick) * per)}
+                     "not_identified": list(cal.not_identified), "windows": int(len(pick) * per),
+                     "interval": {k: [torch.as_tensor(cal.lower[k]).reshape(-1).tolist(),
+                                      torch.as_tensor(cal.upper[k]).reshape(-1).tolist()]
+                                  for k in cal.lower},
+                     "identified": {k: torch.as_tensor(v).reshape(-1).tolist() for k, v in cal.identified.items()}}
+    result["joint_names"] = list(env_n.robot.joint_names)
     print(f"calibrated in {t_fit:.0f} s: {cal.message}", flush=True)
     sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (make_env(truth_params(truth), 1, F64).sim,
                                                                            truth["delay"]),
@@ -364,16 +351,112 @@ def main(argv=None):
         c = fl.simulator.contact.params
         result["floor_law"] = {"stiffness": float(c.stiffness), "damping": float(c.damping), "seconds": t_fl}
         sims["true parameters, contact law fitted with them (floor)"] = (fl.simulator, truth["delay"])
-    errs = {name: prediction(sim, held, d, args.horizon) for name, (sim, d) in sims.items()}
-    result["prediction_error"] = errs
+    result["prediction_error"] = {name: prediction(sim, held, d, args.horizon) for name, (sim, d) in sims.items()}
 
     # Parameters against the truth.
     m_err = np.array(calibrated["body_mass"]) / np.array(truth["mass"]) - 1
+    d_err = np.array(calibrated["damping"]) / np.array(truth["damping"]) - 1
     result["parameter_error"] = {"trunk_mass": float(m_err[0]), "leg_mass_median_abs": float(np.median(abs(m_err[1:]))),
                                  "total_mass": float(np.sum(calibrated["body_mass"]) / true_total - 1),
+                                 "damping_median_abs": float(np.median(abs(d_err))),
                                  "friction": calibrated["friction"] / truth["friction"] - 1,
                                  "motor_strength": calibrated["motor_strength"] / truth["strength"] - 1,
                                  "delay": [calibrated["delay"], truth["delay"]]}
+    return calibrated
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seed", type=int, default=0, help="the hidden draw (calibration.reality's seed)")
+    ap.add_argument("--record", type=float, default=8.0, help="seconds of walk per recorded robot")
+    ap.add_argument("--robots", type=int, default=4, help="robots recorded for the calibration (+2 held out)")
+    ap.add_argument("--segment", type=int, default=25, help="steps per shooting window")
+    ap.add_argument("--windows", type=int, default=32, help="shooting windows used")
+    ap.add_argument("--iterations", type=int, default=8, help="Gauss-Newton iterations")
+    ap.add_argument("--horizon", type=int, default=40, help="steps of each held-out prediction")
+    ap.add_argument("--floor", action="store_true",
+                    help="also fit the contact law alone with every other parameter at its true value")
+    ap.add_argument("--params", default=",".join(FIT_PARAMS),
+                    help="comma-separated parameters of the calibration (with the delay and the total-mass anchor)")
+    ap.add_argument("--start", choices=("nominal", "truth"), default="nominal",
+                    help="the fit's starting point; 'truth' (with --iterations 0 and --delays truth) gives the "
+                         "Cramer-Rao intervals at the hidden values: what the data can determine")
+    ap.add_argument("--delays", default="0,1,2,3,4",
+                    help="candidate control delays, 5 ms steps, comma-separated, or 'truth'")
+    ap.add_argument("--calibrate-only", action="store_true",
+                    help="stop after the calibration and its prediction table (write the JSON; a later run "
+                         "takes it with --calibration)")
+    ap.add_argument("--calibration", default=None, metavar="JSON",
+                    help="take the calibration (and its tables) from an earlier run's JSON instead of recording "
+                         "and fitting again")
+    ap.add_argument("--updates", type=int, default=50, help="SHAC updates of each fine-tuning run (warm-up included)")
+    ap.add_argument("--warmup", type=int, default=20,
+                    help="of --updates, the first ones fit only the critic (the actor frozen)")
+    ap.add_argument("--anchor", type=float, default=0.0,
+                    help="after each actor step pull every actor weight this fraction of the way back to the "
+                         "shipped one (a proximal penalty; 0: off)")
+    ap.add_argument("--minutes", type=float, default=120.0,
+                    help="wall-clock cap of each fine-tuning run (the record says how many updates ran)")
+    ap.add_argument("--lr", type=float, default=3e-4, help="actor learning rate of the fine-tuning")
+    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--train-seed", type=int, default=0)
+    ap.add_argument("--nominal-only", default=None, metavar="PATH",
+                    help="only fine-tune in the nominal sim (the same for every hidden draw) and save the policy "
+                         "to PATH (a .pt state dict, with PATH.json for its training record)")
+    ap.add_argument("--nominal-policy", default=None, metavar="PATH",
+                    help="take the nominal fine-tuning from a --nominal-only run's PATH (waits for it) instead of "
+                         "running it here")
+    ap.add_argument("--deploy-only", action="store_true",
+                    help="with --nominal-policy: no calibration or fine-tuning, only the shipped and that policy "
+                         "deployed in this draw's reality")
+    ap.add_argument("--out", default=None, help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
+    out = Path(args.out or f"outputs/benchmarks/calibration_loop_s{args.seed}.json")
+    result = {"args": vars(args)}
+
+    _, shipped = QuadrupedWalk.pretrained(1)
+    if args.nominal_only:
+        policy, info = finetune(shipped, None, args)
+        torch.save(policy.state_dict(), args.nominal_only)
+        Path(args.nominal_only + ".json").write_text(json.dumps(info))
+        print(f"wrote {args.nominal_only}")
+        return None
+    env_n = make_env(None, args.robots + 2)
+    truth = hidden_truth(args.seed, env_n.robot)
+    result["truth"] = truth
+    dt = env_n.physics_dt
+    if args.deploy_only:
+        if not args.nominal_policy:
+            raise SystemExit("--deploy-only needs --nominal-policy")
+        policies = {"shipped": shipped, "nominal": load_nominal(shipped, args.nominal_policy)[0]}
+        result["rows"] = deploy(policies, truth, args, dt)
+        result["train"] = {"nominal": load_nominal(shipped, args.nominal_policy)[1]}
+        for k, x in result["rows"].items():
+            print(f"| {k} | {x['forward_speed']:.3f} | {x['speed_error']:.3f} | {x['upright']:.0%} |")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1, default=float))
+        print(f"wrote {out}")
+        return result
+    if args.calibration:
+        prev = json.loads(Path(args.calibration).read_text())
+        if prev["truth"] != json.loads(json.dumps(truth)):
+            raise SystemExit(f"{args.calibration} is another hidden draw than --seed {args.seed}")
+        for k in ("truth", "calibrated", "fit", "prediction_error", "parameter_error", "floor_law", "joint_names"):
+            if k in prev:
+                result[k] = prev[k]
+        result["calibration_from"] = args.calibration
+        calibrated = result["calibrated"]
+    else:
+        calibrated = calibrate(args, env_n, truth, result)
+        if args.calibrate_only:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=1, default=float))
+            report_calibration(result)
+            print(f"\nwrote {out}")
+            return result
 
     # 3. Fine-tune in each sim; the shipped policy's walk as each predicts it.
     predicted, policies, train_info = {}, {"shipped": shipped}, {}
@@ -383,25 +466,13 @@ def main(argv=None):
         predicted[name] = {k: float(m[k]) for k in ("forward_speed", "speed_error", "upright")}
     policies["calibrated"], train_info["calibrated"] = finetune(shipped, calibrated, args)
     if args.nominal_policy:
-        path = Path(args.nominal_policy)
-        while not Path(str(path) + ".json").exists():  # written after the weights
-            time.sleep(20)
-        policies["nominal"] = copy.deepcopy(shipped)
-        policies["nominal"].load_state_dict(torch.load(path, weights_only=True))
-        policies["nominal"].eval()
-        train_info["nominal"] = json.loads(Path(str(path) + ".json").read_text()) | {"from": str(path)}
+        policies["nominal"], train_info["nominal"] = load_nominal(shipped, args.nominal_policy)
     else:
         policies["nominal"], train_info["nominal"] = finetune(shipped, None, args)
     policies = {k: policies[k] for k in ("shipped", "nominal", "calibrated")}
 
     # 4. Deploy in reality (hidden parameters, delay).
-    rows = {}
-    for name, policy in policies.items():
-        env, _ = QuadrupedWalk.pretrained(args.episodes)
-        t0 = time.perf_counter()
-        rows[name] = LT.run_mujoco(env, policy, dt=dt, seconds=args.seconds, seed=LT.SEED,
-                                   model=LT.build_hidden(env, truth, dt), delay=truth["delay"])
-        rows[name]["wall_s"] = time.perf_counter() - t0
+    rows = deploy(policies, truth, args, dt)
     result |= {"train": train_info, "rows": rows, "predicted": predicted}
     report(result)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -412,23 +483,92 @@ def main(argv=None):
     return result
 
 
+def load_nominal(shipped, path):
+    """A ``--nominal-only`` run's policy and record (waits until it is written)."""
+    path = Path(path)
+    while not Path(str(path) + ".json").exists():  # written after the weights
+        time.sleep(20)
+    policy = copy.deepcopy(shipped)
+    policy.load_state_dict(torch.load(path, weights_only=True))
+    return policy.eval(), json.loads(Path(str(path) + ".json").read_text()) | {"from": str(path)}
+
+
+def deploy(policies: dict, truth: dict, args, dt: float) -> dict:
+    """Each policy in reality (hidden parameters and delay), ``args.episodes`` x ``args.seconds``."""
+    rows = {}
+    for name, policy in policies.items():
+        env, _ = QuadrupedWalk.pretrained(args.episodes)
+        t0 = time.perf_counter()
+        rows[name] = LT.run_mujoco(env, policy, dt=dt, seconds=args.seconds, seed=LT.SEED,
+                                   model=LT.build_hidden(env, truth, dt), delay=truth["delay"])
+        rows[name]["wall_s"] = time.perf_counter() - t0
+    return rows
+
+
 def finetune(shipped, params: dict | None, args):
-    """The shipped policy fine-tuned in the sim of ``params`` (``None``: nominal): ``(policy, record)``."""
+    """The shipped policy fine-tuned in the sim of ``params`` (``None``: nominal)
+    by :func:`fine_tune_policy`: ``(policy, record)``. The record has the
+    policy's walk in its own training sim (``args.episodes`` x
+    ``args.seconds``, the deployment's command and seed)."""
     num_envs = int(QUADRUPED_WALK_SHAC.env_kwargs["num_envs"])
-    env = make_env(params, num_envs)
-    policy = copy.deepcopy(shipped).train()
     t0 = time.perf_counter()
-    stop = lambda row, t0=t0: time.perf_counter() - t0 > 60 * args.minutes  # noqa: E731
-    trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, policy=policy, updates=args.updates, lr=args.lr,
-                           seed=args.train_seed, callback=stop, num_threads=1)
-    info = {"updates": trainer.updates_done, "env_steps": trainer.env_steps, "lr": args.lr,
-            "seed": args.train_seed, "minutes": (time.perf_counter() - t0) / 60}
+    policy, trainer, drift = fine_tune_policy(make_env(params, num_envs), shipped, updates=args.updates,
+                                              warmup=args.warmup, lr=args.lr, anchor=args.anchor,
+                                              seed=args.train_seed, minutes=args.minutes)
+    minutes = (time.perf_counter() - t0) / 60
+    own = make_env(params, args.episodes).evaluate(policy, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
+                                                   settle=LT.SETTLE)
+    rows = trainer.history
+    info = {"updates": trainer.updates_done, "warmup": args.warmup, "anchor": args.anchor,
+            "env_steps": trainer.env_steps, "lr": args.lr, "seed": args.train_seed, "minutes": minutes,
+            "relative_weight_change": drift, "critic_loss": [r["critic_loss"] for r in rows],
+            "window_reward": [r["window_reward"] for r in rows],
+            "own_sim": {k: float(own[k]) for k in ("forward_speed", "speed_error", "upright")}}
     name = "nominal" if params is None else "calibrated"
-    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates, {info['minutes']:.1f} min", flush=True)
-    return trainer.policy.eval(), info
+    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates ({args.warmup} critic-only), "
+          f"{minutes:.1f} min, weights moved {100 * drift:.2f} %; in its own sim "
+          f"{info['own_sim']['forward_speed']:.3f} m/s, error {info['own_sim']['speed_error']:.3f}", flush=True)
+    return policy, info
 
 
-def report(r: dict) -> None:
+def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float = 3e-4, anchor: float = 0.0,
+                     seed: int = 0, minutes: float = math.inf):
+    """Fine-tune a copy of ``shipped`` in ``env``: ``(policy, trainer, relative weight change)``.
+
+    ``QUADRUPED_WALK_SHAC``'s settings with the actor learning rate ``lr``
+    and the observation statistics frozen at the shipped ones. The critic
+    starts fresh, so the first ``warmup`` of the ``updates`` fit only it
+    (the actor's step is skipped: learning rate 0, and its Adam state starts
+    after the warm-up): a random critic's value at the end of each 8-step
+    window would otherwise steer the actor's first steps. With ``anchor > 0``
+    every actor step is followed by ``w <- w - anchor * (w - w_shipped)``, a
+    proximal pull towards the shipped weights. Stops early after
+    ``minutes`` of wall-clock time."""
+    config = dataclasses.replace(QUADRUPED_WALK_SHAC.config, lr=lr, seed=seed, normalize_obs=False)
+    t0 = time.perf_counter()
+    trainer = PolicyTrainer(env, config=config, policy=copy.deepcopy(shipped).train())
+    ref = [p.detach().clone() for p in trainer.policy.parameters()]
+    for group in trainer.actor_opt.param_groups:
+        group["lr"] = 0.0
+    for k in range(updates):
+        if k == warmup:
+            trainer.actor_opt = torch.optim.Adam(trainer.policy.parameters(), lr=lr, betas=config.betas)
+        trainer.history.append(trainer.update())
+        if k >= warmup and anchor > 0:
+            with torch.no_grad():
+                for p, p0 in zip(trainer.policy.parameters(), ref):
+                    p.sub_(anchor * (p - p0))
+        if time.perf_counter() - t0 > 60 * minutes:
+            break
+    policy = trainer.policy.eval()
+    with torch.no_grad():
+        drift = float(torch.sqrt(sum((p - p0).pow(2).sum() for p, p0 in zip(policy.parameters(), ref))
+                                 / sum(p0.pow(2).sum() for p0 in ref)))
+    return policy, trainer, drift
+
+
+def report_calibration(r: dict) -> None:
+    """The calibration's parameters and held-out prediction table."""
     a, t, c = r["args"], r["truth"], r["calibrated"]
     print(f"\n# calibration loop, hidden draw {a['seed']}: friction {t['friction']:.3f}, strength "
           f"{t['strength']:.3f}, delay {t['delay']} x 5 ms, total mass {sum(t['mass']):.3f} kg\n")
@@ -451,6 +591,20 @@ def report(r: dict) -> None:
         w = w[0] if w else math.nan
         print(f"| {k} | {j:.4g} | {o:.4g} | {w:.4g} | {n[0] / j:.2f}x, {n[1] / o:.2f}x"
               + (f", {n[2] / w:.2f}x |" if len(n) > 2 else " |"))
+    if "damping" in r["fit"].get("params", ()):
+        lo, hi = r["fit"]["interval"]["damping"]
+        print(f"\n| joint damping (N m s/rad) | truth | fitted | error | 95 % interval | identified |")
+        print("| --- | ---: | ---: | ---: | --- | --- |")
+        names = r.get("joint_names") or [str(i) for i in range(len(t["damping"]))]
+        for i, (name, d, f) in enumerate(zip(names, t["damping"], c["damping"])):
+            ok = r["fit"]["identified"]["damping"][i]
+            print(f"| {name} | {d:.3f} | {f:.3f} | {100 * (f / d - 1):+.0f} % | [{lo[i]:.3g}, {hi[i]:.3g}] | "
+                  f"{'yes' if ok else 'NO'} |")
+
+
+def report(r: dict) -> None:
+    report_calibration(r)
+    a = r["args"]
     tr = r["train"]
     print(f"\n| policy, deployed in reality | forward speed (m/s) | speed error (m/s) | upright |")
     print("| --- | ---: | ---: | ---: |")
