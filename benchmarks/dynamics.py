@@ -167,20 +167,15 @@ def large_batch_table(reps: int, retain: bool = False) -> list[str]:
         out = np.zeros((pm.nv, batch), order="F")
         setups.append((name, rb64, (q, v, a), lambda pool=pool, Qc=Qc, Vc=Vc, Ac=Ac, out=out: pin.abaInParallel(
             PIN_THREADS, pool, Qc, Vc, Ac, out)))
-    # (allocator, torch threads, batch split into one part per thread; see
-    # backdrive.dynamics._forward.SPLIT_MIN_PER_THREAD): "2, one part" is
-    # torch's threads splitting each operation instead.
-    settings = (("glibc default", 1, True), ("reuse_workspaces()", 1, True), ("reuse_workspaces()", 2, False),
-                ("reuse_workspaces()", 2, True))
+    settings = (("glibc default", 1), ("reuse_workspaces()", 1), ("reuse_workspaces()", 2))
     if retain:
-        settings = (("retain_freed_memory()", 1, True), ("retain_freed_memory()", 2, True))
+        settings = (("retain_freed_memory()", 1), ("retain_freed_memory()", 2))
     if ONE_THREAD:  # --one-thread: no torch rows on 2 threads (meaningless on a loaded machine)
         settings = tuple(x for x in settings if x[1] == 1)
         runtime.retain_freed_memory()
-    for allocator, threads, split in settings:
+    for allocator, threads in settings:
         clock = time.thread_time if threads == 1 and CLOCK is time.thread_time else time.perf_counter
         ws = runtime.reuse_workspaces() if allocator == "reuse_workspaces()" else contextlib.nullcontext()
-        shown = f"{threads}" if threads == 1 else f"{threads}, {'parts' if split else 'one part'}"
         for name, rb64, (q, v, a), parallel in setups:
             rb32 = rb64.float()
             q32, v32, a32 = q.float(), v.float(), a.float()
@@ -189,34 +184,16 @@ def large_batch_table(reps: int, retain: bool = False) -> list[str]:
                 "f64": (lambda: D.forward_dynamics(with_threads(rb64, threads), q, v, a), clock),
                 "parallel": (parallel, time.perf_counter),
             }
-            with torch.no_grad(), ws, (contextlib.nullcontext() if split else one_part()):
+            with torch.no_grad(), ws:
                 t = timeit_round_robin(fns, reps)
             lines.append(
-                f"| {name} | {allocator} | {shown} | {'thread CPU' if clock is time.thread_time else 'wall'} | "
+                f"| {name} | {allocator} | {threads} | {'thread CPU' if clock is time.thread_time else 'wall'} | "
                 f"{fmt_time(t['f32'])} | {fmt_time(t['f64'])} | {fmt_time(t['parallel'])} | "
                 f"{fmt_ratio(t['parallel'], t['f32'])} | {fmt_ratio(t['parallel'], t['f64'])} |"
             )
             print(lines[-1], flush=True)
     with_threads(None)
     return lines
-
-
-@contextlib.contextmanager
-def one_part():
-    """Forward dynamics without the batch split into one part per thread
-    (``backdrive.dynamics._forward.SPLIT_MIN_PER_THREAD``): torch's threads
-    split each operation instead."""
-    from backdrive.dynamics import _forward
-
-    old = getattr(_forward, "SPLIT_MIN_PER_THREAD", None)
-    _forward.SPLIT_MIN_PER_THREAD = 1 << 62
-    try:
-        yield
-    finally:
-        if old is None:
-            del _forward.SPLIT_MIN_PER_THREAD
-        else:
-            _forward.SPLIT_MIN_PER_THREAD = old
 
 
 def competing_load_table(reps: int) -> list[str]:

@@ -83,9 +83,7 @@ are non-zero), then branches once. Reference: ``_plain_crba`` (``kinematics``
 first solve's forward substitution; without a gradient in the floating
 base's frame, ``_to_base_frame``), wrapped in ``_ForwardDynamics`` when a
 gradient is needed (backward: ``M^-1 g`` with the same factor,
-``LTDLFactor.solve_fast``, then ``rnea_vjp_fast``). Without a gradient, on several torch
-threads, a CPU batch of at least ``2 * SPLIT_MIN_PER_THREAD`` samples runs
-in parts, one per thread with torch on one thread (``_forward._in_parts``).
+``LTDLFactor.solve_fast``, then ``rnea_vjp_fast``).
 """
 
 from ._compiled import CompilerUnavailableError, compile_forward_dynamics

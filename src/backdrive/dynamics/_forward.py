@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor, wait
-
 import torch
 
-from .. import runtime
 from .._errors import InputError
 from ..kinematics._paths import choose, transforms_active
 from ..model import RobotModel
@@ -112,10 +107,7 @@ def forward_dynamics(
             ``"aba"`` (articulated-body algorithm: without a gradient on
             the fast path from ``FAST_MIN_BATCH`` samples, otherwise the
             reference path; not for mimic joints). All three give the same
-            values and gradients; see ``docs/dynamics.md``. Without a
-            gradient, on the CPU, with torch on several threads, a batch of
-            at least ``2 * SPLIT_MIN_PER_THREAD`` samples runs as one part
-            per thread, each part on its own thread with torch on one.
+            values and gradients; see ``docs/dynamics.md``.
         friction_width: velocity scale of the friction smoothing.
 
     Returns:
@@ -157,7 +149,7 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
     if method == "aba":
         if not needs_grad and choose("forward_dynamics_no_grad", batch.numel(), fast_eligible(topo, batch, f_ext)):
-            return _in_parts(aba_fast, robot, batch, q, v, tau, g, f_ext)
+            return aba_fast(robot, q, v, tau, g, f_ext)
         kin = kinematics(robot, topo, q)
         fw = None if f_ext is None else f_ext_to_world(topo, kin, f_ext)
         return aba_core(robot, topo, kin, v, tau, g, fw)
@@ -177,119 +169,7 @@ def _forward_dynamics(robot, q, v, tau, f_ext, gravity, method, friction_width, 
         return _plain_crba(robot, topo, q, v, tau, g, f_ext)
     if needs_grad:
         return _ForwardDynamics.apply(robot, *inputs)
-    return _in_parts(_forward_base_frame, robot, batch, q, v, tau, g, f_ext)
-
-
-def _forward_base_frame(robot, q, v, tau, g, f_ext):
     return forward_fast(robot, q, v, tau, g, f_ext, base_frame=True)[0]
-
-
-# ---------------------------------------------------------------------- the batch in parts, one per thread
-
-#: Without a gradient, on the CPU, with torch on ``n > 1`` threads, the fast
-#: path of forward dynamics splits a batch of at least ``2 *
-#: SPLIT_MIN_PER_THREAD`` samples into ``min(n, batch // SPLIT_MIN_PER_THREAD)``
-#: parts and runs each on a thread of its own with torch on one thread
-#: (:func:`_in_parts`). torch's own threads split each operation instead: a
-#: fork and join per operation (about 1,400 for the G1 humanoid), and none
-#: for the operations under its grain size (32,768 elements: a tree level of
-#: two bodies at 10,000 samples), so two threads took the G1 at 10,000
-#: samples from 68 ms to only 58-63 ms on a quiet machine (docs/dynamics.md).
-SPLIT_MIN_PER_THREAD = 4096
-
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-# Workers' workspaces, kept in the calling thread's reuse_workspaces block
-# (under this key of its arrays) so that they live and go exactly as long.
-_WORKER_WORKSPACES = ("backdrive.dynamics: the workspaces of the batch's parts",)
-
-
-def _parts(n: int, device: torch.device) -> int:
-    """Number of parts for a batch of ``n`` samples (1: not split)."""
-    if device.type != "cpu" or n < 2 * SPLIT_MIN_PER_THREAD:
-        return 1
-    if torch.compiler.is_compiling() or transforms_active():
-        return 1
-    return max(1, min(torch.get_num_threads(), n // SPLIT_MIN_PER_THREAD))
-
-
-def _workers(n: int) -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool._max_workers < n:
-            old, _pool = _pool, ThreadPoolExecutor(n, thread_name_prefix="backdrive-dynamics")
-            if old is not None:
-                old.shutdown(wait=False)
-        return _pool
-
-
-def _forget_workers() -> None:
-    """In a forked child: the parent's worker threads do not exist there."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_workers)
-
-
-def _in_parts(fn, robot: RobotModel, batch: torch.Size, q, v, tau, g, f_ext) -> torch.Tensor:
-    """``fn(robot, q, v, tau, g, f_ext)`` (a no-gradient fast path, ``(..., nv)``),
-    the batch split into parts run on threads of their own (see
-    :data:`SPLIT_MIN_PER_THREAD`); the calling thread runs the first part.
-    Each sample's arithmetic is the same as in one call (results agree to
-    the last bit but for rare one-ulp differences of vectorised kernels on
-    a different split of the batch). Inside :class:`backdrive.runtime.reuse_workspaces`
-    each worker part reuses arrays of its own from call to call."""
-    N = batch.numel()
-    k = _parts(N, q.device)
-    if k < 2:
-        return fn(robot, q, v, tau, g, f_ext)
-    nv = robot.nv
-    qf, vf, tf = q.reshape(N, q.shape[-1]), v.reshape(N, nv), tau.reshape(N, nv)
-    gf = g if g.ndim == 1 else g.expand(*batch, 3).reshape(N, 3)
-    ff = None if f_ext is None else f_ext.expand(*batch, *f_ext.shape[-2:]).reshape(N, *f_ext.shape[-2:])
-    bounds = [N * i // k for i in range(k + 1)]
-
-    def part(i):
-        s = slice(bounds[i], bounds[i + 1])
-        return fn(robot, qf[s], vf[s], tf[s], gf if gf.ndim == 1 else gf[s], None if ff is None else ff[s])
-
-    ws = runtime.active_workspace()
-    kids = [None] * (k - 1)
-    if ws is not None:
-        kids = ws.arrays.get(_WORKER_WORKSPACES)
-        if kids is None:
-            kids = ws.arrays[_WORKER_WORKSPACES] = []
-        while len(kids) < k - 1:
-            kids.append(type(ws)(ws.max_bytes))
-    inference = torch.is_inference_mode_enabled()
-
-    def worker(i):
-        # torch's thread count: this thread's own setting (OpenMP's is per
-        # thread), so that each part runs on one thread.
-        torch.set_num_threads(1)
-        prev = runtime._ws.current
-        runtime._ws.current = kids[i - 1]
-        try:
-            with torch.inference_mode(inference), torch.no_grad():
-                return part(i)
-        finally:
-            runtime._ws.current = prev
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        futures = [_workers(k - 1).submit(worker, i) for i in range(1, k)]
-        try:
-            out = [part(0)]
-        finally:
-            wait(futures)
-        out += [f.result() for f in futures]
-    finally:
-        torch.set_num_threads(threads)
-    return torch.cat(out, 0).reshape(*batch, nv)
 
 
 #: Physical parameters the equations of motion ``M a + b = tau`` depend on
