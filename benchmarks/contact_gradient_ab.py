@@ -10,7 +10,11 @@ forward + backward; CPU time of this process, minimum over the repeats.
 Prints both ratios (gradient / forward) and the relative difference of the
 two gradients.
 
-    python benchmarks/contact_gradient_ab.py OLD_SRC NEW_SRC [quadruped|go1] [float64|float32] [REPEATS]
+    python benchmarks/contact_gradient_ab.py OLD_SRC NEW_SRC [quadruped|go1] [float64|float32] [REPEATS] [BATCH]
+
+``BATCH`` (default 1): that many copies of the settled state, joint
+velocities perturbed by ``contact.JOINT_NOISE`` (as ``--gradient-profile``),
+the scalar summed over the batch.
 """
 
 import importlib
@@ -30,6 +34,7 @@ OLD, NEW = sys.argv[1], sys.argv[2]
 robot = sys.argv[3] if len(sys.argv) > 3 else "quadruped"
 dtype = sys.argv[4] if len(sys.argv) > 4 else "float64"
 repeats = int(sys.argv[5]) if len(sys.argv) > 5 else 5
+batch = int(sys.argv[6]) if len(sys.argv) > 6 else 1
 from _checkouts import import_pair  # noqa: E402
 
 import_pair(OLD, NEW)
@@ -38,6 +43,12 @@ dt, T = 4e-3, 100
 model = mc.build_model(robot, dt=dt, integrator=cb.INTEGRATOR, stiction_width=cb.CONTACT["stiction_width"])
 qpos, qvel, ctrl = cb.settled_state(model, robot)
 U = cb.gradient_targets(model, ctrl, T, cb.WIGGLE)
+if batch > 1:
+    import numpy as np
+
+    qvels = np.repeat(qvel[None], batch, 0)
+    qvels[1:, 6:] += cb.JOINT_NOISE * np.random.default_rng(0).standard_normal((batch - 1, qvel.shape[0] - 6))
+    qpos, qvel = np.repeat(qpos[None], batch, 0), qvels
 
 
 def runners(pkg):
@@ -53,10 +64,10 @@ def runners(pkg):
     def rollout(targets):
         q, v = q0, v0
         for t in range(T):
-            tau = torch.cat([q.new_zeros(6), cb.KP * (targets[t] - q[7:]) - cb.KD * v[6:]])
+            tau = torch.cat([q.new_zeros(q.shape[:-1] + (6,)), cb.KP * (targets[t] - q[..., 7:]) - cb.KD * v[..., 6:]], -1)
             a, _ = contact.acceleration(bd, q, v, tau, dt=dt, scheme="implicit", extra_damping=extra)
             q, v = C.integrate_world(bd, q, v, a, dt)
-        return q[2] + 0.1 * q[0]
+        return (q[..., 2] + 0.1 * q[..., 0]).sum()
 
     def forward():
         with torch.no_grad():
@@ -81,5 +92,5 @@ for _ in range(repeats):
         c2 = time.process_time()
         best[k] = [min(best[k][0], c1 - c0), min(best[k][1], c2 - c1)]
 diff = float((g["old"] - g["new"]).norm() / g["old"].norm())
-print(f"| {robot} | {dtype} | " + " | ".join(f"{best[k][0] * 1e3:.0f} | {best[k][1] * 1e3:.0f} | {best[k][1] / best[k][0]:.2f}x"
+print(f"| {robot} | {dtype} | {batch} | " + " | ".join(f"{best[k][0] * 1e3:.0f} | {best[k][1] * 1e3:.0f} | {best[k][1] / best[k][0]:.2f}x"
                                             for k in runs) + f" | {diff:.1e} | {os.getloadavg()[0]:.1f} |")
