@@ -642,13 +642,23 @@ class _RowPlan(NamedTuple):
     by the first ``a + 2`` of ``k``'s: one in-place ``addcmul`` on two slices,
     several children at once where their ancestors' runs are evenly spaced
     (no product array and no scatter), and the forward substitution
-    ``L^T y = r`` rides along in the first row."""
+    ``L^T y = r`` rides along in the first row.
 
-    src: torch.Tensor  # (nnz + nv,) packed position of each entry of the layout
+    A floating base's six coordinates are a chain above every joint, shared
+    by all the coordinates of a level, so their updates could not be
+    batched over children: six small operations per joint coordinate. Their
+    runs are therefore padded to 7 rows each (``base``: the first row, then
+    coordinates 0 to 5), and each joint coordinate updates all six in one
+    operation on a ``(6, 7, N)`` strided view (the padding rows take
+    products nobody reads: 42 rows written for 27, in one parallel
+    operation instead of six small ones)."""
+
+    src: torch.Tensor  # (rows,) packed position of each entry of the layout
     blocks: tuple  # per level (sp.levels order): first row of its block
     updates: tuple  # per level: (first, stride, count, k0, a), rows as in the docstring
     dpos: torch.Tensor  # (nv,) the diagonal entries in the layout
     rpos: torch.Tensor  # (nv,) the right-hand side's entries in the layout
+    base: int | None  # floating base: first row of its six padded runs (see below)
 
 
 def _sparsity(model: RobotModel) -> _Sparsity:
@@ -747,10 +757,16 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
     order = [k for depth in sorted(by_depth, reverse=True) for k in by_depth[depth]]
     start, src = {}, []
     for k in order:
+        if fb and k < off:
+            continue  # the base's runs: padded, below
         start[k] = len(src)
         src.append(pos[(k, k)])  # the right-hand side's row: filled by the caller
         src.extend(pos[(k, a)] for a in ancs[k])
         src.append(pos[(k, k)])
+    base = len(src) if fb else None
+    for k in range(off):  # coordinate k: k + 2 rows, then 5 - k of padding (any entry)
+        start[k] = len(src)
+        src.extend([pos[(k, k)]] + [pos[(k, a)] for a in ancs[k]] + [pos[(k, k)]] * (off - k))
     blocks, updates = [], []
     for lv_depth in sorted(by_depth, reverse=True):
         if lv_depth == 0:
@@ -759,6 +775,8 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         blocks.append(start[ks[0]])
         ups = []
         for a in range(lv_depth):
+            if fb and lv_depth >= off and a < off:
+                continue  # the base's six runs in one operation (LTDLFactor)
             # The ancestors at depth a are one level: runs of a + 2 rows.
             tg = [start[ancs[k][a]] for k in ks]
             i = 0
@@ -779,6 +797,7 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         updates=tuple(updates),
         dpos=t([start[c] + len(ancs[c]) + 1 for c in range(nv)]),
         rpos=t([start[c] for c in range(nv)]),
+        base=base,
     )
     return _Sparsity(
         nnz=len(pos),
@@ -977,6 +996,10 @@ class LTDLFactor:
             n, d = lv.k.numel(), lv.d
             blk = W[b0 : b0 + n * (d + 2)].view(n, d + 2, N)
             L3 = div(blk[:, 1 : d + 1], blk[:, d + 1 :])  # (n, d, N)
+            if plan.base is not None and d >= 6:  # the base's six runs, padded to 7 rows each
+                tgt = W.as_strided((6, 7, N), (7 * N, N, 1), base + plan.base * N)
+                for k in range(n):
+                    tgt.addcmul_(L3[k, :6, None], blk[k, None, :7], value=-1.0)
             for first, step, cnt, k0, a in ups:
                 tgt = W.as_strided((cnt, a + 2, N), (step * N, N, 1), base + first * N)
                 tgt.addcmul_(L3[k0 : k0 + cnt, a : a + 1], blk[k0 : k0 + cnt, : a + 2], value=-1.0)
