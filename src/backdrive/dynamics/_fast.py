@@ -628,6 +628,8 @@ class _Sparsity(NamedTuple):
     levels: tuple
     dpos: torch.Tensor  # (nv,) diagonal entries
     base_pairs: tuple  # floating base: (r, c) of the 21 packed lower-triangle entries
+    base_rows: torch.Tensor | None  # (21,) their rows in the composite inertias C viewed (13 na, N)
+    base_sign: torch.Tensor | None  # (21, 1) and the factors (1, -1 or 0) that make them entries
     entry_rc: torch.Tensor  # (nnz, 2) internal (row, column) of each packed entry
     rows: "_RowPlan"  # the factorisation's layout: one row of entries per coordinate
 
@@ -710,12 +712,23 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
             x = lam[x]
         ancs.append(chain[::-1])  # root first
     pos = {}
-    base_pairs = []
+    base_pairs, base_rows, base_sign = [], [], []
     if fb:
+        # The base's block [[m 1, -[h]x], [[h]x, I]] from the rows of C (m, h,
+        # I of the whole tree: component t of the root at row t nb).
         for r in range(6):
             for c in range(r + 1):
                 pos[(r, c)] = len(pos)
                 base_pairs.append((r, c))
+                if r < 3:
+                    t_, sign = 0, float(r == c)
+                elif c < 3:  # [h]x[i, j] = -eps_ijl h_l
+                    i, j = r - 3, c
+                    t_, sign = 1 + (3 - i - j) % 3, (0.0 if i == j else (-1.0 if (j - i) % 3 == 1 else 1.0))
+                else:
+                    t_, sign = 4 + 3 * (r - 3) + (c - 3), 1.0
+                base_rows.append(t_ * nb)
+                base_sign.append(sign)
         for c in range(6):
             for i in range(nm):
                 pos[(off + i, c)] = len(pos)
@@ -807,6 +820,8 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         levels=tuple(levels),
         dpos=t([pos[(d, d)] for d in range(nv)]),
         base_pairs=tuple(base_pairs),
+        base_rows=t(base_rows) if fb else None,
+        base_sign=torch.tensor(base_sign, dtype=model.dtype, device=device)[:, None] if fb else None,
         entry_rc=t([rc for rc, _ in sorted(pos.items(), key=lambda x: x[1])]),
         rows=rowplan,
     )
@@ -938,13 +953,13 @@ def crba_entries_fast(model: RobotModel, topo: FastTopo, sp: _Sparsity, K: FastK
         P.index_add_(0, sp.joint_diag - (sp.nnz - npairs), arm[:, None].expand(-1, N))
     if not fb:
         return E
-    if base_frame:
-        mt, hx, Ib = C[0, 0], skew(C[1:4, 0], 0), C[4:, 0].view(3, 3, N)
-    else:
-        R0, p0 = K.R[:, :, 0], K.p[:, 0]
-        # Rows c nm + i: the base-frame wrench of joint i's column, component c.
-        _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
-        mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
+    if base_frame:  # the base's block straight from the tree's composite inertia: two operations
+        torch.index_select(C.reshape(-1, N), 0, sp.base_rows, out=E[:nb21]).mul_(sp.base_sign)
+        return E
+    R0, p0 = K.R[:, :, 0], K.p[:, 0]
+    # Rows c nm + i: the base-frame wrench of joint i's column, component c.
+    _world_force_to_base(R0, p0, Fl, Fa, out=E[nb21 : nb21 + 6 * nm].view(6, nm, N))
+    mt, hx, Ib = _base_inertia(C[:, 0], R0, p0)
     z = torch.zeros_like(mt)
     # Spatial inertia [[m 1, -[h]x], [[h]x, I]] in the base frame; lower triangle.
     for k, (r, c) in enumerate(sp.base_pairs):
