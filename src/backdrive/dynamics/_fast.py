@@ -437,30 +437,39 @@ def _coordinate_forces(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     return x.new_zeros(topo.G.shape[1], x.shape[-1]).index_add(0, topo.coord, x * topo.mult[:, None])
 
 
-def _with_base(fb: bool, base, lin, ang):
+def _with_base(fb: bool, base, lin, ang, out=None):
     """Prepend the floating base's column ``base`` (a pair of ``(3, 1, N)``)
     to the joints' ``(lin, ang)`` ``(3, nm, N)``: a fresh pair of ``(3, na, N)``
-    arrays (with a fixed base, ``(lin, ang)`` as they are)."""
-    if not fb:
+    arrays (with a fixed base, ``(lin, ang)`` as they are), or the pair
+    ``out`` written (no autograd)."""
+    if not fb and out is None:
         return lin, ang
-    if active_workspace() is None or not untracked():
+    if out is None and (active_workspace() is None or not untracked()):
         return torch.cat([base[0], lin], 1), torch.cat([base[1], ang], 1)
-    out = []
-    for b, x in zip(base, (lin, ang)):
-        y = new((3, x.shape[1] + 1, x.shape[2]), x)
-        y[:, :1].copy_(b)
-        y[:, 1:].copy_(x)
-        out.append(y)
-    return tuple(out)
+    res = []
+    for k, x in enumerate((lin, ang)):
+        y = new((3, x.shape[1] + 1, x.shape[2]), x) if out is None else out[k]
+        if fb:
+            y[:, :1].copy_(base[k])
+            y[:, 1:].copy_(x)
+        else:
+            y.copy_(x)
+        res.append(y)
+    return tuple(res)
 
 
-def _velocities(topo: FastTopo, K: FastKin, vt: torch.Tensor, fb: bool):
+def _velocities(topo: FastTopo, K: FastKin, vt: torch.Tensor, fb: bool, out=None):
     """Each moving body's joint rate ``qd (nm, N)``, its joint's twist
     ``J = S qd`` and every active body's world twist ``V`` (the sum of ``J``
-    over its ancestors and the base's), pairs of ``(3, k, N)`` halves."""
+    over its ancestors and the base's), pairs of ``(3, k, N)`` halves (``V``
+    into the pair ``out`` where given: no autograd, and more samples than
+    ``LEVEL_SUM_MIN_BATCH``, so that the tree sums work in place)."""
     qd = _body_rates(topo, vt)
     Jl, Ja = mul(K.Sl, qd), mul(K.Sa, qd)
     base = _base_to_world(K.R[:, :, 0], K.p[:, 0], vt[:6]) if fb else None
+    if out is not None:
+        Vl, Va = _with_base(fb, base, Jl, Ja, out)
+        return qd, (Jl, Ja), (down(topo.sums, Vl), down(topo.sums, Va))
     Vl, Va = _with_base(fb, base, Jl, Ja)
     # down() works in place above a few hundred samples: on fresh arrays.
     Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
@@ -478,14 +487,15 @@ def _cross_into(out, a, b):
     return out
 
 
-def _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav):
+def _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav, out=None):
     """Every active body's world acceleration offset by gravity's, ``A - [g; 0]``
     (``(3, na, N)`` halves, no autograd): the sums over ancestors of each
     joint's ``V x (S qd) + S qdd``, written in place into one array with the
     base's row (the base's acceleration, or zero) and gravity added once at
-    the roots of the tree before the sum, which carries it to every body."""
+    the roots of the tree before the sum, which carries it to every body
+    (into the pair ``out`` where given, as :func:`_velocities`)."""
     na, N = topo.na, Vml.shape[-1]
-    Alf, Aaf = new((3, na, N), Vml), new((3, na, N), Vml)
+    Alf, Aaf = (new((3, na, N), Vml), new((3, na, N), Vml)) if out is None else out
     Al, Aa = (Alf[:, 1:], Aaf[:, 1:]) if fb else (Alf, Aaf)
     # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
     cross_add(_cross_into(Al, Vma, Jl), Vml, Ja)
@@ -536,7 +546,33 @@ def rnea_fast(
     replay = keep is not None and keep.get("replay", False)
     parts = [] if replay else None
     qdd = None
-    if vt is not None:
+    N = K.h.shape[-1]
+    # Without autograd: A and V side by side in one (3, 2, na, N) array per
+    # half, so that one pass of inertia products serves both (I A and h = I V:
+    # half the operations, each reading the inertias once for both).
+    stacked = (
+        vt is not None
+        and not replay
+        and not (keep is not None and "V" in keep)
+        and N > _paths.LEVEL_SUM_MIN_BATCH
+        and K.I is not None
+        and untracked()
+    )
+    if stacked:
+        XL, XA = new((3, 2, topo.na, N), Sl), new((3, 2, topo.na, N), Sl)
+        qd, (Jl, Ja), (Vl, Va) = _velocities(topo, K, vt, fb, (XL[:, 1], XA[:, 1]))
+        if keep is not None:
+            keep["V"] = (Vl, Va)
+        Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
+        if at is not None:
+            qdd = _body_rates(topo, at)
+        _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav, (XL[:, 0], XA[:, 0]))
+        fXl, fXa = _inertia(K._replace(h=K.h[:, None], I=K.I[:, :, None]), XL, XA)
+        fl, fa, hl, ha = fXl[:, 0], fXa[:, 0], fXl[:, 1], fXa[:, 1]
+        # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
+        fl = cross_add(fl, Va, hl)
+        fa = cross_add(cross_add(fa, Va, ha), Vl, hl)
+    elif vt is not None:
         if keep is not None and "V" in keep:
             qd = _body_rates(topo, vt)
             Jl, Ja = mul(Sl, qd), mul(Sa, qd)
@@ -582,7 +618,6 @@ def rnea_fast(
         fa = cross(K.h, grav)
     if ft is not None:
         fl, fa = fl - ft[0], fa - ft[1]
-    N = K.h.shape[-1]
     if fl.shape[-1] != N:
         fl = fl.expand(3, topo.na, N).clone()
     Fl, Fa = up(topo.sums, fl), up(topo.sums, fa)
