@@ -189,6 +189,7 @@ class FastKin(NamedTuple):
             stacked, the storage of ``h`` and ``I``. :func:`crba_entries_fast`
             sums it over subtrees in place, after which ``h`` and ``I`` hold
             the composite values: call it after everything else that reads them.
+        S: without autograd, ``(6, nm, N)``: ``Sl`` and ``Sa`` stacked, their storage.
     """
 
     R: torch.Tensor
@@ -201,6 +202,7 @@ class FastKin(NamedTuple):
     c: torch.Tensor | None = None
     Ib: torch.Tensor | None = None
     packed: torch.Tensor | None = None
+    S: torch.Tensor | None = None
 
 
 def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin: bool = True) -> FastKin:
@@ -214,7 +216,12 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
     """
     R, p = body_transforms_fast(model, qf, level_order=True)
     o = topo.o
-    Sl, Sa, _ = motion_subspace_fast(topo, R, p)
+    S = None
+    if untracked():  # Sl and Sa as the halves of one array (S . F in two operations)
+        S = new((6, topo.nm, qf.shape[0]), R)
+        Sl, Sa, _ = motion_subspace_fast(topo, R, p, S)
+    else:
+        Sl, Sa, _ = motion_subspace_fast(topo, R, p)
     m = _active(topo, model.body_mass)[:, None]
     com, Ib = _active(topo, model.body_com), _active(topo, model.body_inertia)
     if not origin:
@@ -227,14 +234,25 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
         packed[0].copy_(m.expand(topo.na, N))
         factors = _active(topo, _inertia_factors(model.body_inertia))
     h, I = world_inertia_fast(R[:, :, o:], p[:, o:], m, com, Ib, packed, factors)
-    return FastKin(R, p, Sl, Sa, m, h, I, packed=packed)
+    return FastKin(R, p, Sl, Sa, m, h, I, packed=packed, S=S)
 
 
-def motion_subspace_fast(topo: FastTopo, R: torch.Tensor, p: torch.Tensor):
+def motion_subspace_fast(topo: FastTopo, R: torch.Tensor, p: torch.Tensor, out: torch.Tensor | None = None):
     """Each moving body's joint motion subspace at the world origin, ``Sl``,
     ``Sa`` ``(3, nm, N)``, and the world joint axes ``aw``, from the poses
-    ``R (3, 3, nb, N)``, ``p (3, nb, N)`` (level order)."""
+    ``R (3, 3, nb, N)``, ``p (3, nb, N)`` (level order); with ``out (6, nm,
+    N)`` (no autograd) ``Sl`` and ``Sa`` are its halves."""
     Rm, pm = R[:, :, 1:], p[:, 1:]
+    if out is not None:
+        r0, r1, r2 = Rm.unbind(1)
+        x0, x1, x2 = topo.axis.unbind(0)
+        if not topo.has_pri:
+            aw = torch.mul(r0, x0, out=out[3:]).addcmul_(r1, x1).addcmul_(r2, x2)
+            return _cross_into(out[:3], pm, aw), aw, aw
+        aw = mul(r0, x0).addcmul_(r1, x1).addcmul_(r2, x2)
+        torch.mul(aw, topo.is_rev, out=out[3:])
+        _cross_into(out[:3], pm, out[3:]).addcmul_(aw, topo.is_pri)
+        return out[:3], out[3:], aw
     aw = rot(Rm, topo.axis)
     # A revolute joint moves the world-origin point at p x a; a prismatic one at a.
     if topo.has_pri:
@@ -1306,7 +1324,7 @@ def aba_fast(model: RobotModel, q, v, tau, g, f_ext) -> torch.Tensor:
         IA[:3, 3:] = -hx
         IA[3:, :3] = hx
         IA[3:, 3:] = K.I
-        S = torch.cat([K.Sl, K.Sa], 0)  # (6, nm, N)
+        S = torch.cat([K.Sl, K.Sa], 0) if K.S is None else K.S  # (6, nm, N)
         c = torch.cat([cl, ca], 0)
         tj = tt[6:] if fb else tt
         arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
