@@ -1079,9 +1079,13 @@ class LTDLFactor:
                 tgt = W.as_strided((6, 7, N), (7 * N, N, 1), base + plan.base * N)
                 for k in range(n):
                     tgt.addcmul_(L3[k, :6, None], blk[k, None, :7], value=-1.0)
-            for first, step, cnt, k0, a in ups:
-                tgt = W.as_strided((cnt, a + 2, N), (step * N, N, 1), base + first * N)
-                tgt.addcmul_(L3[k0 : k0 + cnt, a : a + 1], blk[k0 : k0 + cnt, : a + 2], value=-1.0)
+            lo, row = L3.storage_offset(), (d + 2) * N
+            for first, step, cnt, k0, a in ups:  # three strided views: the least Python time
+                W.as_strided((cnt, a + 2, N), (step * N, N, 1), base + first * N).addcmul_(
+                    L3.as_strided((cnt, 1, N), (d * N, N, 1), lo + (k0 * d + a) * N),  # L3[k0:k0+cnt, a:a+1]
+                    W.as_strided((cnt, a + 2, N), (row, N, 1), base + b0 * N + k0 * row),  # blk[k0:k0+cnt, :a+2]
+                    value=-1.0,
+                )
             Ls.append(L3.view(n * d, N))
         self.Ls = Ls
         self.D = W.index_select(0, plan.dpos)
