@@ -723,7 +723,7 @@ class _RowPlan(NamedTuple):
     updates: tuple  # per level: (first, stride, count, k0, a), rows as in the docstring
     dpos: torch.Tensor  # (nv,) the diagonal entries in the layout
     rpos: torch.Tensor  # (nv,) the right-hand side's entries in the layout
-    base: int | None  # floating base: first row of its six padded runs (see below)
+    base: int | None  # floating base: first row of its six padded runs (see above)
 
 
 def _sparsity(model: RobotModel) -> _Sparsity:
