@@ -32,7 +32,7 @@ from .._errors import InputError
 from ..model import JointType, RobotModel
 from ..model._model import check_device, dtype_mismatch
 from ..runtime import finite_checked
-from ._fk import jump_coefficients, jump_layout, jump_compose, jump_locals, jump_plan
+from ._fk import jump_coefficients, jump_compose, jump_first, jump_layout, jump_locals, jump_pairs, jump_plan
 from ._kernels import cross, skew
 from ._paths import choose
 
@@ -163,9 +163,14 @@ class SerialChainKinematics:
         # transforms, T_local(theta) = T_pl + sin A4 + (1 - cos) B4 + d C4,
         # restricted to the last joint (the pairwise product tree of the
         # path), times the tool.
-        T_pl, A4, B4, C4 = (t(m[k]) for k in ("T_pl", "A4", "B4", "C4"))
-        self._jump_locals = jump_coefficients(T_pl, A4, B4, C4 if self._any_pri else None)
+        T_pl, A4, B4, C4 = (torch.from_numpy(np.array(m[k])) for k in ("T_pl", "A4", "B4", "C4"))
+        loc64 = jump_coefficients(T_pl, A4, B4, C4 if self._any_pri else None)
+        self._jump_locals = type(loc64)(*(x.to(dtype=dtype, device=device) for x in loc64))
         self._jump_plan = jump_plan(list(range(-1, n - 1)), [n - 1], device)
+        # Its first round (the products of neighbouring joints) fused with the
+        # local transforms, from the float64 constants (:func:`~._fk.jump_first`).
+        pairs = jump_pairs(self._jump_plan, loc64, None, dtype)
+        self._jump_pairs = None if pairs is None else type(pairs)(*(x.to(device) for x in pairs))
         self._bottom = t(np.array([[0.0], [0.0], [0.0], [1.0]]))[None]  # (1, 4, 1): a 4x4's bottom row, batch last
         self._end = t(m["end"])  # (4, 4) last body -> end frame
         self._rev_mask = t(1.0 - m["is_prismatic"])
@@ -326,6 +331,9 @@ class SerialChainKinematics:
         pri = self._any_pri
         layout = jump_layout(self._jump_plan, N)
         rev, is_pri = (self._rev_mask, self._pri_mask) if pri else (None, None)
+        if layout != "first" and self._jump_pairs is not None:
+            T = jump_first(self._jump_pairs, theta, rev, is_pri, layout)
+            return jump_compose(T, self._jump_plan, layout, last=self._tool(tcp), start=1), layout
         T = jump_locals(self._jump_locals, theta, rev, is_pri, layout)
         return jump_compose(T, self._jump_plan, layout, last=self._tool(tcp)), layout
 
