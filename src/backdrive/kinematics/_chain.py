@@ -386,8 +386,9 @@ class SerialChainKinematics:
 
         Returns:
             ``RT (3, 3, M)`` (the tool rotation, transposed), ``p (3, M)`` the
-            tool position, and ``J (6, dof, M)``; with ``internals`` also the world axes ``Z (n, 3, M)`` and the linear
-            Jacobian rows ``(n, 3, M)`` of every chain body.
+            tool position, and ``J (6, dof, M)``; with ``internals`` also the
+            world axes ``Z (n, 3, M)`` and the linear Jacobian rows ``(n, 3,
+            M)`` of every chain body.
         """
         if self._identity_coupling:
             theta = qT

@@ -531,7 +531,8 @@ def body_transforms_reference(
     Internally the batch is the last axis (``(nb, 4, 4, N)``: the 4x4
     products are elementwise over the batch, several times faster than
     batched 4x4 ``matmul`` from a few dozen samples on); returns batch-first
-    arrays.
+    arrays. There, for a fixed base, the local transforms and the first
+    round are one product from the sines and cosines (:func:`jump_first`).
 
     Args:
         bodies: only these bodies' poses, in this order (``R (..., k, 3,
@@ -571,7 +572,7 @@ def body_transforms_reference(
         T = jump_first(pairs, theta, is_rev if pri else None, is_pri if pri else None, layout)
         T = jump_compose(T, plan, layout, start=1)
     else:
-        T = _jump_unfused(model, qf, plan, layout, root, loc, theta, is_rev, is_pri)
+        T = _jump_unfused(model, c, qf, plan, layout, root, loc, theta, is_rev, is_pri)
     if bodies is None and not model.levels_sorted:
         T = T.index_select(0, model.level_inverse)
     k = T.shape[0]
@@ -582,10 +583,10 @@ def body_transforms_reference(
     return T[..., :3, :3].contiguous(), T[..., :3, 3].contiguous()
 
 
-def _jump_unfused(model, qf, plan, layout, root, loc, theta, is_rev, is_pri):
+def _jump_unfused(model, c, qf, plan, layout, root, loc, theta, is_rev, is_pri):
     """:func:`body_transforms_reference`'s kernel with the local transforms
-    (and a root pose) materialised before the first round."""
-    c = _cache(model)
+    (and a root pose) materialised before the first round (``c``: the
+    model's :func:`_cache`)."""
     N = qf.shape[0]
     parts = []
     if root:
