@@ -46,7 +46,8 @@ print("| case | batch | unfused min ms | fused min ms | fused/unfused min | fuse
 print("|---|---|---|---|---|---|", flush=True)
 g = torch.Generator().manual_seed(0)
 for N in batches:
-    q = (chain.lower + (chain.upper - chain.lower) * torch.rand(N, chain.dof, generator=g, dtype=torch.float64).to(dtype))
+    u = torch.rand(N, chain.dof, generator=g, dtype=torch.float64).to(dtype)
+    q = chain.lower + (chain.upper - chain.lower) * u
     qt = robot.random_q(N, generator=g)
     cases = {
         "chain pose": lambda: chain.forward_kinematics(q),
