@@ -14,7 +14,8 @@ new/old.
     python benchmarks/compare_chain_checkouts.py OLD_SRC NEW_SRC 1,64,256,1000,10000
 
 ``REPEATS`` (environment, default 7): interleaved repeats per row;
-``THREADS`` (default 1): torch threads (thread CPU time then counts only the
+``ROWS`` (default all): the rows to time, comma-separated (``FK``,
+``FK + Jacobian``, ...); ``THREADS`` (default 1): torch threads (thread CPU time then counts only the
 calling thread: compare wall clocks with ``CLOCK=wall``).
 """
 import os
@@ -90,7 +91,10 @@ for B in batches:
     if B == 1:
         q, targets = q[0], targets[0]
     Ro, Rn = rows(fo, io, q, targets), rows(fn_, in_, q, targets)
+    wanted = os.environ.get("ROWS")
     for name in Ro:
+        if wanted and name not in wanted.split(","):
+            continue
         (f_o, grad), (f_n, _) = Ro[name], Rn[name]
         # Calls per timing: about 20 ms of work each.
         t1 = clock(f_o, grad, 1)
