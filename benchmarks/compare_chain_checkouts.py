@@ -5,23 +5,28 @@ As ``benchmarks/compare_checkouts.py``: copies ``OLD/backdrive`` and
 ``NEW/backdrive`` (two ``src`` folders, e.g. ``git archive`` of the old
 commit) to a temporary folder as the packages ``bdold`` and ``bdnew``, then
 times every row with the two alternating within each repeat (thread CPU time,
-one torch thread, minimum over repeats), so that outside load hits both
-alike. Rows: the Panda chain (``panda_hand_tcp``, float32) FK, FK + Jacobian,
+one torch thread, minimum and median over repeats), so that outside load
+hits both alike. Rows: the Panda chain (``panda_hand_tcp``, float32) FK, FK + Jacobian,
 FK + Jacobian forward+backward, IK (16 iterations) forward and
 forward+backward, at the given batch sizes. Prints a markdown table of
 new/old.
 
     python benchmarks/compare_chain_checkouts.py OLD_SRC NEW_SRC 1,64,256,1000,10000
 
-``REPEATS`` (environment, default 7): interleaved repeats per row.
+``REPEATS`` (environment, default 7): interleaved repeats per row;
+``ROWS`` (default all): the rows to time, comma-separated (``FK``,
+``FK + Jacobian``, ...); ``THREADS`` (default 1): torch threads (thread CPU time then counts only the
+calling thread: compare wall clocks with ``CLOCK=wall``).
 """
 import os
+import statistics
 import sys
 import time
 
 import torch
 
-torch.set_num_threads(1)
+torch.set_num_threads(int(os.environ.get("THREADS", "1")))
+_now = time.perf_counter if os.environ.get("CLOCK") == "wall" else time.thread_time
 OLD, NEW = sys.argv[1], sys.argv[2]
 batches = [int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "1,64,256,1000,10000").split(",")]
 REPEATS = int(os.environ.get("REPEATS", "7"))  # interleaved repeats per row (minimum taken)
@@ -68,15 +73,16 @@ def rows(fk, ik, q, targets):
 def clock(fn, grad, n):
     ctx = torch.enable_grad if grad else torch.no_grad
     with ctx():
-        t0 = time.thread_time()
+        t0 = _now()
         for _ in range(n):
             fn()
-        return (time.thread_time() - t0) / n
+        return (_now() - t0) / n
 
 
 fo, io = layers(ChainO, FKO, IKO, CfgO)
 fn_, in_ = layers(ChainN, FKN, IKN, CfgN)
-print("| row | batch | old | new | new/old |\n|---|---|---|---|---|", flush=True)
+print("| row | batch | old min | new min | new/old min | old median | new median | new/old median |")
+print("|---|---|---|---|---|---|---|---|", flush=True)
 for B in batches:
     g = torch.Generator().manual_seed(0)
     q = fo.lower + (fo.upper - fo.lower) * torch.rand(B, 7, generator=g)
@@ -85,14 +91,22 @@ for B in batches:
     if B == 1:
         q, targets = q[0], targets[0]
     Ro, Rn = rows(fo, io, q, targets), rows(fn_, in_, q, targets)
+    wanted = os.environ.get("ROWS")
     for name in Ro:
+        if wanted and name not in wanted.split(","):
+            continue
         (f_o, grad), (f_n, _) = Ro[name], Rn[name]
         # Calls per timing: about 20 ms of work each.
         t1 = clock(f_o, grad, 1)
         inner = max(1, int(0.02 / max(t1, 1e-6)))
-        best_o = best_n = float("inf")
+        to, tn = [], []
         for _ in range(REPEATS):
-            best_o = min(best_o, clock(f_o, grad, inner))
-            best_n = min(best_n, clock(f_n, grad, inner))
+            to.append(clock(f_o, grad, inner))
+            tn.append(clock(f_n, grad, inner))
         ms = lambda t: f"{t * 1e3:.3f} ms"  # noqa: E731
-        print(f"| {name} | {B:,} | {ms(best_o)} | {ms(best_n)} | {best_n / best_o:.2f} |", flush=True)
+        mo, mn = statistics.median(to), statistics.median(tn)
+        print(
+            f"| {name} | {B:,} | {ms(min(to))} | {ms(min(tn))} | {min(tn) / min(to):.2f} "
+            f"| {ms(mo)} | {ms(mn)} | {mn / mo:.2f} |",
+            flush=True,
+        )

@@ -155,7 +155,7 @@ def test_small_batch_tree_matches_serial_path(panda, toy):
     for chain in (panda, toy):
         for n in (1, 2, 7, 64, 600):
             q = _random_q(chain, n, seed=n)
-            T_tree = chain._fk_small(q, None)
+            T_tree = chain._pose(q, None)
             T_serial = chain.evaluate(q)[0]
             assert T_tree.shape == (n, 4, 4)
             assert (T_tree - T_serial).abs().max() < 1e-14
@@ -187,13 +187,35 @@ def test_tcp_moves_the_tool_point(panda):
 # ---------------------------------------------------------------------- gradients
 
 
-def test_gradcheck_fk_both_paths(toy):
-    from backdrive.kinematics import use_path
-
-    q = _random_q(toy, 3, seed=4).requires_grad_()
-    assert gradcheck(toy.forward_kinematics, (q,))
-    with use_path("fast"):  # force the serial (batch-last) path
-        assert gradcheck(toy.forward_kinematics, (q,))
+def test_gradcheck_fk_every_layout(toy, panda):
+    """The pose's gradients in every layout of the reference FK kernel (one
+    sample: ``multi_dot``; 3 batch-first; 40 batch-last 4x4 and 600 batch-last
+    top three rows, both with the fused first round), with a prismatic joint
+    (toy: four weights per joint) and a tcp that requires grad; second
+    derivatives, and forward mode (``torch.func.jvp``) against reverse mode
+    (``vjp``) through the fused round."""
+    tcp = torch.eye(4, dtype=torch.float64)
+    tcp[:3, 3] = torch.tensor([0.05, -0.02, 0.1], dtype=torch.float64)
+    tcp.requires_grad_()
+    for chain in (toy, panda):
+        for n in (1, 3, 40, 600):
+            q = _random_q(chain, n, seed=4 + n).requires_grad_()
+            q = q[0].detach().requires_grad_() if n == 1 else q
+            fast = chain is panda or n != 3  # fast mode (random projections) but for one full check
+            assert gradcheck(chain.forward_kinematics, (q,), fast_mode=fast), (chain, n)
+            if chain is toy and n in (1, 600):
+                assert gradcheck(chain.forward_kinematics, (q, tcp), fast_mode=True), n
+    q = _random_q(toy, 40, seed=9).requires_grad_()
+    assert torch.autograd.gradgradcheck(toy.forward_kinematics, (q,), fast_mode=True)
+    g = torch.Generator().manual_seed(2)
+    for chain in (toy, panda):
+        x = _random_q(chain, 40, seed=10)
+        v = torch.randn(x.shape, generator=g, dtype=torch.float64)
+        u = torch.randn(40, 4, 4, generator=g, dtype=torch.float64)
+        _, jv = torch.func.jvp(chain.forward_kinematics, (x,), (v,))
+        _, pullback = torch.func.vjp(chain.forward_kinematics, x)
+        (uj,) = pullback(u)
+        assert abs(float((u * jv).sum() - (uj * v).sum())) < 1e-10
 
 
 def test_gradcheck_evaluate_pose_and_jacobian(toy, panda):
@@ -351,17 +373,27 @@ def test_closed_form_jacobian_backward_matches_autograd(panda):
     assert not any("_JacobianPass" in n for n in graph_names(toy.evaluate(toy_q.requires_grad_())[1]))
 
 
-def test_pose_switches_to_the_gemm_pass_at_the_threshold(panda, monkeypatch):
-    """Pose queries take the reference FK kernel below
-    ``FAST_MIN_BATCH["serial_chain"]`` and the GEMM pass without its Jacobian
-    from there; both give the Jacobian pass's pose."""
-    from backdrive.kinematics import _paths
-
-    q = _random_q(panda, 40, seed=3)
-    T_ref = panda.evaluate(q)[0]
-    for threshold in (41, 40):
-        monkeypatch.setitem(_paths.FAST_MIN_BATCH, "serial_chain", threshold)
-        assert (panda.forward_kinematics(q) - T_ref).abs().max() < 1e-14
-        RT, p = panda.pose_soa(q.T.contiguous(), None)
-        RT_s, p_s, _ = panda.fast_plain(q.T.contiguous(), None)
+def test_pose_is_the_reference_kernel_at_every_batch_size(panda, toy, monkeypatch):
+    """Pose queries run the reference FK kernel at every batch size (no
+    pose-only GEMM pass): equal to the Jacobian pass's pose at 3,000 samples,
+    and the fused first round (:func:`~backdrive.kinematics._fk.jump_first`)
+    equal to the local transforms and their products, values and gradients."""
+    for chain in (panda, toy):
+        q = _random_q(chain, 3000, seed=3)
+        T_ref = chain.evaluate(q)[0]
+        T = chain.forward_kinematics(q)
+        assert (T - T_ref).abs().max() < 1e-14
+        RT, p = chain.pose_soa(q.T.contiguous(), None)
+        RT_s, p_s, _ = chain.fast_plain(q.T.contiguous(), None)
         assert (RT - RT_s).abs().max() < 1e-14 and (p - p_s).abs().max() < 1e-14
+        w = torch.randn(40, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+        grads = []
+        for fused in (True, False):
+            if not fused:
+                monkeypatch.setattr(chain, "_jump_pairs", None)
+            for n in (40, 600):  # batch-last 4x4, batch-last top three rows
+                x = _random_q(chain, n, seed=n).requires_grad_()
+                (chain.forward_kinematics(x)[:40] * w).sum().backward()
+                grads.append(x.grad)
+            monkeypatch.undo()
+        assert all((a - b).abs().max() < 1e-13 for a, b in zip(grads[:2], grads[2:]))

@@ -122,21 +122,29 @@ def test_reference_layouts_and_output_subsets(name, urdf, floating, monkeypatch)
             idx = list(bodies)
             assert R.shape == (N, len(idx), 3, 3) and p.shape == (N, len(idx), 3)
             assert (R - R_ref[:, idx]).abs().max() < 1e-12 and (p - p_ref[:, idx]).abs().max() < 1e-12, (N, bodies)
-    # Gradients: each layout against the batch-last 4x4 one.
-    for N, key in ((5, "first"), (600, "affine")):
+    # Gradients: each layout against the batch-last 4x4 one; in the batch-last
+    # layouts the first round fused with the local transforms (a fixed base)
+    # against the local transforms and their products.
+    assert (_fk._cache(model)["jump_pairs"] is None) == floating
+    for N, key in ((5, "first"), (600, "affine"), (600, "unfused")):
         q = model.random_q(N, generator=g)
         wR = torch.randn(N, nb, 3, 3, generator=g, dtype=torch.float64)
         grads = []
         for force in (False, True):
+            if key == "unfused" and not force:
+                monkeypatch.setitem(_fk._cache(model), "jump_pairs", None)
             if force:
                 monkeypatch.setitem(_fk.JUMP_BATCH_LAST_MIN, "tree", 0)
                 monkeypatch.setattr(_fk, "JUMP_AFFINE_MIN", 10**9)
-            assert _fk.jump_layout(plan, N) == ("last" if force else key)
+            assert _fk.jump_layout(plan, N) == ("last" if force else "affine" if key == "unfused" else key)
             x = q.clone().requires_grad_(True)
             R, p = _fk.body_transforms_reference(model, x)
+            if key == "unfused" and not force:
+                R_ref, p_ref = composed(model, q)
+                assert (R - R_ref).abs().max() < 1e-12 and (p - p_ref).abs().max() < 1e-12
             ((R * wR).sum() + p.sum()).backward()
             grads.append(x.grad)
-        monkeypatch.undo()
+            monkeypatch.undo()
         assert (grads[0] - grads[1]).abs().max() < 1e-10, key
 
 

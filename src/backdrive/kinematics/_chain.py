@@ -5,12 +5,12 @@ to an end link of a :class:`~backdrive.RobotModel`, folds every fixed offset
 into per-joint constants once (in float64), and evaluates:
 
 * the pose (:meth:`~SerialChainKinematics.forward_kinematics`, the IK's
-  final pose) below ``FAST_MIN_BATCH["serial_chain"]`` samples on the tree's
-  reference FK kernel (:func:`~backdrive.kinematics._fk.jump_compose`): all
-  local 4x4 transforms in one batched product, then pointer jumping
+  final pose) at every batch size on the tree's reference FK kernel
+  (:func:`~backdrive.kinematics._fk.jump_compose`): pointer jumping
   restricted to the end of the path, which is the pairwise product tree over
-  the joints, then the tool; from there on the GEMM pass below without its
-  Jacobian;
+  the joints, then the tool; from 32 samples its first round (the products
+  of neighbouring joints) is one batched product straight from the joints'
+  sines and cosines (:func:`~backdrive.kinematics._fk.jump_first`);
 * the pose with the geometric Jacobian (``evaluate``, ``jacobian``, every IK
   iteration) in one serial pass that never builds a 4x4 product: each step
   is one GEMM against a constant ``3 x 11`` block, ``R_prev @ [Rpl, Rpl K,
@@ -32,9 +32,8 @@ from .._errors import InputError
 from ..model import JointType, RobotModel
 from ..model._model import check_device, dtype_mismatch
 from ..runtime import finite_checked
-from ._fk import jump_coefficients, jump_layout, jump_compose, jump_locals, jump_plan
+from ._fk import jump_coefficients, jump_compose, jump_first, jump_layout, jump_locals, jump_pairs, jump_plan
 from ._kernels import cross, skew
-from ._paths import choose
 
 __all__ = ["SerialChainKinematics"]
 
@@ -163,9 +162,14 @@ class SerialChainKinematics:
         # transforms, T_local(theta) = T_pl + sin A4 + (1 - cos) B4 + d C4,
         # restricted to the last joint (the pairwise product tree of the
         # path), times the tool.
-        T_pl, A4, B4, C4 = (t(m[k]) for k in ("T_pl", "A4", "B4", "C4"))
-        self._jump_locals = jump_coefficients(T_pl, A4, B4, C4 if self._any_pri else None)
+        T_pl, A4, B4, C4 = (torch.from_numpy(np.array(m[k])) for k in ("T_pl", "A4", "B4", "C4"))
+        loc64 = jump_coefficients(T_pl, A4, B4, C4 if self._any_pri else None)
+        self._jump_locals = type(loc64)(*(x.to(dtype=dtype, device=device) for x in loc64))
         self._jump_plan = jump_plan(list(range(-1, n - 1)), [n - 1], device)
+        # Its first round (the products of neighbouring joints) fused with the
+        # local transforms, from the float64 constants (:func:`~._fk.jump_first`).
+        pairs = jump_pairs(self._jump_plan, loc64, None, dtype)
+        self._jump_pairs = None if pairs is None else type(pairs)(*(x.to(device) for x in pairs))
         self._bottom = t(np.array([[0.0], [0.0], [0.0], [1.0]]))[None]  # (1, 4, 1): a 4x4's bottom row, batch last
         self._end = t(m["end"])  # (4, 4) last body -> end frame
         self._rev_mask = t(1.0 - m["is_prismatic"])
@@ -252,16 +256,7 @@ class SerialChainKinematics:
             theta = qpos if self._identity_coupling else qpos[self._coord] * self._mult + self._offset
             return self._jump(theta[:, None], tcp)[0].view(4, 4)
         batch = qpos.shape[:-1]
-        q = qpos.reshape(-1, self.dof)
-        # The reference FK kernel wins below FAST_MIN_BATCH["serial_chain"]
-        # (0.4-0.9x at 64 to 1,000 samples); its 4x4 arrays outgrow the
-        # caches from a few thousand, where the GEMM pass keeps less in flight.
-        if not choose("serial_chain", q.shape[0]):
-            T = self._fk_small(q, tcp)
-        else:
-            RT, p, _ = self.fast_plain(q.T.contiguous(), tcp, with_jacobian=False)
-            T = fast_to_homogeneous(RT, p)
-        return T.reshape(*batch, 4, 4)
+        return self._pose(qpos.reshape(-1, self.dof), tcp).reshape(*batch, 4, 4)
 
     @finite_checked(name="SerialChainKinematics.evaluate")
     def evaluate(
@@ -326,10 +321,13 @@ class SerialChainKinematics:
         pri = self._any_pri
         layout = jump_layout(self._jump_plan, N)
         rev, is_pri = (self._rev_mask, self._pri_mask) if pri else (None, None)
+        if layout != "first" and self._jump_pairs is not None:
+            T = jump_first(self._jump_pairs, theta, rev, is_pri, layout)
+            return jump_compose(T, self._jump_plan, layout, last=self._tool(tcp), start=1), layout
         T = jump_locals(self._jump_locals, theta, rev, is_pri, layout)
         return jump_compose(T, self._jump_plan, layout, last=self._tool(tcp)), layout
 
-    def _fk_small(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
+    def _pose(self, q: torch.Tensor, tcp: torch.Tensor | None) -> torch.Tensor:
         """Pose-only FK ``(N, 4, 4)`` of ``q (N, dof)`` (:meth:`_jump`)."""
         theta = q if self._identity_coupling else q[:, self._coord] * self._mult + self._offset
         N = theta.shape[0]
@@ -346,8 +344,6 @@ class SerialChainKinematics:
     def pose_soa(self, qT: torch.Tensor, tcp: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Pose-only FK of ``qT (dof, M)`` in the layout of :meth:`fast_plain`:
         ``RT (3, 3, M)`` (transposed rotation), ``p (3, M)`` (:meth:`_jump`)."""
-        if choose("serial_chain", qT.shape[1]):
-            return self.fast_plain(qT, tcp, with_jacobian=False)[:2]
         theta = qT if self._identity_coupling else qT[self._coord] * self._mult[:, None] + self._offset[:, None]
         T, layout = self._jump(theta, tcp)
         T = T[0]
@@ -372,14 +368,10 @@ class SerialChainKinematics:
             return _JacobianPass.apply(qT, self, tcp)
         return self.fast_plain(qT, tcp)
 
-    def fast_plain(
-        self, qT: torch.Tensor, tcp: torch.Tensor | None, *, with_jacobian: bool = True, internals: bool = False
-    ):
+    def fast_plain(self, qT: torch.Tensor, tcp: torch.Tensor | None, *, internals: bool = False):
         """The chain's Jacobian pass: tool pose and geometric Jacobian in a
-        batch-last ("structure of arrays") layout. Pose-only queries take the
-        reference FK kernel (:meth:`_jump`) below
-        ``FAST_MIN_BATCH["serial_chain"]`` samples and this pass without the
-        Jacobian (``with_jacobian=False``) from there.
+        batch-last ("structure of arrays") layout. (Pose-only queries take the
+        reference FK kernel, :meth:`_jump`.)
 
         Rotations are kept transposed and batch-last, ``RT[c, r, :] = R[r, c]``,
         so that a step ``R_prev @ C`` for the constant ``3 x 11`` block ``C`` is
@@ -391,14 +383,12 @@ class SerialChainKinematics:
         Args:
             qT: ``(dof, M)`` joint positions, batch last (no checks).
             tcp: optional ``(4, 4)``.
-            with_jacobian: also build the Jacobian.
 
         Returns:
             ``RT (3, 3, M)`` (the tool rotation, transposed), ``p (3, M)`` the
-            tool position, and ``J (6, dof, M)`` (``None`` without
-            ``with_jacobian``); with
-            ``internals`` also the world axes ``Z (n, 3, M)`` and the linear
-            Jacobian rows ``(n, 3, M)`` of every chain body.
+            tool position, and ``J (6, dof, M)``; with ``internals`` also the
+            world axes ``Z (n, 3, M)`` and the linear Jacobian rows ``(n, 3,
+            M)`` of every chain body.
         """
         if self._identity_coupling:
             theta = qT
@@ -426,15 +416,12 @@ class SerialChainKinematics:
                 RT_new = torch.addcmul(torch.addcmul(R0, s_rows[i], R1), omc_rows[i], R2)
                 p_new = pp[0]
             p_new = p_new.expand(3, M) if p is None else p_new + p
-            if with_jacobian:
-                axes.append(ax[0].expand(3, M))
-                origins.append(p_new)
+            axes.append(ax[0].expand(3, M))
+            origins.append(p_new)
             RT, p = RT_new, p_new
         Xt = (self._tool(tcp)[:3, :].T @ RT.reshape(3, 3 * M)).view(4, 3, M)
         RT_tool, pt = Xt.split((3, 1), dim=0)
         p_tool = pt[0] + p  # (3, M)
-        if not with_jacobian:
-            return RT_tool, p_tool, None
         Z = torch.stack(axes, dim=0)  # (n, 3, M)
         r = p_tool[None] - torch.stack(origins, dim=0)
         # z x r by components: linalg.cross over a middle axis is several

@@ -125,11 +125,13 @@ def _build_jump(model: RobotModel, pl, Rpl, A, B, Raxis, is_pri) -> dict:
     locals_ = jump_coefficients(
         *(x.index_select(0, mperm) for x in (pl, A4, B4)), C4.index_select(0, mperm) if bool(is_pri.any()) else None
     )
+    plan = jump_plan(_jump_parents(model), None, model.device)
     return {
         "jump_perm": None if sched.sorted else mperm,
         "jump_locals": locals_,
+        "jump_pairs": jump_pairs(plan, locals_, "pose" if model.floating_base else "identity"),
         "jump_eye": torch.eye(4, dtype=model.dtype, device=model.device).reshape(1, 1, 16),
-        "jump_plan": jump_plan(_jump_parents(model), None, model.device),
+        "jump_plan": plan,
         "jump_is_rev": (1.0 - is_pri).index_select(0, mperm),
         "jump_is_pri": is_pri.index_select(0, mperm),
     }
@@ -296,6 +298,95 @@ def jump_locals(c: JumpLocals, theta, is_rev=None, is_pri=None, layout: str = "l
     return torch.bmm(c.coef, sc).view(n, 4, 4, N)
 
 
+class JumpPairs(NamedTuple):
+    """The first round of a :func:`jump_plan` fused with the local transforms
+    (:func:`jump_pairs`, run by :func:`jump_first`): the round's outputs (its
+    kept entries, then its products ``T_l(a) T_l(b)``) as one batched product
+    ``coef @ (w_a outer w_b)``, with ``w = [sin, cos(, d), 1]`` a body's
+    weights (the columns of :class:`JumpLocals`' ``coef``).
+
+    Attributes:
+        coef: ``(p, 16, K * K)`` constant products ``M_a[u] @ M_b[v]`` (the
+            4x4 coefficient matrices of the two factors, flattened), ``coef12``
+            their top three rows.
+        left, right: ``(p,)`` the theta rows of the two factors' weights (a
+            kept entry's left factor is the identity: its only nonzero
+            coefficients multiply the left weight 1).
+    """
+
+    coef: torch.Tensor
+    coef12: torch.Tensor
+    left: torch.Tensor
+    right: torch.Tensor
+
+
+def jump_pairs(plan: JumpPlan, loc: JumpLocals, root: str | None, dtype=None) -> JumpPairs | None:
+    """The :class:`JumpPairs` of ``plan``'s first round, or ``None`` when it
+    has none (no products) or reads a pose that is not a local transform.
+
+    ``loc``: the local-transform constants of the plan's input entries
+    (:func:`jump_coefficients`, the root excluded). ``root``: what input 0
+    is: ``None`` (no root entry, input ``i`` is ``loc`` row ``i``),
+    ``"identity"`` (a fixed base: input ``i`` is row ``i - 1``) or ``"pose"``
+    (a floating base's pose: not fusable). The constant products are formed
+    in float64, returned in ``dtype`` (default ``loc``'s).
+    """
+    if not plan.rounds or plan.rounds[0][1] is None or root == "pose":
+        return None
+    keep, anc, cur = plan.rounds[0]
+    coef = loc.coef.to(torch.float64)
+    n, _, K = coef.shape
+    shift = 1 if root == "identity" else 0
+    eye = torch.zeros(K, 4, 4, dtype=torch.float64)
+    eye[K - 1] = torch.eye(4, dtype=torch.float64)
+
+    def factor(pos: int):  # (row, (K, 4, 4) coefficient matrices) of input ``pos``
+        if shift and pos == 0:
+            return 0, eye
+        return pos - shift, coef[pos - shift].T.reshape(K, 4, 4)
+
+    def positions(idx) -> list[int]:
+        if idx is None:
+            return []
+        return list(range(idx.start, idx.stop, idx.step)) if isinstance(idx, slice) else idx.tolist()
+
+    pairs = [(None, b) for b in positions(keep)] + list(zip(positions(anc), positions(cur)))
+    C = torch.empty(len(pairs), 16, K * K, dtype=torch.float64)
+    left, right = [], []
+    for i, (a, b) in enumerate(pairs):
+        rb, Mb = factor(b)
+        ra, Ma = (rb, eye) if a is None else factor(a)
+        C[i] = (Ma[:, None] @ Mb[None]).reshape(K * K, 16).T
+        left.append(ra)
+        right.append(rb)
+    C = C.to(dtype=loc.coef.dtype if dtype is None else dtype, device=loc.coef.device)
+    index = lambda x: torch.tensor(x, dtype=torch.long, device=loc.coef.device)  # noqa: E731
+    return JumpPairs(C.contiguous(), C[:, :12].contiguous(), index(left), index(right))
+
+
+def jump_first(c: JumpPairs, theta, is_rev=None, is_pri=None, layout: str = "affine") -> torch.Tensor:
+    """The first round of a :func:`jump_plan` from the body angles ``theta
+    (n, N)`` (the :func:`jump_locals` of its inputs composed as the round
+    composes them) as one batched product with the pairs' weight products, in
+    a batch-last layout: ``(p, 3, 4, N)`` (``"affine"``) or ``(p, 4, 4, N)``
+    (``"last"``). Continue with ``jump_compose(..., start=1)``.
+
+    Fewer and smaller arrays than the local transforms and their products:
+    ``K * K`` weights and 12 entries per pair against 12 entries per body and
+    the products' three passes (measured in docs/kinematics.md, "One
+    reference FK")."""
+    n, N = theta.shape
+    ang = theta if is_rev is None else theta * is_rev[:, None]
+    parts = [torch.sin(ang), torch.cos(ang)] + ([] if is_pri is None else [theta * is_pri[:, None]])
+    w = torch.stack(parts + [theta.new_ones(()).expand(n, N)], 1)  # (n, K, N)
+    wl, wr = w.index_select(0, c.left), w.index_select(0, c.right)
+    p, K = wl.shape[0], wl.shape[1]
+    sc = (wl[:, :, None] * wr[:, None]).view(p, K * K, N)
+    if layout == "affine":
+        return torch.bmm(c.coef12, sc).view(p, 3, 4, N)
+    return torch.bmm(c.coef, sc).view(p, 4, 4, N)
+
+
 def _affine_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``A @ B`` of top-three-row transforms ``(k, 3, 4, N)`` (bottom rows
     ``[0, 0, 0, 1]``)."""
@@ -307,7 +398,7 @@ def _affine_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def jump_compose(T: torch.Tensor, plan: JumpPlan, layout: str = "last", last=None) -> torch.Tensor:
+def jump_compose(T: torch.Tensor, plan: JumpPlan, layout: str = "last", last=None, start: int = 0) -> torch.Tensor:
     """Run a :func:`jump_plan` on local transforms ``T`` (its ``inputs``, in
     a :func:`jump_locals` layout): the composed transforms of its outputs,
     in the same layout.
@@ -317,14 +408,15 @@ def jump_compose(T: torch.Tensor, plan: JumpPlan, layout: str = "last", last=Non
     first, one batched ``matmul`` per round (fewer dispatches), and for one
     sample on a path the whole product tree in one ``multi_dot``. ``last``:
     a constant ``(4, 4)`` multiplied onto every output from the right (a
-    chain's tool).
+    chain's tool). ``start``: the number of rounds ``T`` has been through
+    (1 after :func:`jump_first`).
     """
-    if layout == "first":
+    if layout == "first" and not start:
         N = T.shape[1]
         if N == 1 and plan.path:
             mats = list(T.view(T.shape[0], 4, 4).unbind(0)) + ([] if last is None else [last])
             return (torch.linalg.multi_dot(mats) if len(mats) > 1 else mats[0]).view(1, 1, 4, 4)
-    for keep, anc, cur in plan.rounds:
+    for keep, anc, cur in plan.rounds[start:]:
         if anc is None:
             T = _rows(T, keep)
             continue
@@ -439,7 +531,8 @@ def body_transforms_reference(
     Internally the batch is the last axis (``(nb, 4, 4, N)``: the 4x4
     products are elementwise over the batch, several times faster than
     batched 4x4 ``matmul`` from a few dozen samples on); returns batch-first
-    arrays.
+    arrays. There, for a fixed base, the local transforms and the first
+    round are one product from the sines and cosines (:func:`jump_first`).
 
     Args:
         bodies: only these bodies' poses, in this order (``R (..., k, 3,
@@ -453,14 +546,48 @@ def body_transforms_reference(
     N = batch.numel()
     qf = q.reshape(N, q.shape[-1])
     if bodies is None:
-        plan, root, rows, loc, is_rev, is_pri = (
-            c["jump_plan"], True, c["jump_perm"], c["jump_locals"], c["jump_is_rev"], c["jump_is_pri"]
+        plan, root, rows, loc, pairs, is_rev, is_pri = (
+            c["jump_plan"], True, c["jump_perm"], c["jump_locals"], c["jump_pairs"], c["jump_is_rev"], c["jump_is_pri"]
         )
     else:
         bodies = tuple(int(b) for b in bodies)
         sub = geometry_constants(model, f"fk.jump.{bodies}", lambda m: _build_jump_subset(m, bodies))
-        plan, root, rows, loc, is_rev, is_pri = (sub[k] for k in ("plan", "root", "rows", "locals", "is_rev", "is_pri"))
+        plan, root, rows, loc, pairs, is_rev, is_pri = (
+            sub[k] for k in ("plan", "root", "rows", "locals", "pairs", "is_rev", "is_pri")
+        )
     layout = jump_layout(plan, N)
+    pri = c["has_pri"]
+    theta = None
+    if loc.coef.shape[0]:
+        if c["identity_coupling"]:
+            theta = qf[:, 7:] if model.floating_base else qf
+        else:
+            theta = joint_values(model, qf)
+        theta = theta.T
+        if rows is not None:
+            theta = theta.index_select(0, rows)  # level order (or the needed bodies)
+    if pairs is not None and layout != "first":
+        # The first round fused with the local transforms (a fixed base's
+        # identity root among the pairs' left factors).
+        T = jump_first(pairs, theta, is_rev if pri else None, is_pri if pri else None, layout)
+        T = jump_compose(T, plan, layout, start=1)
+    else:
+        T = _jump_unfused(model, c, qf, plan, layout, root, loc, theta, is_rev, is_pri)
+    if bodies is None and not model.levels_sorted:
+        T = T.index_select(0, model.level_inverse)
+    k = T.shape[0]
+    first = layout == "first"
+    T = (T.transpose(0, 1) if first else T.permute(3, 0, 1, 2)).reshape(*batch, k, T.shape[2 if first else 1], 4)
+    # Contiguous, batch-first: the dynamics' reference path runs on these (as
+    # strided views, its products were measured up to 1.6x slower at 64 samples).
+    return T[..., :3, :3].contiguous(), T[..., :3, 3].contiguous()
+
+
+def _jump_unfused(model, c, qf, plan, layout, root, loc, theta, is_rev, is_pri):
+    """:func:`body_transforms_reference`'s kernel with the local transforms
+    (and a root pose) materialised before the first round (``c``: the
+    model's :func:`_cache`)."""
+    N = qf.shape[0]
     parts = []
     if root:
         eye = c["jump_eye"].view(4, 4)
@@ -478,26 +605,11 @@ def body_transforms_reference(
         else:
             h = 3 if layout == "affine" else 4
             parts.append(eye[:h, :, None].expand(1, h, 4, N))
-    if loc.coef.shape[0]:
-        if c["identity_coupling"]:
-            theta = qf[:, 7:] if model.floating_base else qf
-        else:
-            theta = joint_values(model, qf)
-        theta = theta.T
-        if rows is not None:
-            theta = theta.index_select(0, rows)  # level order (or the needed bodies)
+    if theta is not None:
         pri = c["has_pri"]
         parts.append(jump_locals(loc, theta, is_rev if pri else None, is_pri if pri else None, layout))
     T = torch.cat(parts, 0) if len(parts) > 1 else parts[0]
-    T = jump_compose(T, plan, layout)
-    if bodies is None and not model.levels_sorted:
-        T = T.index_select(0, model.level_inverse)
-    k = T.shape[0]
-    first = layout == "first"
-    T = (T.transpose(0, 1) if first else T.permute(3, 0, 1, 2)).reshape(*batch, k, T.shape[2 if first else 1], 4)
-    # Contiguous, batch-first: the dynamics' reference path runs on these (as
-    # strided views, its products were measured up to 1.6x slower at 64 samples).
-    return T[..., :3, :3].contiguous(), T[..., :3, 3].contiguous()
+    return jump_compose(T, plan, layout)
 
 
 def _build_jump_subset(model: RobotModel, bodies: tuple[int, ...]) -> dict:
@@ -513,11 +625,14 @@ def _build_jump_subset(model: RobotModel, bodies: tuple[int, ...]) -> dict:
     inputs = list(range(model.num_bodies)) if plan.inputs is None else plan.inputs
     lv = torch.tensor([e - 1 for e in inputs if e > 0], dtype=torch.long, device=model.device)
     perm = c["jump_perm"]
+    loc = c["jump_locals"].select(lv)
+    root = ("pose" if model.floating_base else "identity") if 0 in inputs else None
     return {
         "plan": plan._replace(inputs=None),
         "root": 0 in inputs,
         "rows": lv if perm is None else perm.index_select(0, lv),
-        "locals": c["jump_locals"].select(lv),
+        "locals": loc,
+        "pairs": jump_pairs(plan._replace(inputs=None), loc, root),
         "is_rev": c["jump_is_rev"].index_select(0, lv),
         "is_pri": c["jump_is_pri"].index_select(0, lv),
     }

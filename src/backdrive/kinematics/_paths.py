@@ -2,10 +2,10 @@
 
 Every kinematics and dynamics algorithm has at most two implementations
 (forward kinematics: the tree's pointer-jumping reference kernel, which
-:class:`~backdrive.kinematics.SerialChainKinematics` also runs for its pose
-at every batch size, restricted to its path, and the tree's level kernel;
-the chain's batch-last GEMM pass is its pose-and-Jacobian pass; measured in
-``docs/kinematics.md``, "One reference FK"):
+:class:`~backdrive.kinematics.SerialChainKinematics` runs for its pose at
+every batch size, restricted to its path, and the tree's level kernel; the
+chain's batch-last GEMM pass is its pose-and-Jacobian pass, never a
+pose-only path; measured in ``docs/kinematics.md``, "One reference FK"):
 
 * the **reference** path: batch-first tensors ``(..., k, c)``, plain autograd.
   It serves small batches, ``torch.func`` transforms, forward-mode AD and
@@ -51,10 +51,6 @@ PATHS = ("auto", "reference", "fast")
 #: quadruped (tree-sparse factorisation) between 128 and 192. Keys are the
 #: public functions' families.
 FAST_MIN_BATCH = {
-    # SerialChainKinematics' pose (forward_kinematics, the IK's final pose):
-    # the reference FK kernel below, the chain's GEMM pass (pose only) from
-    # here (docs/kinematics.md, "One reference FK").
-    "serial_chain": 2048,
     "kinematics": 128,
     "inverse_dynamics": 96,
     "mass_matrix": 96,
