@@ -67,12 +67,12 @@ Written once and shared: the tree schedule and its sums
 (``kinematics._fk.coupling_matrix``), the skew, cross and inertia kernels of
 both layouts (``kinematics._kernels``), quaternions and the SO(3) log
 (``backdrive.spatial``; ``so3_log_parts(batch_last=True)`` for the IK's
-batch-last layout). The serial chain (``SerialChainKinematics``) computes its pose
-on the tree's reference FK kernel (``kinematics._fk.jump_compose``,
-restricted to its path) below ``FAST_MIN_BATCH["serial_chain"]`` samples,
-and keeps its own pose-and-Jacobian pass (``fast_pass``, ``_JacobianPass``;
-pose only from 2,048 samples): forward kinematics has one reference and two
-batch-last implementations (see ``docs/kinematics.md``, "One reference FK").
+batch-last layout). The serial chain (``SerialChainKinematics``) computes its pose at every
+batch size on the tree's reference FK kernel (``kinematics._fk.jump_first``,
+``jump_compose``, restricted to its path), and keeps its own pass for the
+pose with the Jacobian (``fast_pass``, ``_JacobianPass``), never a pose-only
+path: forward kinematics has one reference and one batch-last
+implementation (see ``docs/kinematics.md``, "One reference FK").
 
 Following :func:`forward_dynamics`: ``_forward._forward_dynamics`` checks and
 broadcasts the inputs and adds the joints' damping and friction (when some
