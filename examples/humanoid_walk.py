@@ -28,6 +28,7 @@ import dataclasses
 import json
 import math
 import time
+from pathlib import Path
 
 import torch
 
@@ -84,18 +85,53 @@ def main() -> None:
     parser.add_argument("--command", type=float, default=COMMAND, help="forward speed, m/s (0: step in place)")
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=list(EVAL_SEEDS),
                         help="evaluation seeds (the screens: 1)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="training: folder for the CSV log, the checkpoint and the screening evaluations")
+    parser.add_argument("--eval-every", type=int, default=20,
+                        help="training: updates between screening evaluations (8 robots x 4 s, seed 7)")
+    parser.add_argument("--minutes", type=float, default=None, help="training: stop after this much wall time")
+    parser.add_argument("--policy", type=Path, default=None,
+                        help="evaluate this training checkpoint's policy instead of training one")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     policy = None
-    if args.updates:
+    if args.policy is not None:
+        from backdrive.optim import load_policy
+
+        policy = load_policy(args.policy).eval()
+    elif args.updates:
         env = make_env(32, args.gait)
         # The balance residual's settings (HUMANOID_CAPTURE_SHAC: 8-step windows, actor lr 2e-4, noise 0.05).
         config = dataclasses.replace(HUMANOID_CAPTURE_SHAC.config, seed=args.seed)
-        t = time.perf_counter()
-        trainer = train_policy(env, config=config, updates=args.updates, num_threads=1)
+        screen = make_env(8, args.gait)
+        start = time.perf_counter()
+
+        def eval_fn(pol) -> float:
+            with torch.no_grad():
+                r = walk_metrics(screen, pol, 4.0, 7, args.command)
+            print(f"  screen (8 x 4 s, seed 7) at {(time.perf_counter() - start) / 60:.1f} min: upright "
+                  f"{r['upright'] * 100:.0f}%, forward speed {r['forward_speed']:.3f} m/s, falls {r['falls']}",
+                  flush=True)
+            return r["upright"]
+
+        def callback(row) -> bool:
+            if int(row["update"]) % 5 == 0:
+                print(f"  update {int(row['update'])}: window reward {row['window_reward']:.3f}, episode return {row['train_return']:.1f}, "
+                      f"{row['wall_s'] / 60:.1f} min", flush=True)
+            return args.minutes is not None and row["wall_s"] > 60.0 * args.minutes
+
+        out = {}
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            out = {"log_csv": args.out / "humanoid_walk.csv", "checkpoint": args.out / "humanoid_walk.pt",
+                   "checkpoint_every": args.eval_every}
+        trainer = train_policy(env, config=config, updates=args.updates, num_threads=1, eval_fn=eval_fn,
+                               eval_every=args.eval_every, callback=callback, **out)
+        if args.out is not None:
+            trainer.save(out["checkpoint"])
         print(f"trained {trainer.updates_done} updates, {trainer.env_steps:,} env steps, "
-              f"{(time.perf_counter() - t) / 60:.1f} min; last window reward "
+              f"{(time.perf_counter() - start) / 60:.1f} min; last window reward "
               f"{trainer.history[-1]['train_return']:.3f}", flush=True)
         policy = trainer.policy.eval()
     test = make_env(args.episodes, args.gait)
