@@ -15,9 +15,11 @@ so walking is not fought as a push). No pushes.
     python examples/humanoid_walk.py --command 0 --gait '{"frequency": 1.5, "lift": 0.15, "sway": 0.05}'  # in place
 
 Prints, per evaluation seed, the fraction of robots upright over the
-episode, the mean forward speed of the upright ones (base frame) and the
-mean distance travelled along the start heading (upright ones, m), and when
-the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
+episode, the mean forward speed of the upright ones (base frame), the mean
+distance travelled along the start heading (upright ones, m; the fallen
+ones until their fall), and over every robot the mean time upright, the
+straight-line distance from the start and how far the heading turned (the
+prior has no heading control), and when the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
 the measured numbers. Needs example-robot-data.
 """
 
@@ -52,7 +54,7 @@ def make_env(num_envs: int, gait: dict, **overrides) -> HumanoidBalance:
 
 def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND) -> dict:
     """Upright fraction, forward speed while up, distance along the start heading (upright copies, and the
-    fallen ones until their fall), falls."""
+    fallen ones until their fall), time upright, straight-line distance and heading turned (every copy), falls."""
     m = env.evaluate(policy, command=(command, 0.0, 0.0), seconds=seconds, seed=seed)
     q, fall = m["q"], m["fall_step"]
     yaw0 = 2 * torch.atan2(q[0, :, 6], q[0, :, 3])  # the reset turns about z only
@@ -69,10 +71,17 @@ def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, comman
         fx, fy = c * float(z[0]) + s * float(z[1]), -s * float(z[0]) + c * float(z[1])
         way = ("forward" if fx > 0 else "back") if abs(fx) > abs(fy) else ("left" if fy > 0 else "right")
         falls.append((round(float(fall[i]) * env.dt, 2), way))
+    # Heading drift: the pelvis's turn (yaw) from the start to the last upright state, rad.
+    yaw = 2 * torch.atan2(q[..., 6], q[..., 3])
+    dyaw = torch.remainder(yaw[1:] - yaw[:-1] + math.pi, 2 * math.pi) - math.pi
+    turn = torch.stack([dyaw[:int(last[i]), i].sum() for i in range(q.shape[1])])
+    # Time upright: the episode's length for the upright copies, the fall's time (as in falls) for the others.
+    up_time = last.double() * env.dt
     return {"seed": seed, "upright": m["upright"], "forward_speed": m["forward_speed"],
             "distance": float(along[up].mean()) if bool(up.any()) else float("nan"),
             "distance_before_fall": float(along[~up].mean()) if bool((~up).any()) else float("nan"),
-            "falls": sorted(falls), "height": m["height"]}
+            "displacement": float(torch.linalg.vector_norm(d, dim=-1).mean()), "time_up": float(up_time.mean()),
+            "turn": float(turn.abs().mean()), "falls": sorted(falls), "height": m["height"]}
 
 
 def main() -> None:
@@ -132,7 +141,7 @@ def main() -> None:
             trainer.save(out["checkpoint"])
         print(f"trained {trainer.updates_done} updates, {trainer.env_steps:,} env steps, "
               f"{(time.perf_counter() - start) / 60:.1f} min; last window reward "
-              f"{trainer.history[-1]['train_return']:.3f}", flush=True)
+              f"{trainer.history[-1]['window_reward']:.3f}", flush=True)
         policy = trainer.policy.eval()
     test = make_env(args.episodes, args.gait)
     name = "zero action (the stepping and balance priors alone)" if policy is None else "SHAC residual"
@@ -142,8 +151,9 @@ def main() -> None:
         print(f"{name}, command {args.command} m/s, gait {json.dumps(args.gait)}, {args.episodes} x "
               f"{args.seconds:g} s, seed {seed}: upright {r['upright'] * 100:.0f}%, forward speed while up "
               f"{r['forward_speed']:.3f} m/s, distance of the upright ones {r['distance']:.2f} m, of the fallen "
-              f"ones until their fall {r['distance_before_fall']:.2f} m, "
-              f"falls (s, direction) {r['falls']}", flush=True)
+              f"ones until their fall {r['distance_before_fall']:.2f} m; every robot: mean time upright "
+              f"{r['time_up']:.2f} s, straight-line distance from the start {r['displacement']:.2f} m, heading "
+              f"turned by {r['turn']:.2f} rad; falls (s, direction) {r['falls']}", flush=True)
 
 
 if __name__ == "__main__":

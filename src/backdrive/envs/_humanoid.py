@@ -127,9 +127,12 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: swing foot where it would land under an upright pelvis) and ``capture``
 #: (rad of stride amplitude per m/s of the centre of mass's forward velocity
 #: above the command, :meth:`HumanoidBalance.com_signals`: the swing foot lands
-#: further ahead, toward the capture point, when the body runs ahead).
+#: further ahead, toward the capture point, when the body runs ahead); and
+#: ``turn`` (rad of the stance leg's hip yaw per rad/s of the pelvis's yaw rate
+#: above the command's, times the stance weight: the stance hip turns the
+#: pelvis back against a turn, the heading damped while the feet slip).
 GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference",
-                              "torso", "level", "capture")
+                              "torso", "level", "capture", "turn")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -609,7 +612,7 @@ class HumanoidBalance(DiffEnv):
             phase = state[:, 89:90]
             offsets = offsets + self.gait_offsets(
                 phase, p["command"], v[:, 0], lean=self.projected_gravity(state)[:, 0],
-                com_velocity=None if com is None else com[1][:, 0])
+                com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5])
         target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
                             self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
         # A non-finite copy would stop the whole batch (the contact step's
@@ -689,7 +692,7 @@ class HumanoidBalance(DiffEnv):
 
     def gait_offsets(self, phase: torch.Tensor, command: torch.Tensor,
                      forward_velocity: torch.Tensor | None = None, *, lean: torch.Tensor | None = None,
-                     com_velocity: torch.Tensor | None = None) -> torch.Tensor:
+                     com_velocity: torch.Tensor | None = None, yaw_rate: torch.Tensor | None = None) -> torch.Tensor:
         """The stepping prior's servo-target offsets ``(N, 15)``, rad, at the clock's ``phase`` ``(N, 1)``.
 
         See :data:`GAIT_KEYS`: the left foot swings while ``sin(phase) > 0``,
@@ -699,7 +702,9 @@ class HumanoidBalance(DiffEnv):
         (the pelvis's forward lean ``g_x``; ``None``: upright) the ``torso``
         and ``level`` terms and ``com_velocity`` ``(N,)`` (the centre of
         mass's forward velocity in the heading frame, m/s; ``None``: the
-        command's) the ``capture`` term. Zeros when ``gait`` is off.
+        command's) the ``capture`` term and ``yaw_rate`` ``(N,)`` (the
+        pelvis's, rad/s; ``None``: the command's) the ``turn`` term. Zeros when
+        ``gait`` is off.
         """
         out = phase.new_zeros(phase.shape[0], NUM_ACTUATED)
         if self.gait is None:
@@ -713,6 +718,7 @@ class HumanoidBalance(DiffEnv):
         sway = g["sway"] * sin
         ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
         tilt = torch.zeros_like(sin) if lean is None else lean
+        spin = torch.zeros_like(sin) if yaw_rate is None else yaw_rate - command[:, 2]
         cols = []
         for leg, s in ((0, torch.clamp_min(sin, 0.0) ** 2), (6, torch.clamp_min(-sin, 0.0) ** 2)):
             lift = g["lift"] * s
@@ -721,7 +727,7 @@ class HumanoidBalance(DiffEnv):
             stance = 0.5 * (1.0 - sign * sin)  # 1 at mid-stance, 0 at mid-swing
             upright = tilt * (g["torso"] * stance - g["level"] * (1.0 - stance))
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
-            cols += [-lift + sign * stride - place + upright, sway, torch.zeros_like(sway), 2.0 * lift,
+            cols += [-lift + sign * stride - place + upright, sway, g["turn"] * spin * stance, 2.0 * lift,
                      -lift - sign * stride + place, -sway]
         out[:, :12] = torch.stack(cols, -1)
         return out
