@@ -5,12 +5,15 @@
 tracks it) and the stepping prior ``gait=`` (a clock that lifts the feet in
 turn through hip, knee and ankle pitch offsets, sways the pelvis over the
 stance foot through the hip and ankle rolls and strides in proportion to the
-command; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
+command, and keeps the pelvis's lean out of the stepping: ``torso`` and
+``level``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
 balance prior kept (its velocity signals are taken relative to the command,
 so walking is not fought as a push). No pushes.
 
     python examples/humanoid_walk.py                   # the prior alone (zero action) on held-out seeds
-    python examples/humanoid_walk.py --updates 60      # SHAC residual on the prior, then the same evaluation
+    python examples/humanoid_walk.py --updates 100 --out /tmp/walk   # SHAC residual on the prior (log,
+                                                       # checkpoint, a screen every 20 updates), then the evaluation
+    python examples/humanoid_walk.py --policy /tmp/walk/humanoid_walk.pt   # evaluate a trained checkpoint
     python examples/humanoid_walk.py --gait '{"frequency": 1.5, "lift": 0.15}'   # another stepping prior
     python examples/humanoid_walk.py --command 0 --gait '{"frequency": 1.5, "lift": 0.15, "sway": 0.05}'  # in place
 
@@ -39,8 +42,10 @@ from backdrive.optim import train_policy
 from backdrive.optim._policy.presets import HUMANOID_CAPTURE_SHAC
 from backdrive.spatial import quat_apply
 
-#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md).
-GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3}
+#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md): the previous session's
+#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3}`` with this session's lean terms (the stance hip
+#: against the pelvis's forward lean, the lean taken off the swing hip).
+GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0}
 COMMAND = 0.3
 #: Held-out evaluation seeds (the screens used seed 1).
 EVAL_SEEDS = (999, 1000)
