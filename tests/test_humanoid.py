@@ -340,7 +340,7 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     assert torch.equal(off[0], torch.zeros(15))  # no command: no stride
     assert torch.equal(plain.gait_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 15))
     assert GAIT_KEYS == ("frequency", "lift", "sway", "stride", "placement", "reference", "torso", "level",
-                         "capture", "turn")
+                         "capture", "turn", "roll")
     # Foot placement: running 0.2 m/s ahead of the command swings the left foot further forward (flat).
     placing = HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.5, "placement": 0.5})
     off = placing.gait_offsets(torch.full((1, 1), math.pi / 2), torch.zeros(1, 3), torch.tensor([0.2]))
@@ -353,10 +353,10 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
             HumanoidBalance(1, robot=g1_32, gait=bad)
 
 
-def test_gait_prior_torso_level_capture_and_turn_terms(g1_32):
+def test_gait_prior_torso_level_roll_capture_and_turn_terms(g1_32):
     env = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
                           gait={"frequency": 1.5, "stride": 0.3, "torso": 2.0, "level": 1.0, "capture": 0.4,
-                                "turn": 0.3})
+                                "turn": 0.3, "roll": 0.5})
     cmd = torch.tensor([[0.3, 0.0, 0.0], [0.3, 0.0, 0.0]])
     lean = torch.tensor([0.1, -0.1])  # pelvis leaning forward, backward
     # Mid-swing of the left leg (phase pi/2): the right (stance) hip extends by torso * lean, the left
@@ -364,6 +364,11 @@ def test_gait_prior_torso_level_capture_and_turn_terms(g1_32):
     off = env.gait_offsets(torch.full((2, 1), math.pi / 2), cmd, lean=lean)
     assert torch.allclose(off[:, 6], 2.0 * lean, atol=1e-6) and torch.allclose(off[:, 0], -lean, atol=1e-6)
     assert torch.allclose(off[:, [4, 10]], torch.zeros(2, 2), atol=1e-6)
+    # Sideways (roll 0.5): the same terms on the hip rolls, half as strong, from the second lean column.
+    off = env.gait_offsets(torch.full((2, 1), math.pi / 2), cmd, lean=torch.stack([lean, -2 * lean], -1))
+    assert torch.allclose(off[:, 6], 2.0 * lean, atol=1e-6) and torch.allclose(off[:, 0], -lean, atol=1e-6)
+    assert torch.allclose(off[:, 7], 0.5 * 2.0 * (-2 * lean), atol=1e-6)
+    assert torch.allclose(off[:, 1], 0.5 * -(-2 * lean), atol=1e-6)
     # Turn: the stance (right) hip yaw against the pelvis's yaw rate above the command's; the swing hip alone.
     off = env.gait_offsets(torch.full((2, 1), math.pi / 2), torch.tensor([[0.3, 0.0, 0.0], [0.3, 0.0, 0.2]]),
                            yaw_rate=torch.tensor([0.5, 0.5]))
@@ -379,7 +384,8 @@ def test_gait_prior_torso_level_capture_and_turn_terms(g1_32):
     off = env.gait_offsets(torch.full((2, 1), math.pi), cmd, com_velocity=com_v)
     assert torch.allclose(off[:, 0], torch.tensor([-0.13, -0.05]), atol=1e-6)
     assert torch.allclose(env.gait_offsets(torch.full((2, 1), math.pi), cmd)[:, 0], torch.full((2,), -0.09))
-    # The transition feeds the pelvis's lean (g_x) and the centre of mass's forward velocity in: the same
+    # The transition feeds the pelvis's lean (g_x, -g_y), the centre of mass's forward velocity and the yaw
+    # rate in: the same
     # step as an env without those terms whose action adds the offsets they give.
     plain = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
                             gait={"frequency": 1.5, "stride": 0.3})
@@ -387,11 +393,13 @@ def test_gait_prior_torso_level_capture_and_turn_terms(g1_32):
     s = plain.state.clone()
     s[:, 86] = 0.3
     s[:, 89] = torch.tensor([math.pi / 3, 4.0])
-    s[:, 3:7] = torch.tensor([math.cos(0.05), 0.0, math.sin(0.05), 0.0])  # pitched 0.1 rad forward
     s[:, 36] = torch.tensor([0.5, 0.1])  # moving forward
     s[:, 41] = torch.tensor([0.4, -0.3])  # and turning
-    lean = env.projected_gravity(s)[:, 0]
-    assert torch.allclose(lean, torch.full((2,), math.sin(0.1)), atol=1e-5)
+    s[:, 3:7] = torch.tensor([[math.cos(0.05), 0.0, math.sin(0.05), 0.0],  # pitched 0.1 rad forward
+                              [math.cos(0.05), math.sin(0.05), 0.0, 0.0]])  # rolled 0.1 rad
+    g = env.projected_gravity(s)
+    lean = torch.stack([g[:, 0], -g[:, 1]], -1)
+    assert torch.allclose(lean, torch.tensor([[math.sin(0.1), 0.0], [0.0, math.sin(0.1)]]), atol=1e-5)
     cdot = env.com_signals(s)[1][:, 0]
     assert float(cdot[0] - cdot[1]) > 0.3
     extra = (env.gait_offsets(s[:, 89:90], s[:, 86:89], lean=lean, com_velocity=cdot, yaw_rate=s[:, 41])

@@ -130,9 +130,12 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: further ahead, toward the capture point, when the body runs ahead); and
 #: ``turn`` (rad of the stance leg's hip yaw per rad/s of the pelvis's yaw rate
 #: above the command's, times the stance weight: the stance hip turns the
-#: pelvis back against a turn, the heading damped while the feet slip).
+#: pelvis back against a turn, the heading damped while the feet slip);
+#: ``roll`` (the fraction of the ``torso`` and ``level`` terms also applied
+#: sideways: the hip roll joints on the pelvis's sideways lean ``-g_y``, the
+#: stance hip against it, the swing hip taking it off).
 GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference",
-                              "torso", "level", "capture", "turn")
+                              "torso", "level", "capture", "turn", "roll")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -610,8 +613,9 @@ class HumanoidBalance(DiffEnv):
         offsets = self.action_scale * action + self.feedback_offsets(state, com)
         if self.gait is not None:
             phase = state[:, 89:90]
+            g = self.projected_gravity(state)
             offsets = offsets + self.gait_offsets(
-                phase, p["command"], v[:, 0], lean=self.projected_gravity(state)[:, 0],
+                phase, p["command"], v[:, 0], lean=torch.stack([g[:, 0], -g[:, 1]], -1),
                 com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5])
         target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
                             self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
@@ -699,8 +703,9 @@ class HumanoidBalance(DiffEnv):
         the right while it is negative; ``command`` ``(N, 3)`` scales the
         stride, ``forward_velocity`` ``(N,)`` (the pelvis's, base frame, m/s;
         ``None``: the command's) drives the foot placement, ``lean`` ``(N,)``
-        (the pelvis's forward lean ``g_x``; ``None``: upright) the ``torso``
-        and ``level`` terms and ``com_velocity`` ``(N,)`` (the centre of
+        (the pelvis's forward lean ``g_x``, or ``(N, 2)``: ``(g_x, -g_y)``,
+        forward and sideways, for the ``roll`` part; ``None``: upright) the
+        ``torso`` and ``level`` terms and ``com_velocity`` ``(N,)`` (the centre of
         mass's forward velocity in the heading frame, m/s; ``None``: the
         command's) the ``capture`` term and ``yaw_rate`` ``(N,)`` (the
         pelvis's, rad/s; ``None``: the command's) the ``turn`` term. Zeros when
@@ -717,7 +722,9 @@ class HumanoidBalance(DiffEnv):
         stride = amplitude * cos
         sway = g["sway"] * sin
         ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
-        tilt = torch.zeros_like(sin) if lean is None else lean
+        tilt = side = torch.zeros_like(sin)
+        if lean is not None:
+            tilt, side = (lean, side) if lean.dim() == 1 else (lean[:, 0], lean[:, 1])
         spin = torch.zeros_like(sin) if yaw_rate is None else yaw_rate - command[:, 2]
         cols = []
         for leg, s in ((0, torch.clamp_min(sin, 0.0) ** 2), (6, torch.clamp_min(-sin, 0.0) ** 2)):
@@ -725,10 +732,11 @@ class HumanoidBalance(DiffEnv):
             place = g["placement"] * ahead * s
             sign = 1.0 if leg == 0 else -1.0
             stance = 0.5 * (1.0 - sign * sin)  # 1 at mid-stance, 0 at mid-swing
-            upright = tilt * (g["torso"] * stance - g["level"] * (1.0 - stance))
+            weight = g["torso"] * stance - g["level"] * (1.0 - stance)
+            upright, upright_side = tilt * weight, g["roll"] * side * weight
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
-            cols += [-lift + sign * stride - place + upright, sway, g["turn"] * spin * stance, 2.0 * lift,
-                     -lift - sign * stride + place, -sway]
+            cols += [-lift + sign * stride - place + upright, sway + upright_side, g["turn"] * spin * stance,
+                     2.0 * lift, -lift - sign * stride + place, -sway]
         out[:, :12] = torch.stack(cols, -1)
         return out
 
