@@ -385,8 +385,7 @@ def test_gait_prior_torso_level_roll_capture_and_turn_terms(g1_32):
     assert torch.allclose(off[:, 0], torch.tensor([-0.13, -0.05]), atol=1e-6)
     assert torch.allclose(env.gait_offsets(torch.full((2, 1), math.pi), cmd)[:, 0], torch.full((2,), -0.09))
     # The transition feeds the pelvis's lean (g_x, -g_y), the centre of mass's forward velocity and the yaw
-    # rate in: the same
-    # step as an env without those terms whose action adds the offsets they give.
+    # rate in: the same step as an env without those terms whose action adds the offsets they give.
     plain = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
                             gait={"frequency": 1.5, "stride": 0.3})
     plain.reset(seed=1)
