@@ -6,7 +6,7 @@ tracks it) and the stepping prior ``gait=`` (a clock that lifts the feet in
 turn through hip, knee and ankle pitch offsets, sways the pelvis over the
 stance foot through the hip and ankle rolls and strides in proportion to the
 command, and keeps the pelvis's lean out of the stepping: ``torso`` and
-``level``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
+``level``, ``roll``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
 balance prior kept (its velocity signals are taken relative to the command,
 so walking is not fought as a push). No pushes.
 
@@ -44,8 +44,8 @@ from backdrive.spatial import quat_apply
 
 #: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md): the previous session's
 #: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3}`` with this session's lean terms (the stance hip
-#: against the pelvis's forward lean, the lean taken off the swing hip).
-GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0}
+#: against the pelvis's lean, the lean taken off the swing hip, forward and sideways).
+GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0, "roll": 1.0}
 COMMAND = 0.3
 #: Held-out evaluation seeds (the screens used seed 1).
 EVAL_SEEDS = (999, 1000)
