@@ -5,8 +5,8 @@
 tracks it) and the stepping prior ``gait=`` (a clock that lifts the feet in
 turn through hip, knee and ankle pitch offsets, sways the pelvis over the
 stance foot through the hip and ankle rolls and strides in proportion to the
-command, and keeps the pelvis's lean out of the stepping: ``torso`` and
-``level``, ``roll``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
+command, and keeps the pelvis's lean out of the stepping: ``torso``,
+``level`` and ``roll``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
 balance prior kept (its velocity signals are taken relative to the command,
 so walking is not fought as a push). No pushes.
 
