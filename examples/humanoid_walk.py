@@ -131,8 +131,8 @@ def main() -> None:
 
         def callback(row) -> bool:
             if int(row["update"]) % 5 == 0:
-                print(f"  update {int(row['update'])}: window reward {row['window_reward']:.3f}, episode return {row['train_return']:.1f}, "
-                      f"{row['wall_s'] / 60:.1f} min", flush=True)
+                print(f"  update {int(row['update'])}: window reward {row['window_reward']:.3f}, episode return "
+                      f"{row['train_return']:.1f}, {row['wall_s'] / 60:.1f} min", flush=True)
             return args.minutes is not None and row["wall_s"] > 60.0 * args.minutes
 
         out = {}
