@@ -5,19 +5,24 @@
 tracks it) and the stepping prior ``gait=`` (a clock that lifts the feet in
 turn through hip, knee and ankle pitch offsets, sways the pelvis over the
 stance foot through the hip and ankle rolls and strides in proportion to the
-command; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
+command, and keeps the pelvis's lean out of the stepping: ``torso``,
+``level`` and ``roll``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
 balance prior kept (its velocity signals are taken relative to the command,
 so walking is not fought as a push). No pushes.
 
     python examples/humanoid_walk.py                   # the prior alone (zero action) on held-out seeds
-    python examples/humanoid_walk.py --updates 60      # SHAC residual on the prior, then the same evaluation
+    python examples/humanoid_walk.py --updates 100 --out /tmp/walk   # SHAC residual on the prior (log,
+                                                       # checkpoint, a screen every 20 updates), then the evaluation
+    python examples/humanoid_walk.py --policy /tmp/walk/humanoid_walk.pt   # evaluate a trained checkpoint
     python examples/humanoid_walk.py --gait '{"frequency": 1.5, "lift": 0.15}'   # another stepping prior
     python examples/humanoid_walk.py --command 0 --gait '{"frequency": 1.5, "lift": 0.15, "sway": 0.05}'  # in place
 
 Prints, per evaluation seed, the fraction of robots upright over the
-episode, the mean forward speed of the upright ones (base frame) and the
-mean distance travelled along the start heading (upright ones, m), and when
-the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
+episode, the mean forward speed of the upright ones (base frame), the mean
+distance travelled along the start heading (upright ones, m; the fallen
+ones until their fall), and over every robot the mean time upright, the
+straight-line distance from the start and how far the heading turned (the
+prior has no heading control), and when the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
 the measured numbers. Needs example-robot-data.
 """
 
@@ -28,6 +33,7 @@ import dataclasses
 import json
 import math
 import time
+from pathlib import Path
 
 import torch
 
@@ -36,8 +42,10 @@ from backdrive.optim import train_policy
 from backdrive.optim._policy.presets import HUMANOID_CAPTURE_SHAC
 from backdrive.spatial import quat_apply
 
-#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md).
-GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3}
+#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md): the previous session's
+#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3}`` with this session's lean terms (the stance hip
+#: against the pelvis's lean, the lean taken off the swing hip, forward and sideways).
+GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0, "roll": 1.0}
 COMMAND = 0.3
 #: Held-out evaluation seeds (the screens used seed 1).
 EVAL_SEEDS = (999, 1000)
@@ -51,7 +59,7 @@ def make_env(num_envs: int, gait: dict, **overrides) -> HumanoidBalance:
 
 def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND) -> dict:
     """Upright fraction, forward speed while up, distance along the start heading (upright copies, and the
-    fallen ones until their fall), falls."""
+    fallen ones until their fall), time upright, straight-line distance and heading turned (every copy), falls."""
     m = env.evaluate(policy, command=(command, 0.0, 0.0), seconds=seconds, seed=seed)
     q, fall = m["q"], m["fall_step"]
     yaw0 = 2 * torch.atan2(q[0, :, 6], q[0, :, 3])  # the reset turns about z only
@@ -68,10 +76,17 @@ def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, comman
         fx, fy = c * float(z[0]) + s * float(z[1]), -s * float(z[0]) + c * float(z[1])
         way = ("forward" if fx > 0 else "back") if abs(fx) > abs(fy) else ("left" if fy > 0 else "right")
         falls.append((round(float(fall[i]) * env.dt, 2), way))
+    # Heading drift: the pelvis's turn (yaw) from the start to the last upright state, rad.
+    yaw = 2 * torch.atan2(q[..., 6], q[..., 3])
+    dyaw = torch.remainder(yaw[1:] - yaw[:-1] + math.pi, 2 * math.pi) - math.pi
+    turn = torch.stack([dyaw[:int(last[i]), i].sum() for i in range(q.shape[1])])
+    # Time upright: the episode's length for the upright copies, the fall's time (as in falls) for the others.
+    up_time = last.double() * env.dt
     return {"seed": seed, "upright": m["upright"], "forward_speed": m["forward_speed"],
             "distance": float(along[up].mean()) if bool(up.any()) else float("nan"),
             "distance_before_fall": float(along[~up].mean()) if bool((~up).any()) else float("nan"),
-            "falls": sorted(falls), "height": m["height"]}
+            "displacement": float(torch.linalg.vector_norm(d, dim=-1).mean()), "time_up": float(up_time.mean()),
+            "turn": float(turn.abs().mean()), "falls": sorted(falls), "height": m["height"]}
 
 
 def main() -> None:
@@ -84,19 +99,54 @@ def main() -> None:
     parser.add_argument("--command", type=float, default=COMMAND, help="forward speed, m/s (0: step in place)")
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=list(EVAL_SEEDS),
                         help="evaluation seeds (the screens: 1)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="training: folder for the CSV log, the checkpoint and the screening evaluations")
+    parser.add_argument("--eval-every", type=int, default=20,
+                        help="training: updates between screening evaluations (8 robots x 4 s, seed 7)")
+    parser.add_argument("--minutes", type=float, default=None, help="training: stop after this much wall time")
+    parser.add_argument("--policy", type=Path, default=None,
+                        help="evaluate this training checkpoint's policy instead of training one")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     policy = None
-    if args.updates:
+    if args.policy is not None:
+        from backdrive.optim import load_policy
+
+        policy = load_policy(args.policy).eval()
+    elif args.updates:
         env = make_env(32, args.gait)
         # The balance residual's settings (HUMANOID_CAPTURE_SHAC: 8-step windows, actor lr 2e-4, noise 0.05).
         config = dataclasses.replace(HUMANOID_CAPTURE_SHAC.config, seed=args.seed)
-        t = time.perf_counter()
-        trainer = train_policy(env, config=config, updates=args.updates, num_threads=1)
+        screen = make_env(8, args.gait)
+        start = time.perf_counter()
+
+        def eval_fn(pol) -> float:
+            with torch.no_grad():
+                r = walk_metrics(screen, pol, 4.0, 7, args.command)
+            print(f"  screen (8 x 4 s, seed 7) at {(time.perf_counter() - start) / 60:.1f} min: upright "
+                  f"{r['upright'] * 100:.0f}%, forward speed {r['forward_speed']:.3f} m/s, falls {r['falls']}",
+                  flush=True)
+            return r["upright"]
+
+        def callback(row) -> bool:
+            if int(row["update"]) % 5 == 0:
+                print(f"  update {int(row['update'])}: window reward {row['window_reward']:.3f}, episode return "
+                      f"{row['train_return']:.1f}, {row['wall_s'] / 60:.1f} min", flush=True)
+            return args.minutes is not None and row["wall_s"] > 60.0 * args.minutes
+
+        out = {}
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            out = {"log_csv": args.out / "humanoid_walk.csv", "checkpoint": args.out / "humanoid_walk.pt",
+                   "checkpoint_every": args.eval_every}
+        trainer = train_policy(env, config=config, updates=args.updates, num_threads=1, eval_fn=eval_fn,
+                               eval_every=args.eval_every, callback=callback, **out)
+        if args.out is not None:
+            trainer.save(out["checkpoint"])
         print(f"trained {trainer.updates_done} updates, {trainer.env_steps:,} env steps, "
-              f"{(time.perf_counter() - t) / 60:.1f} min; last window reward "
-              f"{trainer.history[-1]['train_return']:.3f}", flush=True)
+              f"{(time.perf_counter() - start) / 60:.1f} min; last window reward "
+              f"{trainer.history[-1]['window_reward']:.3f}", flush=True)
         policy = trainer.policy.eval()
     test = make_env(args.episodes, args.gait)
     name = "zero action (the stepping and balance priors alone)" if policy is None else "SHAC residual"
@@ -106,8 +156,9 @@ def main() -> None:
         print(f"{name}, command {args.command} m/s, gait {json.dumps(args.gait)}, {args.episodes} x "
               f"{args.seconds:g} s, seed {seed}: upright {r['upright'] * 100:.0f}%, forward speed while up "
               f"{r['forward_speed']:.3f} m/s, distance of the upright ones {r['distance']:.2f} m, of the fallen "
-              f"ones until their fall {r['distance_before_fall']:.2f} m, "
-              f"falls (s, direction) {r['falls']}", flush=True)
+              f"ones until their fall {r['distance_before_fall']:.2f} m; every robot: mean time upright "
+              f"{r['time_up']:.2f} s, straight-line distance from the start {r['displacement']:.2f} m, heading "
+              f"turned by {r['turn']:.2f} rad; falls (s, direction) {r['falls']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,24 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: fraction of the command that the balance prior's velocity signals are taken
 #: relative to: 1, the default, leaves the commanded velocity alone; 0 fights
 #: every velocity as a push).
-GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference")
+#: Three more keys act on the pelvis's lean and the centre of mass's velocity:
+#: ``torso`` (rad of the stance leg's hip pitch per rad of the pelvis's
+#: forward lean ``g_x``, weighted by the stance weight ``(1 -+ sin(phase)) /
+#: 2``: a forward lean extends the stance hip, which pitches the torso back),
+#: ``level`` (the fraction of that lean taken off the swing leg's hip pitch,
+#: weighted by the swing weight, one minus the stance weight: 1 lands the
+#: swing foot where it would land under an upright pelvis) and ``capture``
+#: (rad of stride amplitude per m/s of the centre of mass's forward velocity
+#: above the command, :meth:`HumanoidBalance.com_signals`: the swing foot lands
+#: further ahead, toward the capture point, when the body runs ahead); and
+#: ``turn`` (rad of the stance leg's hip yaw per rad/s of the pelvis's yaw rate
+#: above the command's, times the stance weight: the stance hip turns the
+#: pelvis back against a turn, the heading damped while the feet slip);
+#: ``roll`` (the fraction of the ``torso`` and ``level`` terms also applied
+#: sideways: the hip roll joints on the pelvis's sideways lean ``-g_y``, the
+#: stance hip against it, the swing hip taking it off).
+GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference",
+                              "torso", "level", "capture", "turn", "roll")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -491,7 +508,8 @@ class HumanoidBalance(DiffEnv):
         dv_base = quat_apply(quat_conjugate(q[..., 3:7]), dv_world)
         return torch.cat([q, v[..., :3] + dv_base, state[..., 39:]], -1)
 
-    def feedback_offsets(self, state: torch.Tensor) -> torch.Tensor:
+    def feedback_offsets(self, state: torch.Tensor,
+                         com: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The balance prior's servo-target offsets ``(N, 15)``, rad (zeros when ``balance_feedback`` is off).
 
         Per lean axis, ``signal = (lean, lean rate, horizontal velocity, centre
@@ -505,7 +523,8 @@ class HumanoidBalance(DiffEnv):
         The joints' axes point along the pelvis's when standing, so a
         positive ankle gain turns a forward lean into a larger ankle pitch
         target, the torque that pushes the body back. Each offset is
-        smoothly saturated at ``action_scale`` (``a tanh(x / a)``).
+        smoothly saturated at ``action_scale`` (``a tanh(x / a)``). ``com``:
+        :meth:`com_signals` of ``state`` when already computed.
         """
         out = state.new_zeros(state.shape[0], NUM_ACTUATED)
         if self.balance_feedback is None:
@@ -514,7 +533,9 @@ class HumanoidBalance(DiffEnv):
         v = p["v"]
         g = self.projected_gravity(state)
         k = self._fb_gains.expand(state.shape[0], 3, _FB_SIGNALS)
-        if k.requires_grad or bool((k[..., 3:] != 0).any()):
+        if com is not None:
+            c, cdot = com
+        elif k.requires_grad or bool((k[..., 3:] != 0).any()):
             c, cdot = self.com_signals(state)
         else:  # the centre of mass is not needed (it costs two kinematics passes)
             c = cdot = g.new_zeros(g.shape[0], 2)
@@ -586,10 +607,16 @@ class HumanoidBalance(DiffEnv):
             state = self.push(state, dv)
         p = self.split(state)
         q, v = p["q"], p["v"]
-        offsets = self.action_scale * action + self.feedback_offsets(state)
+        com = None
+        if self.gait is not None and self.gait["capture"] != 0.0:
+            com = self.com_signals(state)  # shared by both priors (two kinematics passes each)
+        offsets = self.action_scale * action + self.feedback_offsets(state, com)
         if self.gait is not None:
             phase = state[:, 89:90]
-            offsets = offsets + self.gait_offsets(phase, p["command"], v[:, 0])
+            g = self.projected_gravity(state)
+            offsets = offsets + self.gait_offsets(
+                phase, p["command"], v[:, 0], lean=torch.stack([g[:, 0], -g[:, 1]], -1),
+                com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5])
         target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
                             self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
         # A non-finite copy would stop the whole batch (the contact step's
@@ -668,13 +695,20 @@ class HumanoidBalance(DiffEnv):
         return torch.cat(parts, -1)
 
     def gait_offsets(self, phase: torch.Tensor, command: torch.Tensor,
-                     forward_velocity: torch.Tensor | None = None) -> torch.Tensor:
+                     forward_velocity: torch.Tensor | None = None, *, lean: torch.Tensor | None = None,
+                     com_velocity: torch.Tensor | None = None, yaw_rate: torch.Tensor | None = None) -> torch.Tensor:
         """The stepping prior's servo-target offsets ``(N, 15)``, rad, at the clock's ``phase`` ``(N, 1)``.
 
         See :data:`GAIT_KEYS`: the left foot swings while ``sin(phase) > 0``,
         the right while it is negative; ``command`` ``(N, 3)`` scales the
         stride, ``forward_velocity`` ``(N,)`` (the pelvis's, base frame, m/s;
-        ``None``: the command's) drives the foot placement. Zeros when
+        ``None``: the command's) drives the foot placement, ``lean`` ``(N,)``
+        (the pelvis's forward lean ``g_x``, or ``(N, 2)``: ``(g_x, -g_y)``,
+        forward and sideways, for the ``roll`` part; ``None``: upright) the
+        ``torso`` and ``level`` terms and ``com_velocity`` ``(N,)`` (the centre of
+        mass's forward velocity in the heading frame, m/s; ``None``: the
+        command's) the ``capture`` term and ``yaw_rate`` ``(N,)`` (the
+        pelvis's, rad/s; ``None``: the command's) the ``turn`` term. Zeros when
         ``gait`` is off.
         """
         out = phase.new_zeros(phase.shape[0], NUM_ACTUATED)
@@ -682,17 +716,27 @@ class HumanoidBalance(DiffEnv):
             return out
         g = self.gait
         sin, cos = torch.sin(phase[:, 0]), torch.cos(phase[:, 0])
-        stride = g["stride"] * command[:, 0] * cos
+        amplitude = g["stride"] * command[:, 0]
+        if com_velocity is not None and g["capture"] != 0.0:
+            amplitude = amplitude + g["capture"] * (com_velocity - command[:, 0])
+        stride = amplitude * cos
         sway = g["sway"] * sin
         ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
+        tilt = side = torch.zeros_like(sin)
+        if lean is not None:
+            tilt, side = (lean, side) if lean.dim() == 1 else (lean[:, 0], lean[:, 1])
+        spin = torch.zeros_like(sin) if yaw_rate is None else yaw_rate - command[:, 2]
         cols = []
         for leg, s in ((0, torch.clamp_min(sin, 0.0) ** 2), (6, torch.clamp_min(-sin, 0.0) ** 2)):
             lift = g["lift"] * s
             place = g["placement"] * ahead * s
             sign = 1.0 if leg == 0 else -1.0
+            stance = 0.5 * (1.0 - sign * sin)  # 1 at mid-stance, 0 at mid-swing
+            weight = g["torso"] * stance - g["level"] * (1.0 - stance)
+            upright, upright_side = tilt * weight, g["roll"] * side * weight
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
-            cols += [-lift + sign * stride - place, sway, torch.zeros_like(sway), 2.0 * lift,
-                     -lift - sign * stride + place, -sway]
+            cols += [-lift + sign * stride - place + upright, sway + upright_side, g["turn"] * spin * stance,
+                     2.0 * lift, -lift - sign * stride + place, -sway]
         out[:, :12] = torch.stack(cols, -1)
         return out
 
