@@ -146,6 +146,15 @@ def build_hidden(env: QuadrupedWalk, truth: dict, dt: float = 0.005):
     return model, perm
 
 
+def env_order(env: QuadrupedWalk, perm: np.ndarray) -> np.ndarray:
+    """MuJoCo joint indices in the env's joint order (legs FL, FR, RL, RR, each
+    hip, thigh, calf): ``mujoco_values[env_order(env, perm)]`` is in the order
+    of the policy's observation and action. ``perm`` (from :func:`build`)
+    gives the robot's own joint order, which is the env's for the shipped
+    quadruped but not for Go1 (its URDF lists the legs FR, FL, RR, RL)."""
+    return np.asarray(perm)[env.joint_index.cpu().numpy()]
+
+
 def to_mujoco(q: np.ndarray, v: np.ndarray, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Backdrive ``(q (..., 19), v (..., 18))`` as MuJoCo ``(qpos, qvel)``:
     joints put in MuJoCo's order, the base linear velocity into the world frame."""
@@ -166,7 +175,8 @@ def mujoco_observation(qpos: np.ndarray, qvel: np.ndarray, perm: np.ndarray, q_s
             quaternion, joints in MuJoCo's order). qvel: ``(..., 18)``
             (world-frame base linear velocity, base-frame angular velocity,
             joint rates).
-        perm: from :func:`build`. q_stand: ``(12,)`` standing pose, rad.
+        perm: MuJoCo's joint indices in the env's joint order
+            (:func:`env_order`). q_stand: ``(12,)`` standing pose, rad (env order).
         last_action: ``(..., 12)``. command: ``(..., 3)``. phase: ``(..., 1)`` rad.
         privileged: append the base-frame linear velocity and the base height.
     """
@@ -204,6 +214,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         model, perm = model
         if abs(model.opt.timestep - dt) > 1e-12:
             raise ValueError(f"the model's time step {model.opt.timestep} is not dt {dt}")
+    eperm = env_order(env, perm)  # the policy's joint order (perm: the robot's, for the state)
     substeps = int(round(env.dt / dt))
     if abs(substeps * dt - env.dt) > 1e-9:
         raise ValueError(f"env.dt {env.dt} is not a multiple of dt {dt}")
@@ -230,7 +241,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
     for _ in range(steps):
         qpos = np.stack([d.qpos for d in datas])
         qvel = np.stack([d.qvel for d in datas])
-        obs = mujoco_observation(qpos, qvel, perm, q_stand, last, cmd, phase, env.privileged)
+        obs = mujoco_observation(qpos, qvel, eperm, q_stand, last, cmd, phase, env.privileged)
         action = policy(torch.as_tensor(obs, dtype=env.dtype)).clamp(-1.0, 1.0)
         target = (env.q_stand + env.action_scale * action
                   + env.gait_offsets(torch.as_tensor(phase, dtype=env.dtype))).double().numpy()
@@ -238,7 +249,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
             if not alive[i]:
                 continue
             for k in range(substeps):
-                d.ctrl[perm] = previous[i] if k < delay else target[i]
+                d.ctrl[eperm] = previous[i] if k < delay else target[i]
                 mujoco.mj_step(model, d)
         previous = target
         last = action.double().numpy()

@@ -97,13 +97,17 @@ def main() -> None:
 
     per_update = preset.env_steps // preset.updates
 
+    eval_cpu = [0.0]
+
     def eval_fn(policy) -> float:
         # Called after an update and before its log row reaches the callback.
+        c0 = time.process_time()
         steps = trainer_steps[0] + per_update
         m = eval_env.evaluate(policy, COMMAND, seconds=4.0, seed=123, settle=1.0)
         curve.append((steps, time.perf_counter() - start, m["forward_speed"], m["upright"]))
         print(f"  eval after {steps:,} steps: forward speed {m['forward_speed']:.3f} m/s, "
               f"upright {m['upright']:.2f}", flush=True)
+        eval_cpu[0] += time.process_time() - c0
         return float(m["rewards"].sum(0).mean())
 
     trainer_steps = [0]
@@ -131,7 +135,8 @@ def main() -> None:
         return  # under torchrun the test episodes, plots and files are rank 0's
     cpu = time.process_time() - cpu0
     print(f"trained: {trainer.updates_done} updates, {trainer.env_steps:,} env steps, "
-          f"{trainer.wall_s / 60:.1f} min training wall time ({cpu / 60:.1f} min CPU with evaluations)")
+          f"{trainer.wall_s / 60:.1f} min training wall time, {(cpu - eval_cpu[0]) / 60:.2f} min training CPU "
+          f"({cpu / 60:.2f} min CPU with the evaluations during training)")
 
     policy = load_policy(ckpt)
     test = QuadrupedWalk(TEST_EPISODES, **test_kwargs)
@@ -142,7 +147,8 @@ def main() -> None:
     if args.ship:
         shipped.parent.mkdir(parents=True, exist_ok=True)
         slim_checkpoint(ckpt, shipped, env_kwargs, {**m, "env_steps": float(trainer.env_steps),
-                                                     "train_minutes": trainer.wall_s / 60})
+                                                     "train_minutes": trainer.wall_s / 60,
+                                                     "train_cpu_minutes": (cpu - eval_cpu[0]) / 60})
         print(f"shipped policy: {shipped} ({shipped.stat().st_size / 1024:.0f} KiB)")
 
     import matplotlib
