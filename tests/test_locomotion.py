@@ -277,9 +277,9 @@ def test_go1_preset_builds_its_env():
     assert GO1_WALK_SHAC.config == QUADRUPED_WALK_SHAC.config
     env = GO1_WALK_SHAC.make_env(num_envs=2)
     assert env.robot_name == "go1" and env.privileged and env.gait_frequency == 3.0
-    assert GO1_WALK_SHAC.mismatches(env) == []
+    assert GO1_WALK_SHAC.mismatches(GO1_WALK_SHAC.make_env()) == []
     # The preset names its robot: an env on the shipped quadruped differs from it.
-    assert any(m.startswith("robot='quadruped'") for m in GO1_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env(num_envs=2)))
+    assert GO1_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == ["robot='quadruped' (preset: 'go1')"]
 
 
 def test_go1_shipped_policy_walks_forward():
@@ -290,6 +290,6 @@ def test_go1_shipped_policy_walks_forward():
     # Under the trot generator alone Go1 steps in place and drifts backwards
     # (about -0.17 m/s); the shipped policy walks forward and stays upright.
     assert m["upright"] == 1.0
-    assert 0.3 < m["forward_speed"] < 0.65, m["forward_speed"]
+    assert 0.35 < m["forward_speed"] < 0.65, m["forward_speed"]
     with pytest.raises(InputError, match="anymal"):
         QuadrupedWalk.pretrained(1, robot="anymal")
