@@ -13,9 +13,15 @@ forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
     python examples/quadruped_walk.py --ship           # also write the shipped policy file
     python examples/quadruped_walk.py --preset quadruped_walk_shac_dr --out outputs/examples/dr
                                                        # the same recipe under domain randomisation
+    python examples/quadruped_walk.py --preset go1_walk_shac --ship
+                                                       # Unitree Go1 (example-robot-data), 75 updates:
+                                                       # writes .../policies/go1_walk.pt
 
 The shipped policy is this run with the defaults (seed 0, 420 updates);
-training on one thread is deterministic, so ``--ship`` reproduces it.
+training on one thread is deterministic, so ``--ship`` reproduces it (and
+``--preset go1_walk_shac --ship`` Go1's, ``QuadrupedWalk.pretrained(robot="go1")``).
+``--robot go1`` trains any of the presets on Go1; ``--compile`` steps the
+training env through ``torch.compile`` (its compile time counts as training).
 
 Prints the forward speed under a 0.5 m/s command over 10-second test episodes
 and the fraction that stay upright. Writes to ``outputs/examples/``:
@@ -24,7 +30,7 @@ test episodes), the CSV log, the checkpoint, and a browser preview of the
 gait (``quadruped_walk.html``, with the ``viz`` extra). ``--ship`` writes
 the policy (weights, settings and env keywords only, read with
 ``weights_only=True``) to ``src/backdrive/data/policies/quadruped_walk.pt``,
-the file ``backdrive demo`` plays.
+the file ``backdrive demo`` plays (``go1_walk.pt`` for Go1).
 """
 
 from __future__ import annotations
