@@ -362,9 +362,10 @@ GO1_WALK_SHAC = dataclasses.replace(
     QUADRUPED_WALK_SHAC,
     name="go1_walk_shac",
     env_kwargs={**QUADRUPED_WALK_SHAC.env_kwargs, "robot": "go1"},
-    # 75 updates (38,400 env steps): the in-training evaluation (8 robots, 4 s,
-    # seed 123, every 25 updates) peaked there on the 420-update run; later
-    # checkpoints walked slower (docs/locomotion.md, Go1 results).
+    # 75 updates (38,400 env steps): seed 0's in-training evaluation (8 robots,
+    # 4 s, seed 123, every 25 updates) was closest to the command there among
+    # updates 25-100; the training oscillates (0.03-0.58 m/s between
+    # checkpoints) and seed 1 needs 175 (docs/locomotion.md, Go1 results).
     updates=75,
     summary="seed 0: 0.516 m/s at a 0.5 m/s command (mean per-episode error 0.016 m/s), 16/16 upright over 10 s, "
     "after 38,400 env steps (2.8 min of training CPU on the loaded machine; docs/locomotion.md)",
