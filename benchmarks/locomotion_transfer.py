@@ -1,6 +1,6 @@
-"""Sim-to-sim transfer: the shipped quadruped policy walking in MuJoCo.
+"""Sim-to-sim transfer: the shipped quadruped (or Go1) policy walking in MuJoCo.
 
-The policy ``QuadrupedWalk.pretrained()`` learnt in backdrive's contact
+The policy ``QuadrupedWalk.pretrained()`` (``--robot go1``: ``pretrained(robot="go1")``) learnt in backdrive's contact
 simulator is run, unchanged, in MuJoCo on the same URDF
 (``benchmarks/_mujoco_contact.py`` builds the model: the same 2 cm foot
 spheres, the only colliding geoms, on a plane at ``z = 0``):
@@ -44,6 +44,7 @@ half the standing height).
 
     python benchmarks/locomotion_transfer.py                  # 16 x 10 s
     python benchmarks/locomotion_transfer.py --sweep          # + friction, stiffness, kp off nominal
+    python benchmarks/locomotion_transfer.py --robot go1      # the shipped Go1 policy (GO1_WALK_SHAC)
     python benchmarks/locomotion_transfer.py --sweep --checkpoint outputs/dr/quadruped_walk.pt \
         --preset quadruped_walk_shac_dr                       # a policy trained with domain randomisation
 
@@ -81,8 +82,8 @@ def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005, *, fr
     """The MuJoCo model of ``env``'s robot with its servos and effort limits.
 
     Args:
-        env: a :class:`QuadrupedWalk` on the shipped quadruped (its ``kp``,
-            ``kd``, nominal friction and effort limits are used).
+        env: a :class:`QuadrupedWalk` on the shipped quadruped or Go1 (its
+            robot, ``kp``, ``kd``, nominal friction and effort limits are used).
         contact: ``"matched"`` (backdrive's penalty law) or ``"native"``
             (MuJoCo's default soft contact, pyramidal cone).
         dt: MuJoCo's time step, s; ``env.dt`` must be a multiple of it.
@@ -101,10 +102,10 @@ def build(env: QuadrupedWalk, contact: str = "matched", dt: float = 0.005, *, fr
     mu = float(p.friction) if friction is None else float(friction)
     common = {"dt": dt, "kp": env.kp * motor_strength, "kd": env.kd, "friction": mu, "integrator": "implicitfast"}
     if contact == "matched":
-        model = mc.build_model("quadruped", stiffness=float(p.stiffness) * stiffness_scale, damping=float(p.damping),
+        model = mc.build_model(env.robot_name, stiffness=float(p.stiffness) * stiffness_scale, damping=float(p.damping),
                                scheme="implicit", stiction_width=float(p.stiction_width), **common)
     else:
-        model = mc.build_model("quadruped", native=True, cone="pyramidal", **common)
+        model = mc.build_model(env.robot_name, native=True, cone="pyramidal", **common)
     perm = mc.joint_permutation(model, env.robot.joint_names)
     limit = np.empty(12)
     limit[perm] = env.robot.effort_limit.double().numpy()
@@ -145,6 +146,15 @@ def build_hidden(env: QuadrupedWalk, truth: dict, dt: float = 0.005):
     return model, perm
 
 
+def env_order(env: QuadrupedWalk, perm: np.ndarray) -> np.ndarray:
+    """MuJoCo joint indices in the env's joint order (legs FL, FR, RL, RR, each
+    hip, thigh, calf): ``mujoco_values[env_order(env, perm)]`` is in the order
+    of the policy's observation and action. ``perm`` (from :func:`build`)
+    gives the robot's own joint order, which is the env's for the shipped
+    quadruped but not for Go1 (its URDF lists the legs FR, FL, RR, RL)."""
+    return np.asarray(perm)[env.joint_index.cpu().numpy()]
+
+
 def to_mujoco(q: np.ndarray, v: np.ndarray, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Backdrive ``(q (..., 19), v (..., 18))`` as MuJoCo ``(qpos, qvel)``:
     joints put in MuJoCo's order, the base linear velocity into the world frame."""
@@ -165,7 +175,8 @@ def mujoco_observation(qpos: np.ndarray, qvel: np.ndarray, perm: np.ndarray, q_s
             quaternion, joints in MuJoCo's order). qvel: ``(..., 18)``
             (world-frame base linear velocity, base-frame angular velocity,
             joint rates).
-        perm: from :func:`build`. q_stand: ``(12,)`` standing pose, rad.
+        perm: MuJoCo's joint indices in the env's joint order
+            (:func:`env_order`). q_stand: ``(12,)`` standing pose, rad (env order).
         last_action: ``(..., 12)``. command: ``(..., 3)``. phase: ``(..., 1)`` rad.
         privileged: append the base-frame linear velocity and the base height.
     """
@@ -203,6 +214,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         model, perm = model
         if abs(model.opt.timestep - dt) > 1e-12:
             raise ValueError(f"the model's time step {model.opt.timestep} is not dt {dt}")
+    eperm = env_order(env, perm)  # the policy's joint order (perm: the robot's, for the state)
     substeps = int(round(env.dt / dt))
     if abs(substeps * dt - env.dt) > 1e-9:
         raise ValueError(f"env.dt {env.dt} is not a multiple of dt {dt}")
@@ -229,7 +241,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
     for _ in range(steps):
         qpos = np.stack([d.qpos for d in datas])
         qvel = np.stack([d.qvel for d in datas])
-        obs = mujoco_observation(qpos, qvel, perm, q_stand, last, cmd, phase, env.privileged)
+        obs = mujoco_observation(qpos, qvel, eperm, q_stand, last, cmd, phase, env.privileged)
         action = policy(torch.as_tensor(obs, dtype=env.dtype)).clamp(-1.0, 1.0)
         target = (env.q_stand + env.action_scale * action
                   + env.gait_offsets(torch.as_tensor(phase, dtype=env.dtype))).double().numpy()
@@ -237,7 +249,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
             if not alive[i]:
                 continue
             for k in range(substeps):
-                d.ctrl[perm] = previous[i] if k < delay else target[i]
+                d.ctrl[eperm] = previous[i] if k < delay else target[i]
                 mujoco.mj_step(model, d)
         previous = target
         last = action.double().numpy()
@@ -275,12 +287,14 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true",
                     help="also MuJoCo with friction, contact stiffness and servo kp off nominal")
     ap.add_argument("--out", default="outputs/benchmarks/locomotion_transfer.json")
+    ap.add_argument("--robot", default="quadruped", choices=["quadruped", "go1"],
+                    help="the shipped policy of this robot (QuadrupedWalk.pretrained(robot=...))")
     ap.add_argument("--checkpoint", default=None, help="a train_policy checkpoint (default: the shipped policy)")
     ap.add_argument("--preset", default="quadruped_walk_shac", help="with --checkpoint: the env it was trained in")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.checkpoint is None:
-        env, policy = QuadrupedWalk.pretrained(args.episodes)
+        env, policy = QuadrupedWalk.pretrained(args.episodes, robot=args.robot)
     else:
         from backdrive.optim import load_policy
         from backdrive.optim._policy.presets import get_preset

@@ -13,9 +13,15 @@ forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
     python examples/quadruped_walk.py --ship           # also write the shipped policy file
     python examples/quadruped_walk.py --preset quadruped_walk_shac_dr --out outputs/examples/dr
                                                        # the same recipe under domain randomisation
+    python examples/quadruped_walk.py --preset go1_walk_shac --ship
+                                                       # Unitree Go1 (example-robot-data), 75 updates:
+                                                       # writes .../policies/go1_walk.pt
 
 The shipped policy is this run with the defaults (seed 0, 420 updates);
-training on one thread is deterministic, so ``--ship`` reproduces it.
+training on one thread is deterministic, so ``--ship`` reproduces it (and
+``--preset go1_walk_shac --ship`` Go1's, ``QuadrupedWalk.pretrained(robot="go1")``).
+``--robot go1`` trains any of the presets on Go1; ``--compile`` steps the
+training env through ``torch.compile`` (its compile time counts as training).
 
 Prints the forward speed under a 0.5 m/s command over 10-second test episodes
 and the fraction that stay upright. Writes to ``outputs/examples/``:
@@ -24,7 +30,7 @@ test episodes), the CSV log, the checkpoint, and a browser preview of the
 gait (``quadruped_walk.html``, with the ``viz`` extra). ``--ship`` writes
 the policy (weights, settings and env keywords only, read with
 ``weights_only=True``) to ``src/backdrive/data/policies/quadruped_walk.pt``,
-the file ``backdrive demo`` plays.
+the file ``backdrive demo`` plays (``go1_walk.pt`` for Go1).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from backdrive.optim import QUADRUPED_WALK_SHAC, load_policy, train_policy
 from backdrive.optim._policy.presets import PRESETS
 from backdrive.optim._policy.checkpoints import read_checkpoint, write_checkpoint
 
-SHIPPED = Path(__file__).resolve().parents[1] / "src" / "backdrive" / "data" / "policies" / "quadruped_walk.pt"
+DATA = Path(__file__).resolve().parents[1] / "src" / "backdrive" / "data"
 COMMAND = (0.5, 0.0, 0.0)
 TEST_EPISODES, TEST_SEED = 16, 999
 
@@ -58,18 +64,26 @@ def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default=QUADRUPED_WALK_SHAC.name,
-                        choices=[k for k in PRESETS if k.startswith("quadruped_walk")],
+                        choices=[k for k, p in PRESETS.items() if p.env_type is QuadrupedWalk],
                         help="the training settings (evaluation always runs the nominal physics)")
     parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
     parser.add_argument("--minutes", type=float, default=None,
                         help="also stop training after this wall time (the shipped policy: the preset's updates)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--robot", default=None, choices=["quadruped", "go1"],
+                        help="train this robot instead of the preset's")
+    parser.add_argument("--compile", action="store_true",
+                        help="step the training env's physics through torch.compile (inductor)")
     parser.add_argument("--out", type=Path, default=Path("outputs/examples"))
-    parser.add_argument("--ship", action="store_true", help=f"write the shipped policy to {SHIPPED}")
+    parser.add_argument("--ship", action="store_true",
+                        help=f"write the shipped policy of the robot to {DATA / 'policies'} "
+                        "(quadruped_walk.pt, go1_walk.pt)")
     args = parser.parse_args()
     preset = PRESETS[args.preset]
     if args.updates is None:
         args.updates = preset.updates
+    robot = args.robot or preset.env_kwargs.get("robot") or "quadruped"
+    shipped = DATA / QuadrupedWalk.SHIPPED_POLICIES[robot]
     if args.ship and preset.env_kwargs.get("randomization") is not None:
         parser.error("--ship writes the env keywords into the policy file; ship a preset without randomization")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -79,6 +93,8 @@ def main() -> None:
     log.unlink(missing_ok=True)
     ckpt = args.out / "quadruped_walk.pt"
     env_kwargs = dict(preset.env_kwargs)
+    if args.robot is not None:
+        env_kwargs["robot"] = args.robot
     # Evaluations and the test run the nominal physics (no randomisation), as for the nominal preset.
     test_kwargs = {k: v for k, v in env_kwargs.items() if k not in ("num_envs", "randomization")}
     eval_env = QuadrupedWalk(8, **test_kwargs)
@@ -87,13 +103,17 @@ def main() -> None:
 
     per_update = preset.env_steps // preset.updates
 
+    eval_cpu = [0.0]
+
     def eval_fn(policy) -> float:
         # Called after an update and before its log row reaches the callback.
+        c0 = time.process_time()
         steps = trainer_steps[0] + per_update
         m = eval_env.evaluate(policy, COMMAND, seconds=4.0, seed=123, settle=1.0)
         curve.append((steps, time.perf_counter() - start, m["forward_speed"], m["upright"]))
         print(f"  eval after {steps:,} steps: forward speed {m['forward_speed']:.3f} m/s, "
               f"upright {m['upright']:.2f}", flush=True)
+        eval_cpu[0] += time.process_time() - c0
         return float(m["rewards"].sum(0).mean())
 
     trainer_steps = [0]
@@ -104,7 +124,7 @@ def main() -> None:
 
     cpu0 = time.process_time()
     trainer = train_policy(
-        preset.make_env(),
+        preset.make_env(**env_kwargs, **({"compile": True} if args.compile else {})),
         preset=preset,
         updates=args.updates,
         seed=args.seed,
@@ -121,7 +141,8 @@ def main() -> None:
         return  # under torchrun the test episodes, plots and files are rank 0's
     cpu = time.process_time() - cpu0
     print(f"trained: {trainer.updates_done} updates, {trainer.env_steps:,} env steps, "
-          f"{trainer.wall_s / 60:.1f} min training wall time ({cpu / 60:.1f} min CPU with evaluations)")
+          f"{trainer.wall_s / 60:.1f} min training wall time, {(cpu - eval_cpu[0]) / 60:.2f} min training CPU "
+          f"({cpu / 60:.2f} min CPU with the evaluations during training)")
 
     policy = load_policy(ckpt)
     test = QuadrupedWalk(TEST_EPISODES, **test_kwargs)
@@ -130,10 +151,11 @@ def main() -> None:
           f"{m['forward_speed']:.3f} m/s (mean |error| per episode {m['speed_error']:.3f} m/s), walked "
           f"{m['distance']:.2f} m, upright {m['upright'] * 100:.0f}%")
     if args.ship:
-        SHIPPED.parent.mkdir(parents=True, exist_ok=True)
-        slim_checkpoint(ckpt, SHIPPED, env_kwargs, {**m, "env_steps": float(trainer.env_steps),
-                                                     "train_minutes": trainer.wall_s / 60})
-        print(f"shipped policy: {SHIPPED} ({SHIPPED.stat().st_size / 1024:.0f} KiB)")
+        shipped.parent.mkdir(parents=True, exist_ok=True)
+        slim_checkpoint(ckpt, shipped, env_kwargs, {**m, "env_steps": float(trainer.env_steps),
+                                                     "train_minutes": trainer.wall_s / 60,
+                                                     "train_cpu_minutes": (cpu - eval_cpu[0]) / 60})
+        print(f"shipped policy: {shipped} ({shipped.stat().st_size / 1024:.0f} KiB)")
 
     import matplotlib
 

@@ -266,3 +266,30 @@ def test_base_mass_groups_gradient_matches_finite_differences_float64():
         with torch.no_grad():
             fd = (loss(a0 + d) - loss(a0 - d)) / (2 * eps)
         assert abs(float(fd)) > 1e-4 and float(g[i, j]) == pytest.approx(float(fd), rel=1e-4, abs=1e-7)
+
+
+def test_go1_preset_builds_its_env():
+    from backdrive.optim import GO1_WALK_SHAC, QUADRUPED_WALK_SHAC
+    from backdrive.optim._policy.presets import get_preset
+
+    _go1()
+    assert get_preset("go1_walk_shac") is GO1_WALK_SHAC
+    assert GO1_WALK_SHAC.config == QUADRUPED_WALK_SHAC.config
+    env = GO1_WALK_SHAC.make_env(num_envs=2)
+    assert env.robot_name == "go1" and env.privileged and env.gait_frequency == 3.0
+    assert GO1_WALK_SHAC.mismatches(GO1_WALK_SHAC.make_env()) == []
+    # The preset names its robot: an env on the shipped quadruped differs from it.
+    assert GO1_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == ["robot='quadruped' (preset: 'go1')"]
+
+
+def test_go1_shipped_policy_walks_forward():
+    _go1()
+    env, policy = QuadrupedWalk.pretrained(2, robot="go1")
+    assert env.robot_name == "go1" and env.privileged and env.obs_dim == 51
+    m = env.evaluate(policy, (0.5, 0.0, 0.0), seconds=2.0, seed=5, settle=0.5)
+    # Under the trot generator alone Go1 steps in place and drifts backwards
+    # (about -0.17 m/s); the shipped policy walks forward and stays upright.
+    assert m["upright"] == 1.0
+    assert 0.35 < m["forward_speed"] < 0.65, m["forward_speed"]
+    with pytest.raises(InputError, match="anymal"):
+        QuadrupedWalk.pretrained(1, robot="anymal")

@@ -39,23 +39,24 @@ def _random_state(env: QuadrupedWalk, seed: int = 0) -> torch.Tensor:
     return state
 
 
-@pytest.mark.parametrize("contact", ["matched", "native"])
-def test_observation_from_mujoco_state_equals_env_observation(contact):
-    env = QuadrupedWalk(4, privileged=True, gait_frequency=3.0, gait_amplitude=0.15, dtype=torch.float64)
+@pytest.mark.parametrize("robot,contact", [("quadruped", "matched"), ("quadruped", "native"), ("go1", "matched")])
+def test_observation_from_mujoco_state_equals_env_observation(robot, contact):
+    # Go1's URDF lists its legs FR, FL, RR, RL: the observation must follow the env's FL, FR, RL, RR.
+    env = QuadrupedWalk(4, robot=robot, privileged=True, gait_frequency=3.0, gait_amplitude=0.15, dtype=torch.float64)
     model, perm = lt.build(env, contact)
     state = _random_state(env)
     p = {k: t.numpy() for k, t in env.split(state).items()}
     qpos, qvel = lt.to_mujoco(p["q"], p["v"], perm)
     expected = env.observe(state).numpy()
     feet = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, f"{f}_sphere") for f in env.feet]
-    trunk = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "trunk")
+    trunk = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, lt.mc.ROBOTS[robot].root_link)
     _, foot_p = frame_transforms(env.robot, state[:, :19], env.feet)
     vel6 = np.zeros(6)
     for i in range(len(state)):
         d = mujoco.MjData(model)
         d.qpos[:], d.qvel[:] = qpos[i], qvel[i]
         mujoco.mj_forward(model, d)
-        obs = lt.mujoco_observation(d.qpos, d.qvel, perm, env.q_stand.numpy(), p["last_action"][i],
+        obs = lt.mujoco_observation(d.qpos, d.qvel, lt.env_order(env, perm), env.q_stand.numpy(), p["last_action"][i],
                                     p["command"][i], p["phase"][i], privileged=True)
         assert obs.shape == (51,)
         np.testing.assert_allclose(obs, expected[i], atol=1e-5, rtol=0)

@@ -87,14 +87,15 @@ def gravity_in_base(state: torch.Tensor) -> torch.Tensor:
     return quat_apply(quat_conjugate(quat), down)
 
 
-def load_shipped(cls, num_envs: int, overrides: dict):
-    """``(env, policy)`` from the policy file ``cls.SHIPPED_POLICY`` in
-    ``backdrive.data``, the env built with the checkpoint's keywords and ``overrides``."""
+def load_shipped(cls, num_envs: int, overrides: dict, policy_file: str | None = None):
+    """``(env, policy)`` from the policy file ``policy_file`` (default
+    ``cls.SHIPPED_POLICY``) in ``backdrive.data``, the env built with the
+    checkpoint's keywords and ``overrides``."""
     from importlib.resources import as_file, files
 
     from ..optim._policy.checkpoints import load_policy, read_checkpoint
 
-    with as_file(files("backdrive.data").joinpath(cls.SHIPPED_POLICY)) as path:
+    with as_file(files("backdrive.data").joinpath(policy_file or cls.SHIPPED_POLICY)) as path:
         ckpt = read_checkpoint(path)
         policy = load_policy(path)
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ckpt.get("env_kwargs", {}).items()}
@@ -664,24 +665,34 @@ class QuadrupedWalk(DiffEnv):
     # ------------------------------------------------------ shipped policy
     #: The policy file ``backdrive demo`` plays (``examples/quadruped_walk.py --ship`` writes it).
     SHIPPED_POLICY = "policies/quadruped_walk.pt"
+    #: The shipped policy file of each named robot (``examples/quadruped_walk.py --ship`` writes them).
+    SHIPPED_POLICIES = {"quadruped": SHIPPED_POLICY, "go1": "policies/go1_walk.pt"}
 
     @classmethod
-    def pretrained(cls, num_envs: int = 1, **overrides):
-        """The shipped walking policy and an env built as it was trained.
+    def pretrained(cls, num_envs: int = 1, robot: str = "quadruped", **overrides):
+        """The shipped walking policy of ``robot`` and an env built as it was trained.
 
         The file (in ``backdrive/data/policies``) holds the policy's weights,
         its training settings and the env keywords, read with
         ``torch.load(weights_only=True)``; ``examples/quadruped_walk.py
-        --ship`` reproduces it.
+        --ship`` (``--preset go1_walk_shac --ship`` for Go1) reproduces it.
 
         Args:
             num_envs: copies of the env.
+            robot: ``"quadruped"`` (the shipped robot, ``QUADRUPED_WALK_SHAC``)
+                or ``"go1"`` (example-robot-data's Unitree Go1, ``GO1_WALK_SHAC``).
             **overrides: env keywords to change (e.g. ``dtype``, ``randomization``).
 
         Returns:
             ``(env, policy)``; ``policy(obs)`` gives the actions.
+
+        Raises:
+            InputError: ``robot`` has no shipped policy.
         """
-        return load_shipped(cls, num_envs, overrides)
+        if not isinstance(robot, str) or robot not in cls.SHIPPED_POLICIES:
+            raise InputError(f"no shipped policy for robot {robot!r}; valid: "
+                             f"{', '.join(map(repr, cls.SHIPPED_POLICIES))}")
+        return load_shipped(cls, num_envs, overrides, cls.SHIPPED_POLICIES[robot])
 
     # ---------------------------------------------------------- evaluation
     @torch.no_grad()
