@@ -452,7 +452,7 @@ def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
     Jy = (Jd * Y).sum(0)  # (3, np, N)
     M = dense_mass_matrix_fast(robot, topo, K)  # (N, nv, nv), coordinate order
     Yc = Y if topo.dof_inv is None else Y.index_select(0, topo.dof_inv)
-    Yb = Yc.reshape(nv, 3 * npnt, N).permute(2, 0, 1)  # (N, nv, 3 np)
+    Yb = Yc.reshape(nv, 3 * npnt, N).permute(2, 0, 1).contiguous()  # (N, nv, 3 np); contiguous for bmm's backward
     yMy = (Yb * torch.bmm(M, Yb)).sum(1).view(N, 3, npnt)
     inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
     C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
@@ -474,6 +474,11 @@ def _field(name: str, parts, force, robot, topo, P):
         return _wrenches(P, Rp, pp, pt, force, robot.num_bodies)
     return _jacobian(topo, Jd)
 
+
+import time as _time
+_T = {}
+def _tick(k, t0):
+    t = _time.process_time(); _T[k] = _T.get(k, 0) + t - t0; return t
 
 class _ImplicitStepFast(torch.autograd.Function):
     """The fast implicit step with its backward by the implicit function theorem.
@@ -517,14 +522,17 @@ class _ImplicitStepFast(torch.autograd.Function):
         nv, npnt = robot.nv, contact.geometry.num_points
         gat = at.new_zeros(nv, N) if ga is None else _to_internal(topo, ga.expand(*B, nv).reshape(N, nv))
         gq = gv = None
+        t0 = _time.process_time()
         if nq_ or nv_ or gf:
             Y = torch.stack([FM.solve_fast(Jd[:, k, p]) for k in range(3) for p in range(npnt)], 1)
             Y = Y.view(nv, 3, npnt, N)
+            t0 = _tick('Y', t0)
             with torch.enable_grad():
                 qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
                 vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
                 al = at.detach().requires_grad_(bool(gf))
                 K, Jc, force, parts = _recompute(contact, robot, topo, P, qf, vf, al, Y, dt, B, N)
+                t0 = _tick('recompute', t0)
                 leaves = [x for x in (qf, vf) if x.requires_grad]
                 acc = [None, None]
                 if gf:
@@ -535,18 +543,22 @@ class _ImplicitStepFast(torch.autograd.Function):
                         gat = gat + got[0]
                     acc = _put(acc, leaves, got[1:], qf, vf)
                 lam = FA.solve_fast(gat)
+                t0 = _tick('lam', t0)
                 if leaves:
                     s2 = (_point_velocity(P, Jc, lam) * force).sum()
                     acc = _add(acc, _put([None, None], leaves, torch.autograd.grad(s2, leaves, allow_unused=True), qf, vf))
+                    t0 = _tick('autograd', t0)
                     lam_c = _from_internal(topo, lam)
                     gq_r, gv_r = rnea_vjp_fast(robot, qf.detach(), vf.detach(), _from_internal(topo, at), g, -lam_c,
                                                (K.R.detach(), K.p.detach(), K.Sl.detach(), K.Sa.detach(), None))
                     acc = _add(acc, [gq_r if nq_ else None, gv_r if nv_ else None])
+                    t0 = _tick('rnea_vjp', t0)
                     if nv_:
                         vl = vf.detach().requires_grad_(True)
                         (gj,) = torch.autograd.grad(joint_forces(robot, vl), vl, lam_c)
                         acc = _add(acc, [None, gj])
             gq, gv = acc
+            t0 = _tick('jf', t0)
         else:
             lam = FA.solve_fast(gat)
         lam_c = _from_internal(topo, lam)
