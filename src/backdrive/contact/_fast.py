@@ -415,7 +415,7 @@ def implicit_acceleration_fast(contact, robot, q, v, tau, dt, gravity=None, extr
 # ------------------------------------------------------------------ the backward
 
 
-def reference_only(contact, robot: RobotModel, gravity, extra_damping) -> bool:
+def reference_only(contact, robot: RobotModel, gravity) -> bool:
     """Whether a gradient must take the reference path: a parameter of the
     robot, the contact law, the geometry or the terrain, or gravity, requires
     grad (the fast path's backward differentiates ``q``, ``v``, ``tau`` and

@@ -406,13 +406,14 @@ class ContactModel:
             self._check(robot)
             from . import _fast
 
-            if choose("contact_step", _batch_size(q, v, tau), _fast.fast_eligible(self, robot)):
-                if untracked():
+            n, ok = _batch_size(q, v, tau), _fast.fast_eligible(self, robot)
+            if untracked():
+                if choose("contact_step", n, ok):
                     return _fast.implicit_acceleration_fast(self, robot, q, v, tau, dt, gravity, extra_damping)
+            elif choose("contact_step_grad", n, ok) and not _fast.reference_only(self, robot, gravity):
                 # Recording: the fast step as one autograd node with its
                 # backward by the implicit function theorem (_fast.py).
-                if not _fast.reference_only(self, robot, gravity, extra_damping):
-                    return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
+                return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
         kin = self._shared_kinematics(robot, q, v, tau)
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity, _kin=kin)
         A = terms._M + dt * terms.matrix
