@@ -475,11 +475,6 @@ def _field(name: str, parts, force, robot, topo, P):
     return _jacobian(topo, Jd)
 
 
-import time as _time
-_T = {}
-def _tick(k, t0):
-    t = _time.process_time(); _T[k] = _T.get(k, 0) + t - t0; return t
-
 class _ImplicitStepFast(torch.autograd.Function):
     """The fast implicit step with its backward by the implicit function theorem.
 
@@ -522,17 +517,14 @@ class _ImplicitStepFast(torch.autograd.Function):
         nv, npnt = robot.nv, contact.geometry.num_points
         gat = at.new_zeros(nv, N) if ga is None else _to_internal(topo, ga.expand(*B, nv).reshape(N, nv))
         gq = gv = None
-        t0 = _time.process_time()
         if nq_ or nv_ or gf:
             Y = torch.stack([FM.solve_fast(Jd[:, k, p]) for k in range(3) for p in range(npnt)], 1)
             Y = Y.view(nv, 3, npnt, N)
-            t0 = _tick('Y', t0)
             with torch.enable_grad():
                 qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
                 vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
                 al = at.detach().requires_grad_(bool(gf))
                 K, Jc, force, parts = _recompute(contact, robot, topo, P, qf, vf, al, Y, dt, B, N)
-                t0 = _tick('recompute', t0)
                 leaves = [x for x in (qf, vf) if x.requires_grad]
                 acc = [None, None]
                 if gf:
@@ -543,22 +535,18 @@ class _ImplicitStepFast(torch.autograd.Function):
                         gat = gat + got[0]
                     acc = _put(acc, leaves, got[1:], qf, vf)
                 lam = FA.solve_fast(gat)
-                t0 = _tick('lam', t0)
                 if leaves:
                     s2 = (_point_velocity(P, Jc, lam) * force).sum()
                     acc = _add(acc, _put([None, None], leaves, torch.autograd.grad(s2, leaves, allow_unused=True), qf, vf))
-                    t0 = _tick('autograd', t0)
                     lam_c = _from_internal(topo, lam)
                     gq_r, gv_r = rnea_vjp_fast(robot, qf.detach(), vf.detach(), _from_internal(topo, at), g, -lam_c,
                                                (K.R.detach(), K.p.detach(), K.Sl.detach(), K.Sa.detach(), None))
                     acc = _add(acc, [gq_r if nq_ else None, gv_r if nv_ else None])
-                    t0 = _tick('rnea_vjp', t0)
                     if nv_:
                         vl = vf.detach().requires_grad_(True)
                         (gj,) = torch.autograd.grad(joint_forces(robot, vl), vl, lam_c)
                         acc = _add(acc, [None, gj])
             gq, gv = acc
-            t0 = _tick('jf', t0)
         else:
             lam = FA.solve_fast(gat)
         lam_c = _from_internal(topo, lam)
