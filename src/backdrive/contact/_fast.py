@@ -1,10 +1,14 @@
-"""The implicit contact step on the dynamics' fast path: batch last, no autograd.
+"""The implicit contact step on the dynamics' fast path: batch last, one autograd node.
 
 :meth:`ContactModel.acceleration` (``scheme="implicit"``) takes this path
-when nothing records the operations (no gradient), the robot has moving
-joints and no mimic joints, there are no self-collision pairs, and the batch
-is large enough (``kinematics._paths.choose("contact_step", ...)``; the
-``use_path`` switch forces either path). It computes the same step as the
+when the robot has moving joints and no mimic joints, there are no
+self-collision pairs, and the batch is large enough:
+``kinematics._paths.choose("contact_step", ...)`` without a gradient,
+``choose("contact_step_grad", ...)`` when autograd records (then the step is
+one node, :class:`_ImplicitStepFast`, whose backward is written out below,
+unless a parameter of the robot, the contact model or gravity requires grad:
+those take the reference path). The ``use_path`` switch forces either path.
+It computes the same step as the
 reference path of ``_model.py``, which the tests hold it against, with four
 differences in how, none in what:
 
