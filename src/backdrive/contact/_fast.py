@@ -1,10 +1,14 @@
-"""The implicit contact step on the dynamics' fast path: batch last, no autograd.
+"""The implicit contact step on the dynamics' fast path: batch last, one autograd node.
 
 :meth:`ContactModel.acceleration` (``scheme="implicit"``) takes this path
-when nothing records the operations (no gradient), the robot has moving
-joints and no mimic joints, there are no self-collision pairs, and the batch
-is large enough (``kinematics._paths.choose("contact_step", ...)``; the
-``use_path`` switch forces either path). It computes the same step as the
+when the robot has moving joints and no mimic joints, there are no
+self-collision pairs, and the batch is large enough:
+``kinematics._paths.choose("contact_step", ...)`` without a gradient,
+``choose("contact_step_grad", ...)`` when autograd records (then the step is
+one node, :class:`_ImplicitStepFast`, whose backward is written out below,
+unless a parameter of the robot, the contact model or gravity requires grad:
+those take the reference path). The ``use_path`` switch forces either path.
+It computes the same step as the
 reference path of ``_model.py``, which the tests hold it against, with four
 differences in how, none in what:
 
@@ -36,6 +40,8 @@ from typing import NamedTuple
 import torch
 
 from ..dynamics._fast import (
+    dense_mass_matrix_fast,
+    rnea_vjp_fast,
     LTDLFactor,
     _from_internal,
     _sparsity,
@@ -51,7 +57,7 @@ from ..kinematics._kernels import cross, rot, rot_t
 from ..kinematics._schedule import tree_schedule
 from ..model import RobotModel
 
-__all__ = ["fast_eligible", "implicit_acceleration_fast"]
+__all__ = ["fast_eligible", "implicit_acceleration_fast", "implicit_acceleration_recorded", "reference_only"]
 
 
 class _Plan(NamedTuple):
@@ -170,173 +176,428 @@ def _flat(t: torch.Tensor, batch: torch.Size, N: int) -> torch.Tensor:
     return t.expand(*batch, t.shape[-1]).reshape(N, t.shape[-1])
 
 
+# ------------------------------------------------------------------ the step's pieces
+#
+# Each piece runs both without autograd (the forward, in place where that
+# saves a copy) and under autograd (``record=True``: the backward's
+# recomputation of the contact terms, see _ImplicitStepFast).
+
+
+def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int, record: bool):
+    """Contact points and the Jacobian columns of their supporting coordinates.
+
+    Returns ``Rp (3, 3, np, N)``, ``pp (3, np, N)`` (the points' body poses),
+    ``phi (N, np)``, ``n (N, np, 3)``, ``point (N, np, 3)``, ``pt`` (the same,
+    ``(3, np, N)``), ``Jc (ns, 3, np, N)`` (column-major: a column is one
+    contiguous block) and the base rotation ``R0`` (``None`` for a fixed base).
+    """
+    geo = contact.geometry
+    npnt = geo.num_points
+    Rp = R.index_select(2, P.body_pos)
+    pp = p.index_select(1, P.body_pos)
+    centre = rot(Rp, P.local).add_(pp)
+    dist, n = contact.terrain.query(centre.permute(2, 1, 0))  # (N, np), (N, np, 3)
+    radius = geo.point_radius
+    phi = radius - dist
+    point = centre.permute(2, 1, 0) - radius[:, None] * n  # (N, np, 3)
+    pt = point.permute(2, 1, 0)  # (3, np, N)
+    nsj = P.ns - (6 if fb else 0)
+    R0 = R[:, :, 0] if fb else None  # (3, 3, N)
+    if nsj:
+        Sl_ = Sl.index_select(1, P.joints).view(3, npnt, nsj, N).permute(2, 0, 1, 3)
+        Sa_ = Sa.index_select(1, P.joints).view(3, npnt, nsj, N).permute(2, 0, 1, 3)
+    if record:
+        cols = []
+        if fb:
+            R0c = R0.transpose(0, 1)[:, :, None]  # column i: R0 e_i at every point
+            cols += [R0c.expand(3, 3, npnt, N), cross(R0c, (pt - p[:, 0:1])[None], dim=1)]
+        if nsj:
+            Jj = cross(Sa_, pt[None], dim=1) + Sl_
+            cols.append(Jj if P.jmask is None else Jj * P.jmask)
+        return Rp, pp, phi, n, point, pt, torch.cat(cols, 0), R0
+    Jc = pt.new_empty(P.ns, 3, npnt, N)
+    if fb:
+        r = pt - p[:, 0:1]  # (3, np, N)
+        Jc[:3].copy_(R0.transpose(0, 1)[:, :, None])
+        Jc[3:6].copy_(cross(R0.transpose(0, 1)[:, :, None], r[None], dim=1))  # R0 e_i x r
+    if nsj:
+        Jj = torch.add(cross(Sa_, pt[None], dim=1), Sl_, out=Jc[P.ns - nsj :])
+        if P.jmask is not None:
+            Jj.mul_(P.jmask)
+    return Rp, pp, phi, n, point, pt, Jc, R0
+
+
+def _gather(P: _Plan, x: torch.Tensor, npnt: int) -> torch.Tensor:
+    """``(nv, N)`` internal order -> ``(ns, 1, np, N)`` at each point's columns."""
+    N = x.shape[-1]
+    xs = torch.cat([x, x.new_zeros(1, N)], 0).index_select(0, P.sup_flat)
+    return xs.view(P.ns, 1, npnt, N)
+
+
+def _point_velocity(P: _Plan, Jc: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``J x`` at every point, ``(N, np, 3)``, for ``x (nv, N)`` internal order."""
+    return (Jc * _gather(P, x, Jc.shape[2])).sum(0).permute(2, 1, 0)
+
+
+def _law(contact, batch, N: int, phi, n, v_c, dt):
+    """The force law at the points: ``v_n, v_t, law, f_n, f_t, c_n, k_n, s``."""
+    from ._law import contact_law, per_point
+
+    v_n = (v_c * n).sum(-1)
+    v_t = v_c - v_n[..., None] * n
+    p = contact._p
+    shape = contact.geometry.point_shape
+    law = {
+        k: _flat(per_point(p[k], shape), batch, N)
+        for k in ("stiffness", "damping", "friction", "normal_width", "stiction_width")
+    }
+    f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], dt=dt, **law)
+    return v_n, v_t, law, f_n, f_t, c_n, k_n, s
+
+
+def _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt):
+    """Per-point damping ``C`` and stiffness ``K`` (3x3, world), as
+    :func:`~backdrive.contact._model.row_matrices` on the reference path,
+    from the effective mass ``inv_mass (N, np)``; also ``mu`` and ``mu f_n+ / s``."""
+    mu = torch.broadcast_to(law["friction"], f_n.shape)
+    fn_plus = torch.clamp_min(f_n, 0.0)
+    nnT = n[..., :, None] * n[..., None, :]
+    eye = torch.eye(3, dtype=n.dtype, device=n.device)
+    vstar = dt * mu * fn_plus * inv_mass
+    vt2 = (v_t * v_t).sum(-1)
+    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
+    mu_fn_s = law["friction"] * fn_plus / s
+    fric = mu_fn_s[..., None, None] * (eye - nnT - (gamma / (s * s))[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
+    return c_n[..., None, None] * nnT + fric, k_n[..., None, None] * nnT, mu, mu_fn_s
+
+
+def _prediction(C, Kst, v_c, vt, R0, dt):
+    """The forces' predicted change beyond ``CK J dt a``: ``K dt (J v + b) + C b``
+    with ``b`` the base frame's turn (``_model.py``, ``implicit_terms``)."""
+    if R0 is not None:
+        b = dt * rot(R0, cross(vt[3:6], vt[:3])).T[:, None, :]  # (N, 1, 3), the same at every point
+        return (C @ b[..., None])[..., 0] + (Kst @ (dt * (v_c + b))[..., None])[..., 0]
+    return (Kst @ (dt * v_c)[..., None])[..., 0]
+
+
+def _wrenches(P: _Plan, Rp, pp, pt, force, nb: int) -> torch.Tensor:
+    """Body wrenches ``(N, nb, 6)`` (body frame at the origin) of the point forces ``(N, np, 3)``."""
+    fbl = force.permute(2, 1, 0)
+    w = torch.cat([rot_t(Rp, fbl), rot_t(Rp, cross(pt - pp, fbl))], 0)  # (6, np, N)
+    return w.new_zeros(6, nb, w.shape[-1]).index_add(1, P.body_pos, w).index_select(1, P.inv_order).permute(2, 1, 0)
+
+
+def _dense_rows(P: _Plan, Jc: torch.Tensor, nv: int) -> torch.Tensor:
+    """The dense Jacobian ``(nv, 3, np, N)`` (internal coordinate order) of the columns ``Jc``."""
+    _, _, npnt, N = Jc.shape
+    Jd = Jc.new_zeros((nv + 1) * 3 * npnt, N).index_copy(0, P.dense_index, Jc.reshape(-1, N))
+    return Jd.view(nv + 1, 3, npnt, N)[:nv]
+
+
+def _jacobian(topo, Jd: torch.Tensor) -> torch.Tensor:
+    """``(nv, 3, np, N)`` internal -> the result's ``(N, np, 3, nv)`` (coordinate order)."""
+    if topo.dof_inv is not None:
+        Jd = Jd.index_select(0, topo.dof_inv)
+    return Jd.permute(3, 2, 1, 0)
+
+
+#: The differentiable fields of the step's ContactResult, in the order of
+#: _ImplicitStepFast's outputs (after the acceleration); then the private ones.
+_FIELDS = (
+    "point", "normal", "penetration", "normal_velocity", "slip_velocity",
+    "normal_force", "friction_force", "force", "f_ext", "jacobian",
+)
+_PRIVATE = ("_c_n", "_k_n", "_mu_fn_over_s", "_s", "_mu")
+
+
+def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
+    """The fast step, no autograd: ``a (..., nv)``, the result's fields (a
+    dict, batch shape first) and what the backward needs."""
+    g = gravity_vector(robot, gravity)
+    batch, (q, v, tau, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (tau, robot.nv, "tau"), (g, 3, "gravity"))
+    nv = robot.nv
+    qf = q.reshape(-1, q.shape[-1])
+    N = qf.shape[0]
+    topo = fast_topology(robot)
+    sp = _sparsity(robot)
+    P = plan(contact, robot)
+    npnt = contact.geometry.num_points
+    gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
+    K = kinematics_fast(robot, topo, qf)
+    vt = _to_internal(topo, v.reshape(N, nv))
+    # RNEA first: the CRBA below sums K's inertias over subtrees in place.
+    rhs = _to_internal(topo, (tau + joint_forces(robot, v)).reshape(N, nv))
+    rhs = rhs - rnea_fast(robot, topo, K, vt, None, gt)
+    E = crba_entries_fast(robot, topo, sp, K)
+
+    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, False)
+    v_c = _point_velocity(P, Jc, vt)
+    v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
+    force0 = f_n[..., None] * n + f_t
+
+    # The contact's effective mass: diag(J M^-1 J^T) = sum_k Z_k^2 / D_k
+    # with Z = L^-T J^T. Z keeps the support of J (the sweep runs from a
+    # coordinate to its ancestors), so it is swept along each point's
+    # chain of columns, deepest first.
+    FM = LTDLFactor(sp, topo, E.clone())
+    Lpk = E.new_zeros(sp.nnz, N)
+    for lv, Lk in zip(sp.levels, FM.Ls):
+        Lpk.index_copy_(0, lv.xpos, Lk)
+    Lp = Lpk.index_select(0, P.chain_tgt)  # (sum_a a np, N), a-major
+    Z = Jc.clone()
+    for a in range(P.ns - 1, 0, -1):
+        k0 = P.chain_start[a]
+        La = Lp[k0 : k0 + a * npnt].view(a, 1, npnt, N)
+        Z[:a].addcmul_(La, Z[a : a + 1], value=-1.0)
+    Dg = torch.cat([FM.D, FM.D.new_ones(1, N)], 0).index_select(0, P.sup_flat).view(P.ns, 1, npnt, N)
+    inv_mass = (Z * Z).div_(Dg).sum(0).mean(0).T  # (N, np)
+
+    C, Kst, mu, mu_fn_s = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
+    CK = C + dt * Kst  # (N, np, 3, 3)
+
+    # dt J^T CK J into the packed entries of M, then the extra diagonal damping.
+    CKt = CK.permute(2, 3, 1, 0)  # (3, 3, np, N)
+    G = Jc[:, 0:1] * CKt[:, 0]
+    G.addcmul_(Jc[:, 1:2], CKt[:, 1]).addcmul_(Jc[:, 2:3], CKt[:, 2])  # (CK J), (ns, 3, np, N)
+    # Entries (sup[a], sup[b]), b <= a: J_a . (CK J)_b, one block of pairs per column a.
+    vals = G.new_empty(P.ns * (P.ns + 1) // 2, npnt, N)
+    k0 = 0
+    for a in range(P.ns):
+        out = vals[k0 : k0 + a + 1]
+        torch.mul(G[: a + 1, 0], Jc[a, 0], out=out).addcmul_(G[: a + 1, 1], Jc[a, 1]).addcmul_(G[: a + 1, 2], Jc[a, 2])
+        k0 += a + 1
+    if P.pmask is not None:
+        vals.mul_(P.pmask)
+    E.index_add_(0, P.tgt, vals.view(-1, N), alpha=dt)
+    if extra_damping is not None:
+        D = _to_internal(topo, extra_damping.expand(*batch, nv).reshape(N, nv))
+        E.index_add_(0, sp.dpos, D, alpha=dt)
+
+    # Right-hand side: J^T (f - dt K J v - (C + dt K) b).
+    pred = _prediction(C, Kst, v_c, vt, R0, dt)
+    x = (force0 - pred).permute(2, 1, 0)  # (3, np, N)
+    JTx = (Jc * x).sum(1)  # (ns, np, N)
+    full = rhs.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, JTx.view(-1, N))
+    rhs.add_(full[:nv])
+    FA = LTDLFactor(sp, topo, E)
+    at = FA.solve_fast(rhs)
+
+    # The forces the step applied: f - pred - CK J dt a.
+    force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
+    f_nn = (force * n).sum(-1)
+    Jd = _dense_rows(P, Jc, nv)
+    fields = {
+        "point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t,
+        "normal_force": f_nn, "friction_force": force - f_nn[..., None] * n, "force": force,
+        "f_ext": _wrenches(P, Rp, pp, pt, force, robot.num_bodies), "jacobian": _jacobian(topo, Jd),
+        "_c_n": c_n, "_k_n": k_n, "_mu_fn_over_s": mu_fn_s, "_s": s, "_mu": mu,
+    }
+    B = tuple(batch)
+    fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
+    a = _from_internal(topo, at).reshape(*B, nv)
+    return a, fields, (B, N, g, FM, FA, Jd, at)
+
+
+def _result(fields: dict):
+    from ._model import ContactResult
+
+    return ContactResult(**fields)
+
+
 def implicit_acceleration_fast(contact, robot, q, v, tau, dt, gravity=None, extra_damping=None):
     """The implicit step's accelerations ``(..., nv)`` and the applied :class:`ContactResult`.
 
     Same arguments and results as :meth:`ContactModel.acceleration` with
-    ``scheme="implicit"``; no autograd graph (call it under ``no_grad``).
+    ``scheme="implicit"``; no autograd graph (call it under ``no_grad``;
+    :func:`implicit_acceleration_recorded` records one).
     """
-    from ._law import contact_law, per_point
-    from ._model import ContactResult
-
     with torch.no_grad():
-        g = gravity_vector(robot, gravity)
-        batch, (q, v, tau, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (tau, robot.nv, "tau"), (g, 3, "gravity"))
-        nv = robot.nv
-        qf = q.reshape(-1, q.shape[-1])
-        N = qf.shape[0]
-        topo = fast_topology(robot)
-        sp = _sparsity(robot)
-        P = plan(contact, robot)
-        geo = contact.geometry
-        npnt = geo.num_points
-        fb = robot.floating_base
-        gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
-        K = kinematics_fast(robot, topo, qf)
-        vt = _to_internal(topo, v.reshape(N, nv))
-        # RNEA first: the CRBA below sums K's inertias over subtrees in place.
-        rhs = _to_internal(topo, (tau + joint_forces(robot, v)).reshape(N, nv))
-        rhs = rhs - rnea_fast(robot, topo, K, vt, None, gt)
-        E = crba_entries_fast(robot, topo, sp, K)
+        a, fields, _ = _step(contact, robot, q, v, tau, dt, gravity, extra_damping)
+        return a, _result(fields)
 
-        # Contact points, world frame: centres (3, np, N), then the terrain (batch first).
-        Rp = K.R.index_select(2, P.body_pos)
-        pp = K.p.index_select(1, P.body_pos)
-        centre = rot(Rp, P.local).add_(pp)
-        dist, n = contact.terrain.query(centre.permute(2, 1, 0))  # (N, np), (N, np, 3)
-        radius = geo.point_radius
-        phi = radius - dist
-        point = centre.permute(2, 1, 0) - radius[:, None] * n  # (N, np, 3)
-        pt = point.permute(2, 1, 0)  # (3, np, N)
 
-        # The Jacobian columns of each point's supporting coordinates,
-        # column-major (ns, 3, np, N): a column is one contiguous block.
-        nsj = P.ns - (6 if fb else 0)
-        Jc = pt.new_empty(P.ns, 3, npnt, N)
-        if fb:
-            R0 = K.R[:, :, 0]  # (3, 3, N)
-            r = pt - K.p[:, 0:1]  # (3, np, N)
-            Jc[:3].copy_(R0.transpose(0, 1)[:, :, None])  # column i: R0 e_i at every point
-            Jc[3:6].copy_(cross(R0.transpose(0, 1)[:, :, None], r[None], dim=1))  # R0 e_i x r
-        if nsj:
-            Sl = K.Sl.index_select(1, P.joints).view(3, npnt, nsj, N).permute(2, 0, 1, 3)
-            Sa = K.Sa.index_select(1, P.joints).view(3, npnt, nsj, N).permute(2, 0, 1, 3)
-            Jj = torch.add(cross(Sa, pt[None], dim=1), Sl, out=Jc[P.ns - nsj :])
-            if P.jmask is not None:
-                Jj.mul_(P.jmask)
+# ------------------------------------------------------------------ the backward
 
-        def gather(x):  # (nv, N) internal -> (ns, 1, np, N) at each point's columns
-            xs = torch.cat([x, x.new_zeros(1, N)], 0).index_select(0, P.sup_flat)
-            return xs.view(P.ns, 1, npnt, N)
 
-        v_c = (Jc * gather(vt)).sum(0).permute(2, 1, 0)  # (N, np, 3)
-        v_n = (v_c * n).sum(-1)
-        v_t = v_c - v_n[..., None] * n
-        p = contact._p
-        law = {
-            k: _flat(per_point(p[k], geo.point_shape), batch, N)
-            for k in ("stiffness", "damping", "friction", "normal_width", "stiction_width")
-        }
-        f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], dt=dt, **law)
-        force0 = f_n[..., None] * n + f_t
-        mu = torch.broadcast_to(law["friction"], phi.shape)
-        fn_plus = torch.clamp_min(f_n, 0.0)
+def reference_only(contact, robot: RobotModel, gravity) -> bool:
+    """Whether a gradient must take the reference path: a parameter of the
+    robot, the contact law, the geometry or the terrain, or gravity, requires
+    grad (the fast path's backward differentiates ``q``, ``v``, ``tau`` and
+    ``extra_damping`` only)."""
+    def grad_in(obj) -> bool:
+        items = obj.values() if isinstance(obj, dict) else vars(obj).values()
+        return any(isinstance(x, torch.Tensor) and x.requires_grad for x in items)
 
-        # The contact's effective mass: diag(J M^-1 J^T) = sum_k Z_k^2 / D_k
-        # with Z = L^-T J^T. Z keeps the support of J (the sweep runs from a
-        # coordinate to its ancestors), so it is swept along each point's
-        # chain of columns, deepest first.
-        FM = LTDLFactor(sp, topo, E.clone())
-        Lpk = E.new_zeros(sp.nnz, N)
-        for lv, Lk in zip(sp.levels, FM.Ls):
-            Lpk.index_copy_(0, lv.xpos, Lk)
-        Lp = Lpk.index_select(0, P.chain_tgt)  # (sum_a a np, N), a-major
-        Z = Jc.clone()
-        k0 = 0
-        for a in range(P.ns - 1, 0, -1):
-            k0 = P.chain_start[a]
-            La = Lp[k0 : k0 + a * npnt].view(a, 1, npnt, N)
-            Z[:a].addcmul_(La, Z[a : a + 1], value=-1.0)
-        Dg = torch.cat([FM.D, FM.D.new_ones(1, N)], 0).index_select(0, P.sup_flat).view(P.ns, 1, npnt, N)
-        inv_mass = (Z * Z).div_(Dg).sum(0).mean(0).T  # (N, np)
+    if isinstance(gravity, torch.Tensor) and gravity.requires_grad:
+        return True
+    return grad_in(robot) or grad_in(contact._p) or grad_in(contact.geometry) or grad_in(contact.terrain)
 
-        # Per-point damping C and stiffness K (3x3, world), as the reference path.
-        nnT = n[..., :, None] * n[..., None, :]
-        eye = torch.eye(3, dtype=n.dtype, device=n.device)
-        vstar = dt * mu * fn_plus * inv_mass
-        vt2 = (v_t * v_t).sum(-1)
-        gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
-        mu_fn_s = law["friction"] * fn_plus / s
-        fric = mu_fn_s[..., None, None] * (eye - nnT - (gamma / (s * s))[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
-        C = c_n[..., None, None] * nnT + fric
-        Kst = k_n[..., None, None] * nnT
-        CK = C + dt * Kst  # (N, np, 3, 3)
 
-        # dt J^T CK J into the packed entries of M, then the extra diagonal damping.
-        CKt = CK.permute(2, 3, 1, 0)  # (3, 3, np, N)
-        G = Jc[:, 0:1] * CKt[:, 0]
-        G.addcmul_(Jc[:, 1:2], CKt[:, 1]).addcmul_(Jc[:, 2:3], CKt[:, 2])  # (CK J), (ns, 3, np, N)
-        # Entries (sup[a], sup[b]), b <= a: J_a . (CK J)_b, one block of pairs per column a.
-        vals = G.new_empty(P.ns * (P.ns + 1) // 2, npnt, N)
-        k0 = 0
-        for a in range(P.ns):
-            out = vals[k0 : k0 + a + 1]
-            torch.mul(G[: a + 1, 0], Jc[a, 0], out=out).addcmul_(G[: a + 1, 1], Jc[a, 1]).addcmul_(G[: a + 1, 2], Jc[a, 2])
-            k0 += a + 1
-        if P.pmask is not None:
-            vals.mul_(P.pmask)
-        E.index_add_(0, P.tgt, vals.view(-1, N), alpha=dt)
-        if extra_damping is not None:
-            D = _to_internal(topo, extra_damping.expand(*batch, nv).reshape(N, nv))
-            E.index_add_(0, sp.dpos, D, alpha=dt)
+def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
+    """The step's contact terms under autograd, ``a`` held at ``at`` (internal
+    ``(nv, N)``): the applied forces and every result field, the Jacobian
+    columns, and the kinematics (for the RNEA's reverse pass).
 
-        # Right-hand side: J^T (f - dt K J v - (C + dt K) b).
-        if fb:
-            b = dt * rot(R0, cross(vt[3:6], vt[:3])).T[:, None, :]  # (N, 1, 3), the same at every point
-            pred = (C @ b[..., None])[..., 0] + (Kst @ (dt * (v_c + b))[..., None])[..., 0]
-        else:
-            pred = (Kst @ (dt * v_c)[..., None])[..., 0]
-        x = (force0 - pred).permute(2, 1, 0)  # (3, np, N)
-        JTx = (Jc * x).sum(1)  # (ns, np, N)
-        full = rhs.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, JTx.view(-1, N))
-        rhs.add_(full[:nv])
-        at = LTDLFactor(sp, topo, E).solve_fast(rhs)
+    The effective mass is ``diag(J M^-1 J^T) = max_y 2 J y - y^T M y`` per
+    row, taken at the maximiser ``Y = M^-1 J^T`` of the forward pass (held
+    constant): the same value, and, the derivative with respect to ``y``
+    being zero there, the same first derivative with respect to ``q``
+    (``2 J' y - y^T M' y``) without differentiating a factorisation.
+    """
+    nv = robot.nv
+    npnt = contact.geometry.num_points
+    K = kinematics_fast(robot, topo, qf)
+    vt = _to_internal(topo, vf)
+    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, True)
+    v_c = _point_velocity(P, Jc, vt)
+    v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
+    force0 = f_n[..., None] * n + f_t
+    Jd = _dense_rows(P, Jc, nv)  # (nv, 3, np, N)
+    Jy = (Jd * Y).sum(0)  # (3, np, N)
+    M = dense_mass_matrix_fast(robot, topo, K)  # (N, nv, nv), coordinate order
+    Yc = Y if topo.dof_inv is None else Y.index_select(0, topo.dof_inv)
+    Yb = Yc.reshape(nv, 3 * npnt, N).permute(2, 0, 1).contiguous()  # (N, nv, 3 np); contiguous for bmm's backward
+    yMy = (Yb * torch.bmm(M, Yb)).sum(1).view(N, 3, npnt)
+    inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
+    C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
+    CK = C + dt * Kst
+    pred = _prediction(C, Kst, v_c, vt, R0, dt)
+    force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
+    return K, Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jd)
 
-        # The forces the step applied: f - pred - CK J dt a.
-        Ja = (Jc * gather(at)).sum(0).permute(2, 1, 0)  # (N, np, 3)
-        force = force0 - pred - dt * (CK @ Ja[..., None])[..., 0]
+
+def _field(name: str, parts, force, robot, topo, P):
+    Rp, pp, pt, point, n, phi, v_n, v_t, Jd = parts
+    if name in ("normal_force", "friction_force"):
         f_nn = (force * n).sum(-1)
+        return f_nn if name == "normal_force" else force - f_nn[..., None] * n
+    simple = {"point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t, "force": force}
+    if name in simple:
+        return simple[name]
+    if name == "f_ext":
+        return _wrenches(P, Rp, pp, pt, force, robot.num_bodies)
+    return _jacobian(topo, Jd)
 
-        # Body wrenches (body frame at the origin), (N, nb, 6).
-        fbl = force.permute(2, 1, 0)
-        w = torch.cat([rot_t(Rp, fbl), rot_t(Rp, cross(pt - pp, fbl))], 0)  # (6, np, N)
-        nb = robot.num_bodies
-        f_ext = w.new_zeros(6, nb, N).index_add_(1, P.body_pos, w).index_select(1, P.inv_order).permute(2, 1, 0)
-        # The dense Jacobian (..., np, 3, nv) of the result, coordinate order.
-        Jd = Jc.new_zeros((nv + 1) * 3 * npnt, N)
-        Jd.index_copy_(0, P.dense_index, Jc.view(-1, N))
-        Jd = Jd.view(nv + 1, 3, npnt, N)[:nv]
-        if topo.dof_inv is not None:
-            Jd = Jd.index_select(0, topo.dof_inv)
-        jac = Jd.permute(3, 2, 1, 0)
 
-        a = _from_internal(topo, at)
-        B = tuple(batch)
-        res = ContactResult(
-            point=point.reshape(*B, npnt, 3),
-            normal=n.reshape(*B, npnt, 3),
-            penetration=phi.reshape(*B, npnt),
-            normal_velocity=v_n.reshape(*B, npnt),
-            slip_velocity=v_t.reshape(*B, npnt, 3),
-            normal_force=f_nn.reshape(*B, npnt),
-            friction_force=(force - f_nn[..., None] * n).reshape(*B, npnt, 3),
-            force=force.reshape(*B, npnt, 3),
-            f_ext=f_ext.reshape(*B, nb, 6),
-            jacobian=jac.reshape(*B, npnt, 3, nv),
-            _c_n=c_n.reshape(*B, npnt),
-            _k_n=k_n.reshape(*B, npnt),
-            _mu_fn_over_s=mu_fn_s.reshape(*B, npnt),
-            _s=s.reshape(*B, npnt),
-            _mu=mu.reshape(*B, npnt),
-        )
-        return a.reshape(*B, nv), res
+class _ImplicitStepFast(torch.autograd.Function):
+    """The fast implicit step with its backward by the implicit function theorem.
+
+    The step solves ``A a = r`` with ``A = M + dt D + dt J^T (C + dt K) J``,
+    i.e. ``F(a; q, v, tau) = RNEA(q, v, a) + dt D a - tau - tau_joint(v) -
+    J^T f(q, v, a) = 0`` where ``f`` is the applied force (linear in ``a``:
+    ``dF/da = A``). For an incoming ``g_a``: ``lam = A^-1 g_a`` (the forward's
+    LTDL factor of ``A`` reused), ``g_tau = lam``, ``g_D = -dt lam a`` and
+    ``g_(q, v) = -lam^T dF/d(q, v)`` at fixed ``a``: the RNEA part by the
+    dynamics' written-out reverse pass (``rnea_vjp_fast``), the joint forces
+    and the contact part ``(J lam) . f`` by autograd over a recomputation of
+    the contact terms (:func:`_recompute`; about a hundred small nodes on
+    batch-last arrays). Gradients of the result's fields go through the same
+    recomputation, their part through ``a`` added to ``g_a`` first.
+
+    Double backward (``create_graph=True``) differentiates the reference path.
+    """
+
+    @staticmethod
+    def forward(ctx, contact, robot, dt, gravity, q, v, tau, extra_damping):
+        a, fields, saved = _step(contact, robot, q, v, tau, dt, gravity, extra_damping)
+        ctx.contact, ctx.robot, ctx.dt, ctx.gravity, ctx.saved = contact, robot, dt, gravity, saved
+        ctx.save_for_backward(q, v, tau, extra_damping)
+        ctx.set_materialize_grads(False)
+        private = [fields[k] for k in _PRIVATE]
+        ctx.mark_non_differentiable(*private)
+        return (a, *[fields[k] for k in _FIELDS], *private)
+
+    @staticmethod
+    def backward(ctx, ga, *gout):
+        q, v, tau, ed = ctx.saved_tensors
+        contact, robot, dt = ctx.contact, ctx.robot, ctx.dt
+        gf = {k: g for k, g in zip(_FIELDS, gout) if g is not None}
+        nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
+        if torch.is_grad_enabled():
+            return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
+        B, N, g, FM, FA, Jd, at = ctx.saved
+        topo = fast_topology(robot)
+        P = plan(contact, robot)
+        nv, npnt = robot.nv, contact.geometry.num_points
+        gat = at.new_zeros(nv, N) if ga is None else _to_internal(topo, ga.expand(*B, nv).reshape(N, nv))
+        gq = gv = None
+        if nq_ or nv_ or gf:
+            Y = torch.stack([FM.solve_fast(Jd[:, k, p]) for k in range(3) for p in range(npnt)], 1)
+            Y = Y.view(nv, 3, npnt, N)
+            with torch.enable_grad():
+                qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
+                vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
+                al = at.detach().requires_grad_(bool(gf))
+                K, Jc, force, parts = _recompute(contact, robot, topo, P, qf, vf, al, Y, dt, B, N)
+                leaves = [x for x in (qf, vf) if x.requires_grad]
+                acc = [None, None]
+                if gf:
+                    s1 = sum((_field(k, parts, force, robot, topo, P) * g_.expand(*B, *g_.shape[len(B):]).reshape(N, *g_.shape[len(B):])).sum()
+                             for k, g_ in gf.items())
+                    got = torch.autograd.grad(s1, [al] + leaves, retain_graph=bool(leaves), allow_unused=True)
+                    if got[0] is not None:
+                        gat = gat + got[0]
+                    acc = _put(acc, leaves, got[1:], qf, vf)
+                lam = FA.solve_fast(gat)
+                if leaves:
+                    s2 = (_point_velocity(P, Jc, lam) * force).sum()
+                    acc = _add(acc, _put([None, None], leaves, torch.autograd.grad(s2, leaves, allow_unused=True), qf, vf))
+                    lam_c = _from_internal(topo, lam)
+                    gq_r, gv_r = rnea_vjp_fast(robot, qf.detach(), vf.detach(), _from_internal(topo, at), g, -lam_c,
+                                               (K.R.detach(), K.p.detach(), K.Sl.detach(), K.Sa.detach(), None))
+                    acc = _add(acc, [gq_r if nq_ else None, gv_r if nv_ else None])
+                    if nv_:
+                        vl = vf.detach().requires_grad_(True)
+                        (gj,) = torch.autograd.grad(joint_forces(robot, vl), vl, lam_c)
+                        acc = _add(acc, [None, gj])
+            gq, gv = acc
+        else:
+            lam = FA.solve_fast(gat)
+        lam_c = _from_internal(topo, lam)
+        out_q = None if gq is None or not nq_ else gq.reshape(*B, -1).sum_to_size(q.shape)
+        out_v = None if gv is None or not nv_ else gv.reshape(*B, nv).sum_to_size(v.shape)
+        out_tau = lam_c.reshape(*B, nv).sum_to_size(tau.shape) if ntau else None
+        out_ed = (-dt * lam_c * _from_internal(topo, at)).reshape(*B, nv).sum_to_size(ed.shape) if ned else None
+        return None, None, None, None, out_q, out_v, out_tau, out_ed
+
+
+def _put(acc, leaves, grads, qf, vf):
+    out = list(acc)
+    for x, gr in zip(leaves, grads):
+        i = 0 if x is qf else 1
+        if gr is not None:
+            out[i] = gr if out[i] is None else out[i] + gr
+    return out
+
+
+def _add(acc, more):
+    return [a if b is None else (b if a is None else a + b) for a, b in zip(acc, more)]
+
+
+def _reference_grads(ctx, q, v, tau, ed, ga, gf):
+    """Double backward: the gradients by plain autograd over the reference path, with a graph."""
+    from ..kinematics._paths import use_path
+
+    needs = ctx.needs_input_grad[4:8]
+    with torch.enable_grad(), use_path("reference"):
+        ins = [None if x is None else (x if x.requires_grad else x.detach().requires_grad_(n)) for x, n in zip((q, v, tau, ed), needs)]
+        a, res = ctx.contact.acceleration(ctx.robot, ins[0], ins[1], ins[2], dt=ctx.dt, gravity=ctx.gravity, extra_damping=ins[3])
+        outs, grads = [], []
+        if ga is not None:
+            outs.append(a)
+            grads.append(ga)
+        for k, g_ in gf.items():
+            outs.append(getattr(res, k))
+            grads.append(g_)
+        wanted = [x for x, n in zip(ins, needs) if n and x is not None]
+        got = iter(torch.autograd.grad(outs, wanted, grads, create_graph=True, allow_unused=True))
+    return tuple(next(got) if n and x is not None else None for x, n in zip(ins, needs))
+
+
+def implicit_acceleration_recorded(contact, robot, q, v, tau, dt, gravity=None, extra_damping=None):
+    """:func:`implicit_acceleration_fast` recording one autograd node
+    (:class:`_ImplicitStepFast`): gradients with respect to ``q``, ``v``,
+    ``tau`` and ``extra_damping`` (see :func:`reference_only` for the rest)."""
+    outs = _ImplicitStepFast.apply(contact, robot, float(dt), gravity, q, v, tau, extra_damping)
+    fields = dict(zip(_FIELDS + _PRIVATE, outs[1:]))
+    return outs[0], _result(fields)

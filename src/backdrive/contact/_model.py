@@ -402,12 +402,18 @@ class ContactModel:
         if scheme == "explicit":
             res = self.forces(robot, q, v)
             return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
-        if dt is not None and dt > 0 and untracked():
+        if dt is not None and dt > 0 and not transforms_active():
             self._check(robot)
             from . import _fast
 
-            if choose("contact_step", _batch_size(q, v, tau), _fast.fast_eligible(self, robot)):
-                return _fast.implicit_acceleration_fast(self, robot, q, v, tau, dt, gravity, extra_damping)
+            n, ok = _batch_size(q, v, tau), _fast.fast_eligible(self, robot)
+            if untracked():
+                if choose("contact_step", n, ok):
+                    return _fast.implicit_acceleration_fast(self, robot, q, v, tau, dt, gravity, extra_damping)
+            elif choose("contact_step_grad", n, ok) and not _fast.reference_only(self, robot, gravity):
+                # Recording: the fast step as one autograd node with its
+                # backward by the implicit function theorem (_fast.py).
+                return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
         kin = self._shared_kinematics(robot, q, v, tau)
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity, _kin=kin)
         A = terms._M + dt * terms.matrix

@@ -1,0 +1,170 @@
+"""The gradient of the implicit contact step's fast path (``contact/_fast.py``,
+``_ImplicitStepFast``): its backward by the implicit function theorem against
+plain autograd through the reference path, float64 gradcheck (finite
+differences), double backward, the fallbacks and the batch-size switch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backdrive.contact import ContactGeometry, ContactModel, ContactParameters, Heightfield
+from backdrive.contact import _fast
+from backdrive.data import load
+from backdrive.kinematics import use_path
+from backdrive.kinematics._paths import FAST_MIN_BATCH
+
+from test_contact_fast import DT, _quadruped, _states
+
+FIELDS = ("normal_force", "friction_force", "force", "f_ext", "point", "normal", "penetration",
+          "normal_velocity", "slip_velocity", "jacobian")
+
+
+def _loss_fn(cm, robot, weights=None, fields=FIELDS, gravity=None):
+    """``(q, v, tau, damping) -> scalar``: the step's acceleration and result fields, randomly weighted."""
+
+    def f(q, v, tau, damping):
+        a, res = cm.acceleration(robot, q, v, tau, dt=DT, extra_damping=damping, gravity=gravity)
+        outs = [a] + [getattr(res, k) for k in fields]
+        g = torch.Generator().manual_seed(7)
+        return sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs)
+
+    return f
+
+
+def _grads(f, inputs, path):
+    xs = [x.detach().clone().requires_grad_(True) for x in inputs]
+    with use_path(path):
+        return torch.autograd.grad(f(*xs), xs)
+
+
+def _inputs(robot, feet, batch, seed=0):
+    q, v, tau = _states(robot, feet, batch, seed=seed)
+    damping = torch.cat([torch.zeros(6, dtype=robot.dtype), torch.full((robot.nv - 6,), 2.0, dtype=robot.dtype)])
+    return q, v, tau, damping
+
+
+def test_fast_backward_equals_reference_quadruped_every_field():
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau, damping = _inputs(robot, feet, (12,))
+    with torch.no_grad():
+        _, res = cm.acceleration(robot, q, v, tau, dt=DT)
+    assert 0 < int((res.penetration > 0).sum()) < res.penetration.numel()  # contact and none
+    f = _loss_fn(cm, robot)
+    ref, fast = _grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")
+    for name, x, y in zip(("q", "v", "tau", "damping"), ref, fast):
+        assert float(x.abs().max()) > 0, name
+        assert float((x - y).abs().max()) <= 1e-9 * float(x.abs().max()), name
+    # The acceleration alone (no result field carries a gradient).
+    f = _loss_fn(cm, robot, fields=())
+    for x, y in zip(_grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")):
+        assert float((x - y).abs().max()) <= 1e-9 * float(x.abs().max())
+
+
+def test_fast_backward_equals_reference_heightfield_broadcast_batch_gravity():
+    """Several shapes (unequal supports, padded), a heightfield, two batch
+    axes, ``tau`` broadcast over the batch and a batch of gravities."""
+    import warnings
+
+    robot, feet = _quadruped()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        geom = ContactGeometry.from_model(robot)
+    g = torch.Generator().manual_seed(3)
+    H = 0.01 * torch.randn(21, 21, generator=g, dtype=robot.dtype)
+    cm = ContactModel(robot, geom, Heightfield(H, spacing=0.05, origin=(-0.5, -0.5)),
+                      ContactParameters(friction=0.8, clamp_normal=False))
+    q, v, _, damping = _inputs(robot, feet, (2, 3), seed=1)
+    tau = 3.0 * torch.randn(robot.nv, generator=g, dtype=robot.dtype)
+    gravity = torch.tensor([0.0, 0.0, -9.81], dtype=robot.dtype) + 0.3 * torch.randn(2, 3, 3, generator=g, dtype=robot.dtype)
+    f = _loss_fn(cm, robot, fields=("force", "f_ext", "slip_velocity"), gravity=gravity)
+    ref, fast = _grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")
+    for x, y in zip(ref, fast):
+        assert y.shape == x.shape
+        assert float((x - y).abs().max()) <= 1e-9 * float(x.abs().max())
+
+
+def test_fast_backward_equals_reference_fixed_base_arm():
+    from backdrive.contact import GroundPlane
+    from backdrive.kinematics import forward_kinematics
+
+    robot = load("panda")
+    links = [n for n in robot.link_names if n.startswith("panda_link")][3:]
+    q, v, tau = _states(robot, [], (6,), seed=2)
+    z = float(forward_kinematics(robot, q[0])[robot.frame_index(links[-1]), 2, 3])
+    cm = ContactModel(robot, ContactGeometry.spheres(robot, {n: 0.05 for n in links}), GroundPlane(height=z))
+    damping = torch.full((robot.nv,), 0.5, dtype=robot.dtype)
+    f = _loss_fn(cm, robot, fields=("force", "jacobian"))
+    ref, fast = _grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")
+    for x, y in zip(ref, fast):
+        assert float((x - y).abs().max()) <= 1e-9 * float(x.abs().max())
+
+
+def test_fast_backward_gradcheck():
+    """Finite differences (float64) of the fast path's acceleration and forces,
+    sliding and sticking feet."""
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau, damping = _inputs(robot, feet, (2,), seed=5)
+    v = v * torch.tensor([[1.0], [1e-3]], dtype=robot.dtype)  # one state sliding, one near sticking
+
+    def f(q, v, tau, damping):
+        with use_path("fast"):
+            a, res = cm.acceleration(robot, q, v, tau, dt=DT, extra_damping=damping)
+        return a, res.force
+
+    inputs = tuple(x.clone().requires_grad_(True) for x in (q, v, tau, damping))
+    # Entries reach 7e3 (the stiff ground); central differences are good to
+    # about 5e-6 there, on the reference path as on this one. fast_mode:
+    # random projections of the Jacobians (a full one costs ~10 s).
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-7, atol=3e-5, rtol=1e-5, fast_mode=True)
+
+
+def test_fast_backward_double_backward_and_parameter_fallback():
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau, _ = _inputs(robot, feet, (3,), seed=6)
+    w = torch.randn(3, robot.nv, generator=torch.Generator().manual_seed(1), dtype=robot.dtype)
+    out = {}
+    for path in ("reference", "fast"):
+        qq, tt = q.clone().requires_grad_(True), tau.clone().requires_grad_(True)
+        with use_path(path):
+            a, _ = cm.acceleration(robot, qq, v, tt, dt=DT)
+            (gq,) = torch.autograd.grad((a * w).sum(), qq, create_graph=True)
+            (gqt,) = torch.autograd.grad(gq.square().sum(), tt)
+        out[path] = (gq.detach(), gqt)
+    for x, y in zip(out["reference"], out["fast"]):
+        assert float(x.abs().max()) > 0
+        assert float((x - y).abs().max()) <= 1e-9 * float(x.abs().max())
+    # A contact parameter that requires grad: the reference path, with its gradient.
+    k = torch.tensor(3e4, dtype=robot.dtype, requires_grad=True)
+    cmk = ContactModel(robot, cm.geometry, params=ContactParameters(stiffness=k))
+    assert _fast.reference_only(cmk, robot, None) and not _fast.reference_only(cm, robot, None)
+    with use_path("fast"):
+        a, _ = cmk.acceleration(robot, q, v, tau, dt=DT)
+    (gk,) = torch.autograd.grad((a * w).sum(), k)
+    assert float(gk.abs()) > 0
+
+
+def test_gradient_switches_path_at_its_batch_size():
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    n = FAST_MIN_BATCH["contact_step_grad"]
+    q, v, tau = _states(robot, feet, (n,))
+    called = []
+    orig = _fast.implicit_acceleration_recorded
+
+    def spy(*a, **k):
+        called.append(1)
+        return orig(*a, **k)
+
+    _fast.implicit_acceleration_recorded = spy
+    try:
+        tau_g = tau.clone().requires_grad_(True)
+        a, _ = cm.acceleration(robot, q, v, tau_g, dt=DT)  # auto at the threshold: fast
+        assert called == [1] and a.requires_grad
+        a, _ = cm.acceleration(robot, q[:8], v[:8], tau_g[:8], dt=DT)  # below: reference
+        assert called == [1] and a.requires_grad
+    finally:
+        _fast.implicit_acceleration_recorded = orig
