@@ -293,3 +293,16 @@ def test_go1_shipped_policy_walks_forward():
     assert 0.35 < m["forward_speed"] < 0.65, m["forward_speed"]
     with pytest.raises(InputError, match="anymal"):
         QuadrupedWalk.pretrained(1, robot="anymal")
+
+
+def test_pretrained_takes_a_robot_model_of_a_shipped_robot():
+    # A model (e.g. with calibrated parameters) picks the policy by its name
+    # and becomes the env's robot; a model of another name is refused.
+    from backdrive.data import load
+
+    base = load("quadruped", floating_base=True, dtype=torch.float32)
+    model = base.replace(body_mass=base.body_mass * 1.1)
+    env, policy = QuadrupedWalk.pretrained(1, robot=model)
+    assert env.robot is model and policy(env.reset(seed=0)).shape == (1, 12)
+    with pytest.raises(InputError, match="'pendulum'"):
+        QuadrupedWalk.pretrained(1, robot=load("pendulum"))

@@ -680,7 +680,10 @@ class QuadrupedWalk(DiffEnv):
         Args:
             num_envs: copies of the env.
             robot: ``"quadruped"`` (the shipped robot, ``QUADRUPED_WALK_SHAC``)
-                or ``"go1"`` (example-robot-data's Unitree Go1, ``GO1_WALK_SHAC``).
+                or ``"go1"`` (example-robot-data's Unitree Go1, ``GO1_WALK_SHAC``);
+                or a ``RobotModel`` of one of them (e.g. with calibrated
+                parameters), which picks the policy by the model's name and
+                replaces the env's robot.
             **overrides: env keywords to change (e.g. ``dtype``, ``randomization``).
 
         Returns:
@@ -689,10 +692,17 @@ class QuadrupedWalk(DiffEnv):
         Raises:
             InputError: ``robot`` has no shipped policy.
         """
-        if not isinstance(robot, str) or robot not in cls.SHIPPED_POLICIES:
-            raise InputError(f"no shipped policy for robot {robot!r}; valid: "
+        from ..model import RobotModel
+
+        if isinstance(robot, RobotModel):
+            name = robot.name
+            overrides = {**overrides, "robot": robot}
+        else:
+            name = robot
+        if not isinstance(name, str) or name not in cls.SHIPPED_POLICIES:
+            raise InputError(f"no shipped policy for robot {name!r}; valid: "
                              f"{', '.join(map(repr, cls.SHIPPED_POLICIES))}")
-        return load_shipped(cls, num_envs, overrides, cls.SHIPPED_POLICIES[robot])
+        return load_shipped(cls, num_envs, overrides, cls.SHIPPED_POLICIES[name])
 
     # ---------------------------------------------------------- evaluation
     @torch.no_grad()
