@@ -395,7 +395,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
     a = _from_internal(topo, at).reshape(*B, nv)
-    return a, fields, (B, N, g, FM, FA, Jd, at)
+    return a, fields, (B, N, g, FM, FA, Jd, at, Z, Dg)
 
 
 def _result(fields: dict):
@@ -542,15 +542,14 @@ class _ImplicitStepFast(torch.autograd.Function):
         nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
         if torch.is_grad_enabled():
             return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
-        B, N, g, FM, FA, Jd, at = ctx.saved
+        B, N, g, FM, FA, Jd, at, Z, Dg = ctx.saved
         topo = fast_topology(robot)
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
         gat = at.new_zeros(nv, N) if ga is None else _to_internal(topo, ga.expand(*B, nv).reshape(N, nv))
         gq = gv = None
         if nq_ or nv_ or gf:
-            Y = torch.stack([FM.solve_fast(Jd[:, k, p]) for k in range(3) for p in range(npnt)], 1)
-            Y = Y.view(nv, 3, npnt, N)
+            Y = _back_columns(FM, _dense_rows(P, Z / Dg, nv).reshape(nv, 3 * npnt, N)).view(nv, 3, npnt, N)
             with torch.enable_grad():
                 qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
                 vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
@@ -586,6 +585,18 @@ class _ImplicitStepFast(torch.autograd.Function):
         out_tau = lam_c.reshape(*B, nv).sum_to_size(tau.shape) if ntau else None
         out_ed = (-dt * lam_c * _from_internal(topo, at)).reshape(*B, nv).sum_to_size(ed.shape) if ned else None
         return None, None, None, None, out_q, out_v, out_tau, out_ed
+
+
+def _back_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
+    """``L^-1 r`` in place on ``r (nv, C, N)`` (internal order) for the
+    LTDL factor ``F`` of ``M``: :meth:`LTDLFactor._back` on ``C`` columns at
+    once. With ``r = D^-1 Z``, ``Z = L^-T J^T`` of the forward pass (the
+    effective mass's sweep), it gives ``Y = M^-1 J^T``."""
+    C, N = r.shape[1], r.shape[2]
+    for lv, Lk in zip(reversed(F.sp.levels), reversed(F.Ls)):
+        x = r.index_select(0, lv.anc).mul_(Lk[:, None])
+        r.index_add_(0, lv.k, x.view(-1, lv.d, C, N).sum(1), alpha=-1.0)
+    return r
 
 
 def _put(acc, leaves, grads, qf, vf):
