@@ -197,12 +197,14 @@ def test_mass_quadratic_equals_dense_mass_matrix_autograd(name, kw):
     K = kinematics_fast(robot, topo, qq)
     ref = torch.einsum("cni,nij,cnj->cn", y, dense_mass_matrix_fast(robot, topo, K), y)
     (gref,) = torch.autograd.grad((ref * w).sum(), qq)
-    val, D = mass_quadratic_fast(robot, topo, K, torch.stack([_to_internal(topo, y[c]) for c in range(C)], 1))
-    gj = (D * w[:, None]).sum(0)  # (nj, N)
-    gc = _from_internal(topo, torch.cat([gj.new_zeros(robot.nv - gj.shape[0], N), gj], 0))[:, -robot.num_joints:]
+    yi = torch.stack([_to_internal(topo, y[c]) for c in range(C)], 1)
     scale = float(gref.abs().max())
     ref = ref.detach()
-    assert scale > 0 and float((val - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
-    assert float((gc - gref[:, -robot.num_joints:]).abs().max()) <= 1e-12 * scale
+    for origin in (True, False):  # inertias about the world origin, or through the centres of mass
+        val, D = mass_quadratic_fast(robot, topo, kinematics_fast(robot, topo, q, origin=origin), yi)
+        gj = (D * w[:, None]).sum(0)  # (nj, N)
+        gc = _from_internal(topo, torch.cat([gj.new_zeros(robot.nv - gj.shape[0], N), gj], 0))[:, -robot.num_joints:]
+        assert scale > 0 and float((val - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
+        assert float((gc - gref[:, -robot.num_joints:]).abs().max()) <= 1e-12 * scale
     if fb:  # the base pose does not enter y^T M y
         assert float(gref[:, :7].abs().max()) <= 1e-12 * scale

@@ -447,7 +447,7 @@ def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
     """
     nv = robot.nv
     npnt = contact.geometry.num_points
-    K = kinematics_fast(robot, topo, qf)
+    K = kinematics_fast(robot, topo, qf, origin=False)  # no inertias about the origin under autograd: _MassQuadratic reads c, Ib
     vt = _to_internal(topo, vf)
     Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, True)
     v_c = _point_velocity(P, Jc, vt)

@@ -1282,7 +1282,8 @@ def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.
     and its derivative with respect to each joint coordinate, ``(C, N)``
     and ``(C, nj, N)`` (internal order; with mimic joints, coordinate order),
     without autograd and without forming ``M``. ``K``: :func:`kinematics_fast`
-    at ``q`` with the inertias about the world origin (``origin=True``).
+    at ``q`` (either ``origin``; with ``origin=False`` the momenta go through
+    the centres of mass, as :func:`_inertia`).
 
     ``y^T M y = sum_b V_b . (I_b V_b) + sum_j armature_j y_j^2`` is twice
     the kinetic energy at the "velocity" ``y`` (``V_b`` the world twist of
@@ -1316,9 +1317,14 @@ def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.
             Vl, Va = Jl, Ja
         Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)  # (3, C, na, N)
         # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
-        h = K.h[:, None]  # (3, 1, na, N)
-        fl = cross(Va, h).addcmul_(K.m, Vl)
-        fa = cross_add(rot(K.I[:, :, None], Va), h, Vl)
+        if K.I is not None:
+            h = K.h[:, None]  # (3, 1, na, N)
+            fl = cross(Va, h).addcmul_(K.m, Vl)
+            fa = cross_add(rot(K.I[:, :, None], Va), h, Vl)
+        else:  # [m u; c x (m u) + R Ib R^T V_a] with u = V_l + V_a x c
+            c, Ra = K.c[:, None], K.R[:, :, _first_active(K) :, None].transpose(2, 3)  # (3, 1, na, N), (3, 3, 1, na, N)
+            fl = cross(Va, c).add_(Vl).mul_(K.m)
+            fa = cross_add(rot(Ra, rot(K.Ib[:, :, None], rot_t(Ra, Va))), c, fl)
         val = (Vl * fl).sum((0, 2)) + (Va * fa).sum((0, 2))  # (C, N)
         if model.num_joints:
             arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
