@@ -453,15 +453,16 @@ def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
     v_c = _point_velocity(P, Jc, vt)
     v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
     force0 = f_n[..., None] * n + f_t
-    Jd = _dense_rows(P, Jc, nv)  # (nv, 3, np, N)
-    Jy = (Jd * Y).sum(0)  # (3, np, N)
+    with torch.no_grad():  # Y at each point's supporting coordinates, as Jc (zero at padding columns)
+        Yg = torch.cat([Y, Y.new_zeros(1, *Y.shape[1:])], 0).view(-1, N).index_select(0, P.dense_index).view(Jc.shape)
+    Jy = (Jc * Yg).sum(0)  # (3, np, N)
     yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N)).T.view(N, 3, npnt)
     inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
     C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
     CK = C + dt * Kst
     pred = _prediction(C, Kst, v_c, vt, R0, dt)
     force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
-    return K, Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jd)
+    return K, Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
 
 
 class _MassQuadratic(torch.autograd.Function):
@@ -494,7 +495,7 @@ class _MassQuadratic(torch.autograd.Function):
 
 
 def _field(name: str, parts, force, robot, topo, P):
-    Rp, pp, pt, point, n, phi, v_n, v_t, Jd = parts
+    Rp, pp, pt, point, n, phi, v_n, v_t, Jc = parts
     if name in ("normal_force", "friction_force"):
         f_nn = (force * n).sum(-1)
         return f_nn if name == "normal_force" else force - f_nn[..., None] * n
@@ -503,7 +504,7 @@ def _field(name: str, parts, force, robot, topo, P):
         return simple[name]
     if name == "f_ext":
         return _wrenches(P, Rp, pp, pt, force, robot.num_bodies)
-    return _jacobian(topo, Jd)
+    return _jacobian(topo, _dense_rows(P, Jc, robot.nv))
 
 
 class _ImplicitStepFast(torch.autograd.Function):
