@@ -1282,8 +1282,8 @@ def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.
     and its derivative with respect to each joint coordinate, ``(C, N)``
     and ``(C, nj, N)`` (internal order; with mimic joints, coordinate order),
     without autograd and without forming ``M``. ``K``: :func:`kinematics_fast`
-    at ``q`` (either ``origin``; with ``origin=False`` the momenta go through
-    the centres of mass, as :func:`_inertia`).
+    at ``q`` (either ``origin``; with ``origin=False`` the inertias about the
+    origin are formed here, without autograd).
 
     ``y^T M y = sum_b V_b . (I_b V_b) + sum_j armature_j y_j^2`` is twice
     the kinetic energy at the "velocity" ``y`` (``V_b`` the world twist of
@@ -1301,40 +1301,54 @@ def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.
     """
     fb = model.floating_base
     C, N = y.shape[1], y.shape[2]
+    o = 1 if fb else 0
     with torch.no_grad():
         yj = y[6:] if fb else y  # (nj, C, N)
         if topo.coupled:
-            qd = (yj.index_select(0, topo.coord) * topo.mult[:, None, None]).transpose(0, 1)[None]
+            qd = (yj.index_select(0, topo.coord) * topo.mult[:, None, None]).transpose(0, 1)
         else:
-            qd = yj.transpose(0, 1)[None]  # (1, C, nm, N)
-        Jl, Ja = K.Sl[:, None] * qd, K.Sa[:, None] * qd  # (3, C, nm, N)
+            qd = yj.transpose(0, 1)
+        qd = qd.contiguous()[None]  # (1, C, nm, N)
+        na = topo.nm + o
+        Vl, Va = y.new_empty(3, C, na, N), y.new_empty(3, C, na, N)
+        torch.mul(K.Sl[:, None], qd, out=Vl[:, :, o:])
+        torch.mul(K.Sa[:, None], qd, out=Va[:, :, o:])
         if fb:
             R0, p0 = K.R[:, :, 0][:, :, None], K.p[:, 0][:, None]  # (3, 3, 1, N), (3, 1, N)
             w = rot(R0, y[3:6])  # (3, C, N)
-            lin = rot(R0, y[:3]) + cross(p0, w)
-            Vl, Va = torch.cat([lin[:, :, None], Jl], 2), torch.cat([w[:, :, None], Ja], 2)
-        else:
-            Vl, Va = Jl, Ja
+            Va[:, :, 0] = w
+            Vl[:, :, 0] = rot(R0, y[:3]) + cross(p0, w)
         Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)  # (3, C, na, N)
-        # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
         if K.I is not None:
-            h = K.h[:, None]  # (3, 1, na, N)
-            fl = cross(Va, h).addcmul_(K.m, Vl)
-            fa = cross_add(rot(K.I[:, :, None], Va), h, Vl)
-        else:  # [m u; c x (m u) + R Ib R^T V_a] with u = V_l + V_a x c
-            c, Ra = K.c[:, None], K.R[:, :, _first_active(K) :, None].transpose(2, 3)  # (3, 1, na, N), (3, 3, 1, na, N)
-            fl = cross(Va, c).add_(Vl).mul_(K.m)
-            fa = cross_add(rot(Ra, rot(K.Ib[:, :, None], rot_t(Ra, Va))), c, fl)
-        val = (Vl * fl).sum((0, 2)) + (Va * fa).sum((0, 2))  # (C, N)
+            h, I = K.h, K.I
+        else:
+            h, I = world_inertia_fast(K.R[:, :, topo.o :], K.p[:, topo.o :], K.m,
+                                      _active(topo, model.body_com), _active(topo, model.body_inertia))
+        # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
+        h = h[:, None]  # (3, 1, na, N)
+        fl = cross_add(torch.mul(Vl, K.m), Va, h)
+        fa = cross_add(rot(I[:, :, None], Va), h, Vl)
+        e = torch.mul(Vl[0], fl[0])  # (C, na, N)
+        for k in range(3):
+            if k:
+                e.addcmul_(Vl[k], fl[k])
+            e.addcmul_(Va[k], fa[k])
+        val = e.sum(1)  # (C, N)
         if model.num_joints:
             arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
             val += (arm[:, None, None] * yj * yj).sum(0)
         hl, ha = up(topo.sums, fl), up(topo.sums, fa)
         if fb:
             Vl, Va, hl, ha = Vl[:, :, 1:], Va[:, :, 1:], hl[:, :, 1:], ha[:, :, 1:]
+        # (V x S) . hc = V_a . (S_l x hc_l + S_a x hc_a) + V_l . (S_a x hc_l)
         Sl, Sa = K.Sl[:, None], K.Sa[:, None]
-        D = (Sl * cross(hl, Va)).sum(0)
-        D += (Sa * cross_add(cross(hl, Vl), ha, Va)).sum(0)
+        X = cross_add(cross(Sl, hl), Sa, ha)
+        Z = cross(Sa, hl)
+        D = torch.mul(Va[0], X[0])
+        for k in range(3):
+            if k:
+                D.addcmul_(Va[k], X[k])
+            D.addcmul_(Vl[k], Z[k])
         if topo.coupled:
             D = D.new_zeros(C, yj.shape[0], N).index_add_(1, topo.coord, D * topo.mult[:, None])
     return val, D.mul_(2.0)
