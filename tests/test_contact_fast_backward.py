@@ -172,11 +172,12 @@ def test_gradient_switches_path_at_its_batch_size():
 
 @pytest.mark.parametrize("name, kw", [("quadruped", {"floating_base": True}), ("quadruped", {"floating_base": False}),
                                       ("cartpole", {}), ("panda", {})])
-def test_mass_quadratic_equals_dense_mass_matrix_autograd(name, kw):
+def test_mass_quadratic_equals_dense_mass_matrix_autograd(name, kw, monkeypatch):
     """``mass_quadratic_fast`` (``y^T M(q) y`` and its q-derivative, written
     out; the contact backward's effective-mass term) against autograd through
     the dense mass matrix: a floating base, a fixed base in a permuted
-    internal order, a prismatic joint, mimic joints; armature."""
+    internal order, a prismatic joint, mimic joints; armature; in column chunks."""
+    from backdrive.dynamics import _fast as dfast
     from backdrive.dynamics._fast import (_from_internal, _to_internal, dense_mass_matrix_fast, fast_topology,
                                           kinematics_fast, mass_quadratic_fast)
 
@@ -200,7 +201,8 @@ def test_mass_quadratic_equals_dense_mass_matrix_autograd(name, kw):
     yi = torch.stack([_to_internal(topo, y[c]) for c in range(C)], 1)
     scale = float(gref.abs().max())
     ref = ref.detach()
-    for origin in (True, False):  # inertias about the world origin, or through the centres of mass
+    for origin, chunk in ((True, 4096), (False, N)):  # inertias about the origin or formed here; one column at a time
+        monkeypatch.setattr(dfast, "MASS_QUADRATIC_CHUNK", chunk)
         val, D = mass_quadratic_fast(robot, topo, kinematics_fast(robot, topo, q, origin=origin), yi)
         gj = (D * w[:, None]).sum(0)  # (nj, N)
         gc = _from_internal(topo, torch.cat([gj.new_zeros(robot.nv - gj.shape[0], N), gj], 0))[:, -robot.num_joints:]

@@ -1299,58 +1299,72 @@ def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.
     so ``y^T M y`` is the same at every base pose. A mimic joint's body
     turns by ``multiplier dq`` of its leader's coordinate.
     """
-    fb = model.floating_base
-    C, N = y.shape[1], y.shape[2]
-    o = 1 if fb else 0
     with torch.no_grad():
-        yj = y[6:] if fb else y  # (nj, C, N)
-        if topo.coupled:
-            qd = (yj.index_select(0, topo.coord) * topo.mult[:, None, None]).transpose(0, 1)
-        else:
-            qd = yj.transpose(0, 1)
-        qd = qd.contiguous()[None]  # (1, C, nm, N)
-        na = topo.nm + o
-        Vl, Va = y.new_empty(3, C, na, N), y.new_empty(3, C, na, N)
-        torch.mul(K.Sl[:, None], qd, out=Vl[:, :, o:])
-        torch.mul(K.Sa[:, None], qd, out=Va[:, :, o:])
-        if fb:
-            R0, p0 = K.R[:, :, 0][:, :, None], K.p[:, 0][:, None]  # (3, 3, 1, N), (3, 1, N)
-            w = rot(R0, y[3:6])  # (3, C, N)
-            Va[:, :, 0] = w
-            Vl[:, :, 0] = rot(R0, y[:3]) + cross(p0, w)
-        Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)  # (3, C, na, N)
         if K.I is not None:
             h, I = K.h, K.I
         else:
             h, I = world_inertia_fast(K.R[:, :, topo.o :], K.p[:, topo.o :], K.m,
                                       _active(topo, model.body_com), _active(topo, model.body_inertia))
-        # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
-        h = h[:, None]  # (3, 1, na, N)
-        fl = cross_add(torch.mul(Vl, K.m), Va, h)
-        fa = cross_add(rot(I[:, :, None], Va), h, Vl)
-        e = torch.mul(Vl[0], fl[0])  # (C, na, N)
-        for k in range(3):
-            if k:
-                e.addcmul_(Vl[k], fl[k])
-            e.addcmul_(Va[k], fa[k])
-        val = e.sum(1)  # (C, N)
-        if model.num_joints:
-            arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
-            val += (arm[:, None, None] * yj * yj).sum(0)
-        hl, ha = up(topo.sums, fl), up(topo.sums, fa)
-        if fb:
-            Vl, Va, hl, ha = Vl[:, :, 1:], Va[:, :, 1:], hl[:, :, 1:], ha[:, :, 1:]
-        # (V x S) . hc = V_a . (S_l x hc_l + S_a x hc_a) + V_l . (S_a x hc_l)
-        Sl, Sa = K.Sl[:, None], K.Sa[:, None]
-        X = cross_add(cross(Sl, hl), Sa, ha)
-        Z = cross(Sa, hl)
-        D = torch.mul(Va[0], X[0])
-        for k in range(3):
-            if k:
-                D.addcmul_(Va[k], X[k])
-            D.addcmul_(Vl[k], Z[k])
-        if topo.coupled:
-            D = D.new_zeros(C, yj.shape[0], N).index_add_(1, topo.coord, D * topo.mult[:, None])
+        step = max(1, MASS_QUADRATIC_CHUNK // y.shape[2])
+        parts = [_mass_quadratic_cols(model, topo, K, h, I, y[:, c : c + step]) for c in range(0, y.shape[1], step)]
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p[0] for p in parts], 0), torch.cat([p[1] for p in parts], 0)
+
+
+#: Columns x samples that :func:`mass_quadratic_fast` takes at once (its
+#: arrays are ``(3, columns, bodies, samples)``: in pieces they stay in cache).
+MASS_QUADRATIC_CHUNK = 4096
+
+
+def _mass_quadratic_cols(model, topo, K, h, I, y):
+    """:func:`mass_quadratic_fast` for the columns ``y`` with the inertias ``h``, ``I`` about the origin."""
+    fb = model.floating_base
+    C, N = y.shape[1], y.shape[2]
+    o = 1 if fb else 0
+    yj = y[6:] if fb else y  # (nj, C, N)
+    if topo.coupled:
+        qd = (yj.index_select(0, topo.coord) * topo.mult[:, None, None]).transpose(0, 1)
+    else:
+        qd = yj.transpose(0, 1)
+    qd = qd.contiguous()[None]  # (1, C, nm, N)
+    na = topo.nm + o
+    Vl, Va = y.new_empty(3, C, na, N), y.new_empty(3, C, na, N)
+    torch.mul(K.Sl[:, None], qd, out=Vl[:, :, o:])
+    torch.mul(K.Sa[:, None], qd, out=Va[:, :, o:])
+    if fb:
+        R0, p0 = K.R[:, :, 0][:, :, None], K.p[:, 0][:, None]  # (3, 3, 1, N), (3, 1, N)
+        w = rot(R0, y[3:6])  # (3, C, N)
+        Va[:, :, 0] = w
+        Vl[:, :, 0] = rot(R0, y[:3]) + cross(p0, w)
+    Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)  # (3, C, na, N)
+    # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
+    h = h[:, None]  # (3, 1, na, N)
+    fl = cross_add(torch.mul(Vl, K.m), Va, h)
+    fa = cross_add(rot(I[:, :, None], Va), h, Vl)
+    e = torch.mul(Vl[0], fl[0])  # (C, na, N)
+    for k in range(3):
+        if k:
+            e.addcmul_(Vl[k], fl[k])
+        e.addcmul_(Va[k], fa[k])
+    val = e.sum(1)  # (C, N)
+    if model.num_joints:
+        arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
+        val += (arm[:, None, None] * yj * yj).sum(0)
+    hl, ha = up(topo.sums, fl), up(topo.sums, fa)
+    if fb:
+        Vl, Va, hl, ha = Vl[:, :, 1:], Va[:, :, 1:], hl[:, :, 1:], ha[:, :, 1:]
+    # (V x S) . hc = V_a . (S_l x hc_l + S_a x hc_a) + V_l . (S_a x hc_l)
+    Sl, Sa = K.Sl[:, None], K.Sa[:, None]
+    X = cross_add(cross(Sl, hl), Sa, ha)
+    Z = cross(Sa, hl)
+    D = torch.mul(Va[0], X[0])
+    for k in range(3):
+        if k:
+            D.addcmul_(Va[k], X[k])
+        D.addcmul_(Vl[k], Z[k])
+    if topo.coupled:
+        D = D.new_zeros(C, yj.shape[0], N).index_add_(1, topo.coord, D * topo.mult[:, None])
     return val, D.mul_(2.0)
 
 
