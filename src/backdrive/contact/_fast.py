@@ -395,7 +395,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
     a = _from_internal(topo, at).reshape(*B, nv)
-    return a, fields, (B, N, g, FM, FA, Jd, at, Z, Dg)
+    return a, fields, (B, N, g, FM, FA, at, Z, Dg)
 
 
 def _result(fields: dict):
@@ -447,7 +447,7 @@ def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
     """
     nv = robot.nv
     npnt = contact.geometry.num_points
-    K = kinematics_fast(robot, topo, qf, origin=False)  # no inertias about the origin under autograd: _MassQuadratic reads c, Ib
+    K = kinematics_fast(robot, topo, qf, origin=False)  # no inertias under autograd: _MassQuadratic forms its own
     vt = _to_internal(topo, vf)
     Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, True)
     v_c = _point_velocity(P, Jc, vt)
@@ -543,7 +543,7 @@ class _ImplicitStepFast(torch.autograd.Function):
         nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
         if torch.is_grad_enabled():
             return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
-        B, N, g, FM, FA, Jd, at, Z, Dg = ctx.saved
+        B, N, g, FM, FA, at, Z, Dg = ctx.saved
         topo = fast_topology(robot)
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
