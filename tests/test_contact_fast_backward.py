@@ -168,3 +168,45 @@ def test_gradient_switches_path_at_its_batch_size():
         assert called == [1] and a.requires_grad
     finally:
         _fast.implicit_acceleration_recorded = orig
+
+
+@pytest.mark.parametrize("name, kw", [("quadruped", {"floating_base": True}), ("quadruped", {"floating_base": False}),
+                                      ("cartpole", {}), ("panda", {})])
+def test_mass_quadratic_equals_dense_mass_matrix_autograd(name, kw, monkeypatch):
+    """``mass_quadratic_fast`` (``y^T M(q) y`` and its q-derivative, written
+    out; the contact backward's effective-mass term) against autograd through
+    the dense mass matrix: a floating base, a fixed base in a permuted
+    internal order, a prismatic joint, mimic joints; armature; in column chunks."""
+    from backdrive.dynamics import _fast as dfast
+    from backdrive.dynamics._fast import (_from_internal, _to_internal, dense_mass_matrix_fast, fast_topology,
+                                          kinematics_fast, mass_quadratic_fast)
+
+    robot = load(name, **kw)
+    g = torch.Generator().manual_seed(4)
+    robot = robot.replace(armature=torch.rand(robot.num_joints, generator=g, dtype=robot.dtype))
+    topo = fast_topology(robot)
+    N, C, fb = 5, 3, robot.floating_base
+    q = robot.neutral().expand(N, -1).clone()
+    if fb:
+        q[:, :3] = torch.randn(N, 3, generator=g, dtype=robot.dtype)
+        quat = torch.randn(N, 4, generator=g, dtype=robot.dtype)
+        q[:, 3:7] = quat / quat.norm(dim=-1, keepdim=True)
+    q[:, -robot.num_joints:] += 0.5 * torch.randn(N, robot.num_joints, generator=g, dtype=robot.dtype)
+    y = torch.randn(C, N, robot.nv, generator=g, dtype=robot.dtype)
+    w = torch.randn(C, N, generator=g, dtype=robot.dtype)
+    qq = q.clone().requires_grad_(True)
+    K = kinematics_fast(robot, topo, qq)
+    ref = torch.einsum("cni,nij,cnj->cn", y, dense_mass_matrix_fast(robot, topo, K), y)
+    (gref,) = torch.autograd.grad((ref * w).sum(), qq)
+    yi = torch.stack([_to_internal(topo, y[c]) for c in range(C)], 1)
+    scale = float(gref.abs().max())
+    ref = ref.detach()
+    for origin, chunk in ((True, 4096), (False, N)):  # inertias about the origin or formed here; one column at a time
+        monkeypatch.setattr(dfast, "MASS_QUADRATIC_CHUNK", chunk)
+        val, D = mass_quadratic_fast(robot, topo, kinematics_fast(robot, topo, q, origin=origin), yi)
+        gj = (D * w[:, None]).sum(0)  # (nj, N)
+        gc = _from_internal(topo, torch.cat([gj.new_zeros(robot.nv - gj.shape[0], N), gj], 0))[:, -robot.num_joints:]
+        assert scale > 0 and float((val - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
+        assert float((gc - gref[:, -robot.num_joints:]).abs().max()) <= 1e-12 * scale
+    if fb:  # the base pose does not enter y^T M y
+        assert float(gref[:, :7].abs().max()) <= 1e-12 * scale

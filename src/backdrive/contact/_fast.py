@@ -40,7 +40,7 @@ from typing import NamedTuple
 import torch
 
 from ..dynamics._fast import (
-    dense_mass_matrix_fast,
+    mass_quadratic_fast,
     rnea_vjp_fast,
     LTDLFactor,
     _from_internal,
@@ -395,7 +395,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
     a = _from_internal(topo, at).reshape(*B, nv)
-    return a, fields, (B, N, g, FM, FA, Jd, at)
+    return a, fields, (B, N, g, FM, FA, at, Z, Dg)
 
 
 def _result(fields: dict):
@@ -443,31 +443,59 @@ def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
     constant): the same value, and, the derivative with respect to ``y``
     being zero there, the same first derivative with respect to ``q``
     (``2 J' y - y^T M' y``) without differentiating a factorisation.
+    ``y^T M y`` is one node (:class:`_MassQuadratic`), ``M`` never formed.
     """
     nv = robot.nv
     npnt = contact.geometry.num_points
-    K = kinematics_fast(robot, topo, qf)
+    K = kinematics_fast(robot, topo, qf, origin=False)  # no inertias under autograd: _MassQuadratic forms its own
     vt = _to_internal(topo, vf)
     Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, True)
     v_c = _point_velocity(P, Jc, vt)
     v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
     force0 = f_n[..., None] * n + f_t
-    Jd = _dense_rows(P, Jc, nv)  # (nv, 3, np, N)
-    Jy = (Jd * Y).sum(0)  # (3, np, N)
-    M = dense_mass_matrix_fast(robot, topo, K)  # (N, nv, nv), coordinate order
-    Yc = Y if topo.dof_inv is None else Y.index_select(0, topo.dof_inv)
-    Yb = Yc.reshape(nv, 3 * npnt, N).permute(2, 0, 1).contiguous()  # (N, nv, 3 np); contiguous for bmm's backward
-    yMy = (Yb * torch.bmm(M, Yb)).sum(1).view(N, 3, npnt)
+    with torch.no_grad():  # Y at each point's supporting coordinates, as Jc (zero at padding columns)
+        Yg = torch.cat([Y, Y.new_zeros(1, *Y.shape[1:])], 0).view(-1, N).index_select(0, P.dense_index).view(Jc.shape)
+    Jy = (Jc * Yg).sum(0)  # (3, np, N)
+    yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N)).T.view(N, 3, npnt)
     inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
     C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
     CK = C + dt * Kst
     pred = _prediction(C, Kst, v_c, vt, R0, dt)
     force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
-    return K, Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jd)
+    return K, Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
+
+
+class _MassQuadratic(torch.autograd.Function):
+    """``y_c^T M(q) y_c`` ``(C, N)`` for constant columns ``y (nv, C, N)``
+    (internal order) as one node of ``q``: the value and the derivative with
+    respect to the joint coordinates by :func:`~backdrive.dynamics._fast.mass_quadratic_fast`
+    (``2 (V_i x S_i) . hc_i`` for joint ``i``, from the body twists at
+    ``y`` and the subtrees' momenta), not by autograd through a dense ``M``
+    (measured: 30 ms of the step's 116 ms backward at 1,024 samples). The
+    floating base's pose does not enter (its twist is in the base frame).
+    ``K``: the kinematics at ``qf`` (read, not differentiated)."""
+
+    @staticmethod
+    def forward(ctx, qf, robot, topo, K, y):
+        val, D = mass_quadratic_fast(robot, topo, K, y)
+        ctx.fb = robot.floating_base
+        ctx.topo = topo
+        ctx.save_for_backward(D)
+        return val
+
+    @staticmethod
+    def backward(ctx, gval):
+        (D,) = ctx.saved_tensors
+        g = (D * gval[:, None]).sum(0)  # (nj, N)
+        N = g.shape[-1]
+        if ctx.fb:  # joints only: _from_internal of (nv, N) with a zero base, then q's 7 base entries
+            g = _from_internal(ctx.topo, torch.cat([g.new_zeros(6, N), g], 0))[:, 6:]
+            return torch.cat([g.new_zeros(N, 7), g], 1), None, None, None, None
+        return _from_internal(ctx.topo, g), None, None, None, None
 
 
 def _field(name: str, parts, force, robot, topo, P):
-    Rp, pp, pt, point, n, phi, v_n, v_t, Jd = parts
+    Rp, pp, pt, point, n, phi, v_n, v_t, Jc = parts
     if name in ("normal_force", "friction_force"):
         f_nn = (force * n).sum(-1)
         return f_nn if name == "normal_force" else force - f_nn[..., None] * n
@@ -476,7 +504,7 @@ def _field(name: str, parts, force, robot, topo, P):
         return simple[name]
     if name == "f_ext":
         return _wrenches(P, Rp, pp, pt, force, robot.num_bodies)
-    return _jacobian(topo, Jd)
+    return _jacobian(topo, _dense_rows(P, Jc, robot.nv))
 
 
 class _ImplicitStepFast(torch.autograd.Function):
@@ -515,15 +543,14 @@ class _ImplicitStepFast(torch.autograd.Function):
         nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
         if torch.is_grad_enabled():
             return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
-        B, N, g, FM, FA, Jd, at = ctx.saved
+        B, N, g, FM, FA, at, Z, Dg = ctx.saved
         topo = fast_topology(robot)
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
         gat = at.new_zeros(nv, N) if ga is None else _to_internal(topo, ga.expand(*B, nv).reshape(N, nv))
         gq = gv = None
         if nq_ or nv_ or gf:
-            Y = torch.stack([FM.solve_fast(Jd[:, k, p]) for k in range(3) for p in range(npnt)], 1)
-            Y = Y.view(nv, 3, npnt, N)
+            Y = _back_columns(FM, _dense_rows(P, Z / Dg, nv).reshape(nv, 3 * npnt, N)).view(nv, 3, npnt, N)
             with torch.enable_grad():
                 qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
                 vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
@@ -559,6 +586,18 @@ class _ImplicitStepFast(torch.autograd.Function):
         out_tau = lam_c.reshape(*B, nv).sum_to_size(tau.shape) if ntau else None
         out_ed = (-dt * lam_c * _from_internal(topo, at)).reshape(*B, nv).sum_to_size(ed.shape) if ned else None
         return None, None, None, None, out_q, out_v, out_tau, out_ed
+
+
+def _back_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
+    """``L^-1 r`` in place on ``r (nv, C, N)`` (internal order) for the
+    LTDL factor ``F`` of ``M``: :meth:`LTDLFactor._back` on ``C`` columns at
+    once. With ``r = D^-1 Z``, ``Z = L^-T J^T`` of the forward pass (the
+    effective mass's sweep), it gives ``Y = M^-1 J^T``."""
+    C, N = r.shape[1], r.shape[2]
+    for lv, Lk in zip(reversed(F.sp.levels), reversed(F.Ls)):
+        x = r.index_select(0, lv.anc).mul_(Lk[:, None])
+        r.index_add_(0, lv.k, x.view(-1, lv.d, C, N).sum(1), alpha=-1.0)
+    return r
 
 
 def _put(acc, leaves, grads, qf, vf):

@@ -1277,6 +1277,97 @@ def kinetic_energy_fast(model: RobotModel, q: torch.Tensor, v: torch.Tensor) -> 
     return ke
 
 
+def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.Tensor):
+    """``y_c^T M(q) y_c`` for the columns ``y (nv, C, N)`` (internal order)
+    and its derivative with respect to each joint coordinate, ``(C, N)``
+    and ``(C, nj, N)`` (internal order; with mimic joints, coordinate order),
+    without autograd and without forming ``M``. ``K``: :func:`kinematics_fast`
+    at ``q`` (either ``origin``; with ``origin=False`` the inertias about the
+    origin are formed here, without autograd).
+
+    ``y^T M y = sum_b V_b . (I_b V_b) + sum_j armature_j y_j^2`` is twice
+    the kinetic energy at the "velocity" ``y`` (``V_b`` the world twist of
+    body ``b``, ``I_b`` its spatial inertia at the world origin). Turning
+    joint ``i`` by ``dq`` moves its subtree rigidly by the twist ``xi = S_i
+    dq``: every ``I_b`` there by ``xi x* I_b - I_b xi x``, every ``S_j`` below
+    ``i`` by ``xi x S_j`` (``S_i x S_i = 0``), so ``V_b`` by ``xi x (V_b -
+    V_p)`` with ``p`` the parent of ``i``. Summing the three terms over the
+    subtree leaves ``d(y^T M y)/dq_i = 2 (V_i x S_i) . hc_i`` with ``hc_i``
+    the subtree's momentum ``sum_b I_b V_b`` (``V_i x S_i = V_p x S_i``).
+    Computed as ``2 [S_l . (hc_l x V_a) + S_a . (hc_l x V_l + hc_a x V_a)]``.
+    A floating base's pose does not enter: its twist is in the base frame,
+    so ``y^T M y`` is the same at every base pose. A mimic joint's body
+    turns by ``multiplier dq`` of its leader's coordinate.
+    """
+    with torch.no_grad():
+        if K.I is not None:
+            h, I = K.h, K.I
+        else:
+            h, I = world_inertia_fast(K.R[:, :, topo.o :], K.p[:, topo.o :], K.m,
+                                      _active(topo, model.body_com), _active(topo, model.body_inertia))
+        step = max(1, MASS_QUADRATIC_CHUNK // y.shape[2])
+        parts = [_mass_quadratic_cols(model, topo, K, h, I, y[:, c : c + step]) for c in range(0, y.shape[1], step)]
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p[0] for p in parts], 0), torch.cat([p[1] for p in parts], 0)
+
+
+#: Columns x samples that :func:`mass_quadratic_fast` takes at once (its
+#: arrays are ``(3, columns, bodies, samples)``: in pieces they stay in cache).
+MASS_QUADRATIC_CHUNK = 4096
+
+
+def _mass_quadratic_cols(model, topo, K, h, I, y):
+    """:func:`mass_quadratic_fast` for the columns ``y`` with the inertias ``h``, ``I`` about the origin."""
+    fb = model.floating_base
+    C, N = y.shape[1], y.shape[2]
+    o = 1 if fb else 0
+    yj = y[6:] if fb else y  # (nj, C, N)
+    if topo.coupled:
+        qd = (yj.index_select(0, topo.coord) * topo.mult[:, None, None]).transpose(0, 1)
+    else:
+        qd = yj.transpose(0, 1)
+    qd = qd.contiguous()[None]  # (1, C, nm, N)
+    na = topo.nm + o
+    Vl, Va = y.new_empty(3, C, na, N), y.new_empty(3, C, na, N)
+    torch.mul(K.Sl[:, None], qd, out=Vl[:, :, o:])
+    torch.mul(K.Sa[:, None], qd, out=Va[:, :, o:])
+    if fb:
+        R0, p0 = K.R[:, :, 0][:, :, None], K.p[:, 0][:, None]  # (3, 3, 1, N), (3, 1, N)
+        w = rot(R0, y[3:6])  # (3, C, N)
+        Va[:, :, 0] = w
+        Vl[:, :, 0] = rot(R0, y[:3]) + cross(p0, w)
+    Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)  # (3, C, na, N)
+    # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
+    h = h[:, None]  # (3, 1, na, N)
+    fl = cross_add(torch.mul(Vl, K.m), Va, h)
+    fa = cross_add(rot(I[:, :, None], Va), h, Vl)
+    e = torch.mul(Vl[0], fl[0])  # (C, na, N)
+    for k in range(3):
+        if k:
+            e.addcmul_(Vl[k], fl[k])
+        e.addcmul_(Va[k], fa[k])
+    val = e.sum(1)  # (C, N)
+    if model.num_joints:
+        arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
+        val += (arm[:, None, None] * yj * yj).sum(0)
+    hl, ha = up(topo.sums, fl), up(topo.sums, fa)
+    if fb:
+        Vl, Va, hl, ha = Vl[:, :, 1:], Va[:, :, 1:], hl[:, :, 1:], ha[:, :, 1:]
+    # (V x S) . hc = V_a . (S_l x hc_l + S_a x hc_a) + V_l . (S_a x hc_l)
+    Sl, Sa = K.Sl[:, None], K.Sa[:, None]
+    X = cross_add(cross(Sl, hl), Sa, ha)
+    Z = cross(Sa, hl)
+    D = torch.mul(Va[0], X[0])
+    for k in range(3):
+        if k:
+            D.addcmul_(Va[k], X[k])
+        D.addcmul_(Vl[k], Z[k])
+    if topo.coupled:
+        D = D.new_zeros(C, yj.shape[0], N).index_add_(1, topo.coord, D * topo.mult[:, None])
+    return val, D.mul_(2.0)
+
+
 def first_moment_fast(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
     """``sum_b m_b c_b`` over the active bodies (world frame), ``(3, N)`` for
     ``q (..., nq)`` flattened; differentiable by autograd."""
