@@ -19,6 +19,7 @@ import torch
 class DemoContext:
     out: Path
     quick: bool
+    robot: str = "quadruped"  # the walking stage's robot: a key of QuadrupedWalk.SHIPPED_POLICIES
     files: list[Path] = field(default_factory=list)
 
     def path(self, name: str) -> Path:
@@ -437,21 +438,23 @@ def stage_quadruped_push(ctx: DemoContext) -> list[str]:
 
 
 def stage_quadruped_walk(ctx: DemoContext) -> list[str]:
-    """The shipped walking policy (trained through the contact simulator) plays a forward command."""
+    """The shipped walking policy of ``ctx.robot`` (trained through the contact simulator) plays a forward command."""
     from ..envs import QuadrupedWalk
 
     seconds = 3.0 if ctx.quick else 10.0
-    env, policy = QuadrupedWalk.pretrained(2 if ctx.quick else 4)
+    name = "Go1" if ctx.robot == "go1" else "quadruped"
+    env, policy = QuadrupedWalk.pretrained(2 if ctx.quick else 4, robot=ctx.robot)
     t0 = time.perf_counter()
     m = env.evaluate(policy, (0.5, 0.0, 0.0), seconds=seconds, seed=0, settle=1.0)
     sim_s = time.perf_counter() - t0
     print(
-        f"{env.num_envs} quadrupeds, {seconds:g} s at a 0.5 m/s forward command ({sim_s:.1f} s): forward speed "
+        f"{env.num_envs} x {name}, {seconds:g} s at a 0.5 m/s forward command ({sim_s:.1f} s): forward speed "
         f"{m['forward_speed']:.2f} m/s, walked {m['distance']:.2f} m, upright {m['upright'] * 100:.0f}%"
     )
     lines = [
-        "## Quadruped walking: a policy learnt through the contact simulator",
-        "The shipped policy (`QuadrupedWalk.pretrained()`, made by `examples/quadruped_walk.py --ship`) "
+        f"## Quadruped walking ({name}): a policy learnt through the contact simulator",
+        f"The shipped policy (`QuadrupedWalk.pretrained(robot={ctx.robot!r})`, made by "
+        f"`examples/quadruped_walk.py{' --preset go1_walk_shac' if ctx.robot == 'go1' else ''} --ship`) "
         "commanded to walk forward at 0.5 m/s.",
         f"- {env.num_envs} robots for {seconds:g} s: forward speed {m['forward_speed']:.2f} m/s, "
         f"walked {m['distance']:.2f} m, upright {m['upright'] * 100:.0f}%",
@@ -460,22 +463,23 @@ def stage_quadruped_walk(ctx: DemoContext) -> list[str]:
     ]
     if not ctx.quick:
         # The full demo also trains briefly from scratch and plots the curve.
-        from ..optim import QUADRUPED_WALK_SHAC, train_policy
+        from ..optim import GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, train_policy
 
+        preset, preset_name, shipped_updates = (
+            (GO1_WALK_SHAC, "GO1_WALK_SHAC", 75) if ctx.robot == "go1" else (QUADRUPED_WALK_SHAC, "QUADRUPED_WALK_SHAC", 420))
         updates = 30
-        trainer = train_policy(QUADRUPED_WALK_SHAC.make_env(), preset=QUADRUPED_WALK_SHAC, updates=updates,
-                               num_threads=1)
+        trainer = train_policy(preset.make_env(), preset=preset, updates=updates, num_threads=1)
         rewards = [row["window_reward"] for row in trainer.history]
         print(f"trained from scratch for {updates} updates ({trainer.env_steps:,} env steps, "
               f"{trainer.wall_s:.0f} s): mean reward per step {rewards[0]:.2f} -> {rewards[-1]:.2f}")
         try:
             from ..viz import plot_losses
 
-            png = ctx.wrote(plot_losses({"SHAC, QUADRUPED_WALK_SHAC": rewards}, ctx.path("quadruped_walk_training.png"),
-                                        log=False, title="quadruped: mean reward per step while training",
+            png = ctx.wrote(plot_losses({f"SHAC, {preset_name}": rewards}, ctx.path("quadruped_walk_training.png"),
+                                        log=False, title=f"{name}: mean reward per step while training",
                                         xlabel="update (512 env steps each)"))
             lines.append(f"- trained from scratch for {updates} updates in {trainer.wall_s:.0f} s: mean reward per "
-                         f"step {rewards[0]:.2f} -> {rewards[-1]:.2f} (the shipped run: 420 updates); plot: `{png.name}`")
+                         f"step {rewards[0]:.2f} -> {rewards[-1]:.2f} (the shipped run: {shipped_updates} updates); plot: `{png.name}`")
         except ImportError as exc:  # pragma: no cover - the viz extra is optional
             lines.append(f"- (no plot: {exc})")
     try:
@@ -483,7 +487,7 @@ def stage_quadruped_walk(ctx: DemoContext) -> list[str]:
 
         html = ctx.wrote(
             preview(env.robot, m["q"][:, 0], path=ctx.path("quadruped_walk.html"), fps=1 / env.dt,
-                    terrain=env.contact, title="quadruped walking at a 0.5 m/s command (learnt policy)")
+                    terrain=env.contact, title=f"{name} walking at a 0.5 m/s command (learnt policy)")
         )
         lines.append(f"- preview: `{html.name}`")
     except ImportError as exc:  # pragma: no cover - the viz extra is optional
@@ -503,9 +507,14 @@ STAGES: list[tuple[str, Callable[[DemoContext], list[str]]]] = [
 ]
 
 
-def run_demo(out: Path, quick: bool = False) -> int:
-    """Run every stage, write ``summary.md`` and say where to look."""
-    ctx = DemoContext(out=Path(out), quick=quick)
+def run_demo(out: Path, quick: bool = False, robot: str = "quadruped") -> int:
+    """Run every stage, write ``summary.md`` and say where to look.
+
+    ``robot`` picks the walking stage's shipped policy: ``"quadruped"`` (the
+    shipped robot) or ``"go1"`` (example-robot-data's Go1; needs the
+    ``example-robot-data`` package, part of the ``[test]`` and ``[bench]`` extras).
+    """
+    ctx = DemoContext(out=Path(out), quick=quick, robot=robot)
     ctx.out.mkdir(parents=True, exist_ok=True)
     # The demo's problems are small: one intra-op thread avoids the spinning
     # and contention that made them several times slower on 2 shared cores.

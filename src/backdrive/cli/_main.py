@@ -176,7 +176,7 @@ def cmd_bench(args) -> int:
 def cmd_demo(args) -> int:
     from ._demo import run_demo
 
-    return run_demo(out=Path(args.out), quick=args.quick)
+    return run_demo(out=Path(args.out), quick=args.quick, robot=args.robot)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--quick", action="store_true", help="a reduced version (under a minute) for CI")
     d.add_argument("--out", default="outputs/demo", help="output folder (default: outputs/demo)")
+    d.add_argument("--robot", default="quadruped", choices=["quadruped", "go1"],
+                   help="the walking stage's robot and shipped policy: the shipped quadruped (default) or "
+                        "example-robot-data's Unitree Go1 (needs the example-robot-data package)")
     d.set_defaults(func=cmd_demo)
 
     i = sub.add_parser(
