@@ -56,11 +56,13 @@ def test_time_limit_gives_terminal_observation_and_same_step_reset():
 
 def test_ppo_learns_through_it_and_errors():
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecNormalize
 
     venv = VecNormalize(sb3_vec_env(Pendulum(4)))
     assert venv.get_attr("num_envs") == [4] * 4 and venv.env_is_wrapped(object) == [False] * 4
     model = PPO("MlpPolicy", venv, n_steps=8, batch_size=16, n_epochs=1, seed=0, device="cpu")
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default makes an empty folder in /tmp
     model.learn(64)
     assert model.num_timesteps == 64
     with pytest.raises(InputError, match="autoreset"):
