@@ -34,8 +34,10 @@ browser:
 	  { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	    || echo "warning: could not install chromium; browser tests will fail"; }
 
+# One pytest worker per core (the tests run single-threaded; see tests/conftest.py),
+# tests handed out as workers free up.
 test: $(VENV)/.installed-test browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 # The same suite with CUDA as the device of device-generic tests (those that
 # take the `device` fixture); the rest run as in `make test`. Needs a CUDA
