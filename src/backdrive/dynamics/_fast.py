@@ -1105,9 +1105,13 @@ class LTDLFactor:
             blk = W[b0 : b0 + n * (d + 2)].view(n, d + 2, N)
             L3 = div(blk[:, 1 : d + 1], blk[:, d + 1 :])  # (n, d, N)
             if plan.base is not None and d >= 6:  # the base's six runs, padded to 7 rows each
-                tgt = W.as_strided((6, 7, N), (7 * N, N, 1), base + plan.base * N)
+                # Coordinates 0-2 need at most 4 rows, 3-5 at most 7: two
+                # views, 33 rows written for 27 (one view of 42 before).
+                lo3 = W.as_strided((3, 4, N), (7 * N, N, 1), base + plan.base * N)
+                hi3 = W.as_strided((3, 7, N), (7 * N, N, 1), base + (plan.base + 21) * N)
                 for k in range(n):
-                    tgt.addcmul_(L3[k, :6, None], blk[k, None, :7], value=-1.0)
+                    lo3.addcmul_(L3[k, :3, None], blk[k, None, :4], value=-1.0)
+                    hi3.addcmul_(L3[k, 3:6, None], blk[k, None, :7], value=-1.0)
             lo, row = L3.storage_offset(), (d + 2) * N
             for first, step, cnt, k0, a in ups:  # three strided views: the least Python time
                 W.as_strided((cnt, a + 2, N), (step * N, N, 1), base + first * N).addcmul_(
