@@ -209,7 +209,9 @@ class FastKin(NamedTuple):
     base_frame: bool = False
 
 
-def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin: bool = True) -> FastKin:
+def kinematics_fast(
+    model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin: bool = True, identity_base: bool = False
+) -> FastKin:
     """Poses, joint motion subspaces and world inertias for ``qf (N, nq)``, level order.
 
     With ``origin=False`` the rotational inertias about the world origin are
@@ -217,8 +219,11 @@ def kinematics_fast(model: RobotModel, topo: FastTopo, qf: torch.Tensor, origin:
     centre of mass and the body frame (:func:`_inertia`), which costs a few
     more operations per product but no ``(3, 3, na, N)`` arrays, and a much
     cheaper backward; RNEA alone applies the inertias only twice.
+
+    ``identity_base`` (no autograd): the floating base's pose in ``qf`` is
+    ignored, the base is at the origin, unrotated (:func:`forward_fast`).
     """
-    R, p = body_transforms_fast(model, qf, level_order=True)
+    R, p = body_transforms_fast(model, qf, level_order=True, identity_base=identity_base)
     o = topo.o
     S = None
     if untracked():  # Sl and Sa as the halves of one array (S . F in two operations)
@@ -1162,11 +1167,11 @@ def _from_internal(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     return (x if topo.dof_inv is None else x.index_select(0, topo.dof_inv)).T
 
 
-def _inputs(model, topo, q, g, f_ext, origin=True):
+def _inputs(model, topo, q, g, f_ext, origin=True, identity_base=False):
     batch = q.shape[:-1]
     qf = q.reshape(-1, q.shape[-1])
     N = qf.shape[0]
-    K = kinematics_fast(model, topo, qf, origin)
+    K = kinematics_fast(model, topo, qf, origin, identity_base and untracked())
     gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
     ft = None
     if f_ext is not None:
@@ -1197,7 +1202,7 @@ def forward_fast(model: RobotModel, q, v, tau, g, f_ext, base_frame: bool = Fals
         base_frame = base_frame and model.floating_base
         if base_frame:
             q, g = _to_base_frame(q, g)
-        batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
+        batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext, identity_base=base_frame)
         K = K._replace(base_frame=base_frame)
         vt = _to_internal(topo, v.reshape(N, nv))
         keep = {}
@@ -1436,7 +1441,7 @@ def aba_fast(model: RobotModel, q, v, tau, g, f_ext) -> torch.Tensor:
         o, nv = topo.o, model.nv
         if fb:
             q, g = _to_base_frame(q, g)
-        batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext)
+        batch, N, K, gt, ft = _inputs(model, topo, q, g, f_ext, identity_base=fb)
         K = K._replace(base_frame=fb)
         vt = _to_internal(topo, v.reshape(N, nv))
         tt = _to_internal(topo, tau.reshape(N, nv))
