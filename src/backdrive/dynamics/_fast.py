@@ -691,7 +691,7 @@ class _Sparsity(NamedTuple):
     nnz: int
     joint_diag: torch.Tensor  # entries M[j, j] of the joint coordinates
     runs: tuple  # (j0, i0, step, n): joint pairs (j0 + step k, i0 + step k), k < n
-    run_slices: tuple  # per run, the slices of j and of i, and the run lengths
+    run_slices: tuple  # per run, the slices of j and of i; the run lengths, then the rest's
     rest: tuple | None  # the other pairs (after the runs): index tensors of j and i into (6, nm, N) viewed (6 nm, N)
     npairs: int  # joint pairs; the first nm are the diagonal M[i, i] in order
     pair_flat: torch.Tensor  # the pairs in packed order as j nm + i
@@ -902,7 +902,7 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         run_slices=(
             tuple(slice(j0, j0 + step * (n - 1) + 1, step) for j0, i0, step, n in runs),
             tuple(slice(i0, i0 + step * (n - 1) + 1, step) for j0, i0, step, n in runs),
-            tuple(n for j0, i0, step, n in runs),
+            tuple(n for j0, i0, step, n in runs) + ((len(rest),) if rest else ()),
         ),
         rest=(t([c * nm + j for c in range(6) for j, i in rest]), t([c * nm + i for c in range(6) for j, i in rest]))
         if rest
@@ -1073,17 +1073,17 @@ def _pairs_by_runs(sp, S6, Sl, Sa, F6, Fl, Fa, P):
     the G1 198 small operations fewer; a gather copies each row once)."""
     Sc = Sl.unbind(0) + Sa.unbind(0)
     Fc = Fl.unbind(0) + Fa.unbind(0)
-    for sj, si, out in zip(sp.run_slices[0], sp.run_slices[1], P[: sp.npairs - (0 if sp.rest is None else sp.rest[0].shape[0] // 6)].split(sp.run_slices[2])):
+    parts = P.split(sp.run_slices[2])  # the runs', then the rest's rows
+    for sj, si, out in zip(sp.run_slices[0], sp.run_slices[1], parts):
         torch.mul(Sc[0][sj], Fc[0][si], out=out)
         for c in range(1, 6):
             out.addcmul_(Sc[c][sj], Fc[c][si])
     if sp.rest is not None:
-        N = P.shape[-1]
-        n = sp.rest[0].shape[0] // 6
+        N, out = P.shape[-1], parts[-1]
         S6 = torch.cat([Sl, Sa], 0) if S6 is None else S6
         F6 = torch.cat([Fl, Fa], 0) if F6 is None else F6
         X = rows(S6.view(-1, N), sp.rest[0]).mul_(rows(F6.view(-1, N), sp.rest[1]))
-        torch.sum(X.view(6, n, N), 0, out=P[P.shape[0] - n :])
+        torch.sum(X.view(6, -1, N), 0, out=out)
     return P
 
 
