@@ -150,3 +150,32 @@ def test_fast_forward_dynamics_float32_g1_accuracy():
         ref = forward_dynamics(robot, q, v, tau, method="crba")
         got = forward_dynamics(robot.float(), q.float(), v.float(), tau.float())
     assert float((got.double() - ref).abs().max() / ref.abs().max()) < 1e-3
+
+
+def test_fast_crba_pairs_gathered_block_g1(monkeypatch):
+    """The G1 humanoid's CRBA pairs: strided runs plus the short runs' pairs
+    gathered into one block (``_Sparsity.rest``), used above
+    ``LEVEL_SUM_MIN_BATCH``; the mass matrix (world frame) and forward
+    dynamics (base frame, LTDL) against the reference path in float64."""
+    from backdrive.dynamics import _fast as fast_mod
+    from backdrive.kinematics import _paths
+
+    robot = load("example-robot-data:g1", floating_base=True)
+    sp = fast_mod._sparsity(robot)
+    assert sp.rest is not None and len(sp.runs) > 1
+    assert sp.npairs == sum(sp.run_slices[2])
+    g = torch.Generator().manual_seed(24)
+    n = 6
+    q = robot.random_q(n, generator=g)
+    v = torch.randn(n, robot.nv, generator=g, dtype=torch.float64)
+    tau = torch.randn(n, robot.nv, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        with use_path("reference"):
+            M_ref = mass_matrix(robot, q)
+            a_ref = forward_dynamics(robot, q, v, tau, method="crba")
+        monkeypatch.setattr(_paths, "LEVEL_SUM_MIN_BATCH", 0)
+        with use_path("fast"):
+            M = mass_matrix(robot, q)
+            a = forward_dynamics(robot, q, v, tau)
+    assert float((M - M_ref).abs().max() / M_ref.abs().max()) < 1e-12
+    assert float((a - a_ref).abs().max() / a_ref.abs().max()) < 1e-9

@@ -639,7 +639,7 @@ def _build_jump_subset(model: RobotModel, bodies: tuple[int, ...]) -> dict:
 
 
 def body_transforms_fast(
-    model: RobotModel, qf: torch.Tensor, level_order: bool = False
+    model: RobotModel, qf: torch.Tensor, level_order: bool = False, identity_base: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """World-from-body poses on the fast path: ``R (3, 3, nb, N)``, ``p (3, nb, N)``.
 
@@ -651,10 +651,16 @@ def body_transforms_fast(
     Under autograd the backward is written out (:class:`_BodyTransformsFast`):
     one pass from the leaves to the root, instead of autograd's ~20 nodes per
     level (each component product with its broadcast reductions).
+
+    ``identity_base`` (a floating base, no autograd): the base's pose in
+    ``qf`` is ignored and taken as the identity (forward dynamics in the
+    base's frame): no rotation from its quaternion, and its children's poses
+    are their joints' local ones, copied.
     """
     if torch.is_grad_enabled() and qf.requires_grad and model.num_bodies > 1 and not transforms_active():
         return _BodyTransformsFast.apply(model, qf, level_order)
-    return _fk_fast(model, qf, level_order)[:2]
+    # (Only without autograd: the caller's qf then holds the identity pose anyway.)
+    return _fk_fast(model, qf, level_order, identity_base=identity_base and model.floating_base and untracked())[:2]
 
 
 class _BodyTransformsFast(torch.autograd.Function):
@@ -762,13 +768,16 @@ def fk_vjp_fast(model: RobotModel, qf, saved, gR, gp, level_order: bool) -> torc
     return gq
 
 
-def _fk_fast(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = False):
+def _fk_fast(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool = False, identity_base: bool = False):
     """:func:`body_transforms_fast`; with ``keep`` also the local poses and the
     sines and cosines (for the backward)."""
     c = _cache(model)
     nb = model.num_bodies
     N = qf.shape[0]
-    if model.floating_base:
+    if identity_base:
+        R0 = c["eye"][:, :, None, None].expand(3, 3, 1, N)
+        p0 = None
+    elif model.floating_base:
         R0 = quat_to_matrix(qf[:, 3:7]).permute(1, 2, 0)[:, :, None, :].contiguous()  # (3, 3, 1, N)
         p0 = qf[:, 0:3].T[:, None, :].contiguous()  # (3, 1, N)
     else:
@@ -795,7 +804,7 @@ def _fk_fast(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool 
         pl = torch.addcmul(c["ppl_L"], c["Raxis_L"], theta * c["is_pri_L"])
     else:
         pl = c["ppl_L"].expand(3, nb - 1, N)
-    R, p = _levels(c, nb, N, R0, p0, Rl, pl, into=untracked())
+    R, p = _levels(c, nb, N, R0, p0, Rl, pl, into=untracked(), identity_base=identity_base)
     if not level_order and not model.levels_sorted:
         R, p = R.index_select(-2, model.level_inverse), p.index_select(-2, model.level_inverse)
     if keep:
@@ -803,21 +812,32 @@ def _fk_fast(model: RobotModel, qf: torch.Tensor, level_order: bool, keep: bool 
     return R, p, None, None, None, None
 
 
-def _levels(c: dict, nb: int, N: int, R0, p0, Rl, pl, into: bool):
+def _levels(c: dict, nb: int, N: int, R0, p0, Rl, pl, into: bool, identity_base: bool = False):
     """The level recursion of :func:`_fk_fast`: ``R_c = R_p R_l``,
     ``p_c = R_p p_l + p_p``, one batched step per depth level.
 
     ``into`` (no autograd): each level is written into its slice of one
     ``(3, 3, nb, N)`` / ``(3, nb, N)`` array; otherwise (differentiable) each
-    level is a new array and they are concatenated.
+    level is a new array and they are concatenated. ``identity_base`` (with
+    ``into``): the root is at the origin, unrotated, and the first level's
+    poses are its local ones, copied.
     """
     if into:
         R, p = new((3, 3, nb, N), Rl), new((3, nb, N), Rl)
         R[:, :, :1].copy_(R0)
-        p[:, :1].copy_(p0)
+        if identity_base:
+            p[:, :1].zero_()
+        else:
+            p[:, :1].copy_(p0)
     Rs, ps = [R0], [p0]
     prev = slice(0, 1)
-    for sl, par in zip(c["level_slices"], c["level_parents"]):
+    levels = zip(c["level_slices"], c["level_parents"])
+    if identity_base:
+        sl, _ = next(levels)
+        prev = slice(sl.start + 1, sl.stop + 1)
+        R[:, :, prev].copy_(Rl[:, :, sl])
+        p[:, prev].copy_(pl[:, sl])
+    for sl, par in levels:
         Rp, pp = (R[:, :, prev], p[:, prev]) if into else (Rs[-1], ps[-1])
         if par is not None:
             Rp, pp = _take(Rp, par, -2), _take(pp, par, -2)
