@@ -40,9 +40,12 @@ from typing import NamedTuple
 import torch
 
 from ..dynamics._fast import (
+    FastKin,
     mass_quadratic_fast,
     rnea_vjp_fast,
     LTDLFactor,
+    _active,
+    _coordinate_forces,
     _from_internal,
     _sparsity,
     _to_internal,
@@ -53,7 +56,8 @@ from ..dynamics._fast import (
 )
 from ..dynamics import joint_forces
 from ..dynamics._tree import broadcast_batch, gravity_vector
-from ..kinematics._kernels import cross, rot, rot_t
+from ..kinematics._kernels import cross, rot, rot_t, skew
+from ..kinematics._schedule import up
 from ..kinematics._schedule import tree_schedule
 from ..model import RobotModel
 
@@ -395,7 +399,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
     a = _from_internal(topo, at).reshape(*B, nv)
-    return a, fields, (B, N, g, FM, FA, at, Z, Dg)
+    return a, fields, (B, N, g, FM, FA, at, Z, Dg, (K.R, K.p, K.Sl, K.Sa))
 
 
 def _result(fields: dict):
@@ -433,36 +437,39 @@ def reference_only(contact, robot: RobotModel, gravity) -> bool:
     return grad_in(robot) or grad_in(contact._p) or grad_in(contact.geometry) or grad_in(contact.terrain)
 
 
-def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
+def _recompute(contact, robot, topo, P: _Plan, qf, kin, vf, at, Y, dt, batch, N):
     """The step's contact terms under autograd, ``a`` held at ``at`` (internal
-    ``(nv, N)``): the applied forces and every result field, the Jacobian
-    columns, and the kinematics (for the RNEA's reverse pass).
+    ``(nv, N)``): the applied forces and every result field, and the Jacobian
+    columns, from the forward pass's poses and motion subspaces ``kin = (R,
+    p, Sl, Sa)`` (leaves: their gradients go to ``q`` by :func:`_pose_vjp`,
+    not by autograd through forward kinematics).
 
     The effective mass is ``diag(J M^-1 J^T) = max_y 2 J y - y^T M y`` per
     row, taken at the maximiser ``Y = M^-1 J^T`` of the forward pass (held
     constant): the same value, and, the derivative with respect to ``y``
     being zero there, the same first derivative with respect to ``q``
     (``2 J' y - y^T M' y``) without differentiating a factorisation.
-    ``y^T M y`` is one node (:class:`_MassQuadratic`), ``M`` never formed.
+    ``y^T M y`` is one node of ``qf`` (:class:`_MassQuadratic`), ``M`` never formed.
     """
     nv = robot.nv
     npnt = contact.geometry.num_points
-    K = kinematics_fast(robot, topo, qf, origin=False)  # no inertias under autograd: _MassQuadratic forms its own
+    R, p, Sl, Sa = kin
     vt = _to_internal(topo, vf)
-    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, True)
+    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, R, p, Sl, Sa, robot.floating_base, N, True)
     v_c = _point_velocity(P, Jc, vt)
     v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
     force0 = f_n[..., None] * n + f_t
     with torch.no_grad():  # Y at each point's supporting coordinates, as Jc (zero at padding columns)
         Yg = torch.cat([Y, Y.new_zeros(1, *Y.shape[1:])], 0).view(-1, N).index_select(0, P.dense_index).view(Jc.shape)
     Jy = (Jc * Yg).sum(0)  # (3, np, N)
+    K = FastKin(R.detach(), p.detach(), Sl.detach(), Sa.detach(), _active(topo, robot.body_mass)[:, None], None, None)
     yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N)).T.view(N, 3, npnt)
     inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
     C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
     CK = C + dt * Kst
     pred = _prediction(C, Kst, v_c, vt, R0, dt)
     force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
-    return K, Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
+    return Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
 
 
 class _MassQuadratic(torch.autograd.Function):
@@ -543,7 +550,7 @@ class _ImplicitStepFast(torch.autograd.Function):
         nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
         if torch.is_grad_enabled():
             return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
-        B, N, g, FM, FA, at, Z, Dg = ctx.saved
+        B, N, g, FM, FA, at, Z, Dg, kin = ctx.saved
         topo = fast_topology(robot)
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
@@ -553,31 +560,36 @@ class _ImplicitStepFast(torch.autograd.Function):
             Y = _back_columns(FM, _dense_rows(P, Z / Dg, nv).reshape(nv, 3 * npnt, N)).view(nv, 3, npnt, N)
             with torch.enable_grad():
                 qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
+                kl = [x.detach().requires_grad_(nq_) for x in kin]  # R, p, Sl, Sa
                 vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
                 al = at.detach().requires_grad_(bool(gf))
-                K, Jc, force, parts = _recompute(contact, robot, topo, P, qf, vf, al, Y, dt, B, N)
-                leaves = [x for x in (qf, vf) if x.requires_grad]
-                acc = [None, None]
+                Jc, force, parts = _recompute(contact, robot, topo, P, qf, kl, vf, al, Y, dt, B, N)
+                leaves = ([qf] + kl if nq_ else []) + ([vf] if nv_ else [])
+                loss = None
                 if gf:
-                    s1 = sum((_field(k, parts, force, robot, topo, P) * g_.expand(*B, *g_.shape[len(B):]).reshape(N, *g_.shape[len(B):])).sum()
-                             for k, g_ in gf.items())
-                    got = torch.autograd.grad(s1, [al] + leaves, retain_graph=bool(leaves), allow_unused=True)
-                    if got[0] is not None:
-                        gat = gat + got[0]
-                    acc = _put(acc, leaves, got[1:], qf, vf)
+                    loss = sum((_field(k, parts, force, robot, topo, P) * g_.expand(*B, *g_.shape[len(B):]).reshape(N, *g_.shape[len(B):])).sum()
+                               for k, g_ in gf.items())
+                    (gal,) = torch.autograd.grad(loss, al, retain_graph=True)
+                    gat = gat + gal
                 lam = FA.solve_fast(gat)
                 if leaves:
                     s2 = (_point_velocity(P, Jc, lam) * force).sum()
-                    acc = _add(acc, _put([None, None], leaves, torch.autograd.grad(s2, leaves, allow_unused=True), qf, vf))
+                    got = torch.autograd.grad(s2 if loss is None else s2 + loss, leaves, allow_unused=True)
+                    if nq_:
+                        gq = _pose_vjp(robot, topo, kin, got[1:5], qf)
+                        if got[0] is not None:  # the effective masses' M(q)
+                            gq = gq + got[0]
+                    if nv_:
+                        gv = got[-1] if got[-1] is not None else vf.new_zeros(N, nv)
                     lam_c = _from_internal(topo, lam)
                     gq_r, gv_r = rnea_vjp_fast(robot, qf.detach(), vf.detach(), _from_internal(topo, at), g, -lam_c,
-                                               (K.R.detach(), K.p.detach(), K.Sl.detach(), K.Sa.detach(), None))
-                    acc = _add(acc, [gq_r if nq_ else None, gv_r if nv_ else None])
+                                               (*kin, None))
+                    if nq_:
+                        gq = gq + gq_r
                     if nv_:
                         vl = vf.detach().requires_grad_(True)
                         (gj,) = torch.autograd.grad(joint_forces(robot, vl), vl, lam_c)
-                        acc = _add(acc, [None, gj])
-            gq, gv = acc
+                        gv = gv + gv_r + gj
         else:
             lam = FA.solve_fast(gat)
         lam_c = _from_internal(topo, lam)
@@ -600,17 +612,64 @@ def _back_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
     return r
 
 
-def _put(acc, leaves, grads, qf, vf):
-    out = list(acc)
-    for x, gr in zip(leaves, grads):
-        i = 0 if x is qf else 1
-        if gr is not None:
-            out[i] = gr if out[i] is None else out[i] + gr
-    return out
+def _pose_vjp(robot, topo, kin, grads, qf: torch.Tensor) -> torch.Tensor:
+    """The gradient ``(N, nq)`` with respect to ``q`` of a function of the
+    poses and motion subspaces ``kin = (R (3, 3, nb, N), p (3, nb, N), Sl, Sa
+    (3, nm, N))`` (level order) from its gradients ``grads`` (``None``: zero)
+    with respect to them: the reverse pass of forward kinematics, as at the
+    end of :func:`~backdrive.dynamics._fast.rnea_vjp_fast`. A rotation
+    ``dR = [w]x R`` pairs with ``gR`` as ``w . sum_j R e_j x gR e_j``, so each
+    body's gradient is a world force ``gp`` and torque ``t``; ``S = [p x a;
+    a]`` (revolute, ``a`` the world joint axis) or ``[a; 0]`` (prismatic)
+    adds to both; a joint turns (shifts) its whole subtree, so its gradient
+    is ``a . (T - p x G)`` (``a . G``) with ``(G, T)`` the subtree sums of
+    ``(gp, t + p x gp)``; the floating base's are ``G`` and, through the
+    quaternion, the torque about its origin."""
+    from ..spatial import quat_to_matrix
 
-
-def _add(acc, more):
-    return [a if b is None else (b if a is None else a + b) for a, b in zip(acc, more)]
+    R, p, Sl, Sa = kin
+    gR, gp, gSl, gSa = grads
+    fb, o = robot.floating_base, topo.o
+    off = 6 if fb else 0
+    gp = torch.zeros_like(p) if gp is None else gp.clone()
+    if gR is None:
+        t = torch.zeros_like(p)
+    else:
+        (r0, r1, r2), (g0, g1, g2) = R.unbind(1), gR.unbind(1)
+        t = cross(r0, g0) + cross(r1, g1) + cross(r2, g2)
+    pm = p[:, 1:]
+    aw = Sa if not topo.has_pri else rot(R[:, :, 1:], topo.axis)
+    if gSl is not None or gSa is not None:
+        gSl = torch.zeros_like(Sl) if gSl is None else gSl
+        gSa = torch.zeros_like(Sa) if gSa is None else gSa
+        if topo.has_pri:
+            gSl_r = gSl * topo.is_rev
+            gaw = gSa * topo.is_rev + cross(gSl_r, pm) + gSl * topo.is_pri
+            gp[:, 1:] += cross(aw, gSl_r)
+        else:
+            gaw = gSa + cross(gSl, pm)
+            gp[:, 1:] += cross(aw, gSl)
+        t[:, 1:] += cross(aw, gaw)
+    T = up(topo.sums, (t + cross(p, gp))[:, o:].contiguous())
+    G = up(topo.sums, gp[:, o:].contiguous())  # in place on gp (a fresh array) above a few hundred samples
+    Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
+    gth = (aw * (Tm + cross(Gm, pm))).sum(0)  # aw . (Tm - pm x Gm)
+    if topo.has_pri:
+        gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
+    gj = _coordinate_forces(topo, gth)
+    if topo.dof_inv is not None:
+        gj = gj.index_select(0, topo.dof_inv[off:] - off)
+    if not fb:
+        return gj.T
+    R0, p0 = R[:, :, 0], p[:, 0]
+    tb = T[:, 0] - cross(p0, G[:, 0])  # torque about the base origin
+    # gR0 = 0.5 [tb]x R0 pairs with any rotation of R0 as tb does.
+    tbx = skew(tb, 0)
+    gR0 = 0.5 * (tbx[:, 0, None] * R0[0][None] + tbx[:, 1, None] * R0[1][None] + tbx[:, 2, None] * R0[2][None])
+    with torch.enable_grad():
+        quat = qf[:, 3:7].detach().requires_grad_(True)
+        (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)
+    return torch.cat([G[:, 0].T, gquat, gj.T], 1)
 
 
 def _reference_grads(ctx, q, v, tau, ed, ga, gf):
