@@ -41,7 +41,7 @@ import torch
 
 from ..dynamics._fast import (
     FastKin,
-    mass_quadratic_fast,
+    mass_quadratic_vjp_fast,
     rnea_vjp_fast,
     LTDLFactor,
     _active,
@@ -463,7 +463,8 @@ def _recompute(contact, robot, topo, P: _Plan, qf, kin, vf, at, Y, dt, batch, N)
         Yg = torch.cat([Y, Y.new_zeros(1, *Y.shape[1:])], 0).view(-1, N).index_select(0, P.dense_index).view(Jc.shape)
     Jy = (Jc * Yg).sum(0)  # (3, np, N)
     K = FastKin(R.detach(), p.detach(), Sl.detach(), Sa.detach(), _active(topo, robot.body_mass)[:, None], None, None)
-    yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N)).T.view(N, 3, npnt)
+    yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N), Jy.detach().reshape(3 * npnt, N))
+    yMy = yMy.T.view(N, 3, npnt)
     inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
     C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
     CK = C + dt * Kst
@@ -474,31 +475,29 @@ def _recompute(contact, robot, topo, P: _Plan, qf, kin, vf, at, Y, dt, batch, N)
 
 class _MassQuadratic(torch.autograd.Function):
     """``y_c^T M(q) y_c`` ``(C, N)`` for constant columns ``y (nv, C, N)``
-    (internal order) as one node of ``q``: the value and the derivative with
-    respect to the joint coordinates by :func:`~backdrive.dynamics._fast.mass_quadratic_fast`
-    (``2 (V_i x S_i) . hc_i`` for joint ``i``, from the body twists at
-    ``y`` and the subtrees' momenta), not by autograd through a dense ``M``
-    (measured: 30 ms of the step's 116 ms backward at 1,024 samples). The
-    floating base's pose does not enter (its twist is in the base frame).
-    ``K``: the kinematics at ``qf`` (read, not differentiated)."""
+    (internal order) as one node of ``q``, its value ``value`` given (the
+    caller knows it: ``J y`` at ``y = M^-1 J^T``); the backward's ``sum_c
+    g_c d(y_c^T M y_c)/dq`` by
+    :func:`~backdrive.dynamics._fast.mass_quadratic_vjp_fast` (``2 (V_i x S_i)
+    . hc_i`` for joint ``i``, from the body twists at ``y`` and the
+    subtrees' momenta weighted by ``g``), not by autograd through a dense
+    ``M``, and only when ``q``'s gradient is asked for. The floating base's
+    pose does not enter (its twist is in the base frame). ``K``: the
+    kinematics at ``qf`` (read, not differentiated)."""
 
     @staticmethod
-    def forward(ctx, qf, robot, topo, K, y):
-        val, D = mass_quadratic_fast(robot, topo, K, y)
-        ctx.fb = robot.floating_base
-        ctx.topo = topo
-        ctx.save_for_backward(D)
-        return val
+    def forward(ctx, qf, robot, topo, K, y, value):
+        ctx.robot, ctx.topo, ctx.K, ctx.y = robot, topo, K, y
+        return value.clone()
 
     @staticmethod
     def backward(ctx, gval):
-        (D,) = ctx.saved_tensors
-        g = (D * gval[:, None]).sum(0)  # (nj, N)
+        g = mass_quadratic_vjp_fast(ctx.robot, ctx.topo, ctx.K, ctx.y, gval)  # (nj, N)
         N = g.shape[-1]
-        if ctx.fb:  # joints only: _from_internal of (nv, N) with a zero base, then q's 7 base entries
+        if ctx.robot.floating_base:  # joints only: _from_internal of (nv, N) with a zero base, then q's 7 base entries
             g = _from_internal(ctx.topo, torch.cat([g.new_zeros(6, N), g], 0))[:, 6:]
-            return torch.cat([g.new_zeros(N, 7), g], 1), None, None, None, None
-        return _from_internal(ctx.topo, g), None, None, None, None
+            return torch.cat([g.new_zeros(N, 7), g], 1), None, None, None, None, None
+        return _from_internal(ctx.topo, g), None, None, None, None, None
 
 
 def _field(name: str, parts, force, robot, topo, P):
