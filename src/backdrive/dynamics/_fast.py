@@ -1269,7 +1269,7 @@ def kinetic_energy_fast(model: RobotModel, q: torch.Tensor, v: torch.Tensor) -> 
     K = kinematics_fast(model, topo, qf, origin=False)
     vt = _to_internal(topo, v.reshape(N, model.nv))
     Vl, Va = _column_twists(topo, K, vt[:, None], fb)
-    Vl, Va = Vl[:, 0], Va[:, 0]
+    Vl, Va = Vl.squeeze(1), Va.squeeze(1)  # a view both ways (a selection's backward would copy)
     fl, fa = _inertia(K, Vl, Va)
     ke = 0.5 * ((Vl * fl).sum((0, 1)) + (Va * fa).sum((0, 1)))
     ke = ke.reshape(batch)
@@ -1329,8 +1329,8 @@ def mass_quadratic_vjp_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: to
     V_p)`` with ``p`` the parent of ``i``. Summing the three terms over the
     subtree leaves ``d(y^T M y)/dq_i = 2 (V_i x S_i) . hc_i`` with ``hc_i``
     the subtree's momentum ``sum_b I_b V_b`` (``V_i x S_i = V_p x S_i``).
-    Computed as ``2 [S_l . (hc_l x V_a) + S_a . (hc_l x V_l + hc_a x V_a)]``,
-    the momenta weighted by ``w`` before the sum over the subtree. A
+    Computed as ``2 [S_l . (hc_l x V_a) + S_a . (hc_l x V_l + hc_a x V_a)]``
+    per column, then weighted and summed over the columns. A
     floating base's pose does not enter: its twist is in the base frame,
     so ``y^T M y`` is the same at every base pose. A mimic joint's body
     turns by ``multiplier dq`` of its leader's coordinate.
@@ -1361,10 +1361,9 @@ def _mass_quadratic_cols(model, topo, Kc, y, w):
     1, na, N)`` and ``I`` ``(3, 3, 1, na, N)``."""
     fb = model.floating_base
     Vl, Va = _column_twists(topo, Kc, y, fb)  # (3, C, na, N)
-    # Momenta at the world origin, weighted: w [m V_l + V_a x h; I V_a + h x V_l].
+    # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
     fl, fa = _inertia(Kc, Vl, Va)
-    wc = w[:, None]  # (C, 1, N)
-    hl, ha = up(topo.sums, fl.mul_(wc)), up(topo.sums, fa.mul_(wc))
+    hl, ha = up(topo.sums, fl), up(topo.sums, fa)
     if fb:
         Vl, Va, hl, ha = Vl[:, :, 1:], Va[:, :, 1:], hl[:, :, 1:], ha[:, :, 1:]
     # (V x S) . hc = V_a . (S_l x hc_l + S_a x hc_a) + V_l . (S_a x hc_l)
@@ -1376,7 +1375,7 @@ def _mass_quadratic_cols(model, topo, Kc, y, w):
         if k:
             D.addcmul_(Va[k], X[k])
         D.addcmul_(Vl[k], Z[k])
-    D = D.sum(0)  # (nm, N)
+    D = D.mul_(w[:, None]).sum(0)  # the weights last, on the smallest array: (nm, N)
     if topo.coupled:
         D = D.new_zeros(y.shape[0] - (6 if fb else 0), D.shape[-1]).index_add_(0, topo.coord, D * topo.mult[:, None])
     return D.mul_(2.0)
