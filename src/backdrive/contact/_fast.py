@@ -259,29 +259,59 @@ def _law(contact, batch, N: int, phi, n, v_c, dt):
     return v_n, v_t, law, f_n, f_t, c_n, k_n, s
 
 
+def _blend_scalars(law, v_t, f_n, s, inv_mass, dt):
+    """The friction blend's scalars per point: ``mu``, ``mu f_n+ / s`` and
+    ``gamma / s^2`` with ``gamma = |v_t|^2 / (|v_t|^2 + v*^2)``, ``v* = dt mu
+    f_n+ inv_mass``, from the effective mass ``inv_mass (N, np)``."""
+    mu = torch.broadcast_to(law["friction"], f_n.shape)
+    fn_plus = torch.clamp_min(f_n, 0.0)
+    vstar = dt * mu * fn_plus * inv_mass
+    vt2 = (v_t * v_t).sum(-1)
+    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
+    return mu, law["friction"] * fn_plus / s, gamma / (s * s)
+
+
 def _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt):
     """Per-point damping ``C`` and stiffness ``K`` (3x3, world), as
     :func:`~backdrive.contact._model.row_matrices` on the reference path,
     from the effective mass ``inv_mass (N, np)``; also ``mu`` and ``mu f_n+ / s``."""
-    mu = torch.broadcast_to(law["friction"], f_n.shape)
-    fn_plus = torch.clamp_min(f_n, 0.0)
+    mu, mu_fn_s, g2 = _blend_scalars(law, v_t, f_n, s, inv_mass, dt)
     nnT = n[..., :, None] * n[..., None, :]
     eye = torch.eye(3, dtype=n.dtype, device=n.device)
-    vstar = dt * mu * fn_plus * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
-    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
-    mu_fn_s = law["friction"] * fn_plus / s
-    fric = mu_fn_s[..., None, None] * (eye - nnT - (gamma / (s * s))[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
+    fric = mu_fn_s[..., None, None] * (eye - nnT - g2[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
     return c_n[..., None, None] * nnT + fric, k_n[..., None, None] * nnT, mu, mu_fn_s
+
+
+def _base_turn(vt, R0, dt):
+    """``b = dt R0 (w x v)`` ``(N, 1, 3)``, the base frame's turn over the step
+    (the same at every point; ``_model.py``, ``implicit_terms``), or ``None``
+    for a fixed base."""
+    if R0 is None:
+        return None
+    return dt * rot(R0, cross(vt[3:6], vt[:3])).T[:, None, :]
 
 
 def _prediction(C, Kst, v_c, vt, R0, dt):
     """The forces' predicted change beyond ``CK J dt a``: ``K dt (J v + b) + C b``
-    with ``b`` the base frame's turn (``_model.py``, ``implicit_terms``)."""
-    if R0 is not None:
-        b = dt * rot(R0, cross(vt[3:6], vt[:3])).T[:, None, :]  # (N, 1, 3), the same at every point
+    with ``b`` the base frame's turn (:func:`_base_turn`)."""
+    b = _base_turn(vt, R0, dt)
+    if b is not None:
         return (C @ b[..., None])[..., 0] + (Kst @ (dt * (v_c + b))[..., None])[..., 0]
     return (Kst @ (dt * v_c)[..., None])[..., 0]
+
+
+def _applied_force(force0, n, v_t, v_c, Jat, c_n, k_n, mu_fn_s, g2, b, dt):
+    """The applied force ``f - pred - CK J dt a`` (see :func:`_step`) by
+    vector operations, ``C`` and ``K`` never formed (under autograd: a few
+    small nodes instead of 3x3 arrays and batched products): with ``x = b +
+    dt J a``, ``f - C x - dt k_n n (n . (J v + x))`` and ``C x = c_n n (n . x)
+    + mu f_n+ / s (x - n (n . x) - gamma / s^2 v_t (v_t . x))``."""
+    x = dt * Jat if b is None else b + dt * Jat
+    nx = (n * x).sum(-1)
+    nvx = nx + (n * v_c).sum(-1)
+    tx = (v_t * x).sum(-1)
+    coef_n = (c_n - mu_fn_s) * nx + dt * k_n * nvx
+    return force0 - coef_n[..., None] * n - mu_fn_s[..., None] * x + (mu_fn_s * g2 * tx)[..., None] * v_t
 
 
 def _wrenches(P: _Plan, Rp, pp, pt, force, nb: int) -> torch.Tensor:
@@ -466,10 +496,9 @@ def _recompute(contact, robot, topo, P: _Plan, qf, kin, vf, at, Y, dt, batch, N)
     yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N), Jy.detach().reshape(3 * npnt, N))
     yMy = yMy.T.view(N, 3, npnt)
     inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
-    C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
-    CK = C + dt * Kst
-    pred = _prediction(C, Kst, v_c, vt, R0, dt)
-    force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
+    _, mu_fn_s, g2 = _blend_scalars(law, v_t, f_n, s, inv_mass, dt)
+    force = _applied_force(force0, n, v_t, v_c, _point_velocity(P, Jc, at), c_n, k_n, mu_fn_s, g2,
+                           _base_turn(vt, R0, dt), dt)
     return Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
 
 
@@ -525,8 +554,12 @@ class _ImplicitStepFast(torch.autograd.Function):
     dynamics' written-out reverse pass (``rnea_vjp_fast``), the joint forces
     and the contact part ``(J lam) . f`` by autograd over a recomputation of
     the contact terms (:func:`_recompute`; about a hundred small nodes on
-    batch-last arrays). Gradients of the result's fields go through the same
-    recomputation, their part through ``a`` added to ``g_a`` first.
+    batch-last arrays) from the forward's poses and motion subspaces (kept:
+    no second forward kinematics), whose gradients reach ``q`` by the
+    written-out reverse pass of forward kinematics (:func:`_pose_vjp`), and
+    the effective masses' ``M(q)`` by :class:`_MassQuadratic`. Gradients of
+    the result's fields go through the same recomputation (one autograd pass
+    with the contact part), their part through ``a`` added to ``g_a`` first.
 
     Double backward (``create_graph=True``) differentiates the reference path.
     """
