@@ -62,10 +62,11 @@ def test_fast_backward_equals_reference_quadruped_every_field():
         assert float((x - y).abs().max()) <= 1e-9 * float(x.abs().max())
 
 
-@pytest.mark.parametrize("wrt", ["q", "v", "q_fields"])
+@pytest.mark.parametrize("wrt", ["q", "v", "q_fields", "q_geometry"])
 def test_fast_backward_partial_inputs_in_place_tree_sums(wrt, monkeypatch):
-    """Gradients with respect to ``q`` alone (through the acceleration, or
-    with result fields too) or ``v`` alone: the backward's branches that skip
+    """Gradients with respect to ``q`` alone (through the acceleration, with
+    result fields too, or with fields that do not depend on the acceleration)
+    or ``v`` alone: the backward's branches that skip
     the effective masses' ``M(q)`` term or the poses' reverse pass; with the
     tree sums in place, as the fast path runs them above a few hundred samples."""
     from backdrive.kinematics import _paths
@@ -74,7 +75,8 @@ def test_fast_backward_partial_inputs_in_place_tree_sums(wrt, monkeypatch):
     robot, feet = _quadruped()
     cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
     q, v, tau, damping = _inputs(robot, feet, (7,), seed=8)
-    f = _loss_fn(cm, robot, fields=("force", "f_ext", "point") if wrt == "q_fields" else ())
+    fields = {"q_fields": ("force", "f_ext", "point"), "q_geometry": ("point", "normal", "penetration")}
+    f = _loss_fn(cm, robot, fields=fields.get(wrt, ()))
     i = 1 if wrt == "v" else 0
     out = []
     for path in ("reference", "fast"):

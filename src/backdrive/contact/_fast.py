@@ -601,8 +601,9 @@ class _ImplicitStepFast(torch.autograd.Function):
                 if gf:
                     loss = sum((_field(k, parts, force, robot, topo, P) * g_.expand(*B, *g_.shape[len(B):]).reshape(N, *g_.shape[len(B):])).sum()
                                for k, g_ in gf.items())
-                    (gal,) = torch.autograd.grad(loss, al, retain_graph=True)
-                    gat = gat + gal
+                    (gal,) = torch.autograd.grad(loss, al, retain_graph=True, allow_unused=True)
+                    if gal is not None:  # None: only fields that do not depend on a (points, normals, ...)
+                        gat = gat + gal
                 lam = FA.solve_fast(gat)
                 if leaves:
                     s2 = (_point_velocity(P, Jc, lam) * force).sum()
