@@ -1283,8 +1283,9 @@ def _column_twists(topo: FastTopo, K: FastKin, y: torch.Tensor, fb: bool):
     """The world twists ``(Vl, Va)`` ``(3, C, na, N)`` of every active body
     at the generalised velocities ``y (nv, C, N)`` (internal order, ``C``
     columns): the sums over ancestors of each joint's ``S qd`` and the
-    floating base's twist (``y[:6]`` in the base frame). Without autograd
-    written in place into two fresh arrays; under autograd plain expressions."""
+    floating base's twist (``y[:6]`` in the base frame; ``K`` with world
+    poses, not ``base_frame``). Without autograd written in place into two
+    fresh arrays; under autograd plain expressions."""
     C, N = y.shape[1], y.shape[2]
     yj = y[6:] if fb else y  # (nj, C, N)
     if topo.coupled:
