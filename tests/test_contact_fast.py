@@ -60,6 +60,19 @@ def _compare(cm, robot, q, v, tau, *, tol=1e-9, **kw):
     return r0
 
 
+def _spy(monkeypatch, name: str) -> list:
+    """Replace ``_fast.<name>`` for the test by a wrapper that records each call; the list of calls."""
+    called = []
+    orig = getattr(_fast, name)
+
+    def spy(*a, **k):
+        called.append(1)
+        return orig(*a, **k)
+
+    monkeypatch.setattr(_fast, name, spy)
+    return called
+
+
 def _quadruped():
     robot = load("quadruped", floating_base=True)
     feet = [n for n in robot.link_names if n.endswith("_foot")]
@@ -115,7 +128,7 @@ def test_fast_step_equals_reference_fixed_base_arm():
     assert int((res.penetration > 0).sum()) > 0
 
 
-def test_paths_switch_and_fallbacks():
+def test_paths_switch_and_fallbacks(monkeypatch):
     robot, feet = _quadruped()
     cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
     assert _fast.fast_eligible(cm, robot)
@@ -124,26 +137,16 @@ def test_paths_switch_and_fallbacks():
     from backdrive.kinematics._paths import FAST_MIN_BATCH
 
     q, v, tau = _states(robot, feet, (FAST_MIN_BATCH["contact_step"],))
-    called = []
-    orig = _fast.implicit_acceleration_fast
-
-    def spy(*a, **k):
-        called.append(1)
-        return orig(*a, **k)
-
-    _fast.implicit_acceleration_fast = spy
-    try:
-        with torch.no_grad():
-            cm.acceleration(robot, q, v, tau, dt=DT)  # auto at the threshold: fast
-        assert called == [1]
-        tau_g = tau.clone().requires_grad_(True)
-        a, _ = cm.acceleration(robot, q, v, tau_g, dt=DT)  # a gradient: reference
-        assert called == [1] and a.requires_grad
-        with torch.no_grad():
-            cm.acceleration(robot, q[:2], v[:2], tau[:2], dt=DT)  # small batch: reference
-        assert called == [1]
-    finally:
-        _fast.implicit_acceleration_fast = orig
+    called = _spy(monkeypatch, "implicit_acceleration_fast")
+    with torch.no_grad():
+        cm.acceleration(robot, q, v, tau, dt=DT)  # auto at the threshold: fast
+    assert called == [1]
+    tau_g = tau.clone().requires_grad_(True)
+    a, _ = cm.acceleration(robot, q, v, tau_g, dt=DT)  # a gradient: reference
+    assert called == [1] and a.requires_grad
+    with torch.no_grad():
+        cm.acceleration(robot, q[:2], v[:2], tau[:2], dt=DT)  # small batch: reference
+    assert called == [1]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -14,7 +14,7 @@ from backdrive.data import load
 from backdrive.kinematics import use_path
 from backdrive.kinematics._paths import FAST_MIN_BATCH
 
-from test_contact_fast import DT, _quadruped, _states
+from test_contact_fast import DT, _quadruped, _spy, _states
 
 FIELDS = ("normal_force", "friction_force", "force", "f_ext", "point", "normal", "penetration",
           "normal_velocity", "slip_velocity", "jacobian")
@@ -60,6 +60,32 @@ def test_fast_backward_equals_reference_quadruped_every_field():
     f = _loss_fn(cm, robot, fields=())
     for x, y in zip(_grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")):
         assert float((x - y).abs().max()) <= 1e-9 * float(x.abs().max())
+
+
+@pytest.mark.parametrize("wrt", ["q", "v", "q_fields", "q_geometry"])
+def test_fast_backward_partial_inputs_in_place_tree_sums(wrt, monkeypatch):
+    """Gradients with respect to ``q`` alone (through the acceleration, with
+    result fields too, or with fields that do not depend on the acceleration)
+    or ``v`` alone: the backward's branches that skip
+    the effective masses' ``M(q)`` term or the poses' reverse pass; with the
+    tree sums in place, as the fast path runs them above a few hundred samples."""
+    from backdrive.kinematics import _paths
+
+    monkeypatch.setattr(_paths, "LEVEL_SUM_MIN_BATCH", 0)
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau, damping = _inputs(robot, feet, (7,), seed=8)
+    fields = {"q_fields": ("force", "f_ext", "point"), "q_geometry": ("point", "normal", "penetration")}
+    f = _loss_fn(cm, robot, fields=fields.get(wrt, ()))
+    i = 1 if wrt == "v" else 0
+    out = []
+    for path in ("reference", "fast"):
+        xs = [q, v, tau, damping]
+        xs[i] = xs[i].clone().requires_grad_(True)
+        with use_path(path):
+            out.append(torch.autograd.grad(f(*xs), xs[i])[0])
+    assert float(out[0].abs().max()) > 0
+    assert float((out[0] - out[1]).abs().max()) <= 1e-9 * float(out[0].abs().max())
 
 
 def test_fast_backward_equals_reference_heightfield_broadcast_batch_gravity():
@@ -147,39 +173,32 @@ def test_fast_backward_double_backward_and_parameter_fallback():
     assert float(gk.abs()) > 0
 
 
-def test_gradient_switches_path_at_its_batch_size():
+def test_gradient_switches_path_at_its_batch_size(monkeypatch):
     robot, feet = _quadruped()
     cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
     n = FAST_MIN_BATCH["contact_step_grad"]
     q, v, tau = _states(robot, feet, (n,))
-    called = []
-    orig = _fast.implicit_acceleration_recorded
-
-    def spy(*a, **k):
-        called.append(1)
-        return orig(*a, **k)
-
-    _fast.implicit_acceleration_recorded = spy
-    try:
-        tau_g = tau.clone().requires_grad_(True)
-        a, _ = cm.acceleration(robot, q, v, tau_g, dt=DT)  # auto at the threshold: fast
-        assert called == [1] and a.requires_grad
-        a, _ = cm.acceleration(robot, q[:8], v[:8], tau_g[:8], dt=DT)  # below: reference
-        assert called == [1] and a.requires_grad
-    finally:
-        _fast.implicit_acceleration_recorded = orig
+    called = _spy(monkeypatch, "implicit_acceleration_recorded")
+    tau_g = tau.clone().requires_grad_(True)
+    a, _ = cm.acceleration(robot, q, v, tau_g, dt=DT)  # auto at the threshold: fast
+    assert called == [1] and a.requires_grad
+    a, _ = cm.acceleration(robot, q[:8], v[:8], tau_g[:8], dt=DT)  # below: reference
+    assert called == [1] and a.requires_grad
 
 
 @pytest.mark.parametrize("name, kw", [("quadruped", {"floating_base": True}), ("quadruped", {"floating_base": False}),
                                       ("cartpole", {}), ("panda", {})])
-def test_mass_quadratic_equals_dense_mass_matrix_autograd(name, kw, monkeypatch):
-    """``mass_quadratic_fast`` (``y^T M(q) y`` and its q-derivative, written
-    out; the contact backward's effective-mass term) against autograd through
-    the dense mass matrix: a floating base, a fixed base in a permuted
-    internal order, a prismatic joint, mimic joints; armature; in column chunks."""
+def test_mass_quadratic_vjp_equals_dense_mass_matrix_autograd(name, kw, monkeypatch):
+    """``mass_quadratic_vjp_fast`` (``sum_c w_c d(y_c^T M(q) y_c)/dq``,
+    written out; the contact backward's effective-mass term) against
+    autograd through the dense mass matrix: a floating base, a fixed base in
+    a permuted internal order, a prismatic joint, mimic joints; armature; in
+    column chunks; the tree sums in place (as above a few hundred samples).
+    ``kinetic_energy_fast``, which shares its twists, against ``0.5 y^T M y``."""
     from backdrive.dynamics import _fast as dfast
     from backdrive.dynamics._fast import (_from_internal, _to_internal, dense_mass_matrix_fast, fast_topology,
-                                          kinematics_fast, mass_quadratic_fast)
+                                          kinematics_fast, kinetic_energy_fast, mass_quadratic_vjp_fast)
+    from backdrive.kinematics import _paths
 
     robot = load(name, **kw)
     g = torch.Generator().manual_seed(4)
@@ -201,12 +220,15 @@ def test_mass_quadratic_equals_dense_mass_matrix_autograd(name, kw, monkeypatch)
     yi = torch.stack([_to_internal(topo, y[c]) for c in range(C)], 1)
     scale = float(gref.abs().max())
     ref = ref.detach()
-    for origin, chunk in ((True, 4096), (False, N)):  # inertias about the origin or formed here; one column at a time
+    # Inertias about the origin or formed here; one column at a time; tree sums in place.
+    for origin, chunk, level_min in ((True, 4096, 512), (False, N, 512), (False, 4096, 0)):
         monkeypatch.setattr(dfast, "MASS_QUADRATIC_CHUNK", chunk)
-        val, D = mass_quadratic_fast(robot, topo, kinematics_fast(robot, topo, q, origin=origin), yi)
-        gj = (D * w[:, None]).sum(0)  # (nj, N)
+        monkeypatch.setattr(_paths, "LEVEL_SUM_MIN_BATCH", level_min)
+        gj = mass_quadratic_vjp_fast(robot, topo, kinematics_fast(robot, topo, q, origin=origin), yi, w)  # (nj, N)
         gc = _from_internal(topo, torch.cat([gj.new_zeros(robot.nv - gj.shape[0], N), gj], 0))[:, -robot.num_joints:]
-        assert scale > 0 and float((val - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
-        assert float((gc - gref[:, -robot.num_joints:]).abs().max()) <= 1e-12 * scale
+        assert scale > 0 and float((gc - gref[:, -robot.num_joints:]).abs().max()) <= 1e-12 * scale
+        with torch.no_grad():
+            ke = kinetic_energy_fast(robot, q, y[0])
+        assert float((2.0 * ke - ref[0]).abs().max()) <= 1e-12 * float(ref[0].abs().max())
     if fb:  # the base pose does not enter y^T M y
         assert float(gref[:, :7].abs().max()) <= 1e-12 * scale

@@ -40,9 +40,12 @@ from typing import NamedTuple
 import torch
 
 from ..dynamics._fast import (
-    mass_quadratic_fast,
+    FastKin,
+    mass_quadratic_vjp_fast,
     rnea_vjp_fast,
     LTDLFactor,
+    _active,
+    _coordinate_forces,
     _from_internal,
     _sparsity,
     _to_internal,
@@ -53,7 +56,8 @@ from ..dynamics._fast import (
 )
 from ..dynamics import joint_forces
 from ..dynamics._tree import broadcast_batch, gravity_vector
-from ..kinematics._kernels import cross, rot, rot_t
+from ..kinematics._kernels import cross, rot, rot_t, skew
+from ..kinematics._schedule import up
 from ..kinematics._schedule import tree_schedule
 from ..model import RobotModel
 
@@ -255,29 +259,59 @@ def _law(contact, batch, N: int, phi, n, v_c, dt):
     return v_n, v_t, law, f_n, f_t, c_n, k_n, s
 
 
+def _blend_scalars(law, v_t, f_n, s, inv_mass, dt):
+    """The friction blend's scalars per point: ``mu``, ``mu f_n+ / s`` and
+    ``gamma / s^2`` with ``gamma = |v_t|^2 / (|v_t|^2 + v*^2)``, ``v* = dt mu
+    f_n+ inv_mass``, from the effective mass ``inv_mass (N, np)``."""
+    mu = torch.broadcast_to(law["friction"], f_n.shape)
+    fn_plus = torch.clamp_min(f_n, 0.0)
+    vstar = dt * mu * fn_plus * inv_mass
+    vt2 = (v_t * v_t).sum(-1)
+    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
+    return mu, law["friction"] * fn_plus / s, gamma / (s * s)
+
+
 def _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt):
     """Per-point damping ``C`` and stiffness ``K`` (3x3, world), as
     :func:`~backdrive.contact._model.row_matrices` on the reference path,
     from the effective mass ``inv_mass (N, np)``; also ``mu`` and ``mu f_n+ / s``."""
-    mu = torch.broadcast_to(law["friction"], f_n.shape)
-    fn_plus = torch.clamp_min(f_n, 0.0)
+    mu, mu_fn_s, g2 = _blend_scalars(law, v_t, f_n, s, inv_mass, dt)
     nnT = n[..., :, None] * n[..., None, :]
     eye = torch.eye(3, dtype=n.dtype, device=n.device)
-    vstar = dt * mu * fn_plus * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
-    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
-    mu_fn_s = law["friction"] * fn_plus / s
-    fric = mu_fn_s[..., None, None] * (eye - nnT - (gamma / (s * s))[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
+    fric = mu_fn_s[..., None, None] * (eye - nnT - g2[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
     return c_n[..., None, None] * nnT + fric, k_n[..., None, None] * nnT, mu, mu_fn_s
+
+
+def _base_turn(vt, R0, dt):
+    """``b = dt R0 (w x v)`` ``(N, 1, 3)``, the base frame's turn over the step
+    (the same at every point; ``_model.py``, ``implicit_terms``), or ``None``
+    for a fixed base."""
+    if R0 is None:
+        return None
+    return dt * rot(R0, cross(vt[3:6], vt[:3])).T[:, None, :]
 
 
 def _prediction(C, Kst, v_c, vt, R0, dt):
     """The forces' predicted change beyond ``CK J dt a``: ``K dt (J v + b) + C b``
-    with ``b`` the base frame's turn (``_model.py``, ``implicit_terms``)."""
-    if R0 is not None:
-        b = dt * rot(R0, cross(vt[3:6], vt[:3])).T[:, None, :]  # (N, 1, 3), the same at every point
+    with ``b`` the base frame's turn (:func:`_base_turn`)."""
+    b = _base_turn(vt, R0, dt)
+    if b is not None:
         return (C @ b[..., None])[..., 0] + (Kst @ (dt * (v_c + b))[..., None])[..., 0]
     return (Kst @ (dt * v_c)[..., None])[..., 0]
+
+
+def _applied_force(force0, n, v_t, v_c, Jat, c_n, k_n, mu_fn_s, g2, b, dt):
+    """The applied force ``f - pred - CK J dt a`` (see :func:`_step`) by
+    vector operations, ``C`` and ``K`` never formed (under autograd: a few
+    small nodes instead of 3x3 arrays and batched products): with ``x = b +
+    dt J a``, ``f - C x - dt k_n n (n . (J v + x))`` and ``C x = c_n n (n . x)
+    + mu f_n+ / s (x - n (n . x) - gamma / s^2 v_t (v_t . x))``."""
+    x = dt * Jat if b is None else b + dt * Jat
+    nx = (n * x).sum(-1)
+    nvx = nx + (n * v_c).sum(-1)
+    tx = (v_t * x).sum(-1)
+    coef_n = (c_n - mu_fn_s) * nx + dt * k_n * nvx
+    return force0 - coef_n[..., None] * n - mu_fn_s[..., None] * x + (mu_fn_s * g2 * tx)[..., None] * v_t
 
 
 def _wrenches(P: _Plan, Rp, pp, pt, force, nb: int) -> torch.Tensor:
@@ -395,7 +429,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
     a = _from_internal(topo, at).reshape(*B, nv)
-    return a, fields, (B, N, g, FM, FA, at, Z, Dg)
+    return a, fields, (B, N, g, FM, FA, at, Z, Dg, (K.R, K.p, K.Sl, K.Sa))
 
 
 def _result(fields: dict):
@@ -433,65 +467,66 @@ def reference_only(contact, robot: RobotModel, gravity) -> bool:
     return grad_in(robot) or grad_in(contact._p) or grad_in(contact.geometry) or grad_in(contact.terrain)
 
 
-def _recompute(contact, robot, topo, P: _Plan, qf, vf, at, Y, dt, batch, N):
+def _recompute(contact, robot, topo, P: _Plan, qf, kin, vf, at, Y, dt, batch, N):
     """The step's contact terms under autograd, ``a`` held at ``at`` (internal
-    ``(nv, N)``): the applied forces and every result field, the Jacobian
-    columns, and the kinematics (for the RNEA's reverse pass).
+    ``(nv, N)``): the applied forces and every result field, and the Jacobian
+    columns, from the forward pass's poses and motion subspaces ``kin = (R,
+    p, Sl, Sa)`` (leaves: their gradients go to ``q`` by :func:`_pose_vjp`,
+    not by autograd through forward kinematics).
 
     The effective mass is ``diag(J M^-1 J^T) = max_y 2 J y - y^T M y`` per
     row, taken at the maximiser ``Y = M^-1 J^T`` of the forward pass (held
     constant): the same value, and, the derivative with respect to ``y``
     being zero there, the same first derivative with respect to ``q``
     (``2 J' y - y^T M' y``) without differentiating a factorisation.
-    ``y^T M y`` is one node (:class:`_MassQuadratic`), ``M`` never formed.
+    ``y^T M y`` is one node of ``qf`` (:class:`_MassQuadratic`), ``M`` never formed.
     """
     nv = robot.nv
     npnt = contact.geometry.num_points
-    K = kinematics_fast(robot, topo, qf, origin=False)  # no inertias under autograd: _MassQuadratic forms its own
+    R, p, Sl, Sa = kin
     vt = _to_internal(topo, vf)
-    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, True)
+    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, R, p, Sl, Sa, robot.floating_base, N, True)
     v_c = _point_velocity(P, Jc, vt)
     v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
     force0 = f_n[..., None] * n + f_t
     with torch.no_grad():  # Y at each point's supporting coordinates, as Jc (zero at padding columns)
         Yg = torch.cat([Y, Y.new_zeros(1, *Y.shape[1:])], 0).view(-1, N).index_select(0, P.dense_index).view(Jc.shape)
     Jy = (Jc * Yg).sum(0)  # (3, np, N)
-    yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N)).T.view(N, 3, npnt)
+    K = FastKin(R.detach(), p.detach(), Sl.detach(), Sa.detach(), _active(topo, robot.body_mass)[:, None], None, None)
+    yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N), Jy.detach().reshape(3 * npnt, N))
+    yMy = yMy.T.view(N, 3, npnt)
     inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
-    C, Kst, _, _ = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
-    CK = C + dt * Kst
-    pred = _prediction(C, Kst, v_c, vt, R0, dt)
-    force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
-    return K, Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
+    _, mu_fn_s, g2 = _blend_scalars(law, v_t, f_n, s, inv_mass, dt)
+    force = _applied_force(force0, n, v_t, v_c, _point_velocity(P, Jc, at), c_n, k_n, mu_fn_s, g2,
+                           _base_turn(vt, R0, dt), dt)
+    return Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
 
 
 class _MassQuadratic(torch.autograd.Function):
     """``y_c^T M(q) y_c`` ``(C, N)`` for constant columns ``y (nv, C, N)``
-    (internal order) as one node of ``q``: the value and the derivative with
-    respect to the joint coordinates by :func:`~backdrive.dynamics._fast.mass_quadratic_fast`
-    (``2 (V_i x S_i) . hc_i`` for joint ``i``, from the body twists at
-    ``y`` and the subtrees' momenta), not by autograd through a dense ``M``
-    (measured: 30 ms of the step's 116 ms backward at 1,024 samples). The
-    floating base's pose does not enter (its twist is in the base frame).
-    ``K``: the kinematics at ``qf`` (read, not differentiated)."""
+    (internal order) as one node of ``q``, its value ``value`` given (the
+    caller knows it: ``J y`` at ``y = M^-1 J^T``); the backward's ``sum_c
+    g_c d(y_c^T M y_c)/dq`` by
+    :func:`~backdrive.dynamics._fast.mass_quadratic_vjp_fast` (``2 (V_i x S_i)
+    . hc_i`` for joint ``i``, from the body twists at ``y`` and the
+    subtrees' momenta weighted by ``g``), not by autograd through a dense
+    ``M``, and only when ``q``'s gradient is asked for. The floating base's
+    pose does not enter (its twist is in the base frame). ``K``: the
+    kinematics at ``qf`` (read, not differentiated)."""
 
     @staticmethod
-    def forward(ctx, qf, robot, topo, K, y):
-        val, D = mass_quadratic_fast(robot, topo, K, y)
-        ctx.fb = robot.floating_base
-        ctx.topo = topo
-        ctx.save_for_backward(D)
-        return val
+    def forward(ctx, qf, robot, topo, K, y, value):
+        ctx.robot, ctx.topo, ctx.K, ctx.y = robot, topo, K, y
+        return value.clone()
 
     @staticmethod
     def backward(ctx, gval):
-        (D,) = ctx.saved_tensors
-        g = (D * gval[:, None]).sum(0)  # (nj, N)
+        g = mass_quadratic_vjp_fast(ctx.robot, ctx.topo, ctx.K, ctx.y, gval)  # (nj, N)
         N = g.shape[-1]
-        if ctx.fb:  # joints only: _from_internal of (nv, N) with a zero base, then q's 7 base entries
+        if ctx.robot.floating_base:  # joints only: _from_internal of (nv, N) with a zero base, then q's 7 base entries
             g = _from_internal(ctx.topo, torch.cat([g.new_zeros(6, N), g], 0))[:, 6:]
-            return torch.cat([g.new_zeros(N, 7), g], 1), None, None, None, None
-        return _from_internal(ctx.topo, g), None, None, None, None
+            return torch.cat([g.new_zeros(N, 7), g], 1), None, None, None, None, None
+        return _from_internal(ctx.topo, g), None, None, None, None, None
 
 
 def _field(name: str, parts, force, robot, topo, P):
@@ -519,8 +554,12 @@ class _ImplicitStepFast(torch.autograd.Function):
     dynamics' written-out reverse pass (``rnea_vjp_fast``), the joint forces
     and the contact part ``(J lam) . f`` by autograd over a recomputation of
     the contact terms (:func:`_recompute`; about a hundred small nodes on
-    batch-last arrays). Gradients of the result's fields go through the same
-    recomputation, their part through ``a`` added to ``g_a`` first.
+    batch-last arrays) from the forward's poses and motion subspaces (kept:
+    no second forward kinematics), whose gradients reach ``q`` by the
+    written-out reverse pass of forward kinematics (:func:`_pose_vjp`), and
+    the effective masses' ``M(q)`` by :class:`_MassQuadratic`. Gradients of
+    the result's fields go through the same recomputation (one autograd pass
+    with the contact part), their part through ``a`` added to ``g_a`` first.
 
     Double backward (``create_graph=True``) differentiates the reference path.
     """
@@ -543,7 +582,7 @@ class _ImplicitStepFast(torch.autograd.Function):
         nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
         if torch.is_grad_enabled():
             return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
-        B, N, g, FM, FA, at, Z, Dg = ctx.saved
+        B, N, g, FM, FA, at, Z, Dg, kin = ctx.saved
         topo = fast_topology(robot)
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
@@ -553,31 +592,37 @@ class _ImplicitStepFast(torch.autograd.Function):
             Y = _back_columns(FM, _dense_rows(P, Z / Dg, nv).reshape(nv, 3 * npnt, N)).view(nv, 3, npnt, N)
             with torch.enable_grad():
                 qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
+                kl = [x.detach().requires_grad_(nq_) for x in kin]  # R, p, Sl, Sa
                 vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
                 al = at.detach().requires_grad_(bool(gf))
-                K, Jc, force, parts = _recompute(contact, robot, topo, P, qf, vf, al, Y, dt, B, N)
-                leaves = [x for x in (qf, vf) if x.requires_grad]
-                acc = [None, None]
+                Jc, force, parts = _recompute(contact, robot, topo, P, qf, kl, vf, al, Y, dt, B, N)
+                leaves = ([qf] + kl if nq_ else []) + ([vf] if nv_ else [])
+                loss = None
                 if gf:
-                    s1 = sum((_field(k, parts, force, robot, topo, P) * g_.expand(*B, *g_.shape[len(B):]).reshape(N, *g_.shape[len(B):])).sum()
-                             for k, g_ in gf.items())
-                    got = torch.autograd.grad(s1, [al] + leaves, retain_graph=bool(leaves), allow_unused=True)
-                    if got[0] is not None:
-                        gat = gat + got[0]
-                    acc = _put(acc, leaves, got[1:], qf, vf)
+                    loss = sum((_field(k, parts, force, robot, topo, P) * g_.expand(*B, *g_.shape[len(B):]).reshape(N, *g_.shape[len(B):])).sum()
+                               for k, g_ in gf.items())
+                    (gal,) = torch.autograd.grad(loss, al, retain_graph=True, allow_unused=True)
+                    if gal is not None:  # None: only fields that do not depend on a (points, normals, ...)
+                        gat = gat + gal
                 lam = FA.solve_fast(gat)
                 if leaves:
                     s2 = (_point_velocity(P, Jc, lam) * force).sum()
-                    acc = _add(acc, _put([None, None], leaves, torch.autograd.grad(s2, leaves, allow_unused=True), qf, vf))
+                    got = torch.autograd.grad(s2 if loss is None else s2 + loss, leaves, allow_unused=True)
+                    if nq_:
+                        gq = _pose_vjp(robot, topo, kin, got[1:5], qf)
+                        if got[0] is not None:  # the effective masses' M(q)
+                            gq = gq + got[0]
+                    if nv_:
+                        gv = got[-1] if got[-1] is not None else vf.new_zeros(N, nv)
                     lam_c = _from_internal(topo, lam)
                     gq_r, gv_r = rnea_vjp_fast(robot, qf.detach(), vf.detach(), _from_internal(topo, at), g, -lam_c,
-                                               (K.R.detach(), K.p.detach(), K.Sl.detach(), K.Sa.detach(), None))
-                    acc = _add(acc, [gq_r if nq_ else None, gv_r if nv_ else None])
+                                               (*kin, None))
+                    if nq_:
+                        gq = gq + gq_r
                     if nv_:
                         vl = vf.detach().requires_grad_(True)
                         (gj,) = torch.autograd.grad(joint_forces(robot, vl), vl, lam_c)
-                        acc = _add(acc, [None, gj])
-            gq, gv = acc
+                        gv = gv + gv_r + gj
         else:
             lam = FA.solve_fast(gat)
         lam_c = _from_internal(topo, lam)
@@ -600,17 +645,64 @@ def _back_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
     return r
 
 
-def _put(acc, leaves, grads, qf, vf):
-    out = list(acc)
-    for x, gr in zip(leaves, grads):
-        i = 0 if x is qf else 1
-        if gr is not None:
-            out[i] = gr if out[i] is None else out[i] + gr
-    return out
+def _pose_vjp(robot, topo, kin, grads, qf: torch.Tensor) -> torch.Tensor:
+    """The gradient ``(N, nq)`` with respect to ``q`` of a function of the
+    poses and motion subspaces ``kin = (R (3, 3, nb, N), p (3, nb, N), Sl, Sa
+    (3, nm, N))`` (level order) from its gradients ``grads`` (``None``: zero)
+    with respect to them: the reverse pass of forward kinematics, as at the
+    end of :func:`~backdrive.dynamics._fast.rnea_vjp_fast`. A rotation
+    ``dR = [w]x R`` pairs with ``gR`` as ``w . sum_j R e_j x gR e_j``, so each
+    body's gradient is a world force ``gp`` and torque ``t``; ``S = [p x a;
+    a]`` (revolute, ``a`` the world joint axis) or ``[a; 0]`` (prismatic)
+    adds to both; a joint turns (shifts) its whole subtree, so its gradient
+    is ``a . (T - p x G)`` (``a . G``) with ``(G, T)`` the subtree sums of
+    ``(gp, t + p x gp)``; the floating base's are ``G`` and, through the
+    quaternion, the torque about its origin."""
+    from ..spatial import quat_to_matrix
 
-
-def _add(acc, more):
-    return [a if b is None else (b if a is None else a + b) for a, b in zip(acc, more)]
+    R, p, Sl, Sa = kin
+    gR, gp, gSl, gSa = grads
+    fb, o = robot.floating_base, topo.o
+    off = 6 if fb else 0
+    gp = torch.zeros_like(p) if gp is None else gp.clone()
+    if gR is None:
+        t = torch.zeros_like(p)
+    else:
+        (r0, r1, r2), (g0, g1, g2) = R.unbind(1), gR.unbind(1)
+        t = cross(r0, g0) + cross(r1, g1) + cross(r2, g2)
+    pm = p[:, 1:]
+    aw = Sa if not topo.has_pri else rot(R[:, :, 1:], topo.axis)
+    if gSl is not None or gSa is not None:
+        gSl = torch.zeros_like(Sl) if gSl is None else gSl
+        gSa = torch.zeros_like(Sa) if gSa is None else gSa
+        if topo.has_pri:
+            gSl_r = gSl * topo.is_rev
+            gaw = gSa * topo.is_rev + cross(gSl_r, pm) + gSl * topo.is_pri
+            gp[:, 1:] += cross(aw, gSl_r)
+        else:
+            gaw = gSa + cross(gSl, pm)
+            gp[:, 1:] += cross(aw, gSl)
+        t[:, 1:] += cross(aw, gaw)
+    T = up(topo.sums, (t + cross(p, gp))[:, o:].contiguous())
+    G = up(topo.sums, gp[:, o:].contiguous())  # in place on gp (a fresh array) above a few hundred samples
+    Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
+    gth = (aw * (Tm + cross(Gm, pm))).sum(0)  # aw . (Tm - pm x Gm)
+    if topo.has_pri:
+        gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
+    gj = _coordinate_forces(topo, gth)
+    if topo.dof_inv is not None:
+        gj = gj.index_select(0, topo.dof_inv[off:] - off)
+    if not fb:
+        return gj.T
+    R0, p0 = R[:, :, 0], p[:, 0]
+    tb = T[:, 0] - cross(p0, G[:, 0])  # torque about the base origin
+    # gR0 = 0.5 [tb]x R0 pairs with any rotation of R0 as tb does.
+    tbx = skew(tb, 0)
+    gR0 = 0.5 * (tbx[:, 0, None] * R0[0][None] + tbx[:, 1, None] * R0[1][None] + tbx[:, 2, None] * R0[2][None])
+    with torch.enable_grad():
+        quat = qf[:, 3:7].detach().requires_grad_(True)
+        (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)
+    return torch.cat([G[:, 0].T, gquat, gj.T], 1)
 
 
 def _reference_grads(ctx, q, v, tau, ed, ga, gf):

@@ -1297,7 +1297,8 @@ def kinetic_energy_fast(model: RobotModel, q: torch.Tensor, v: torch.Tensor) -> 
     """``0.5 v^T M v`` ``(...)`` on the fast path: every active body's
     ``0.5 V . (I V)`` (through its centre of mass) plus the rotors'
     ``0.5 armature v_j^2``; differentiable by autograd. ``q``, ``v`` share
-    one batch shape."""
+    one batch shape. The twists are :func:`_column_twists`' for one column,
+    as :func:`mass_quadratic_vjp_fast` forms them for many."""
     topo = fast_topology(model)
     fb = model.floating_base
     batch = q.shape[:-1]
@@ -1305,7 +1306,8 @@ def kinetic_energy_fast(model: RobotModel, q: torch.Tensor, v: torch.Tensor) -> 
     N = qf.shape[0]
     K = kinematics_fast(model, topo, qf, origin=False)
     vt = _to_internal(topo, v.reshape(N, model.nv))
-    _, _, (Vl, Va) = _velocities(topo, K, vt, fb)
+    Vl, Va = _column_twists(topo, K, vt[:, None], fb)
+    Vl, Va = Vl.squeeze(1), Va.squeeze(1)  # a view both ways (a selection's backward would copy)
     fl, fa = _inertia(K, Vl, Va)
     ke = 0.5 * ((Vl * fl).sum((0, 1)) + (Va * fa).sum((0, 1)))
     ke = ke.reshape(batch)
@@ -1315,13 +1317,47 @@ def kinetic_energy_fast(model: RobotModel, q: torch.Tensor, v: torch.Tensor) -> 
     return ke
 
 
-def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.Tensor):
-    """``y_c^T M(q) y_c`` for the columns ``y (nv, C, N)`` (internal order)
-    and its derivative with respect to each joint coordinate, ``(C, N)``
-    and ``(C, nj, N)`` (internal order; with mimic joints, coordinate order),
-    without autograd and without forming ``M``. ``K``: :func:`kinematics_fast`
-    at ``q`` (either ``origin``; with ``origin=False`` the inertias about the
-    origin are formed here, without autograd).
+def _column_twists(topo: FastTopo, K: FastKin, y: torch.Tensor, fb: bool):
+    """The world twists ``(Vl, Va)`` ``(3, C, na, N)`` of every active body
+    at the generalised velocities ``y (nv, C, N)`` (internal order, ``C``
+    columns): the sums over ancestors of each joint's ``S qd`` and the
+    floating base's twist (``y[:6]`` in the base frame; ``K`` with world
+    poses, not ``base_frame``). Without autograd written in place into two
+    fresh arrays; under autograd plain expressions."""
+    C, N = y.shape[1], y.shape[2]
+    yj = y[6:] if fb else y  # (nj, C, N)
+    if topo.coupled:
+        yj = yj.index_select(0, topo.coord) * topo.mult[:, None, None]
+    qd = yj.transpose(0, 1)[None]  # (1, C, nm, N)
+    Sl, Sa = K.Sl[:, None], K.Sa[:, None]
+    if fb:
+        R0, p0 = K.R[:, :, 0][:, :, None], K.p[:, 0][:, None]  # (3, 3, 1, N), (3, 1, N)
+        w = rot(R0, y[3:6])  # (3, C, N)
+        lin = cross_add(rot(R0, y[:3]), p0, w)
+    if not untracked():
+        Vl, Va = Sl * qd, Sa * qd
+        if fb:
+            Vl, Va = torch.cat([lin[:, :, None], Vl], 2), torch.cat([w[:, :, None], Va], 2)
+        return down(topo.sums, Vl), down(topo.sums, Va)
+    o = 1 if fb else 0
+    Vl, Va = new((3, C, topo.nm + o, N), y), new((3, C, topo.nm + o, N), y)
+    torch.mul(Sl, qd, out=Vl[:, :, o:])
+    torch.mul(Sa, qd, out=Va[:, :, o:])
+    if fb:
+        Vl[:, :, 0] = lin
+        Va[:, :, 0] = w
+    return down(topo.sums, Vl), down(topo.sums, Va)
+
+
+def mass_quadratic_vjp_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.Tensor, w: torch.Tensor):
+    """``sum_c w_c d(y_c^T M(q) y_c) / dq`` for the columns ``y (nv, C, N)``
+    (internal order) and weights ``w (C, N)``: ``(nj, N)``, each joint
+    coordinate (internal order; with mimic joints, coordinate order),
+    without autograd and without forming ``M``. ``K``:
+    :func:`kinematics_fast` at ``q`` (either ``origin``; with
+    ``origin=False`` the inertias about the origin are formed here, without
+    autograd). The value ``y^T M y`` itself is not formed (the contact
+    step's backward knows it: ``J y`` at ``y = M^-1 J^T``).
 
     ``y^T M y = sum_b V_b . (I_b V_b) + sum_j armature_j y_j^2`` is twice
     the kinetic energy at the "velocity" ``y`` (``V_b`` the world twist of
@@ -1332,8 +1368,9 @@ def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.
     V_p)`` with ``p`` the parent of ``i``. Summing the three terms over the
     subtree leaves ``d(y^T M y)/dq_i = 2 (V_i x S_i) . hc_i`` with ``hc_i``
     the subtree's momentum ``sum_b I_b V_b`` (``V_i x S_i = V_p x S_i``).
-    Computed as ``2 [S_l . (hc_l x V_a) + S_a . (hc_l x V_l + hc_a x V_a)]``.
-    A floating base's pose does not enter: its twist is in the base frame,
+    Computed as ``2 [S_l . (hc_l x V_a) + S_a . (hc_l x V_l + hc_a x V_a)]``
+    per column, then weighted and summed over the columns. A
+    floating base's pose does not enter: its twist is in the base frame,
     so ``y^T M y`` is the same at every base pose. A mimic joint's body
     turns by ``multiplier dq`` of its leader's coordinate.
     """
@@ -1343,57 +1380,33 @@ def mass_quadratic_fast(model: RobotModel, topo: FastTopo, K: FastKin, y: torch.
         else:
             h, I = world_inertia_fast(K.R[:, :, topo.o :], K.p[:, topo.o :], K.m,
                                       _active(topo, model.body_com), _active(topo, model.body_inertia))
+        Kc = K._replace(h=h[:, None], I=I[:, :, None])  # a column axis in front of the bodies'
         step = max(1, MASS_QUADRATIC_CHUNK // y.shape[2])
-        parts = [_mass_quadratic_cols(model, topo, K, h, I, y[:, c : c + step]) for c in range(0, y.shape[1], step)]
-    if len(parts) == 1:
-        return parts[0]
-    return torch.cat([p[0] for p in parts], 0), torch.cat([p[1] for p in parts], 0)
+        D = None
+        for c in range(0, y.shape[1], step):
+            Dc = _mass_quadratic_cols(model, topo, Kc, y[:, c : c + step], w[c : c + step])
+            D = Dc if D is None else D.add_(Dc)
+    return D
 
 
-#: Columns x samples that :func:`mass_quadratic_fast` takes at once (its
+#: Columns x samples that :func:`mass_quadratic_vjp_fast` takes at once (its
 #: arrays are ``(3, columns, bodies, samples)``: in pieces they stay in cache).
 MASS_QUADRATIC_CHUNK = 4096
 
 
-def _mass_quadratic_cols(model, topo, K, h, I, y):
-    """:func:`mass_quadratic_fast` for the columns ``y`` with the inertias ``h``, ``I`` about the origin."""
+def _mass_quadratic_cols(model, topo, Kc, y, w):
+    """:func:`mass_quadratic_vjp_fast` for the columns ``y`` and weights ``w``;
+    ``Kc``: the kinematics with the inertias about the origin, ``h`` ``(3,
+    1, na, N)`` and ``I`` ``(3, 3, 1, na, N)``."""
     fb = model.floating_base
-    C, N = y.shape[1], y.shape[2]
-    o = 1 if fb else 0
-    yj = y[6:] if fb else y  # (nj, C, N)
-    if topo.coupled:
-        qd = (yj.index_select(0, topo.coord) * topo.mult[:, None, None]).transpose(0, 1)
-    else:
-        qd = yj.transpose(0, 1)
-    qd = qd.contiguous()[None]  # (1, C, nm, N)
-    na = topo.nm + o
-    Vl, Va = y.new_empty(3, C, na, N), y.new_empty(3, C, na, N)
-    torch.mul(K.Sl[:, None], qd, out=Vl[:, :, o:])
-    torch.mul(K.Sa[:, None], qd, out=Va[:, :, o:])
-    if fb:
-        R0, p0 = K.R[:, :, 0][:, :, None], K.p[:, 0][:, None]  # (3, 3, 1, N), (3, 1, N)
-        w = rot(R0, y[3:6])  # (3, C, N)
-        Va[:, :, 0] = w
-        Vl[:, :, 0] = rot(R0, y[:3]) + cross(p0, w)
-    Vl, Va = down(topo.sums, Vl), down(topo.sums, Va)  # (3, C, na, N)
+    Vl, Va = _column_twists(topo, Kc, y, fb)  # (3, C, na, N)
     # Momenta at the world origin: [m V_l + V_a x h; I V_a + h x V_l].
-    h = h[:, None]  # (3, 1, na, N)
-    fl = cross_add(torch.mul(Vl, K.m), Va, h)
-    fa = cross_add(rot(I[:, :, None], Va), h, Vl)
-    e = torch.mul(Vl[0], fl[0])  # (C, na, N)
-    for k in range(3):
-        if k:
-            e.addcmul_(Vl[k], fl[k])
-        e.addcmul_(Va[k], fa[k])
-    val = e.sum(1)  # (C, N)
-    if model.num_joints:
-        arm = model.armature if topo.arm_perm is None else model.armature.index_select(0, topo.arm_perm)
-        val += (arm[:, None, None] * yj * yj).sum(0)
+    fl, fa = _inertia(Kc, Vl, Va)
     hl, ha = up(topo.sums, fl), up(topo.sums, fa)
     if fb:
         Vl, Va, hl, ha = Vl[:, :, 1:], Va[:, :, 1:], hl[:, :, 1:], ha[:, :, 1:]
     # (V x S) . hc = V_a . (S_l x hc_l + S_a x hc_a) + V_l . (S_a x hc_l)
-    Sl, Sa = K.Sl[:, None], K.Sa[:, None]
+    Sl, Sa = Kc.Sl[:, None], Kc.Sa[:, None]
     X = cross_add(cross(Sl, hl), Sa, ha)
     Z = cross(Sa, hl)
     D = torch.mul(Va[0], X[0])
@@ -1401,9 +1414,10 @@ def _mass_quadratic_cols(model, topo, K, h, I, y):
         if k:
             D.addcmul_(Va[k], X[k])
         D.addcmul_(Vl[k], Z[k])
+    D = D.mul_(w[:, None]).sum(0)  # the weights last, on the smallest array: (nm, N)
     if topo.coupled:
-        D = D.new_zeros(C, yj.shape[0], N).index_add_(1, topo.coord, D * topo.mult[:, None])
-    return val, D.mul_(2.0)
+        D = D.new_zeros(y.shape[0] - (6 if fb else 0), D.shape[-1]).index_add_(0, topo.coord, D * topo.mult[:, None])
+    return D.mul_(2.0)
 
 
 def first_moment_fast(model: RobotModel, q: torch.Tensor) -> torch.Tensor:
