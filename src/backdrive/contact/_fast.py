@@ -49,6 +49,7 @@ from ..dynamics._fast import (
     _from_internal,
     _sparsity,
     _to_internal,
+    base_quat_grad,
     crba_entries_fast,
     fast_topology,
     kinematics_fast,
@@ -56,7 +57,7 @@ from ..dynamics._fast import (
 )
 from ..dynamics import joint_forces
 from ..dynamics._tree import broadcast_batch, gravity_vector
-from ..kinematics._kernels import cross, rot, rot_t, skew
+from ..kinematics._kernels import cross, rot, rot_t
 from ..kinematics._schedule import up
 from ..kinematics._schedule import tree_schedule
 from ..model import RobotModel
@@ -658,8 +659,6 @@ def _pose_vjp(robot, topo, kin, grads, qf: torch.Tensor) -> torch.Tensor:
     is ``a . (T - p x G)`` (``a . G``) with ``(G, T)`` the subtree sums of
     ``(gp, t + p x gp)``; the floating base's are ``G`` and, through the
     quaternion, the torque about its origin."""
-    from ..spatial import quat_to_matrix
-
     R, p, Sl, Sa = kin
     gR, gp, gSl, gSa = grads
     fb, o = robot.floating_base, topo.o
@@ -694,14 +693,7 @@ def _pose_vjp(robot, topo, kin, grads, qf: torch.Tensor) -> torch.Tensor:
         gj = gj.index_select(0, topo.dof_inv[off:] - off)
     if not fb:
         return gj.T
-    R0, p0 = R[:, :, 0], p[:, 0]
-    tb = T[:, 0] - cross(p0, G[:, 0])  # torque about the base origin
-    # gR0 = 0.5 [tb]x R0 pairs with any rotation of R0 as tb does.
-    tbx = skew(tb, 0)
-    gR0 = 0.5 * (tbx[:, 0, None] * R0[0][None] + tbx[:, 1, None] * R0[1][None] + tbx[:, 2, None] * R0[2][None])
-    with torch.enable_grad():
-        quat = qf[:, 3:7].detach().requires_grad_(True)
-        (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)
+    gquat = base_quat_grad(T[:, 0], G[:, 0], p[:, 0], R[:, :, 0], qf)
     return torch.cat([G[:, 0].T, gquat, gj.T], 1)
 
 

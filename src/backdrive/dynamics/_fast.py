@@ -456,6 +456,25 @@ def _body_rates(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     return xj.index_select(0, topo.coord) * topo.mult[:, None]
 
 
+def base_quat_grad(T0: torch.Tensor, G0: torch.Tensor, p0: torch.Tensor, R0: torch.Tensor,
+                   qf: torch.Tensor) -> torch.Tensor:
+    """The gradient ``(N, 4)`` on a floating base's quaternion ``qf[:, 3:7]``
+    from the base's subtree force ``G0 (3, N)`` and torque ``T0 (3, N)``
+    about the world origin (reverse passes of forward kinematics), with the
+    base at ``p0 (3, N)`` and rotated by ``R0 (3, 3, N)``: the torque about
+    the base's origin ``tb`` pairs with a rotation of ``R0`` as
+    ``gR0 = 0.5 [tb]x R0`` does, taken through the quaternion's matrix."""
+    from ..spatial import quat_to_matrix
+
+    tb = T0 - cross(p0, G0)
+    tbx = skew(tb, 0)
+    gR0 = 0.5 * (tbx[:, 0, None] * R0[0][None] + tbx[:, 1, None] * R0[1][None] + tbx[:, 2, None] * R0[2][None])
+    with torch.enable_grad():
+        quat = qf[:, 3:7].detach().requires_grad_(True)
+        (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)
+    return gquat
+
+
 def _coordinate_forces(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
     """The transpose of :func:`_body_rates` for the joints: body ``(nm, N)``
     -> joint coordinates ``(nj, N)``."""
@@ -1573,8 +1592,6 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
     of a forward pass at the same ``(q, v)`` (``LTDLFactor.kin``), reused.
     Returns ``(gq, gv)`` with the shapes of ``q`` and ``v``.
     """
-    from ..spatial import quat_to_matrix
-
     topo = fast_topology(model)
     fb = model.floating_base
     nj, nv = model.num_joints, model.nv
@@ -1715,12 +1732,5 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         gq[:, 7 if fb else 0 :] = gj.T
         if fb:
             gq[:, :3] = G[:, 0].T
-            tb = T[:, 0] - cross(p0, G[:, 0])  # torque about the base origin
-            # gR0 = 0.5 [tb]x R0 pairs with any rotation of R0 as tb does.
-            tbx = skew(tb, 0)
-            gR0 = 0.5 * (tbx[:, 0, None] * R0[0][None] + tbx[:, 1, None] * R0[1][None] + tbx[:, 2, None] * R0[2][None])
-            with torch.enable_grad():
-                quat = qf[:, 3:7].detach().requires_grad_(True)
-                (gquat,) = torch.autograd.grad(quat_to_matrix(quat).permute(1, 2, 0), quat, gR0)
-            gq[:, 3:7] = gquat
+            gq[:, 3:7] = base_quat_grad(T[:, 0], G[:, 0], p0, R0, qf)
         return gq.reshape(q.shape), _from_internal(topo, gv).reshape(v.shape)
