@@ -229,31 +229,53 @@ CONTACT = {"stiffness": 4e4, "damping": 1e4, "friction": 0.75, "normal_width": 1
 KP, KD = 80.0, 2.0
 
 
+def servo_case(robot: str, dtype: str = "float64", package: str = "backdrive"):
+    """``(bd_robot, contact_model, extra_damping, contact_module)`` of ``robot``
+    as the MuJoCo model has it, from the importable package ``package`` (the
+    A/B scripts pass the renamed checkouts ``bdold`` and ``bdnew``)."""
+    import importlib
+
+    import torch
+
+    C, D = importlib.import_module(package + ".contact"), importlib.import_module(package + ".data")
+    rs = mc.ROBOTS[robot]
+    bd = D.load(rs.name, floating_base=True, dtype=getattr(torch, dtype))
+    # As in the MuJoCo model: no joint Coulomb friction (module docstring of _mujoco_contact).
+    bd = bd.replace(friction=torch.zeros_like(bd.friction))
+    geometry = C.ContactGeometry.spheres(bd, {f: rs.foot_radius for f in rs.feet})
+    contact = C.ContactModel(bd, geometry, params=C.ContactParameters(**CONTACT))
+    # The servo damping is treated implicitly, like MuJoCo's implicitfast.
+    extra = torch.cat([torch.zeros(6, dtype=bd.dtype), torch.full((bd.nv - 6,), KD, dtype=bd.dtype)])
+    return bd, contact, extra, C
+
+
+def servo_torque(q, v, target):
+    """The PD servos' generalized force (zero on the floating base)."""
+    import torch
+
+    return torch.cat([q.new_zeros(q.shape[:-1] + (6,)), KP * (target - q[..., 7:]) - KD * v[..., 6:]], -1)
+
+
+def perturbed_batch(qpos: np.ndarray, qvel: np.ndarray, batch: int, seed: int = 0):
+    """``batch`` copies of a settled ``(qpos, qvel)``, the joint velocities of
+    all but the first perturbed by ``JOINT_NOISE`` (std)."""
+    qvels = np.repeat(qvel[None], batch, 0)
+    qvels[1:, 6:] += JOINT_NOISE * np.random.default_rng(seed).standard_normal((batch - 1, qvel.shape[0] - 6))
+    return np.repeat(qpos[None], batch, 0), qvels
+
+
 def _backdrive_setup(robot: str, dtype: str = "float64"):
     """``(bd_robot, contact_model, step)`` or ``None``; ``step(q, v, target, dt)``
     is one step of backdrive's implicit contact scheme under the PD servos."""
     try:
-        import torch
-
-        from backdrive.contact import ContactGeometry, ContactModel, ContactParameters, integrate_world
-        from backdrive.data import load
+        bd, contact, extra, C = servo_case(robot, dtype)
     except ImportError:
         return None
-    rs = mc.ROBOTS[robot]
-    bd = load(rs.name, floating_base=True, dtype=getattr(torch, dtype))
-    # As in the MuJoCo model: no joint Coulomb friction (module docstring of _mujoco_contact).
-    bd = bd.replace(friction=torch.zeros_like(bd.friction))
-    geometry = ContactGeometry.spheres(bd, {f: rs.foot_radius for f in rs.feet})
-    contact = ContactModel(bd, geometry, params=ContactParameters(**CONTACT))
-
-    # The servo damping is treated implicitly, like MuJoCo's implicitfast.
-    extra = torch.cat([torch.zeros(6, dtype=bd.dtype), torch.full((bd.nv - 6,), KD, dtype=bd.dtype)])
 
     def step(q, v, target, dt, result=False):
-        zeros = torch.zeros(q.shape[:-1] + (6,), dtype=q.dtype)
-        tau = torch.cat([zeros, KP * (target - q[..., 7:]) - KD * v[..., 6:]], -1)
-        a, res = contact.acceleration(bd, q, v, tau, dt=dt, scheme="implicit", extra_damping=extra)
-        q1, v1 = integrate_world(bd, q, v, a, dt)
+        a, res = contact.acceleration(bd, q, v, servo_torque(q, v, target), dt=dt, scheme="implicit",
+                                      extra_damping=extra)
+        q1, v1 = C.integrate_world(bd, q, v, a, dt)
         return (q1, v1, res) if result else (q1, v1)
 
     return bd, contact, step
@@ -365,10 +387,7 @@ def gradient_profile(robot: str, dt: float, T: int, batch: int, dtype: str, repe
     qpos, qvel, ctrl = settled_state(model, robot)
     U = gradient_targets(model, ctrl, T, WIGGLE)
     bd, _, step = _backdrive_setup(robot, dtype)
-    rng = np.random.default_rng(0)
-    qvels = np.repeat(qvel[None], batch, 0)
-    qvels[1:, 6:] += JOINT_NOISE * rng.standard_normal((batch - 1, qvel.shape[0] - 6))
-    q0, v0, Ub = to_backdrive_state(model, bd, np.repeat(qpos[None], batch, 0), qvels, U)
+    q0, v0, Ub = to_backdrive_state(model, bd, *perturbed_batch(qpos, qvel, batch), U)
 
     def rollout(targets):
         q, v = q0, v0

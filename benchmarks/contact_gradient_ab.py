@@ -17,7 +17,6 @@ velocities perturbed by ``contact.JOINT_NOISE`` (as ``--gradient-profile``),
 the scalar summed over the batch.
 """
 
-import importlib
 import os
 import sys
 import time
@@ -44,28 +43,17 @@ model = mc.build_model(robot, dt=dt, integrator=cb.INTEGRATOR, stiction_width=cb
 qpos, qvel, ctrl = cb.settled_state(model, robot)
 U = cb.gradient_targets(model, ctrl, T, cb.WIGGLE)
 if batch > 1:
-    import numpy as np
-
-    qvels = np.repeat(qvel[None], batch, 0)
-    qvels[1:, 6:] += cb.JOINT_NOISE * np.random.default_rng(0).standard_normal((batch - 1, qvel.shape[0] - 6))
-    qpos, qvel = np.repeat(qpos[None], batch, 0), qvels
+    qpos, qvel = cb.perturbed_batch(qpos, qvel, batch)
 
 
 def runners(pkg):
-    C, D = importlib.import_module(pkg + ".contact"), importlib.import_module(pkg + ".data")
-    rs = mc.ROBOTS[robot]
-    bd = D.load(rs.name, floating_base=True, dtype=getattr(torch, dtype))
-    bd = bd.replace(friction=torch.zeros_like(bd.friction))
-    contact = C.ContactModel(bd, C.ContactGeometry.spheres(bd, {f: rs.foot_radius for f in rs.feet}),
-                             params=C.ContactParameters(**cb.CONTACT))
-    extra = torch.cat([torch.zeros(6, dtype=bd.dtype), torch.full((bd.nv - 6,), cb.KD, dtype=bd.dtype)])
+    bd, contact, extra, C = cb.servo_case(robot, dtype, pkg)
     q0, v0, Ub = cb.to_backdrive_state(model, bd, qpos, qvel, U)
 
     def rollout(targets):
         q, v = q0, v0
         for t in range(T):
-            tau = torch.cat([q.new_zeros(q.shape[:-1] + (6,)), cb.KP * (targets[t] - q[..., 7:]) - cb.KD * v[..., 6:]], -1)
-            a, _ = contact.acceleration(bd, q, v, tau, dt=dt, scheme="implicit", extra_damping=extra)
+            a, _ = contact.acceleration(bd, q, v, cb.servo_torque(q, v, targets[t]), dt=dt, scheme="implicit", extra_damping=extra)
             q, v = C.integrate_world(bd, q, v, a, dt)
         return (q[..., 2] + 0.1 * q[..., 0]).sum()
 

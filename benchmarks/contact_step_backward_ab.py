@@ -15,13 +15,11 @@ see a change of the backward alone.
     python benchmarks/contact_step_backward_ab.py OLD_SRC NEW_SRC [quadruped|go1] [float64|float32] [BATCH] [REPEATS]
 """
 
-import importlib
 import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 torch.set_num_threads(1)
@@ -41,21 +39,13 @@ dt = 4e-3
 model = mc.build_model(robot, dt=dt, integrator=cb.INTEGRATOR, stiction_width=cb.CONTACT["stiction_width"])
 qpos, qvel, ctrl = cb.settled_state(model, robot)
 U = cb.gradient_targets(model, ctrl, 1, cb.WIGGLE)
-qvels = np.repeat(qvel[None], batch, 0)
-qvels[1:, 6:] += cb.JOINT_NOISE * np.random.default_rng(0).standard_normal((batch - 1, qvel.shape[0] - 6))
-qpos, qvel = np.repeat(qpos[None], batch, 0), qvels
+qpos, qvel = cb.perturbed_batch(qpos, qvel, batch)
 
 
 def runners(pkg):
-    C, D = importlib.import_module(pkg + ".contact"), importlib.import_module(pkg + ".data")
-    rs = mc.ROBOTS[robot]
-    bd = D.load(rs.name, floating_base=True, dtype=getattr(torch, dtype))
-    bd = bd.replace(friction=torch.zeros_like(bd.friction))
-    contact = C.ContactModel(bd, C.ContactGeometry.spheres(bd, {f: rs.foot_radius for f in rs.feet}),
-                             params=C.ContactParameters(**cb.CONTACT))
-    extra = torch.cat([torch.zeros(6, dtype=bd.dtype), torch.full((bd.nv - 6,), cb.KD, dtype=bd.dtype)])
+    bd, contact, extra, _ = cb.servo_case(robot, dtype, pkg)
     q0, v0, Ub = cb.to_backdrive_state(model, bd, qpos, qvel, U)
-    tau0 = torch.cat([q0.new_zeros(q0.shape[:-1] + (6,)), cb.KP * (Ub[0] - q0[..., 7:]) - cb.KD * v0[..., 6:]], -1)
+    tau0 = cb.servo_torque(q0, v0, Ub[0])
     q, v, tau = (x.clone().requires_grad_(True) for x in (q0, v0, tau0))
     w = torch.randn(batch, bd.nv, dtype=bd.dtype, generator=torch.Generator().manual_seed(0))
 
