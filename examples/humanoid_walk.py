@@ -57,10 +57,12 @@ def make_env(num_envs: int, gait: dict, **overrides) -> HumanoidBalance:
     return HumanoidBalance(num_envs, **{**kwargs, **overrides})
 
 
-def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND) -> dict:
+def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND,
+                 yaw_rate: float = 0.0) -> dict:
     """Upright fraction, forward speed while up, distance along the start heading (upright copies, and the
-    fallen ones until their fall), time upright, straight-line distance and heading turned (every copy), falls."""
-    m = env.evaluate(policy, command=(command, 0.0, 0.0), seconds=seconds, seed=seed)
+    fallen ones until their fall), time upright, straight-line distance and heading turned (every copy), the
+    heading's drift from the commanded one, falls."""
+    m = env.evaluate(policy, command=(command, 0.0, yaw_rate), seconds=seconds, seed=seed)
     q, fall = m["q"], m["fall_step"]
     yaw0 = 2 * torch.atan2(q[0, :, 6], q[0, :, 3])  # the reset turns about z only
     # Each copy's last upright state: the end, or the step of its fall.
@@ -80,13 +82,18 @@ def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, comman
     yaw = 2 * torch.atan2(q[..., 6], q[..., 3])
     dyaw = torch.remainder(yaw[1:] - yaw[:-1] + math.pi, 2 * math.pi) - math.pi
     turn = torch.stack([dyaw[:int(last[i]), i].sum() for i in range(q.shape[1])])
+    # Drift: the turn minus the commanded one (yaw rate x time upright), rad.
+    drift = turn - yaw_rate * last.to(turn.dtype) * env.dt
     # Time upright: the episode's length for the upright copies, the fall's time (as in falls) for the others.
     up_time = last.double() * env.dt
     return {"seed": seed, "upright": m["upright"], "forward_speed": m["forward_speed"],
             "distance": float(along[up].mean()) if bool(up.any()) else float("nan"),
             "distance_before_fall": float(along[~up].mean()) if bool((~up).any()) else float("nan"),
             "displacement": float(torch.linalg.vector_norm(d, dim=-1).mean()), "time_up": float(up_time.mean()),
-            "turn": float(turn.abs().mean()), "falls": sorted(falls), "height": m["height"]}
+            "turn": float(turn.abs().mean()), "drift": float(drift.abs().mean()),
+            "max_drift": float(drift.abs().max()), "drift_each": [round(float(x), 2) for x in drift],
+            "progress": float((along[up] / seconds).mean()) if bool(up.any()) else float("nan"),
+            "falls": sorted(falls), "height": m["height"]}
 
 
 def main() -> None:

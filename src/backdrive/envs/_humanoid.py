@@ -135,7 +135,7 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: sideways: the hip roll joints on the pelvis's sideways lean ``-g_y``, the
 #: stance hip against it, the swing hip taking it off).
 GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference",
-                              "torso", "level", "capture", "turn", "roll")
+                              "torso", "level", "capture", "turn", "roll", "heading", "steer", "speed", "push")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -208,6 +208,11 @@ def g1_contact_geometry(robot, feet: str = "sole"):
     soles = [ContactShape(f"{side}_ankle_roll_link", "sphere", (0.005,), at(x, y, -0.03))
              for side in ("left", "right") for x, y in G1_SOLE_POINTS]
     return ContactGeometry.from_shapes(robot, soles + shapes)
+
+
+def _wrap(angle: torch.Tensor) -> torch.Tensor:
+    """``angle`` wrapped into ``[-pi, pi)``."""
+    return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
 
 
 def _load_g1(dtype: torch.dtype, device: torch.device):
@@ -425,7 +430,7 @@ class HumanoidBalance(DiffEnv):
         # (cos, sin) of it two more observations (at the end: without a gait the
         # layouts are the standing env's).
         self.gait = gait_cfg
-        self.state_dim = 89 + (1 if gait_cfg else 0)
+        self.state_dim = 89 + (2 if gait_cfg else 0)
         self.obs_dim = 82 + (4 if self.privileged else 0) + (2 if gait_cfg else 0)
         self.stand_height = self.STAND_HEIGHT
         kw = {"dtype": self.dtype, "device": self.device}
@@ -450,14 +455,15 @@ class HumanoidBalance(DiffEnv):
     # ------------------------------------------------------------- layout
     @staticmethod
     def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The named parts of a state ``(..., 89)`` (views; ``(..., 90)`` with a gait: also ``phase``)."""
+        """The named parts of a state ``(..., 89)`` (views; ``(..., 91)`` with a gait: also ``phase`` and ``heading``)."""
         names = (("q", 36), ("v", 35), ("last_action", NUM_ACTUATED), ("command", 3))
         out, i = {}, 0
         for k, n in names:
             out[k] = state[..., i:i + n]
             i += n
-        if state.shape[-1] > i:  # the stepping prior's clock (gait=)
+        if state.shape[-1] > i:  # the stepping prior's clock and commanded heading (gait=)
             out["phase"] = state[..., i:i + 1]
+            out["heading"] = state[..., i + 1:i + 2]
         return out
 
     @property
@@ -490,7 +496,8 @@ class HumanoidBalance(DiffEnv):
         cmd = self._uniform(self._cmd_low, self._cmd_high, (n, 3), generator)
         parts = [pos, quat, joints, v, torch.zeros(n, NUM_ACTUATED, **kw), cmd]
         if self.gait is not None:  # drawn last: the draws above are those of an env without a gait
-            parts.append(self._uniform(0.0, 2 * math.pi, (n, 1), generator))
+            # The clock's phase, and the commanded heading: the start heading (not a draw).
+            parts += [self._uniform(0.0, 2 * math.pi, (n, 1), generator), yaw[:, None]]
         return torch.cat(parts, -1)
 
     def draw_push(self, n: int) -> torch.Tensor:
@@ -612,11 +619,12 @@ class HumanoidBalance(DiffEnv):
             com = self.com_signals(state)  # shared by both priors (two kinematics passes each)
         offsets = self.action_scale * action + self.feedback_offsets(state, com)
         if self.gait is not None:
-            phase = state[:, 89:90]
+            phase, heading = state[:, 89:90], state[:, 90]
             g = self.projected_gravity(state)
             offsets = offsets + self.gait_offsets(
                 phase, p["command"], v[:, 0], lean=torch.stack([g[:, 0], -g[:, 1]], -1),
-                com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5])
+                com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5],
+                heading_error=self.heading_error(state))
         target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
                             self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
         # A non-finite copy would stop the whole batch (the contact step's
@@ -640,7 +648,8 @@ class HumanoidBalance(DiffEnv):
         v1 = torch.where(bad[:, None], nan[:, :35], v)
         parts = [q1, v1, action, p["command"]]
         if self.gait is not None:
-            parts.append(torch.remainder(phase + 2 * math.pi * self.gait["frequency"] * self.dt, 2 * math.pi))
+            parts += [torch.remainder(phase + 2 * math.pi * self.gait["frequency"] * self.dt, 2 * math.pi),
+                      _wrap(heading + p["command"][:, 2] * self.dt)[:, None]]
         out = torch.cat(parts, -1)
         self._aux = {"effort2": effort2, "next": out}
         return out
@@ -696,7 +705,8 @@ class HumanoidBalance(DiffEnv):
 
     def gait_offsets(self, phase: torch.Tensor, command: torch.Tensor,
                      forward_velocity: torch.Tensor | None = None, *, lean: torch.Tensor | None = None,
-                     com_velocity: torch.Tensor | None = None, yaw_rate: torch.Tensor | None = None) -> torch.Tensor:
+                     com_velocity: torch.Tensor | None = None, yaw_rate: torch.Tensor | None = None,
+                     heading_error: torch.Tensor | None = None) -> torch.Tensor:
         """The stepping prior's servo-target offsets ``(N, 15)``, rad, at the clock's ``phase`` ``(N, 1)``.
 
         See :data:`GAIT_KEYS`: the left foot swings while ``sin(phase) > 0``,
@@ -716,12 +726,15 @@ class HumanoidBalance(DiffEnv):
             return out
         g = self.gait
         sin, cos = torch.sin(phase[:, 0]), torch.cos(phase[:, 0])
-        amplitude = g["stride"] * command[:, 0]
+        ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
+        # The command the stride and the push-off scale with: the commanded speed plus `speed` times the
+        # pelvis's shortfall.
+        vx = command[:, 0] - g["speed"] * ahead
+        amplitude = g["stride"] * vx
         if com_velocity is not None and g["capture"] != 0.0:
             amplitude = amplitude + g["capture"] * (com_velocity - command[:, 0])
-        stride = amplitude * cos
         sway = g["sway"] * sin
-        ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
+        err = torch.zeros_like(sin) if heading_error is None else heading_error
         tilt = side = torch.zeros_like(sin)
         if lean is not None:
             tilt, side = (lean, side) if lean.dim() == 1 else (lean[:, 0], lean[:, 1])
@@ -734,11 +747,34 @@ class HumanoidBalance(DiffEnv):
             stance = 0.5 * (1.0 - sign * sin)  # 1 at mid-stance, 0 at mid-swing
             weight = g["torso"] * stance - g["level"] * (1.0 - stance)
             upright, upright_side = tilt * weight, g["roll"] * side * weight
+            # Differential stride: turned left of the commanded heading, the right leg strides further (the
+            # sign measured to straighten the walk; the other one turned the robots faster).
+            stride = (amplitude - sign * g["steer"] * err) * cos
+            # Hip yaw: the swing foot turned onto the commanded heading, the stance hip turning the pelvis onto it.
+            yaw = g["turn"] * spin * stance + g["heading"] * err * (2.0 * stance - 1.0)
+            # Push-off: the stance ankle's toes pressed down late in the stance (before the swing).
+            push = g["push"] * vx * 2.0 * torch.clamp_min(-sign * sin, 0.0) * torch.clamp_min(sign * cos, 0.0)
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
-            cols += [-lift + sign * stride - place + upright, sway + upright_side, g["turn"] * spin * stance,
-                     2.0 * lift, -lift - sign * stride + place, -sway]
+            cols += [-lift + sign * stride - place + upright, sway + upright_side, yaw,
+                     2.0 * lift, -lift - sign * stride + place + push, -sway]
         out[:, :12] = torch.stack(cols, -1)
         return out
+
+    def heading_error(self, state: torch.Tensor) -> torch.Tensor:
+        """The pelvis's heading minus the commanded heading ``(N,)``, rad in ``[-pi, pi)`` (needs ``gait=``).
+
+        The heading is the yaw of the pelvis's x axis projected on the ground;
+        the commanded heading (the state's last column) starts at the reset's
+        heading and turns at the commanded yaw rate. Positive: the pelvis has
+        turned left of it.
+        """
+        if self.gait is None:
+            raise InputError("heading_error needs the stepping prior's state (gait=...): the commanded heading "
+                             "is its last state column")
+        q = state[:, :7]
+        qw, qx, qy, qz = q[:, 3], q[:, 4], q[:, 5], q[:, 6]
+        yaw = torch.atan2(2 * (qx * qy + qw * qz), 1 - 2 * (qy * qy + qz * qz))
+        return _wrap(yaw - state[:, 90])
 
     def is_terminal(self, state: torch.Tensor) -> torch.Tensor:
         tilted = self.projected_gravity(state)[..., 2] > -0.5
