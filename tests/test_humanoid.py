@@ -318,14 +318,14 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     gait = {"frequency": 1.5, "lift": 0.2, "sway": 0.05, "stride": 0.3}
     env = HumanoidBalance(3, robot=g1_32, push_velocity=0.0, gait=gait, command_ranges={"vx": (0.0, 0.3)})
     plain = HumanoidBalance(3, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)})
-    assert env.state_dim == 91 and env.obs_dim == 84 and plain.state_dim == 89 and plain.obs_dim == 82
+    assert env.state_dim == 92 and env.obs_dim == 84 and plain.state_dim == 89 and plain.obs_dim == 82
     obs = env.reset(seed=4)
     # The clock is drawn last: the rest of the reset is the standing env's; the commanded heading starts at
     # the reset's heading (no heading error).
     plain.reset(seed=4)
     assert torch.equal(env.state[:, :89], plain.state)
     assert torch.allclose(env.state[:, 90], 2 * torch.atan2(env.state[:, 6], env.state[:, 3]), atol=1e-6)
-    assert float(env.heading_error(env.state).abs().max()) < 1e-6
+    assert float(env.heading_error(env.state).abs().max()) < 1e-6 and torch.equal(env.state[:, 91], torch.zeros(3))
     phase = env.state[:, 89]
     assert torch.allclose(obs[:, 82], torch.cos(phase)) and torch.allclose(obs[:, 83], torch.sin(phase))
     env.step(torch.zeros(3, 15))
@@ -343,7 +343,7 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     assert torch.equal(off[0], torch.zeros(15))  # no command: no stride
     assert torch.equal(plain.gait_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 15))
     assert GAIT_KEYS == ("frequency", "lift", "sway", "stride", "placement", "reference", "torso", "level",
-                         "capture", "turn", "roll", "heading", "steer", "speed", "push")
+                         "capture", "turn", "roll", "steer", "steer_rate", "smoothing", "arms")
     # Foot placement: running 0.2 m/s ahead of the command swings the left foot further forward (flat).
     placing = HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.5, "placement": 0.5})
     off = placing.gait_offsets(torch.full((1, 1), math.pi / 2), torch.zeros(1, 3), torch.tensor([0.2]))
@@ -446,7 +446,7 @@ def test_balance_feedback_velocities_are_relative_to_the_command(g1_32):
     half = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
                            balance_feedback={"ankle_comvel": 0.5, "ankle_vel": 0.2},
                            gait={"frequency": 1.0, "reference": 0.5})
-    s2 = torch.cat([s, torch.zeros(2, 2)], -1)  # the clock's and the commanded heading's columns
+    s2 = torch.cat([s, torch.zeros(2, 3)], -1)  # the clock's and the heading's columns
     off2 = half.feedback_offsets(s2)
     # Relative to half the command: a 0.15 m/s excess, 0.7 * 0.15 = 0.105 rad before the saturation.
     assert torch.allclose(off2[1, ankles], torch.full((2,), 0.25 * math.tanh(0.105 / 0.25)), atol=2e-3)
@@ -507,6 +507,19 @@ def test_gait_prior_steer_term_and_commanded_heading(g1_32):
     qv = env.transition(s, torch.zeros(2, 15))[:, :71]
     assert torch.allclose(qv, plain.transition(s, extra / env.action_scale)[:, :71], atol=1e-5)
     assert not torch.allclose(qv, plain.transition(s, torch.zeros(2, 15))[:, :71], atol=1e-3)
+    # smoothing: the steer acts on the state's low-passed heading error (column 91), which each step moves
+    # dt / (smoothing + dt) of the way to the new error.
+    smooth = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                             gait={"frequency": 1.5, "stride": 0.3, "steer": 0.2, "smoothing": 0.3})
+    s[:, 91] = torch.tensor([-0.2, 0.1])
+    nxt = smooth.transition(s, torch.zeros(2, 15))
+    lag = s[:, 91] + env.dt / 0.32 * (smooth.heading_error(nxt) - s[:, 91])
+    assert torch.allclose(nxt[:, 91], lag, atol=1e-5)
+    extra = (smooth.gait_offsets(s[:, 89:90], s[:, 86:89], heading_error=s[:, 91])
+             - plain.gait_offsets(s[:, 89:90], s[:, 86:89]))
+    assert torch.allclose(nxt[:, :71], plain.transition(s, extra / env.action_scale)[:, :71], atol=1e-5)
+    with pytest.raises(InputError, match="smoothing must be >= 0"):
+        HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.0, "smoothing": -0.1})
     with pytest.raises(InputError, match="steer must be a finite"):
         HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.0, "steer": math.nan})
     with pytest.raises(InputError, match="gait="):

@@ -134,8 +134,20 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: ``roll`` (the fraction of the ``torso`` and ``level`` terms also applied
 #: sideways: the hip roll joints on the pelvis's sideways lean ``-g_y``, the
 #: stance hip against it, the swing hip taking it off).
+#: Heading and arms (docs/locomotion.md, *10th session*): ``steer`` (rad of
+#: stride amplitude per rad of heading error, the pelvis's heading minus the
+#: commanded heading, :meth:`HumanoidBalance.heading_error`: turned left of it,
+#: the right leg's stride lengthens and the left's shortens by ``steer`` times
+#: the error; the sign measured to straighten the walk), ``steer_rate`` (the
+#: same per rad/s of the pelvis's yaw rate above the command's), ``smoothing``
+#: (s: the time constant of a low-pass filter on the heading error that
+#: ``steer`` then acts on, a state column; 0, the default: the error itself)
+#: and ``arms`` (each shoulder pitch swings by ``arms`` times the other side's
+#: hip stride offset: the right arm forward with the left leg, against the
+#: legs' twist of the body about the vertical, :meth:`HumanoidBalance.arm_offsets`).
 GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference",
-                              "torso", "level", "capture", "turn", "roll", "heading", "steer", "speed", "push")
+                              "torso", "level", "capture", "turn", "roll", "steer", "steer_rate",
+                              "smoothing", "arms")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -213,6 +225,12 @@ def g1_contact_geometry(robot, feet: str = "sole"):
 def _wrap(angle: torch.Tensor) -> torch.Tensor:
     """``angle`` wrapped into ``[-pi, pi)``."""
     return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def _heading_error(q: torch.Tensor, heading: torch.Tensor) -> torch.Tensor:
+    """The yaw of the pelvis's x axis (from the base pose ``q[:, :7]``) minus ``heading``, wrapped."""
+    qw, qx, qy, qz = q[:, 3], q[:, 4], q[:, 5], q[:, 6]
+    return _wrap(torch.atan2(2 * (qx * qy + qw * qz), 1 - 2 * (qy * qy + qz * qz)) - heading)
 
 
 def _load_g1(dtype: torch.dtype, device: torch.device):
@@ -399,6 +417,8 @@ class HumanoidBalance(DiffEnv):
             if gait_cfg["frequency"] * dt > 0.5:
                 raise InputError(f"gait frequency {gait_cfg['frequency']} Hz is above half the control rate "
                                  f"({0.5 / dt:g} Hz)")
+            if gait_cfg["smoothing"] < 0:
+                raise InputError(f"gait smoothing must be >= 0 s (a time constant), got {gait_cfg['smoothing']!r}")
         ranges = parse_command_ranges(command_ranges, {k: (0.0, 0.0) for k in COMMAND_RANGES})
         weights = parse_reward_weights(reward_weights, HUMANOID_REWARD_WEIGHTS)
 
@@ -430,7 +450,7 @@ class HumanoidBalance(DiffEnv):
         # (cos, sin) of it two more observations (at the end: without a gait the
         # layouts are the standing env's).
         self.gait = gait_cfg
-        self.state_dim = 89 + (2 if gait_cfg else 0)
+        self.state_dim = 89 + (3 if gait_cfg else 0)
         self.obs_dim = 82 + (4 if self.privileged else 0) + (2 if gait_cfg else 0)
         self.stand_height = self.STAND_HEIGHT
         kw = {"dtype": self.dtype, "device": self.device}
@@ -464,6 +484,7 @@ class HumanoidBalance(DiffEnv):
         if state.shape[-1] > i:  # the stepping prior's clock and commanded heading (gait=)
             out["phase"] = state[..., i:i + 1]
             out["heading"] = state[..., i + 1:i + 2]
+            out["heading_lag"] = state[..., i + 2:i + 3]
         return out
 
     @property
@@ -497,7 +518,8 @@ class HumanoidBalance(DiffEnv):
         parts = [pos, quat, joints, v, torch.zeros(n, NUM_ACTUATED, **kw), cmd]
         if self.gait is not None:  # drawn last: the draws above are those of an env without a gait
             # The clock's phase, and the commanded heading: the start heading (not a draw).
-            parts += [self._uniform(0.0, 2 * math.pi, (n, 1), generator), yaw[:, None]]
+            # The smoothed heading error starts at 0 (the pelvis on the commanded heading).
+            parts += [self._uniform(0.0, 2 * math.pi, (n, 1), generator), yaw[:, None], zero[:, None]]
         return torch.cat(parts, -1)
 
     def draw_push(self, n: int) -> torch.Tensor:
@@ -624,9 +646,11 @@ class HumanoidBalance(DiffEnv):
             offsets = offsets + self.gait_offsets(
                 phase, p["command"], v[:, 0], lean=torch.stack([g[:, 0], -g[:, 1]], -1),
                 com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5],
-                heading_error=self.heading_error(state))
-        target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
-                            self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
+                heading_error=self.heading_error(state) if self.gait["smoothing"] == 0.0 else state[:, 91])
+        arms = self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)
+        if self.gait is not None and self.gait["arms"] != 0.0:
+            arms = arms + self.arm_offsets(phase, p["command"])
+        target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets, arms], -1)
         # A non-finite copy would stop the whole batch (the contact step's
         # factorisation raises), so between substeps its rows are the standing
         # pose; at the end they are NaN again, and DiffEnv.step resets them and
@@ -648,8 +672,12 @@ class HumanoidBalance(DiffEnv):
         v1 = torch.where(bad[:, None], nan[:, :35], v)
         parts = [q1, v1, action, p["command"]]
         if self.gait is not None:
+            heading1 = _wrap(heading + p["command"][:, 2] * self.dt)
+            # The smoothed heading error: a first-order low-pass (time constant `smoothing`) of the error.
+            alpha = self.dt / (self.gait["smoothing"] + self.dt)
+            lag = state[:, 91] + alpha * (_heading_error(q1, heading1) - state[:, 91])
             parts += [torch.remainder(phase + 2 * math.pi * self.gait["frequency"] * self.dt, 2 * math.pi),
-                      _wrap(heading + p["command"][:, 2] * self.dt)[:, None]]
+                      heading1[:, None], lag[:, None]]
         out = torch.cat(parts, -1)
         self._aux = {"effort2": effort2, "next": out}
         return out
@@ -727,10 +755,7 @@ class HumanoidBalance(DiffEnv):
         g = self.gait
         sin, cos = torch.sin(phase[:, 0]), torch.cos(phase[:, 0])
         ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
-        # The command the stride and the push-off scale with: the commanded speed plus `speed` times the
-        # pelvis's shortfall.
-        vx = command[:, 0] - g["speed"] * ahead
-        amplitude = g["stride"] * vx
+        amplitude = g["stride"] * command[:, 0]
         if com_velocity is not None and g["capture"] != 0.0:
             amplitude = amplitude + g["capture"] * (com_velocity - command[:, 0])
         sway = g["sway"] * sin
@@ -749,14 +774,11 @@ class HumanoidBalance(DiffEnv):
             upright, upright_side = tilt * weight, g["roll"] * side * weight
             # Differential stride: turned left of the commanded heading, the right leg strides further (the
             # sign measured to straighten the walk; the other one turned the robots faster).
-            stride = (amplitude - sign * g["steer"] * err) * cos
-            # Hip yaw: the swing foot turned onto the commanded heading, the stance hip turning the pelvis onto it.
-            yaw = g["turn"] * spin * stance + g["heading"] * err * (2.0 * stance - 1.0)
-            # Push-off: the stance ankle's toes pressed down late in the stance (before the swing).
-            push = g["push"] * vx * 2.0 * torch.clamp_min(-sign * sin, 0.0) * torch.clamp_min(sign * cos, 0.0)
+            stride = (amplitude - sign * (g["steer"] * err + g["steer_rate"] * spin)) * cos
+            yaw = g["turn"] * spin * stance
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
             cols += [-lift + sign * stride - place + upright, sway + upright_side, yaw,
-                     2.0 * lift, -lift - sign * stride + place + push, -sway]
+                     2.0 * lift, -lift - sign * stride + place, -sway]
         out[:, :12] = torch.stack(cols, -1)
         return out
 
@@ -771,10 +793,24 @@ class HumanoidBalance(DiffEnv):
         if self.gait is None:
             raise InputError("heading_error needs the stepping prior's state (gait=...): the commanded heading "
                              "is its last state column")
-        q = state[:, :7]
-        qw, qx, qy, qz = q[:, 3], q[:, 4], q[:, 5], q[:, 6]
-        yaw = torch.atan2(2 * (qx * qy + qw * qz), 1 - 2 * (qy * qy + qz * qz))
-        return _wrap(yaw - state[:, 90])
+        return _heading_error(state[:, :7], state[:, 90])
+
+    def arm_offsets(self, phase: torch.Tensor, command: torch.Tensor) -> torch.Tensor:
+        """The arm swing's servo-target offsets ``(N, 14)`` of the arm joints, rad (``gait`` key ``arms``).
+
+        Each shoulder pitch swings with the other side's hip stride (``arms``
+        times its stride offset, the part of :meth:`gait_offsets` that scales with
+        the command): the right arm forward as the left leg swings forward, as
+        in human walking, against the legs' twist of the body about the vertical.
+        """
+        out = phase.new_zeros(phase.shape[0], len(G1_JOINTS) - NUM_ACTUATED)
+        if self.gait is None or self.gait["arms"] == 0.0:
+            return out
+        g = self.gait
+        left_hip = g["stride"] * command[:, 0] * torch.cos(phase[:, 0])
+        out[:, 0] = -g["arms"] * left_hip  # left shoulder pitch: with the right hip's stride (-left_hip)
+        out[:, 7] = g["arms"] * left_hip  # right shoulder pitch: with the left hip's
+        return out
 
     def is_terminal(self, state: torch.Tensor) -> torch.Tensor:
         tilted = self.projected_gravity(state)[..., 2] > -0.5
