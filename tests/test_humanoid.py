@@ -518,6 +518,24 @@ def test_gait_prior_steer_term_and_commanded_heading(g1_32):
     extra = (smooth.gait_offsets(s[:, 89:90], s[:, 86:89], heading_error=s[:, 91])
              - plain.gait_offsets(s[:, 89:90], s[:, 86:89]))
     assert torch.allclose(nxt[:, :71], plain.transition(s, extra / env.action_scale)[:, :71], atol=1e-5)
+    # steer_rate: the same differential stride from the yaw rate above the commanded one.
+    rate = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                           gait={"frequency": 1.5, "stride": 0.3, "steer_rate": 0.1})
+    off = rate.gait_offsets(torch.zeros(2, 1), torch.tensor([[0.3, 0.0, 0.0], [0.3, 0.0, 0.2]]),
+                            yaw_rate=torch.tensor([0.5, 0.5]))
+    assert torch.allclose(off[:, 0], torch.tensor([0.09 - 0.05, 0.09 - 0.03]), atol=1e-6)
+    assert torch.allclose(off[:, 6], -torch.tensor([0.09 + 0.05, 0.09 + 0.03]), atol=1e-6)
+    # arms: each shoulder pitch swings with the other side's hip stride; the transition drives the arm servos.
+    arms = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                           gait={"frequency": 1.5, "stride": 0.3, "arms": 2.0})
+    swing = arms.arm_offsets(torch.zeros(2, 1), cmd)  # phase 0: the left hip back by 0.09, the right forward
+    assert torch.allclose(swing[:, [0, 7]], torch.tensor([[-0.18, 0.18], [-0.18, 0.18]]), atol=1e-6)
+    assert torch.equal(swing[:, [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13]], torch.zeros(2, 12))
+    assert torch.equal(plain.arm_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 14))
+    s[:, 89] = 0.0
+    dq = arms.transition(s, torch.zeros(2, 15))[:, 7:36] - plain.transition(s, torch.zeros(2, 15))[:, 7:36]
+    assert float(dq[:, 15].max()) < -1e-4 and float(dq[:, 22].min()) > 1e-4  # left arm forward, right back
+    assert float(dq[:, :15].abs().max()) < float(dq[:, [15, 22]].abs().min())
     with pytest.raises(InputError, match="smoothing must be >= 0"):
         HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.0, "smoothing": -0.1})
     with pytest.raises(InputError, match="steer must be a finite"):
