@@ -104,6 +104,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--command", type=float, default=COMMAND, help="forward speed, m/s (0: step in place)")
+    parser.add_argument("--yaw-rate", type=float, default=0.0, help="commanded yaw rate, rad/s")
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=list(EVAL_SEEDS),
                         help="evaluation seeds (the screens: 1)")
     parser.add_argument("--out", type=Path, default=None,
@@ -155,17 +156,22 @@ def main() -> None:
               f"{(time.perf_counter() - start) / 60:.1f} min; last window reward "
               f"{trainer.history[-1]['window_reward']:.3f}", flush=True)
         policy = trainer.policy.eval()
-    test = make_env(args.episodes, args.gait)
+    # The evaluation's command ranges cover the asked command (training draws from 0-0.3 m/s, no turning).
+    test = make_env(args.episodes, args.gait,
+                    command_ranges={"vx": (min(0.0, args.command), max(COMMAND, args.command)),
+                                    "yaw": (min(0.0, args.yaw_rate), max(0.0, args.yaw_rate))})
     name = "zero action (the stepping and balance priors alone)" if policy is None else "SHAC residual"
     for seed in args.eval_seeds:
         with torch.no_grad():
-            r = walk_metrics(test, policy, args.seconds, seed, args.command)
-        print(f"{name}, command {args.command} m/s, gait {json.dumps(args.gait)}, {args.episodes} x "
+            r = walk_metrics(test, policy, args.seconds, seed, args.command, args.yaw_rate)
+        print(f"{name}, command {args.command} m/s, yaw rate {args.yaw_rate} rad/s, gait {json.dumps(args.gait)}, {args.episodes} x "
               f"{args.seconds:g} s, seed {seed}: upright {r['upright'] * 100:.0f}%, forward speed while up "
               f"{r['forward_speed']:.3f} m/s, distance of the upright ones {r['distance']:.2f} m, of the fallen "
               f"ones until their fall {r['distance_before_fall']:.2f} m; every robot: mean time upright "
               f"{r['time_up']:.2f} s, straight-line distance from the start {r['displacement']:.2f} m, heading "
-              f"turned by {r['turn']:.2f} rad; falls (s, direction) {r['falls']}", flush=True)
+              f"turned by {r['turn']:.2f} rad, heading drift from the commanded one {r['drift']:.2f} rad (largest "
+              f"{r['max_drift']:.2f}; each {r['drift_each']}); upright ones: speed along the start heading "
+              f"{r['progress']:.3f} m/s; falls (s, direction) {r['falls']}", flush=True)
 
 
 if __name__ == "__main__":
