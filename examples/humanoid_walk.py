@@ -5,8 +5,9 @@
 tracks it) and the stepping prior ``gait=`` (a clock that lifts the feet in
 turn through hip, knee and ankle pitch offsets, sways the pelvis over the
 stance foot through the hip and ankle rolls and strides in proportion to the
-command, and keeps the pelvis's lean out of the stepping: ``torso``,
-``level`` and ``roll``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
+command, keeps the pelvis's lean out of the stepping: ``torso``,
+``level`` and ``roll``, and steers back onto the commanded heading with a
+differential stride: ``steer``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
 balance prior kept (its velocity signals are taken relative to the command,
 so walking is not fought as a push). No pushes.
 
@@ -21,8 +22,9 @@ Prints, per evaluation seed, the fraction of robots upright over the
 episode, the mean forward speed of the upright ones (base frame), the mean
 distance travelled along the start heading (upright ones, m; the fallen
 ones until their fall), and over every robot the mean time upright, the
-straight-line distance from the start and how far the heading turned (the
-prior has no heading control), and when the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
+straight-line distance from the start, how far the heading turned and how
+far it drifted from the commanded heading (``--yaw-rate`` turns it), and when
+the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
 the measured numbers. Needs example-robot-data.
 """
 
@@ -42,10 +44,13 @@ from backdrive.optim import train_policy
 from backdrive.optim._policy.presets import HUMANOID_CAPTURE_SHAC
 from backdrive.spatial import quat_apply
 
-#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md): the previous session's
-#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3}`` with this session's lean terms (the stance hip
-#: against the pelvis's lean, the lean taken off the swing hip, forward and sideways).
-GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0, "roll": 1.0}
+#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md): the 8th session's
+#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3}``, the 9th session's lean terms (the stance hip
+#: against the pelvis's lean, the lean taken off the swing hip, forward and sideways) and the 10th
+#: session's heading feedback (``steer``: a differential stride on the heading error), with a shorter
+#: stride and a stronger ``torso`` term. The 9th session's prior:
+#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0, "roll": 1.0}``.
+GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.25, "torso": 1.5, "level": 1.0, "roll": 1.0, "steer": 0.1}
 COMMAND = 0.3
 #: Held-out evaluation seeds (the screens used seed 1).
 EVAL_SEEDS = (999, 1000)
