@@ -264,8 +264,10 @@ class HumanoidBalance(DiffEnv):
 
     State ``(N, 89)`` (:meth:`split`): ``q (36)``, ``v (35)`` (base twist in
     the base frame), the last action (15) and the command ``(vx, vy, yaw)``
-    (3); with a stepping prior (``gait=``) one more column, the gait clock's
-    phase (rad).
+    (3); with a stepping prior (``gait=``) three more columns, the gait
+    clock's phase (rad), the commanded heading (rad: the reset's heading,
+    turning at the commanded yaw rate) and the low-passed heading error (rad,
+    for the ``smoothing`` key).
 
     Observation ``(N, 82)``, what the robot measures: joint positions
     relative to the standing pose (29, rad), joint velocities (29, times
@@ -334,10 +336,12 @@ class HumanoidBalance(DiffEnv):
         gait: ``None`` (off, standing) or a stepping prior ``{key: value}``
             with keys in :data:`GAIT_KEYS` (``frequency`` > 0 Hz required,
             at most half the control rate; the others default to 0): a
-            clock, one more state column (its phase, rad, drawn uniformly at
-            reset) and two more observations (its cos and sin, after the
-            privileged ones), whose :meth:`gait_offsets` are added to the
-            servo targets under the policy's action, as the balance prior is.
+            clock, three more state columns (its phase, rad, drawn uniformly
+            at reset, the commanded heading and the low-passed heading error)
+            and two more observations (the phase's cos and sin, after the
+            privileged ones), whose :meth:`gait_offsets` (and
+            :meth:`arm_offsets`) are added to the servo targets under the
+            policy's action, as the balance prior is.
         max_episode_steps: truncation length.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
@@ -446,9 +450,10 @@ class HumanoidBalance(DiffEnv):
         self.privileged = bool(privileged)
         self.init_noise = float(init_noise)
         self.max_episode_steps = max_episode_steps
-        # The stepping prior (gait=): its clock's phase is one more state column and
-        # (cos, sin) of it two more observations (at the end: without a gait the
-        # layouts are the standing env's).
+        # The stepping prior (gait=): its clock's phase, the commanded heading and the
+        # low-passed heading error are three more state columns and (cos, sin) of the
+        # phase two more observations (at the end: without a gait the layouts are the
+        # standing env's).
         self.gait = gait_cfg
         self.state_dim = 89 + (3 if gait_cfg else 0)
         self.obs_dim = 82 + (4 if self.privileged else 0) + (2 if gait_cfg else 0)
@@ -475,7 +480,8 @@ class HumanoidBalance(DiffEnv):
     # ------------------------------------------------------------- layout
     @staticmethod
     def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The named parts of a state ``(..., 89)`` (views; ``(..., 91)`` with a gait: also ``phase`` and ``heading``)."""
+        """The named parts of a state ``(..., 89)`` (views; ``(..., 92)`` with a gait: also ``phase``, ``heading``
+        and ``heading_lag``)."""
         names = (("q", 36), ("v", 35), ("last_action", NUM_ACTUATED), ("command", 3))
         out, i = {}, 0
         for k, n in names:
@@ -746,8 +752,10 @@ class HumanoidBalance(DiffEnv):
         ``torso`` and ``level`` terms and ``com_velocity`` ``(N,)`` (the centre of
         mass's forward velocity in the heading frame, m/s; ``None``: the
         command's) the ``capture`` term and ``yaw_rate`` ``(N,)`` (the
-        pelvis's, rad/s; ``None``: the command's) the ``turn`` term. Zeros when
-        ``gait`` is off.
+        pelvis's, rad/s; ``None``: the command's) the ``turn`` and ``steer_rate``
+        terms and ``heading_error`` ``(N,)`` (rad, :meth:`heading_error` or, with
+        ``smoothing``, its low-passed state column; ``None``: 0) the ``steer``
+        term. Zeros when ``gait`` is off.
         """
         out = phase.new_zeros(phase.shape[0], NUM_ACTUATED)
         if self.gait is None:
