@@ -5,8 +5,9 @@
 tracks it) and the stepping prior ``gait=`` (a clock that lifts the feet in
 turn through hip, knee and ankle pitch offsets, sways the pelvis over the
 stance foot through the hip and ankle rolls and strides in proportion to the
-command, and keeps the pelvis's lean out of the stepping: ``torso``,
-``level`` and ``roll``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
+command, keeps the pelvis's lean out of the stepping: ``torso``,
+``level`` and ``roll``, and steers back onto the commanded heading with a
+differential stride: ``steer``; :data:`backdrive.envs._humanoid.GAIT_KEYS`), with the capture-point
 balance prior kept (its velocity signals are taken relative to the command,
 so walking is not fought as a push). No pushes.
 
@@ -21,8 +22,9 @@ Prints, per evaluation seed, the fraction of robots upright over the
 episode, the mean forward speed of the upright ones (base frame), the mean
 distance travelled along the start heading (upright ones, m; the fallen
 ones until their fall), and over every robot the mean time upright, the
-straight-line distance from the start and how far the heading turned (the
-prior has no heading control), and when the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
+straight-line distance from the start, how far the heading turned and how
+far it drifted from the commanded heading (``--yaw-rate`` turns it), and when
+the fallen ones fell. docs/locomotion.md (*HumanoidBalance*, *Walking*) has
 the measured numbers. Needs example-robot-data.
 """
 
@@ -42,10 +44,13 @@ from backdrive.optim import train_policy
 from backdrive.optim._policy.presets import HUMANOID_CAPTURE_SHAC
 from backdrive.spatial import quat_apply
 
-#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md): the previous session's
-#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3}`` with this session's lean terms (the stance hip
-#: against the pelvis's lean, the lean taken off the swing hip, forward and sideways).
-GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0, "roll": 1.0}
+#: The stepping prior screened for the 0.3 m/s command (docs/locomotion.md): the 8th session's
+#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3}``, the 9th session's lean terms (the stance hip
+#: against the pelvis's lean, the lean taken off the swing hip, forward and sideways) and the 10th
+#: session's heading feedback (``steer``: a differential stride on the heading error), with a shorter
+#: stride and a stronger ``torso`` term. The 9th session's prior:
+#: ``{"frequency": 1.5, "lift": 0.15, "stride": 0.3, "torso": 1.0, "level": 1.0, "roll": 1.0}``.
+GAIT = {"frequency": 1.5, "lift": 0.15, "stride": 0.25, "torso": 1.5, "level": 1.0, "roll": 1.0, "steer": 0.1}
 COMMAND = 0.3
 #: Held-out evaluation seeds (the screens used seed 1).
 EVAL_SEEDS = (999, 1000)
@@ -57,10 +62,12 @@ def make_env(num_envs: int, gait: dict, **overrides) -> HumanoidBalance:
     return HumanoidBalance(num_envs, **{**kwargs, **overrides})
 
 
-def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND) -> dict:
+def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, command: float = COMMAND,
+                 yaw_rate: float = 0.0) -> dict:
     """Upright fraction, forward speed while up, distance along the start heading (upright copies, and the
-    fallen ones until their fall), time upright, straight-line distance and heading turned (every copy), falls."""
-    m = env.evaluate(policy, command=(command, 0.0, 0.0), seconds=seconds, seed=seed)
+    fallen ones until their fall), time upright, straight-line distance and heading turned (every copy), the
+    heading's drift from the commanded one, falls."""
+    m = env.evaluate(policy, command=(command, 0.0, yaw_rate), seconds=seconds, seed=seed)
     q, fall = m["q"], m["fall_step"]
     yaw0 = 2 * torch.atan2(q[0, :, 6], q[0, :, 3])  # the reset turns about z only
     # Each copy's last upright state: the end, or the step of its fall.
@@ -80,13 +87,18 @@ def walk_metrics(env: HumanoidBalance, policy, seconds: float, seed: int, comman
     yaw = 2 * torch.atan2(q[..., 6], q[..., 3])
     dyaw = torch.remainder(yaw[1:] - yaw[:-1] + math.pi, 2 * math.pi) - math.pi
     turn = torch.stack([dyaw[:int(last[i]), i].sum() for i in range(q.shape[1])])
+    # Drift: the turn minus the commanded one (yaw rate x time upright), rad.
+    drift = turn - yaw_rate * last.to(turn.dtype) * env.dt
     # Time upright: the episode's length for the upright copies, the fall's time (as in falls) for the others.
     up_time = last.double() * env.dt
     return {"seed": seed, "upright": m["upright"], "forward_speed": m["forward_speed"],
             "distance": float(along[up].mean()) if bool(up.any()) else float("nan"),
             "distance_before_fall": float(along[~up].mean()) if bool((~up).any()) else float("nan"),
             "displacement": float(torch.linalg.vector_norm(d, dim=-1).mean()), "time_up": float(up_time.mean()),
-            "turn": float(turn.abs().mean()), "falls": sorted(falls), "height": m["height"]}
+            "turn": float(turn.abs().mean()), "drift": float(drift.abs().mean()),
+            "max_drift": float(drift.abs().max()), "drift_each": [round(float(x), 2) for x in drift],
+            "progress": float((along[up] / seconds).mean()) if bool(up.any()) else float("nan"),
+            "falls": sorted(falls), "height": m["height"]}
 
 
 def main() -> None:
@@ -97,6 +109,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--command", type=float, default=COMMAND, help="forward speed, m/s (0: step in place)")
+    parser.add_argument("--yaw-rate", type=float, default=0.0, help="commanded yaw rate, rad/s")
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=list(EVAL_SEEDS),
                         help="evaluation seeds (the screens: 1)")
     parser.add_argument("--out", type=Path, default=None,
@@ -148,17 +161,22 @@ def main() -> None:
               f"{(time.perf_counter() - start) / 60:.1f} min; last window reward "
               f"{trainer.history[-1]['window_reward']:.3f}", flush=True)
         policy = trainer.policy.eval()
-    test = make_env(args.episodes, args.gait)
+    # The evaluation's command ranges cover the asked command (training draws from 0-0.3 m/s, no turning).
+    test = make_env(args.episodes, args.gait,
+                    command_ranges={"vx": (min(0.0, args.command), max(COMMAND, args.command)),
+                                    "yaw": (min(0.0, args.yaw_rate), max(0.0, args.yaw_rate))})
     name = "zero action (the stepping and balance priors alone)" if policy is None else "SHAC residual"
     for seed in args.eval_seeds:
         with torch.no_grad():
-            r = walk_metrics(test, policy, args.seconds, seed, args.command)
-        print(f"{name}, command {args.command} m/s, gait {json.dumps(args.gait)}, {args.episodes} x "
+            r = walk_metrics(test, policy, args.seconds, seed, args.command, args.yaw_rate)
+        print(f"{name}, command {args.command} m/s, yaw rate {args.yaw_rate} rad/s, gait {json.dumps(args.gait)}, {args.episodes} x "
               f"{args.seconds:g} s, seed {seed}: upright {r['upright'] * 100:.0f}%, forward speed while up "
               f"{r['forward_speed']:.3f} m/s, distance of the upright ones {r['distance']:.2f} m, of the fallen "
               f"ones until their fall {r['distance_before_fall']:.2f} m; every robot: mean time upright "
               f"{r['time_up']:.2f} s, straight-line distance from the start {r['displacement']:.2f} m, heading "
-              f"turned by {r['turn']:.2f} rad; falls (s, direction) {r['falls']}", flush=True)
+              f"turned by {r['turn']:.2f} rad, heading drift from the commanded one {r['drift']:.2f} rad (largest "
+              f"{r['max_drift']:.2f}; each {r['drift_each']}); upright ones: speed along the start heading "
+              f"{r['progress']:.3f} m/s; falls (s, direction) {r['falls']}", flush=True)
 
 
 if __name__ == "__main__":

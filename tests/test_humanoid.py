@@ -318,11 +318,14 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     gait = {"frequency": 1.5, "lift": 0.2, "sway": 0.05, "stride": 0.3}
     env = HumanoidBalance(3, robot=g1_32, push_velocity=0.0, gait=gait, command_ranges={"vx": (0.0, 0.3)})
     plain = HumanoidBalance(3, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)})
-    assert env.state_dim == 90 and env.obs_dim == 84 and plain.state_dim == 89 and plain.obs_dim == 82
+    assert env.state_dim == 92 and env.obs_dim == 84 and plain.state_dim == 89 and plain.obs_dim == 82
     obs = env.reset(seed=4)
-    # The clock is drawn last: the rest of the reset is the standing env's.
+    # The clock is drawn last: the rest of the reset is the standing env's; the commanded heading starts at
+    # the reset's heading (no heading error).
     plain.reset(seed=4)
     assert torch.equal(env.state[:, :89], plain.state)
+    assert torch.allclose(env.state[:, 90], 2 * torch.atan2(env.state[:, 6], env.state[:, 3]), atol=1e-6)
+    assert float(env.heading_error(env.state).abs().max()) < 1e-6 and torch.equal(env.state[:, 91], torch.zeros(3))
     phase = env.state[:, 89]
     assert torch.allclose(obs[:, 82], torch.cos(phase)) and torch.allclose(obs[:, 83], torch.sin(phase))
     env.step(torch.zeros(3, 15))
@@ -340,7 +343,7 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     assert torch.equal(off[0], torch.zeros(15))  # no command: no stride
     assert torch.equal(plain.gait_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 15))
     assert GAIT_KEYS == ("frequency", "lift", "sway", "stride", "placement", "reference", "torso", "level",
-                         "capture", "turn", "roll")
+                         "capture", "turn", "roll", "steer", "steer_rate", "smoothing", "arms")
     # Foot placement: running 0.2 m/s ahead of the command swings the left foot further forward (flat).
     placing = HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.5, "placement": 0.5})
     off = placing.gait_offsets(torch.full((1, 1), math.pi / 2), torch.zeros(1, 3), torch.tensor([0.2]))
@@ -443,7 +446,7 @@ def test_balance_feedback_velocities_are_relative_to_the_command(g1_32):
     half = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
                            balance_feedback={"ankle_comvel": 0.5, "ankle_vel": 0.2},
                            gait={"frequency": 1.0, "reference": 0.5})
-    s2 = torch.cat([s, torch.zeros(2, 1)], -1)  # the clock's column
+    s2 = torch.cat([s, torch.zeros(2, 3)], -1)  # the clock's and the heading's columns
     off2 = half.feedback_offsets(s2)
     # Relative to half the command: a 0.15 m/s excess, 0.7 * 0.15 = 0.105 rad before the saturation.
     assert torch.allclose(off2[1, ankles], torch.full((2,), 0.25 * math.tanh(0.105 / 0.25)), atol=2e-3)
@@ -466,3 +469,76 @@ def test_walking_prior_walks_forward(g1_32):
     d = q[-1, :, :2] - q[0, :, :2]
     along = d[:, 0] * torch.cos(yaw0) + d[:, 1] * torch.sin(yaw0)
     assert float(along.min()) > 0.25, along  # 0.24 m/s x 3 s less the start
+
+
+def test_gait_prior_steer_term_and_commanded_heading(g1_32):
+    # steer: the stride's amplitude per leg from the heading error (pelvis heading minus the commanded heading,
+    # a state column that starts at the reset's heading and turns at the commanded yaw rate).
+    env = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3), "yaw": (-0.5, 0.5)},
+                          gait={"frequency": 1.5, "stride": 0.3, "steer": 0.2})
+    cmd = torch.tensor([[0.3, 0.0, 0.0], [0.3, 0.0, 0.0]])
+    err = torch.tensor([0.25, -0.1])  # turned left, right of the commanded heading
+    # Phase 0 (the stride's extreme, the left foot back): turned left, the right leg strides further.
+    off = env.gait_offsets(torch.zeros(2, 1), cmd, heading_error=err)
+    assert torch.allclose(off[:, 0], 0.09 - 0.2 * err, atol=1e-6)  # left hip pitch: amplitude 0.09 - 0.2 err
+    assert torch.allclose(off[:, 6], -(0.09 + 0.2 * err), atol=1e-6)  # right hip pitch: 0.09 + 0.2 err
+    assert torch.allclose(off[:, [4, 10]], -off[:, [0, 6]], atol=1e-6)  # feet flat
+    assert torch.allclose(env.gait_offsets(torch.zeros(2, 1), cmd)[:, 0], torch.full((2,), 0.09), atol=1e-6)
+    # The commanded heading: the reset's heading, advanced by the commanded yaw rate each step, wrapped.
+    env.reset(seed=3)
+    s = env.state.clone()
+    s[:, 88] = torch.tensor([0.5, -0.5])  # commanded yaw rates
+    s[:, 90] = torch.tensor([0.2, -math.pi + 0.005])
+    nxt = env.transition(s, torch.zeros(2, 15))
+    want = torch.tensor([0.2 + 0.5 * env.dt, math.pi + 0.005 - 0.5 * env.dt])
+    assert torch.allclose(nxt[:, 90], want, atol=1e-5)
+    # The transition feeds the heading error in: the same step as an env without steer whose action adds it.
+    plain = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                            gait={"frequency": 1.5, "stride": 0.3})
+    plain.reset(seed=1)
+    s = plain.state.clone()
+    s[:, 86] = 0.3
+    s[:, 89] = torch.tensor([0.3, 3.5])
+    s[:, 90] = s[:, 90] + torch.tensor([-0.3, 0.4])  # the commanded heading 0.3 right, 0.4 left of the pelvis's
+    e = env.heading_error(s)
+    assert torch.allclose(e, torch.tensor([0.3, -0.4]), atol=1e-5)
+    extra = env.gait_offsets(s[:, 89:90], s[:, 86:89], heading_error=e) - plain.gait_offsets(s[:, 89:90], s[:, 86:89])
+    assert float(extra.abs().max()) > 0.03
+    qv = env.transition(s, torch.zeros(2, 15))[:, :71]
+    assert torch.allclose(qv, plain.transition(s, extra / env.action_scale)[:, :71], atol=1e-5)
+    assert not torch.allclose(qv, plain.transition(s, torch.zeros(2, 15))[:, :71], atol=1e-3)
+    # smoothing: the steer acts on the state's low-passed heading error (column 91), which each step moves
+    # dt / (smoothing + dt) of the way to the new error.
+    smooth = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                             gait={"frequency": 1.5, "stride": 0.3, "steer": 0.2, "smoothing": 0.3})
+    s[:, 91] = torch.tensor([-0.2, 0.1])
+    nxt = smooth.transition(s, torch.zeros(2, 15))
+    lag = s[:, 91] + env.dt / 0.32 * (smooth.heading_error(nxt) - s[:, 91])
+    assert torch.allclose(nxt[:, 91], lag, atol=1e-5)
+    extra = (smooth.gait_offsets(s[:, 89:90], s[:, 86:89], heading_error=s[:, 91])
+             - plain.gait_offsets(s[:, 89:90], s[:, 86:89]))
+    assert torch.allclose(nxt[:, :71], plain.transition(s, extra / env.action_scale)[:, :71], atol=1e-5)
+    # steer_rate: the same differential stride from the yaw rate above the commanded one.
+    rate = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                           gait={"frequency": 1.5, "stride": 0.3, "steer_rate": 0.1})
+    off = rate.gait_offsets(torch.zeros(2, 1), torch.tensor([[0.3, 0.0, 0.0], [0.3, 0.0, 0.2]]),
+                            yaw_rate=torch.tensor([0.5, 0.5]))
+    assert torch.allclose(off[:, 0], torch.tensor([0.09 - 0.05, 0.09 - 0.03]), atol=1e-6)
+    assert torch.allclose(off[:, 6], -torch.tensor([0.09 + 0.05, 0.09 + 0.03]), atol=1e-6)
+    # arms: each shoulder pitch swings with the other side's hip stride; the transition drives the arm servos.
+    arms = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, command_ranges={"vx": (0.0, 0.3)},
+                           gait={"frequency": 1.5, "stride": 0.3, "arms": 2.0})
+    swing = arms.arm_offsets(torch.zeros(2, 1), cmd)  # phase 0: the left hip back by 0.09, the right forward
+    assert torch.allclose(swing[:, [0, 7]], torch.tensor([[-0.18, 0.18], [-0.18, 0.18]]), atol=1e-6)
+    assert torch.equal(swing[:, [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 13]], torch.zeros(2, 12))
+    assert torch.equal(plain.arm_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 14))
+    s[:, 89] = 0.0
+    dq = arms.transition(s, torch.zeros(2, 15))[:, 7:36] - plain.transition(s, torch.zeros(2, 15))[:, 7:36]
+    assert float(dq[:, 15].max()) < -1e-4 and float(dq[:, 22].min()) > 1e-4  # left arm forward, right back
+    assert float(dq[:, :15].abs().max()) < float(dq[:, [15, 22]].abs().min())
+    with pytest.raises(InputError, match="smoothing must be >= 0"):
+        HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.0, "smoothing": -0.1})
+    with pytest.raises(InputError, match="steer must be a finite"):
+        HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.0, "steer": math.nan})
+    with pytest.raises(InputError, match="gait="):
+        HumanoidBalance(1, robot=g1_32).heading_error(torch.zeros(1, 89))

@@ -134,8 +134,20 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: ``roll`` (the fraction of the ``torso`` and ``level`` terms also applied
 #: sideways: the hip roll joints on the pelvis's sideways lean ``-g_y``, the
 #: stance hip against it, the swing hip taking it off).
+#: Heading and arms (docs/locomotion.md, *10th session*): ``steer`` (rad of
+#: stride amplitude per rad of heading error, the pelvis's heading minus the
+#: commanded heading, :meth:`HumanoidBalance.heading_error`: turned left of it,
+#: the right leg's stride lengthens and the left's shortens by ``steer`` times
+#: the error; the sign measured to straighten the walk), ``steer_rate`` (the
+#: same per rad/s of the pelvis's yaw rate above the command's), ``smoothing``
+#: (s: the time constant of a low-pass filter on the heading error that
+#: ``steer`` then acts on, a state column; 0, the default: the error itself)
+#: and ``arms`` (each shoulder pitch swings by ``arms`` times the other side's
+#: hip stride offset: the right arm forward with the left leg, against the
+#: legs' twist of the body about the vertical, :meth:`HumanoidBalance.arm_offsets`).
 GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference",
-                              "torso", "level", "capture", "turn", "roll")
+                              "torso", "level", "capture", "turn", "roll", "steer", "steer_rate",
+                              "smoothing", "arms")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -210,6 +222,17 @@ def g1_contact_geometry(robot, feet: str = "sole"):
     return ContactGeometry.from_shapes(robot, soles + shapes)
 
 
+def _wrap(angle: torch.Tensor) -> torch.Tensor:
+    """``angle`` wrapped into ``[-pi, pi)``."""
+    return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
+
+
+def _heading_error(q: torch.Tensor, heading: torch.Tensor) -> torch.Tensor:
+    """The yaw of the pelvis's x axis (from the base pose ``q[:, :7]``) minus ``heading``, wrapped."""
+    qw, qx, qy, qz = q[:, 3], q[:, 4], q[:, 5], q[:, 6]
+    return _wrap(torch.atan2(2 * (qx * qy + qw * qz), 1 - 2 * (qy * qy + qz * qz)) - heading)
+
+
 def _load_g1(dtype: torch.dtype, device: torch.device):
     from ..data import load
 
@@ -241,8 +264,10 @@ class HumanoidBalance(DiffEnv):
 
     State ``(N, 89)`` (:meth:`split`): ``q (36)``, ``v (35)`` (base twist in
     the base frame), the last action (15) and the command ``(vx, vy, yaw)``
-    (3); with a stepping prior (``gait=``) one more column, the gait clock's
-    phase (rad).
+    (3); with a stepping prior (``gait=``) three more columns, the gait
+    clock's phase (rad), the commanded heading (rad: the reset's heading,
+    turning at the commanded yaw rate) and the low-passed heading error (rad,
+    for the ``smoothing`` key).
 
     Observation ``(N, 82)``, what the robot measures: joint positions
     relative to the standing pose (29, rad), joint velocities (29, times
@@ -311,10 +336,12 @@ class HumanoidBalance(DiffEnv):
         gait: ``None`` (off, standing) or a stepping prior ``{key: value}``
             with keys in :data:`GAIT_KEYS` (``frequency`` > 0 Hz required,
             at most half the control rate; the others default to 0): a
-            clock, one more state column (its phase, rad, drawn uniformly at
-            reset) and two more observations (its cos and sin, after the
-            privileged ones), whose :meth:`gait_offsets` are added to the
-            servo targets under the policy's action, as the balance prior is.
+            clock, three more state columns (its phase, rad, drawn uniformly
+            at reset, the commanded heading and the low-passed heading error)
+            and two more observations (the phase's cos and sin, after the
+            privileged ones), whose :meth:`gait_offsets` (and
+            :meth:`arm_offsets`) are added to the servo targets under the
+            policy's action, as the balance prior is.
         max_episode_steps: truncation length.
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
@@ -394,6 +421,8 @@ class HumanoidBalance(DiffEnv):
             if gait_cfg["frequency"] * dt > 0.5:
                 raise InputError(f"gait frequency {gait_cfg['frequency']} Hz is above half the control rate "
                                  f"({0.5 / dt:g} Hz)")
+            if gait_cfg["smoothing"] < 0:
+                raise InputError(f"gait smoothing must be >= 0 s (a time constant), got {gait_cfg['smoothing']!r}")
         ranges = parse_command_ranges(command_ranges, {k: (0.0, 0.0) for k in COMMAND_RANGES})
         weights = parse_reward_weights(reward_weights, HUMANOID_REWARD_WEIGHTS)
 
@@ -421,11 +450,12 @@ class HumanoidBalance(DiffEnv):
         self.privileged = bool(privileged)
         self.init_noise = float(init_noise)
         self.max_episode_steps = max_episode_steps
-        # The stepping prior (gait=): its clock's phase is one more state column and
-        # (cos, sin) of it two more observations (at the end: without a gait the
-        # layouts are the standing env's).
+        # The stepping prior (gait=): its clock's phase, the commanded heading and the
+        # low-passed heading error are three more state columns and (cos, sin) of the
+        # phase two more observations (at the end: without a gait the layouts are the
+        # standing env's).
         self.gait = gait_cfg
-        self.state_dim = 89 + (1 if gait_cfg else 0)
+        self.state_dim = 89 + (3 if gait_cfg else 0)
         self.obs_dim = 82 + (4 if self.privileged else 0) + (2 if gait_cfg else 0)
         self.stand_height = self.STAND_HEIGHT
         kw = {"dtype": self.dtype, "device": self.device}
@@ -450,14 +480,17 @@ class HumanoidBalance(DiffEnv):
     # ------------------------------------------------------------- layout
     @staticmethod
     def split(state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The named parts of a state ``(..., 89)`` (views; ``(..., 90)`` with a gait: also ``phase``)."""
+        """The named parts of a state ``(..., 89)`` (views; ``(..., 92)`` with a gait: also ``phase``, ``heading``
+        and ``heading_lag``)."""
         names = (("q", 36), ("v", 35), ("last_action", NUM_ACTUATED), ("command", 3))
         out, i = {}, 0
         for k, n in names:
             out[k] = state[..., i:i + n]
             i += n
-        if state.shape[-1] > i:  # the stepping prior's clock (gait=)
+        if state.shape[-1] > i:  # the stepping prior's clock and commanded heading (gait=)
             out["phase"] = state[..., i:i + 1]
+            out["heading"] = state[..., i + 1:i + 2]
+            out["heading_lag"] = state[..., i + 2:i + 3]
         return out
 
     @property
@@ -490,7 +523,9 @@ class HumanoidBalance(DiffEnv):
         cmd = self._uniform(self._cmd_low, self._cmd_high, (n, 3), generator)
         parts = [pos, quat, joints, v, torch.zeros(n, NUM_ACTUATED, **kw), cmd]
         if self.gait is not None:  # drawn last: the draws above are those of an env without a gait
-            parts.append(self._uniform(0.0, 2 * math.pi, (n, 1), generator))
+            # The clock's phase, and the commanded heading: the start heading (not a draw).
+            # The smoothed heading error starts at 0 (the pelvis on the commanded heading).
+            parts += [self._uniform(0.0, 2 * math.pi, (n, 1), generator), yaw[:, None], zero[:, None]]
         return torch.cat(parts, -1)
 
     def draw_push(self, n: int) -> torch.Tensor:
@@ -612,13 +647,16 @@ class HumanoidBalance(DiffEnv):
             com = self.com_signals(state)  # shared by both priors (two kinematics passes each)
         offsets = self.action_scale * action + self.feedback_offsets(state, com)
         if self.gait is not None:
-            phase = state[:, 89:90]
+            phase, heading = state[:, 89:90], state[:, 90]
             g = self.projected_gravity(state)
             offsets = offsets + self.gait_offsets(
                 phase, p["command"], v[:, 0], lean=torch.stack([g[:, 0], -g[:, 1]], -1),
-                com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5])
-        target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets,
-                            self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)], -1)
+                com_velocity=None if com is None else com[1][:, 0], yaw_rate=v[:, 5],
+                heading_error=self.heading_error(state) if self.gait["smoothing"] == 0.0 else state[:, 91])
+        arms = self.q_stand[NUM_ACTUATED:].expand(action.shape[0], -1)
+        if self.gait is not None and self.gait["arms"] != 0.0:
+            arms = arms + self.arm_offsets(phase, p["command"])
+        target = torch.cat([self.q_stand[:NUM_ACTUATED] + offsets, arms], -1)
         # A non-finite copy would stop the whole batch (the contact step's
         # factorisation raises), so between substeps its rows are the standing
         # pose; at the end they are NaN again, and DiffEnv.step resets them and
@@ -640,7 +678,12 @@ class HumanoidBalance(DiffEnv):
         v1 = torch.where(bad[:, None], nan[:, :35], v)
         parts = [q1, v1, action, p["command"]]
         if self.gait is not None:
-            parts.append(torch.remainder(phase + 2 * math.pi * self.gait["frequency"] * self.dt, 2 * math.pi))
+            heading1 = _wrap(heading + p["command"][:, 2] * self.dt)
+            # The smoothed heading error: a first-order low-pass (time constant `smoothing`) of the error.
+            alpha = self.dt / (self.gait["smoothing"] + self.dt)
+            lag = state[:, 91] + alpha * (_heading_error(q1, heading1) - state[:, 91])
+            parts += [torch.remainder(phase + 2 * math.pi * self.gait["frequency"] * self.dt, 2 * math.pi),
+                      heading1[:, None], lag[:, None]]
         out = torch.cat(parts, -1)
         self._aux = {"effort2": effort2, "next": out}
         return out
@@ -696,7 +739,8 @@ class HumanoidBalance(DiffEnv):
 
     def gait_offsets(self, phase: torch.Tensor, command: torch.Tensor,
                      forward_velocity: torch.Tensor | None = None, *, lean: torch.Tensor | None = None,
-                     com_velocity: torch.Tensor | None = None, yaw_rate: torch.Tensor | None = None) -> torch.Tensor:
+                     com_velocity: torch.Tensor | None = None, yaw_rate: torch.Tensor | None = None,
+                     heading_error: torch.Tensor | None = None) -> torch.Tensor:
         """The stepping prior's servo-target offsets ``(N, 15)``, rad, at the clock's ``phase`` ``(N, 1)``.
 
         See :data:`GAIT_KEYS`: the left foot swings while ``sin(phase) > 0``,
@@ -708,20 +752,22 @@ class HumanoidBalance(DiffEnv):
         ``torso`` and ``level`` terms and ``com_velocity`` ``(N,)`` (the centre of
         mass's forward velocity in the heading frame, m/s; ``None``: the
         command's) the ``capture`` term and ``yaw_rate`` ``(N,)`` (the
-        pelvis's, rad/s; ``None``: the command's) the ``turn`` term. Zeros when
-        ``gait`` is off.
+        pelvis's, rad/s; ``None``: the command's) the ``turn`` and ``steer_rate``
+        terms and ``heading_error`` ``(N,)`` (rad, :meth:`heading_error` or, with
+        ``smoothing``, its low-passed state column; ``None``: 0) the ``steer``
+        term. Zeros when ``gait`` is off.
         """
         out = phase.new_zeros(phase.shape[0], NUM_ACTUATED)
         if self.gait is None:
             return out
         g = self.gait
         sin, cos = torch.sin(phase[:, 0]), torch.cos(phase[:, 0])
+        ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
         amplitude = g["stride"] * command[:, 0]
         if com_velocity is not None and g["capture"] != 0.0:
             amplitude = amplitude + g["capture"] * (com_velocity - command[:, 0])
-        stride = amplitude * cos
         sway = g["sway"] * sin
-        ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
+        err = torch.zeros_like(sin) if heading_error is None else heading_error
         tilt = side = torch.zeros_like(sin)
         if lean is not None:
             tilt, side = (lean, side) if lean.dim() == 1 else (lean[:, 0], lean[:, 1])
@@ -734,10 +780,44 @@ class HumanoidBalance(DiffEnv):
             stance = 0.5 * (1.0 - sign * sin)  # 1 at mid-stance, 0 at mid-swing
             weight = g["torso"] * stance - g["level"] * (1.0 - stance)
             upright, upright_side = tilt * weight, g["roll"] * side * weight
+            # Differential stride: turned left of the commanded heading, the right leg strides further (the
+            # sign measured to straighten the walk; the other one turned the robots faster).
+            stride = (amplitude - sign * (g["steer"] * err + g["steer_rate"] * spin)) * cos
+            yaw = g["turn"] * spin * stance
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
-            cols += [-lift + sign * stride - place + upright, sway + upright_side, g["turn"] * spin * stance,
+            cols += [-lift + sign * stride - place + upright, sway + upright_side, yaw,
                      2.0 * lift, -lift - sign * stride + place, -sway]
         out[:, :12] = torch.stack(cols, -1)
+        return out
+
+    def heading_error(self, state: torch.Tensor) -> torch.Tensor:
+        """The pelvis's heading minus the commanded heading ``(N,)``, rad in ``[-pi, pi)`` (needs ``gait=``).
+
+        The heading is the yaw of the pelvis's x axis projected on the ground;
+        the commanded heading (the state's last column) starts at the reset's
+        heading and turns at the commanded yaw rate. Positive: the pelvis has
+        turned left of it.
+        """
+        if self.gait is None:
+            raise InputError("heading_error needs the stepping prior's state (gait=...): the commanded heading "
+                             "is its last state column")
+        return _heading_error(state[:, :7], state[:, 90])
+
+    def arm_offsets(self, phase: torch.Tensor, command: torch.Tensor) -> torch.Tensor:
+        """The arm swing's servo-target offsets ``(N, 14)`` of the arm joints, rad (``gait`` key ``arms``).
+
+        Each shoulder pitch swings with the other side's hip stride (``arms``
+        times its stride offset, the part of :meth:`gait_offsets` that scales with
+        the command): the right arm forward as the left leg swings forward, as
+        in human walking, against the legs' twist of the body about the vertical.
+        """
+        out = phase.new_zeros(phase.shape[0], len(G1_JOINTS) - NUM_ACTUATED)
+        if self.gait is None or self.gait["arms"] == 0.0:
+            return out
+        g = self.gait
+        left_hip = g["stride"] * command[:, 0] * torch.cos(phase[:, 0])
+        out[:, 0] = -g["arms"] * left_hip  # left shoulder pitch: with the right hip's stride (-left_hip)
+        out[:, 7] = g["arms"] * left_hip  # right shoulder pitch: with the left hip's
         return out
 
     def is_terminal(self, state: torch.Tensor) -> torch.Tensor:
