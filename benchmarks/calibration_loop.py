@@ -44,6 +44,15 @@ acts 5-15 ms into its 20 ms control period
    and fraction upright, and, as a diagnostic, the shipped policy's walk as
    each training sim predicts it.
 
+``--robot go1`` runs the loop on example-robot-data's Go1 with its shipped
+policy (``QuadrupedWalk.pretrained(robot="go1")``) and ``GO1_WALK_SHAC``'s
+training settings. The policy sees and acts in the env's joint layout
+(legs FL, FR, RL, RR), which is not Go1's URDF order (FR, FL, RR, RL):
+:func:`policy_targets` and :func:`to_ctrl` map it to MuJoCo's joints, and
+the recording keeps the robot's (the simulator's) order for the fit.
+``--select-every N`` keeps, of the fine-tuning's checkpoints every N actor
+updates, the one that tracks the command best in its own training sim.
+
 The stages can run apart: ``--calibrate-only`` writes the calibration,
 ``--calibration JSON`` reuses it, ``--nominal-only PATH`` fine-tunes in the
 nominal sim once for every draw, ``--nominal-policy PATH`` takes it, and
@@ -52,6 +61,7 @@ nominal sim once for every draw, ``--nominal-policy PATH`` takes it, and
     python benchmarks/calibration_loop.py --nominal-only outputs/benchmarks/nominal_ft.pt
     python benchmarks/calibration_loop.py --seed 0 --floor --nominal-policy outputs/benchmarks/nominal_ft.pt
     python benchmarks/calibration_loop.py --seed 0 --deploy-only --nominal-policy outputs/benchmarks/nominal_ft.pt
+    python benchmarks/calibration_loop.py --robot go1 --seed 0 --calibrate-only
 """
 
 from __future__ import annotations
