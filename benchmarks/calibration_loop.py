@@ -86,7 +86,8 @@ import locomotion_transfer as LT  # noqa: E402
 
 from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
 from backdrive.envs import QuadrupedWalk  # noqa: E402
-from backdrive.optim import GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, ContactFit, PolicyTrainer, SolverOptions, identify  # noqa: E402
+from backdrive.optim import (  # noqa: E402
+    GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, ContactFit, PolicyTrainer, SolverOptions, identify)
 from backdrive.sim import Simulator  # noqa: E402
 
 F64 = torch.float64
@@ -387,8 +388,8 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
                      "identified": {k: torch.as_tensor(v).reshape(-1).tolist() for k, v in cal.identified.items()}}
     result["joint_names"] = list(env_n.robot.joint_names)
     print(f"calibrated in {t_fit:.0f} s: {cal.message}", flush=True)
-    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (make_env(truth_params(truth), 1, F64, args.robot).sim,
-                                                                           truth["delay"]),
+    true_sim = make_env(truth_params(truth), 1, F64, args.robot).sim
+    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (true_sim, truth["delay"]),
             "calibrated": (s, cal.delay)}
     if args.floor:
         tsim = make_env(truth_params(truth), 1, F64, args.robot).sim
@@ -515,8 +516,8 @@ def main(argv=None):
     # 3. Fine-tune in each sim; the shipped policy's walk as each predicts it.
     predicted, policies, train_info = {}, {"shipped": shipped}, {}
     for name, params in (("nominal", None), ("calibrated", calibrated)):
-        m = make_env(params, args.episodes, robot_name=args.robot).evaluate(shipped, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
-                                                     settle=LT.SETTLE)
+        m = make_env(params, args.episodes, robot_name=args.robot).evaluate(
+            shipped, LT.COMMAND, seconds=args.seconds, seed=LT.SEED, settle=LT.SETTLE)
         predicted[name] = {k: float(m[k]) for k in ("forward_speed", "speed_error", "upright")}
     policies["calibrated"], train_info["calibrated"] = finetune(shipped, calibrated, args)
     if args.nominal_policy:
