@@ -44,6 +44,15 @@ acts 5-15 ms into its 20 ms control period
    and fraction upright, and, as a diagnostic, the shipped policy's walk as
    each training sim predicts it.
 
+``--robot go1`` runs the loop on example-robot-data's Go1 with its shipped
+policy (``QuadrupedWalk.pretrained(robot="go1")``) and ``GO1_WALK_SHAC``'s
+training settings. The policy sees and acts in the env's joint layout
+(legs FL, FR, RL, RR), which is not Go1's URDF order (FR, FL, RR, RL):
+:func:`policy_targets` and :func:`to_ctrl` map it to MuJoCo's joints, and
+the recording keeps the robot's (the simulator's) order for the fit.
+``--select-every N`` keeps, of the fine-tuning's checkpoints every N actor
+updates, the one that tracks the command best in its own training sim.
+
 The stages can run apart: ``--calibrate-only`` writes the calibration,
 ``--calibration JSON`` reuses it, ``--nominal-only PATH`` fine-tunes in the
 nominal sim once for every draw, ``--nominal-policy PATH`` takes it, and
@@ -52,6 +61,7 @@ nominal sim once for every draw, ``--nominal-policy PATH`` takes it, and
     python benchmarks/calibration_loop.py --nominal-only outputs/benchmarks/nominal_ft.pt
     python benchmarks/calibration_loop.py --seed 0 --floor --nominal-policy outputs/benchmarks/nominal_ft.pt
     python benchmarks/calibration_loop.py --seed 0 --deploy-only --nominal-policy outputs/benchmarks/nominal_ft.pt
+    python benchmarks/calibration_loop.py --robot go1 --seed 0 --calibrate-only
 """
 
 from __future__ import annotations
@@ -76,7 +86,8 @@ import locomotion_transfer as LT  # noqa: E402
 
 from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
 from backdrive.envs import QuadrupedWalk  # noqa: E402
-from backdrive.optim import QUADRUPED_WALK_SHAC, ContactFit, PolicyTrainer, SolverOptions, identify  # noqa: E402
+from backdrive.optim import (  # noqa: E402
+    GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, ContactFit, PolicyTrainer, SolverOptions, identify)
 from backdrive.sim import Simulator  # noqa: E402
 
 F64 = torch.float64
@@ -85,6 +96,7 @@ OFFSETS = {"hip": 0.05, "thigh": 0.1, "calf": 0.1}  # random PD-target offsets, 
 KNOT = 0.2  # s between offset knots
 COMMAND_EVERY = 2.5  # s between new random forward commands
 PUSH_EVERY, PUSH_LENGTH, SETTLE = CAL.PUSH_EVERY, CAL.PUSH_LENGTH, CAL.SETTLE
+PRESETS = {"quadruped": QUADRUPED_WALK_SHAC, "go1": GO1_WALK_SHAC}  # each robot's shipped training settings
 FIT_PARAMS = ("body_mass", "damping", "contact_stiffness", "contact_damping", "contact_friction", "motor_strength")
 
 
@@ -120,10 +132,10 @@ class DelayedWalk(QuadrupedWalk):
             del self._substep
 
 
-def make_env(params: dict | None, num_envs: int, dtype=torch.float32) -> DelayedWalk:
-    """``QuadrupedWalk`` as the shipped policy was trained, with the physics
-    of ``params`` (``None``: the calibration's nominal guess) and its delay."""
-    env, _ = DelayedWalk.pretrained(num_envs, dtype=dtype)
+def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name: str = "quadruped") -> DelayedWalk:
+    """``QuadrupedWalk`` as ``robot_name``'s shipped policy was trained, with
+    the physics of ``params`` (``None``: the calibration's nominal guess) and its delay."""
+    env, _ = DelayedWalk.pretrained(num_envs, robot=robot_name, dtype=dtype)
     r = env.robot
     nj = r.num_joints
     kw = {"dtype": env.dtype}
@@ -144,6 +156,15 @@ def make_env(params: dict | None, num_envs: int, dtype=torch.float32) -> Delayed
     return env
 
 
+def robot_key(env: QuadrupedWalk) -> str:
+    """``"quadruped"`` or ``"go1"``: the key of ``env``'s robot in
+    ``_mujoco_contact.ROBOTS`` and ``QuadrupedWalk.SHIPPED_POLICIES``."""
+    key = env.robot.name
+    if key not in PRESETS:
+        raise ValueError(f"no calibration loop for robot {key!r}; valid: {', '.join(PRESETS)}")
+    return key
+
+
 def nominal_params(robot) -> dict:
     c = ContactParameters()
     return {"body_mass": robot.body_mass.tolist(), "damping": [0.1] * robot.num_joints, "motor_strength": 1.0,
@@ -151,10 +172,10 @@ def nominal_params(robot) -> dict:
             "delay": 0}
 
 
-def hidden_truth(seed: int, robot) -> dict:
-    """``calibration.reality``'s hidden draw for ``seed`` (masses and damping
-    in ``robot``'s body and joint order)."""
-    model, truth = CAL.reality("quadruped", seed)
+def hidden_truth(seed: int, robot, key: str = "quadruped") -> dict:
+    """``calibration.reality``'s hidden draw for ``seed`` on the robot ``key``
+    (masses and damping in ``robot``'s body and joint order)."""
+    model, truth = CAL.reality(key, seed)
     perm = MC.joint_permutation(model, robot.joint_names)
     return {"mass": [float(model.body_mass[model.body(n).id]) for n in robot.body_names],
             "damping": [float(x) for x in truth["damping"][perm]], "strength": float(truth["strength"]),
@@ -169,16 +190,43 @@ def truth_params(truth: dict, contact: ContactParameters | None = None) -> dict:
 
 
 @torch.no_grad()
+def policy_targets(env: QuadrupedWalk, policy, qpos: np.ndarray, qvel: np.ndarray, eperm: np.ndarray,
+                   last_action: np.ndarray, command: np.ndarray, phase: np.ndarray):
+    """One control step of ``env``'s policy on MuJoCo states ``(n, 19), (n, 18)``:
+    ``(action, target)``, each ``(n, 12)`` in the env's joint order (legs FL,
+    FR, RL, RR), the target ``q_stand + action_scale a + gait_offsets(phase)``.
+    ``eperm``: MuJoCo's joint indices in the env's order
+    (``locomotion_transfer.env_order``), not the robot's (Go1's URDF lists
+    its legs FR, FL, RR, RL)."""
+    obs = LT.mujoco_observation(qpos, qvel, eperm, env.q_stand.double().numpy(), last_action, command, phase,
+                                env.privileged)
+    action = policy(torch.as_tensor(obs, dtype=env.dtype)).clamp(-1.0, 1.0)
+    target = env.q_stand + env.action_scale * action + env.gait_offsets(torch.as_tensor(phase, dtype=env.dtype))
+    return action.double().numpy(), target.double().numpy()
+
+
+def to_ctrl(target: np.ndarray, eperm: np.ndarray) -> np.ndarray:
+    """Env-order servo targets ``(..., 12)`` as MuJoCo's ``ctrl`` (one position
+    actuator per joint, in MuJoCo's joint order); ``ctrl[..., perm]`` is then
+    in the robot's joint order (the calibration simulator's control)."""
+    ctrl = np.empty_like(target)
+    ctrl[..., eperm] = target
+    return ctrl
+
+
+@torch.no_grad()
 def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay: int):
     """Walk ``env.num_envs`` robots in MuJoCo (``mj = (model, perm)``, time
     step ``env.physics_dt``) with the policy, random commands, PD-target
     offsets and pushes. Returns per robot ``(q (T+1, 19), v (T+1, 18),
-    targets (T, 12) as sent, invalid (T+1,))`` in backdrive's order (base
-    linear velocity in the base frame); ``invalid`` marks pushed steps and
-    everything from a fall on."""
+    targets (T, 12) as sent, invalid (T+1,))`` in the robot's joint order
+    (the simulator's; base linear velocity in the base frame); ``invalid``
+    marks pushed steps and everything from a fall on. The policy sees and
+    acts in the env's joint order (:func:`policy_targets`, :func:`to_ctrl`)."""
     import mujoco
 
     model, perm = mj
+    eperm = LT.env_order(env, perm)
     rng = np.random.default_rng(seed)
     sub = env.substeps
     n = env.num_envs
@@ -190,11 +238,11 @@ def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay
     for d, qp, qv in zip(datas, qpos0, qvel0):
         d.qpos[:], d.qvel[:] = qp, qv
         mujoco.mj_forward(model, d)
-    trunk = model.body("trunk").id
-    q_stand = env.q_stand.double().numpy()
+    trunk = model.body(MC.ROBOTS[robot_key(env)].root_link).id
     last, phase = parts["last_action"], parts["phase"]
     dphase = 2 * math.pi * env.gait_frequency * env.dt
-    amp = np.array([OFFSETS[next(k for k in OFFSETS if f"_{k}_" in name)] for name in env.robot.joint_names])
+    env_names = [env.robot.joint_names[j] for j in env.joint_index.tolist()]
+    amp = np.array([OFFSETS[next(k for k in OFFSETS if f"_{k}_" in name)] for name in env_names])
     knots = int(math.ceil(seconds / KNOT)) + 2
     offs = rng.uniform(-1, 1, (n, knots, 12)) * amp
     offs[:, 0] = 0.0
@@ -202,8 +250,8 @@ def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay
     offsets = np.stack([np.stack([np.interp(tc, np.arange(knots), offs[i, :, j]) for j in range(12)], -1)
                         for i in range(n)], 1)  # (steps, n, 12), held over each control period
     vx_cmd = rng.uniform(0.2, 0.8, (int(math.ceil(seconds / COMMAND_EVERY)) + 1, n))
-    previous = (env.q_stand + env.action_scale * torch.as_tensor(last, dtype=env.dtype)
-                + env.gait_offsets(torch.as_tensor(phase - dphase, dtype=env.dtype))).double().numpy()
+    previous = to_ctrl((env.q_stand + env.action_scale * torch.as_tensor(last, dtype=env.dtype)
+                        + env.gait_offsets(torch.as_tensor(phase - dphase, dtype=env.dtype))).double().numpy(), eperm)
     alive = np.ones(n, dtype=bool)
     fall_step = np.zeros(n, dtype=int)
     qs, vs, us, bad = [], [], [], []
@@ -222,10 +270,8 @@ def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay
         cmd[:, 0] = vx_cmd[int(t // COMMAND_EVERY)]
         qb, vb, R, qpos = snapshot()
         qvel = np.stack([d.qvel for d in datas])
-        obs = LT.mujoco_observation(qpos, qvel, perm, q_stand, last, cmd, phase, env.privileged)
-        action = policy(torch.as_tensor(obs, dtype=env.dtype)).clamp(-1.0, 1.0)
-        target = (env.q_stand + env.action_scale * action
-                  + env.gait_offsets(torch.as_tensor(phase, dtype=env.dtype))).double().numpy() + offsets[c]
+        action, target = policy_targets(env, policy, qpos, qvel, eperm, last, cmd, phase)
+        target = to_ctrl(target + offsets[c], eperm)  # MuJoCo's actuator order
         for k in range(sub):
             if k:
                 qb, vb, R, qpos = snapshot()
@@ -239,14 +285,14 @@ def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay
                         d.xfrc_applied[trunk, :3] = rng.uniform(20, 40) * np.array([math.cos(ang), math.sin(ang), 0])
                 else:
                     d.xfrc_applied[trunk] = 0.0
-                d.ctrl[perm] = previous[i] if k < delay else target[i]
+                d.ctrl[:] = previous[i] if k < delay else target[i]
                 mujoco.mj_step(model, d)
             qs.append(qb)
             vs.append(vb)
-            us.append(target.copy())
+            us.append(target[:, perm])  # the robot's joint order
             bad.append(~alive | pushed)
         previous = target
-        last = action.double().numpy()
+        last = action
         phase = np.remainder(phase + dphase, 2 * math.pi)
         qpos = np.stack([d.qpos for d in datas])
         R = MC.quat_to_matrix(qpos[:, 3:7] / np.linalg.norm(qpos[:, 3:7], axis=-1, keepdims=True))
@@ -293,7 +339,7 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
     dt = env_n.physics_dt
     sub = env_n.substeps
     mj = LT.build_hidden(env_n, truth, dt)
-    _, shipped = QuadrupedWalk.pretrained(1)
+    _, shipped = QuadrupedWalk.pretrained(1, robot=args.robot)
 
     # 1. Record walking in reality.
     t0 = time.perf_counter()
@@ -310,7 +356,7 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
     Qn, Vn = CAL.with_noise(Q, V, args.seed + 10)
 
     # 2. Calibrate through the training simulator (float64).
-    sim0 = make_env(None, 1, F64).sim
+    sim0 = make_env(None, 1, F64, args.robot).sim
     true_total = float(np.sum(truth["mass"]))
 
     def fit(start_sim, params, delays, total=None):
@@ -323,7 +369,7 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
 
     params = tuple(p.strip() for p in args.params.split(",") if p.strip())
     delays = (truth["delay"],) if args.delays == "truth" else tuple(int(d) for d in args.delays.split(","))
-    start = sim0 if args.start == "nominal" else make_env(truth_params(truth), 1, F64).sim
+    start = sim0 if args.start == "nominal" else make_env(truth_params(truth), 1, F64, args.robot).sim
     cal, t_fit = fit(start, params, delays, true_total if "body_mass" in params else None)
     s = cal.simulator
     cp = s.contact.params
@@ -342,11 +388,11 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
                      "identified": {k: torch.as_tensor(v).reshape(-1).tolist() for k, v in cal.identified.items()}}
     result["joint_names"] = list(env_n.robot.joint_names)
     print(f"calibrated in {t_fit:.0f} s: {cal.message}", flush=True)
-    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (make_env(truth_params(truth), 1, F64).sim,
-                                                                           truth["delay"]),
+    true_sim = make_env(truth_params(truth), 1, F64, args.robot).sim
+    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (true_sim, truth["delay"]),
             "calibrated": (s, cal.delay)}
     if args.floor:
-        tsim = make_env(truth_params(truth), 1, F64).sim
+        tsim = make_env(truth_params(truth), 1, F64, args.robot).sim
         fl, t_fl = fit(tsim, ("contact_stiffness", "contact_damping"), (truth["delay"],))
         c = fl.simulator.contact.params
         result["floor_law"] = {"stiffness": float(c.stiffness), "damping": float(c.damping), "seconds": t_fl}
@@ -368,6 +414,9 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="the hidden draw (calibration.reality's seed)")
+    ap.add_argument("--robot", default="quadruped", choices=sorted(PRESETS),
+                    help="the robot and its shipped policy (QuadrupedWalk.pretrained(robot=...)); its training "
+                         "settings (QUADRUPED_WALK_SHAC, GO1_WALK_SHAC) are the fine-tuning's")
     ap.add_argument("--record", type=float, default=8.0, help="seconds of walk per recorded robot")
     ap.add_argument("--robots", type=int, default=4, help="robots recorded for the calibration (+2 held out)")
     ap.add_argument("--segment", type=int, default=25, help="steps per shooting window")
@@ -410,30 +459,36 @@ def main(argv=None):
     ap.add_argument("--deploy-only", action="store_true",
                     help="with --nominal-policy: no calibration or fine-tuning, only the shipped and that policy "
                          "deployed in this draw's reality")
-    ap.add_argument("--out", default=None, help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json)")
+    ap.add_argument("--select-every", type=int, default=0,
+                    help="every this many actor updates (and at the last) evaluate the policy in its own training "
+                         "sim (8 episodes x 6 s at the deployment's command, another seed than the deployment's) "
+                         "and keep the best-tracking one (0: keep the last)")
+    ap.add_argument("--out", default=None,
+                    help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json, _go1_s<seed> for Go1)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
-    out = Path(args.out or f"outputs/benchmarks/calibration_loop_s{args.seed}.json")
+    tag = "" if args.robot == "quadruped" else f"_{args.robot}"
+    out = Path(args.out or f"outputs/benchmarks/calibration_loop{tag}_s{args.seed}.json")
     result = {"args": vars(args)}
 
-    _, shipped = QuadrupedWalk.pretrained(1)
+    _, shipped = QuadrupedWalk.pretrained(1, robot=args.robot)
     if args.nominal_only:
         policy, info = finetune(shipped, None, args)
         torch.save(policy.state_dict(), args.nominal_only)
         Path(args.nominal_only + ".json").write_text(json.dumps(info))
         print(f"wrote {args.nominal_only}")
         return None
-    env_n = make_env(None, args.robots + 2)
-    truth = hidden_truth(args.seed, env_n.robot)
+    env_n = make_env(None, args.robots + 2, robot_name=args.robot)
+    truth = hidden_truth(args.seed, env_n.robot, args.robot)
     result["truth"] = truth
     dt = env_n.physics_dt
     if args.deploy_only:
         if not args.nominal_policy:
             raise SystemExit("--deploy-only needs --nominal-policy")
-        policies = {"shipped": shipped, "nominal": load_nominal(shipped, args.nominal_policy)[0]}
+        policies = {"shipped": shipped, "nominal": load_nominal(shipped, args.nominal_policy, args.robot)[0]}
         result["rows"] = deploy(policies, truth, args, dt)
-        result["train"] = {"nominal": load_nominal(shipped, args.nominal_policy)[1]}
+        result["train"] = {"nominal": load_nominal(shipped, args.nominal_policy, args.robot)[1]}
         for k, x in result["rows"].items():
             print(f"| {k} | {x['forward_speed']:.3f} | {x['speed_error']:.3f} | {x['upright']:.0%} |")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -461,12 +516,12 @@ def main(argv=None):
     # 3. Fine-tune in each sim; the shipped policy's walk as each predicts it.
     predicted, policies, train_info = {}, {"shipped": shipped}, {}
     for name, params in (("nominal", None), ("calibrated", calibrated)):
-        m = make_env(params, args.episodes).evaluate(shipped, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
-                                                     settle=LT.SETTLE)
+        m = make_env(params, args.episodes, robot_name=args.robot).evaluate(
+            shipped, LT.COMMAND, seconds=args.seconds, seed=LT.SEED, settle=LT.SETTLE)
         predicted[name] = {k: float(m[k]) for k in ("forward_speed", "speed_error", "upright")}
     policies["calibrated"], train_info["calibrated"] = finetune(shipped, calibrated, args)
     if args.nominal_policy:
-        policies["nominal"], train_info["nominal"] = load_nominal(shipped, args.nominal_policy)
+        policies["nominal"], train_info["nominal"] = load_nominal(shipped, args.nominal_policy, args.robot)
     else:
         policies["nominal"], train_info["nominal"] = finetune(shipped, None, args)
     policies = {k: policies[k] for k in ("shipped", "nominal", "calibrated")}
@@ -483,21 +538,24 @@ def main(argv=None):
     return result
 
 
-def load_nominal(shipped, path):
+def load_nominal(shipped, path, robot: str | None = None):
     """A ``--nominal-only`` run's policy and record (waits until it is written)."""
     path = Path(path)
     while not Path(str(path) + ".json").exists():  # written after the weights
         time.sleep(20)
+    info = json.loads(Path(str(path) + ".json").read_text())
+    if robot is not None and info.get("robot", "quadruped") != robot:
+        raise SystemExit(f"{path} was fine-tuned for the {info.get('robot', 'quadruped')}, not the {robot}")
     policy = copy.deepcopy(shipped)
     policy.load_state_dict(torch.load(path, weights_only=True))
-    return policy.eval(), json.loads(Path(str(path) + ".json").read_text()) | {"from": str(path)}
+    return policy.eval(), info | {"from": str(path)}
 
 
 def deploy(policies: dict, truth: dict, args, dt: float) -> dict:
     """Each policy in reality (hidden parameters and delay), ``args.episodes`` x ``args.seconds``."""
     rows = {}
     for name, policy in policies.items():
-        env, _ = QuadrupedWalk.pretrained(args.episodes)
+        env, _ = QuadrupedWalk.pretrained(args.episodes, robot=args.robot)
         t0 = time.perf_counter()
         rows[name] = LT.run_mujoco(env, policy, dt=dt, seconds=args.seconds, seed=LT.SEED,
                                    model=LT.build_hidden(env, truth, dt), delay=truth["delay"])
@@ -505,51 +563,87 @@ def deploy(policies: dict, truth: dict, args, dt: float) -> dict:
     return rows
 
 
+SELECT = {"episodes": 8, "seconds": 6.0, "seed": 123}  # --select-every's own-sim evaluation (not the deployment's)
+
+
 def finetune(shipped, params: dict | None, args):
     """The shipped policy fine-tuned in the sim of ``params`` (``None``: nominal)
     by :func:`fine_tune_policy`: ``(policy, record)``. The record has the
     policy's walk in its own training sim (``args.episodes`` x
     ``args.seconds``, the deployment's command and seed)."""
-    num_envs = int(QUADRUPED_WALK_SHAC.env_kwargs["num_envs"])
+    preset = PRESETS[args.robot]
+    num_envs = int(preset.env_kwargs["num_envs"])
+    select = None
+    if getattr(args, "select_every", 0):
+        select = (make_env(params, SELECT["episodes"], robot_name=args.robot), args.select_every)
     t0 = time.perf_counter()
-    policy, trainer, drift = fine_tune_policy(make_env(params, num_envs), shipped, updates=args.updates,
-                                              warmup=args.warmup, lr=args.lr, anchor=args.anchor,
-                                              seed=args.train_seed, minutes=args.minutes)
+    policy, trainer, drift = fine_tune_policy(make_env(params, num_envs, robot_name=args.robot), shipped,
+                                              updates=args.updates, warmup=args.warmup, lr=args.lr,
+                                              anchor=args.anchor, seed=args.train_seed, minutes=args.minutes,
+                                              config=preset.config, select=select)
     minutes = (time.perf_counter() - t0) / 60
-    own = make_env(params, args.episodes).evaluate(policy, LT.COMMAND, seconds=args.seconds, seed=LT.SEED,
-                                                   settle=LT.SETTLE)
+    own = make_env(params, args.episodes, robot_name=args.robot).evaluate(policy, LT.COMMAND, seconds=args.seconds,
+                                                                          seed=LT.SEED, settle=LT.SETTLE)
     rows = trainer.history
-    info = {"updates": trainer.updates_done, "warmup": args.warmup, "anchor": args.anchor,
+    info = {"robot": args.robot, "updates": trainer.updates_done, "warmup": args.warmup, "anchor": args.anchor,
             "env_steps": trainer.env_steps, "lr": args.lr, "seed": args.train_seed, "minutes": minutes,
             "relative_weight_change": drift, "critic_loss": [r["critic_loss"] for r in rows],
             "window_reward": [r["window_reward"] for r in rows],
             "own_sim": {k: float(own[k]) for k in ("forward_speed", "speed_error", "upright")}}
+    if select is not None:
+        info["selection"] = trainer.selection
     name = "nominal" if params is None else "calibrated"
-    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates ({args.warmup} critic-only), "
+    kept = f", kept update {trainer.selection['kept']}" if select is not None else ""
+    print(f"fine-tuned in the {name} sim: {trainer.updates_done} updates ({args.warmup} critic-only{kept}), "
           f"{minutes:.1f} min, weights moved {100 * drift:.2f} %; in its own sim "
           f"{info['own_sim']['forward_speed']:.3f} m/s, error {info['own_sim']['speed_error']:.3f}", flush=True)
     return policy, info
 
 
 def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float = 3e-4, anchor: float = 0.0,
-                     seed: int = 0, minutes: float = math.inf):
+                     seed: int = 0, minutes: float = math.inf, config=None, select=None):
     """Fine-tune a copy of ``shipped`` in ``env``: ``(policy, trainer, relative weight change)``.
 
-    ``QUADRUPED_WALK_SHAC``'s settings with the actor learning rate ``lr``
-    and the observation statistics frozen at the shipped ones. The critic
+    ``config`` (default ``QUADRUPED_WALK_SHAC.config``; Go1's is
+    ``GO1_WALK_SHAC.config``) with the actor learning rate ``lr`` and the
+    observation statistics frozen at the shipped ones. The critic
     starts fresh, so the first ``warmup`` of the ``updates`` fit only it
     (the actor's step is skipped: learning rate 0, and its Adam state starts
     after the warm-up): a random critic's value at the end of each 8-step
     window would otherwise steer the actor's first steps. With ``anchor > 0``
     every actor step is followed by ``w <- w - anchor * (w - w_shipped)``, a
     proximal pull towards the shipped weights. Stops early after
-    ``minutes`` of wall-clock time."""
-    config = dataclasses.replace(QUADRUPED_WALK_SHAC.config, lr=lr, seed=seed, normalize_obs=False)
+    ``minutes`` of wall-clock time.
+
+    ``select = (eval_env, every)``: every ``every`` actor updates and after
+    the last, the policy walks in ``eval_env`` (:data:`SELECT`'s episodes,
+    seconds and seed, the 0.5 m/s command) and the one with the lowest
+    speed error among those that all stayed upright (else the most upright)
+    is returned; ``trainer.selection`` records every candidate. This picks
+    by tracking in the training sim only (never in reality)."""
+    config = dataclasses.replace((config or QUADRUPED_WALK_SHAC.config), lr=lr, seed=seed, normalize_obs=False)
     t0 = time.perf_counter()
     trainer = PolicyTrainer(env, config=config, policy=copy.deepcopy(shipped).train())
     ref = [p.detach().clone() for p in trainer.policy.parameters()]
     for group in trainer.actor_opt.param_groups:
         group["lr"] = 0.0
+    candidates, best = [], None
+
+    def consider(k):
+        nonlocal best
+        eval_env, _ = select
+        policy = trainer.policy.eval()
+        m = eval_env.evaluate(policy, LT.COMMAND, seconds=SELECT["seconds"], seed=SELECT["seed"], settle=LT.SETTLE)
+        trainer.policy.train()
+        row = {"update": k, "forward_speed": float(m["forward_speed"]), "speed_error": float(m["speed_error"]),
+               "upright": float(m["upright"])}
+        candidates.append(row)
+        score = (-row["upright"], row["speed_error"] if math.isfinite(row["speed_error"]) else math.inf)
+        if best is None or score < best[0]:
+            best = (score, k, copy.deepcopy(trainer.policy.state_dict()))
+        print(f"  update {k}: own sim {row['forward_speed']:.3f} m/s, error {row['speed_error']:.3f}, "
+              f"upright {row['upright']:.0%}", flush=True)
+
     for k in range(updates):
         if k == warmup:
             trainer.actor_opt = torch.optim.Adam(trainer.policy.parameters(), lr=lr, betas=config.betas)
@@ -558,8 +652,15 @@ def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float =
             with torch.no_grad():
                 for p, p0 in zip(trainer.policy.parameters(), ref):
                     p.sub_(anchor * (p - p0))
-        if time.perf_counter() - t0 > 60 * minutes:
+        stop = time.perf_counter() - t0 > 60 * minutes
+        if select is not None and k >= warmup and ((k + 1 - warmup) % select[1] == 0 or k == updates - 1 or stop):
+            if not candidates or candidates[-1]["update"] != k + 1:
+                consider(k + 1)
+        if stop:
             break
+    if select is not None and best is not None:
+        trainer.policy.load_state_dict(best[2])
+        trainer.selection = {"kept": best[1], "candidates": candidates, **SELECT}
     policy = trainer.policy.eval()
     with torch.no_grad():
         drift = float(torch.sqrt(sum((p - p0).pow(2).sum() for p, p0 in zip(policy.parameters(), ref))

@@ -44,3 +44,40 @@ def test_critic_warmup_freezes_the_actor_and_anchor_pulls_back():
     assert drift < 1e-9  # float32 rounding of w - (w - w0)
     # The shipped policy itself is never modified.
     assert all(torch.equal(a, b) for a, b in zip(_weights(shipped), w0))
+
+
+def test_go1_mujoco_targets_follow_the_env_joint_layout():
+    # Go1's URDF lists its legs FR, FL, RR, RL; the env (and its policy) uses FL, FR, RL, RR.
+    # From the same physical state the loop's MuJoCo path must send the servo targets backdrive would.
+    import numpy as np
+
+    import locomotion_transfer as lt
+
+    torch.set_num_threads(1)
+    env, policy = QuadrupedWalk.pretrained(3, robot="go1", dtype=torch.float64)
+    policy = policy.to(torch.float64)
+    env.reset(seed=5)
+    state = env.state.clone()
+    p = env.split(state)
+    g = torch.Generator().manual_seed(0)
+    p["q"][:, 7:] += 0.2 * torch.randn(3, 12, generator=g, dtype=torch.float64)  # legs differ from each other
+    p["v"].copy_(0.5 * torch.randn(3, 18, generator=g, dtype=torch.float64))
+    p["last_action"].copy_(torch.rand(3, 12, generator=g, dtype=torch.float64) * 2 - 1)
+    with torch.no_grad():
+        action = policy(env.observe(state)).clamp(-1, 1)
+        target = env.to_robot_order(env.q_stand + env.action_scale * action + env.gait_offsets(p["phase"])).numpy()
+
+    model, perm = lt.build_hidden(env, cl.hidden_truth(0, env.robot, "go1"))
+    n = {k: t.numpy() for k, t in p.items()}
+    qpos, qvel = lt.to_mujoco(n["q"], n["v"], perm)
+    eperm = lt.env_order(env, perm)
+    a, t = cl.policy_targets(env, policy, qpos, qvel, eperm, n["last_action"], n["command"], n["phase"])
+    ctrl = cl.to_ctrl(t, eperm)
+    np.testing.assert_allclose(a, action.numpy(), atol=1e-9)
+    np.testing.assert_allclose(ctrl[:, perm], target, atol=1e-9)  # robot order: what the calibration sees
+    for i in range(12):  # each MuJoCo actuator drives the joint of its name
+        joint = model.joint(model.actuator_trnid[i, 0]).name
+        np.testing.assert_allclose(ctrl[:, i], target[:, env.robot.joint_names.index(joint)], atol=1e-9)
+    # The robot's order in place of the env's (the quadruped's harness as it was) gives other targets on Go1.
+    a_wrong, _ = cl.policy_targets(env, policy, qpos, qvel, perm, n["last_action"], n["command"], n["phase"])
+    assert np.abs(a_wrong - action.numpy()).max() > 1e-2
