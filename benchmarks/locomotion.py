@@ -128,14 +128,36 @@ def blind_actor(env) -> torch.nn.Module:
     return policy
 
 
+def make_shac_env(compile: bool = False):
+    """The preset's training env, eager or with ``QuadrupedWalk(compile=True)`` (inductor), and the CPU
+    seconds spent compiling it (0 when eager).
+
+    Compiled, the env's training graph (one env step with the gradient of an action, SHAC's grad
+    pattern: forward and backward graphs) is built here, before training, so its CPU is counted on
+    its own (``compile_cpu_s``); the trainer resets the env with its seed afterwards, so the warm-up
+    step changes nothing in training.
+    """
+    if not compile:
+        return QUADRUPED_WALK_SHAC.make_env(), 0.0
+    t0 = time.process_time()
+    env = QUADRUPED_WALK_SHAC.make_env(compile=True)
+    env.reset(seed=0)
+    action = torch.zeros(env.num_envs, env.action_dim, requires_grad=True)
+    obs, reward, *_ = env.step(action)
+    (obs.sum() + reward.sum()).backward()
+    if env.compiled_step.eager_reason is not None:
+        raise RuntimeError(f"--compile: the env step runs eagerly ({env.compiled_step.eager_reason})")
+    return env, time.process_time() - t0
+
+
 def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None,
-             budget: str = "wall") -> dict:
+             budget: str = "wall", compile: bool = False) -> dict:
     cpu0 = time.process_time()
 
     def spent(row) -> float:
         return row["wall_s"] if budget == "wall" else time.process_time() - cpu0
 
-    env = QUADRUPED_WALK_SHAC.make_env()
+    env, compile_cpu = make_shac_env(compile)
     trainer = train_policy(
         env, preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
         policy=blind_actor(env) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
@@ -153,8 +175,9 @@ def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path
             obs2 = obs.clone()
             obs2[:, PRIVILEGED] += 1.0
             result["blind_check"] = float((policy(obs) - policy(obs2)).abs().max())
-    return {"method": "shac (blind actor)" if blind else "shac", "seed": seed, "env_steps": trainer.env_steps,
-            "train_wall_s": trainer.wall_s, "train_cpu_s": cpu, "updates": trainer.updates_done, **result}
+    method = ("shac (blind actor)" if blind else "shac") + (" compiled" if compile else "")
+    return {"method": method, "seed": seed, "env_steps": trainer.env_steps, "train_wall_s": trainer.wall_s,
+            "train_cpu_s": cpu, "compile_cpu_s": compile_cpu, "updates": trainer.updates_done, **result}
 
 
 #: SB3 PPO settings. ``sb3_small`` is the previous session's run (SB3's default
@@ -283,14 +306,17 @@ PPO_RECORDED = [
 REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 420)
 
 
-def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | None = None) -> dict:
+def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | None = None,
+                   compile: bool = False) -> dict:
     """SHAC's evaluation curve and the first point at or above ``target`` return.
 
     With ``out``, the curve so far is written there (the ``reach_table`` format) after each
-    evaluation, so a run stopped early still leaves its curve.
+    evaluation, so a run stopped early still leaves its curve. With ``compile`` the env is
+    ``QuadrupedWalk(compile=True)`` (``make_shac_env``): each point's ``train_cpu_s`` includes the
+    compile, which its ``compile_cpu_s`` gives on its own.
     """
-    env = QUADRUPED_WALK_SHAC.make_env()
     cpu0 = time.process_time()
+    env, compile_cpu = make_shac_env(compile)
     trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, updates=0, seed=seed, num_threads=1)
     cpu = time.process_time() - cpu0
     curve = []
@@ -301,15 +327,18 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
         with torch.no_grad():
             m = evaluate(trainer.policy.eval())
         trainer.policy.train()
-        curve.append({"update": k, "env_steps": trainer.env_steps, "train_cpu_s": cpu, **m})
+        curve.append({"update": k, "env_steps": trainer.env_steps, "train_cpu_s": cpu, "compile_cpu_s": compile_cpu,
+                      **m})
         print(json.dumps(curve[-1]), flush=True)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"shac": [{"method": "shac", "seed": seed, "curve": curve}]}, indent=1))
+            out.write_text(json.dumps({"shac": [{"method": "shac", "seed": seed, "compile": compile,
+                                                  "curve": curve}]}, indent=1))
         if m["return"] >= target:
             break
     hit = next((c for c in curve if c["return"] >= target), None)
-    return {"method": "shac", "seed": seed, "target_return": target, "curve": curve,
+    return {"method": "shac", "seed": seed, "compile": compile, "compile_cpu_s": compile_cpu,
+            "target_return": target, "curve": curve,
             "reached_at_update": None if hit is None else hit["update"],
             "env_steps_to_target": None if hit is None else hit["env_steps"],
             "cpu_s_to_target": None if hit is None else hit["train_cpu_s"]}
@@ -467,6 +496,9 @@ def main() -> None:
     parser.add_argument("--blind-actor", action="store_true",
                         help="SHAC with an actor that does not see the base velocity and height (critic does)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="SHAC: write its checkpoint here")
+    parser.add_argument("--compile", action="store_true",
+                        help="SHAC: train on QuadrupedWalk(compile=True) (inductor); its compile CPU counts as "
+                             "training and is also reported on its own (compile_cpu_s)")
     parser.add_argument("--reach", action="store_true",
                         help="SHAC's env steps and CPU to reach PPO's final return (see the module docstring)")
     parser.add_argument("--target", type=float, default=None,
@@ -502,7 +534,8 @@ def main() -> None:
         target = max(r["return"] for r in ppo) if args.target is None else args.target  # default: the best PPO run
         out = args.out or Path("outputs/benchmarks/locomotion_reach.json")
         updates = tuple(u for u in REACH_UPDATES if args.reach_max_update is None or u <= args.reach_max_update)
-        rows = [run_shac_reach(seed, target, updates, out=out if len(args.seeds) == 1 else None) for seed in args.seeds]
+        rows = [run_shac_reach(seed, target, updates, out=out if len(args.seeds) == 1 else None, compile=args.compile)
+                for seed in args.seeds]
         start = ppo_untrained(args.seeds[0]) if args.target is None else None
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"ppo": ppo, "ppo_untrained": start, "shac": rows}, indent=1))
@@ -530,7 +563,7 @@ def main() -> None:
         for method in args.methods:
             if method == "shac":
                 row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint,
-                               budget=args.budget)
+                               budget=args.budget, compile=args.compile)
             else:
                 config = dict(PPO_CONFIGS[args.ppo_config])
                 for kv in args.ppo_set:
