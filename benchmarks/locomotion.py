@@ -486,10 +486,11 @@ def reach_table(ppo_rows: list[dict], shac_curves: dict[int, list[dict]]) -> tup
                 hit, before = first_at(c, target)
                 row[f"{method}_to_{name}"] = None if hit is None else {
                     "env_steps": hit["env_steps"], "cpu_s": hit["train_cpu_s"],
-                    # SHAC on the compiled env (--compile): cpu_s includes the compile, this is its part
-                    "compile_cpu_s": hit.get("compile_cpu_s", 0.0),
                     "after": None if before is None else {"env_steps": before["env_steps"],
                                                           "cpu_s": before["train_cpu_s"]}}
+                if hit is not None and method == "shac":
+                    # SHAC on the compiled env (--compile): cpu_s includes the compile, this is its part
+                    row[f"shac_to_{name}"]["compile_cpu_s"] = hit.get("compile_cpu_s", 0.0)
             a, b = row[f"ppo_to_{name}"], row[f"shac_to_{name}"]
             # A target already met before any update (a collapse below the start) gives no ratio.
             ok = a is not None and b is not None and min(a["env_steps"], b["env_steps"]) > 0
