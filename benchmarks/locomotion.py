@@ -366,20 +366,21 @@ REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 42
 
 
 def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | None = None,
-                   compile: bool = False) -> dict:
+                   compile: bool = False, start_eval: bool = True) -> dict:
     """SHAC's evaluation curve and the first point at or above ``target`` return.
 
     With ``out``, the curve so far is written there (the ``reach_table`` format) after each
     evaluation, so a run stopped early still leaves its curve. With ``compile`` the env is
     ``QuadrupedWalk(compile=True)`` (``make_shac_env``): each point's ``train_cpu_s`` includes the
-    compile, which its ``compile_cpu_s`` gives on its own.
+    compile, which its ``compile_cpu_s`` gives on its own. ``start_eval=False`` skips the evaluation
+    before the first update.
     """
     cpu0 = time.process_time()
     env, compile_cpu = make_shac_env(compile)
     trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, updates=0, seed=seed, num_threads=1)
     cpu = time.process_time() - cpu0
     curve = []
-    for k in (0, *updates):
+    for k in ((0,) if start_eval else ()) + tuple(updates):
         t0 = time.process_time()
         trainer.train(k)
         cpu += time.process_time() - t0
@@ -585,6 +586,9 @@ def main() -> None:
                         help="with --reach: this return instead of PPO's best evaluated return")
     parser.add_argument("--ppo-json", type=Path, nargs="+", default=None,
                         help="with --reach: take PPO's returns from this output of a PPO run instead of the recorded ones")
+    parser.add_argument("--reach-updates", type=int, nargs="+", default=None, metavar="UPDATE",
+                        help="with --reach: evaluate after these updates instead of 0 and REACH_UPDATES (one "
+                             "evaluation costs about as much CPU as 20 eager SHAC updates)")
     parser.add_argument("--reach-max-update", type=int, default=None,
                         help="with --reach: stop SHAC's curve after this update (REACH_UPDATES up to it)")
     parser.add_argument("--reach-table", type=Path, nargs="+", default=None, metavar="SHAC_JSON",
@@ -617,8 +621,10 @@ def main() -> None:
         print(f"target return: {target:+,.1f} ("
               + ("PPO's best evaluated return" if args.target is None else "--target") + ")", flush=True)
         out = args.out or Path("outputs/benchmarks/locomotion_reach.json")
-        updates = tuple(u for u in REACH_UPDATES if args.reach_max_update is None or u <= args.reach_max_update)
-        rows = [run_shac_reach(seed, target, updates, out=out if len(args.seeds) == 1 else None, compile=args.compile)
+        grid = REACH_UPDATES if args.reach_updates is None else tuple(sorted(set(args.reach_updates) - {0}))
+        updates = tuple(u for u in grid if args.reach_max_update is None or u <= args.reach_max_update)
+        rows = [run_shac_reach(seed, target, updates, out=out if len(args.seeds) == 1 else None, compile=args.compile,
+                               start_eval=args.reach_updates is None or 0 in args.reach_updates)
                 for seed in args.seeds]
         start = ppo_untrained(args.seeds[0]) if args.target is None else None
         out.parent.mkdir(parents=True, exist_ok=True)
