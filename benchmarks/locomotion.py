@@ -32,6 +32,8 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
     python benchmarks/locomotion.py --reach --target 1e9 --reach-max-update 150 --seeds 0 --out shac0.json  # (1, 2 alike)
     python benchmarks/locomotion.py --reach-table shac0.json shac1.json shac2.json --ppo-json ppo.json
                                                              # issue 12's protocol: the per-seed table below
+    python benchmarks/locomotion.py --reach --target 1e9 --compile --reach-updates 10 20 30 40 50 60 80 --seeds 0
+                                                             # SHAC on QuadrupedWalk(compile=True), sparse grid
 
 ``--reach`` answers issue 12's "env steps and CPU seconds each method needs
 to reach PPO's final return": it trains SHAC and evaluates it (the same
@@ -45,7 +47,19 @@ steps and the training CPU seconds (evaluations excluded) spent until then.
 
 PPO is also evaluated every ``--ppo-eval-every`` minutes of training (the
 ``curve`` of its JSON row: env steps, training CPU seconds, return), so its
-own env steps and CPU seconds to reach its final return are known.
+own env steps and CPU seconds to reach its final return are known. PPO keeps
+its best evaluated policy (``BestPolicy``: the weights and ``VecNormalize``'s
+observation statistics at its best evaluation): its row's ``best`` is that
+evaluation and ``best_check`` the kept policy evaluated again after training,
+``--ppo-keep-best`` saves it. ``--reach`` without ``--target`` aims at PPO's
+best evaluated return (PPO's evaluation return rises and then collapses, so
+its final one is no target) and says so.
+
+``--compile`` trains SHAC on ``QuadrupedWalk(compile=True)`` (inductor): the
+env's gradient graph is compiled before training (``make_shac_env``), its CPU
+seconds counted in the training CPU and reported on their own
+(``compile_cpu_s``). ``--reach-updates`` evaluates SHAC after those updates
+only (one evaluation costs about the CPU of 20 eager updates).
 
 ``--reach-table`` puts the two together without training (``reach_table``):
 per seed, PPO's final return (its evaluation after the whole budget) and its
