@@ -140,7 +140,8 @@ def test_run_ppo_reports_final_and_best(monkeypatch):
     returns = [c["return"] for c in row["curve"]]
     assert len(returns) >= 3 and len(set(returns)) >= 2  # the policy changed between evaluations
     assert row["return"] == returns[-1]
-    assert row["best"]["return"] == max(returns) and row["best"]["env_steps"] == row["curve"][returns.index(max(returns))]["env_steps"]
+    at = returns.index(max(returns))
+    assert row["best"]["return"] == max(returns) and row["best"]["env_steps"] == row["curve"][at]["env_steps"]
     # The kept policy, restored after training, evaluates as it did when it was kept.
     assert row["best_check"]["return"] == row["best"]["return"]
     assert loco.ppo_best_return(row) == max(returns)
