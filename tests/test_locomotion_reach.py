@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import locomotion as loco  # noqa: E402
@@ -47,6 +48,18 @@ def test_reach_table_final_and_best():
     assert "| mean (1 seeds) | | | best | | | 9.8x | 0.8x |" in text
 
 
+def test_reach_table_compiled_shac():
+    # SHAC on the compiled env: every point's CPU includes a 30 s compile, reported on its own.
+    compiled = [dict(c, train_cpu_s=c["train_cpu_s"] + 30.0, compile_cpu_s=30.0) for c in SHAC]
+    text, (row,) = loco.reach_table([_ppo(0)], {0: compiled})
+    assert row["shac_to_best"]["cpu_s"] == 110.0 and row["shac_to_best"]["compile_cpu_s"] == 30.0
+    assert row["cpu_ratio_best"] == pytest.approx(60.0 / 110.0)
+    assert row["cpu_ratio_best_excl_compile"] == pytest.approx(60.0 / 80.0)
+    assert "20,480 / 110 s (incl. 30 s compile)" in text and "| 0.5x (0.8x without compile) |" in text
+    _, (eager,) = loco.reach_table([_ppo(0)], {0: SHAC})
+    assert eager["cpu_ratio_best_excl_compile"] is None
+
+
 def test_reach_table_not_reached_and_start():
     ppo = _ppo(1)
     ppo["curve"][-1]["return"] = ppo["return"] = 50.0  # collapsed below its own untrained +96
@@ -78,3 +91,58 @@ def test_ppo_rows_from_a_stopped_run_log(tmp_path):
     assert row["env_steps"] == 300_000 and row["curve"] == curve
     _, (t,) = loco.reach_table([row], {1: SHAC})
     assert t["ppo_best"] == 500.0 and t["ppo_to_final"]["env_steps"] == 0 and t["shac_to_best"]["env_steps"] == 20_480
+
+
+def _fake_evaluate(act):
+    # A deterministic function of the actor (its weights and VecNormalize's statistics): its
+    # actions on a fixed batch of observations, in place of the 16 ten-second episodes.
+    obs = torch.linspace(-1.0, 1.0, 4 * 51).reshape(4, 51)
+    r = float(act(obs).sum())
+    return {"forward_speed": r, "speed_error": 0.0, "distance": 0.0, "upright": 1.0, "return": r}
+
+
+_TINY_PPO = {"n_envs": 4, "n_steps": 8, "batch_size": 16, "n_epochs": 2, "learning_rate": 3e-2, "gamma": 0.99,
+             "gae_lambda": 0.95, "ent_coef": 0.0, "net_arch": [16], "log_std_init": -1.0}
+
+
+def test_best_policy_keeps_and_restores_the_best():
+    model, venv = loco.make_ppo(_TINY_PPO, seed=0)
+    best = loco.BestPolicy(model, venv)
+    w = model.policy.action_net.weight
+
+    def evaluate_now():
+        return {"env_steps": 0, "train_cpu_s": 0.0, **_fake_evaluate(loco.ppo_actor(model, venv))}
+
+    first = evaluate_now()
+    assert best.offer(first)
+    with torch.no_grad():
+        w.add_(0.5)
+    venv.obs_rms.mean += 0.3
+    second = evaluate_now()
+    hi, lo = (second, first) if second["return"] > first["return"] else (first, second)
+    kept_w = w.detach().clone() if hi is second else None
+    assert best.offer(second) == (hi is second)
+    assert not best.offer(dict(lo))  # lower: not kept
+    assert not best.offer(dict(hi))  # equal: the first of equal ones stays
+    with torch.no_grad():
+        w.mul_(-3.0)
+    venv.obs_rms.mean -= 1.0
+    best.restore()
+    assert best.point["return"] == hi["return"]
+    assert evaluate_now()["return"] == hi["return"]
+    if kept_w is not None:
+        assert torch.equal(w, kept_w)
+
+
+def test_run_ppo_reports_final_and_best(monkeypatch):
+    monkeypatch.setattr(loco, "evaluate", _fake_evaluate)
+    row = loco.run_ppo(0, 0.03, dict(_TINY_PPO, lr_linear=True), eval_every=0.005, budget="cpu")
+    returns = [c["return"] for c in row["curve"]]
+    assert len(returns) >= 3 and len(set(returns)) >= 2  # the policy changed between evaluations
+    assert row["return"] == returns[-1]
+    at = returns.index(max(returns))
+    assert row["best"]["return"] == max(returns) and row["best"]["env_steps"] == row["curve"][at]["env_steps"]
+    # The kept policy, restored after training, evaluates as it did when it was kept.
+    assert row["best_check"]["return"] == row["best"]["return"]
+    assert loco.ppo_best_return(row) == max(returns)
+    assert loco.ppo_best_return({"return": 5.0, "curve": [{"return": 7.0}]}) == 7.0
