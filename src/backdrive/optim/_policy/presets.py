@@ -367,13 +367,13 @@ GO1_WALK_SHAC = dataclasses.replace(
     # With a constant learning rate Go1's training oscillated (0.03-0.58 m/s
     # between 25-update checkpoints) and the previous preset stopped at seed
     # 0's validation peak (75 updates). The decay (to 0 at update 167, so
-    # 0.1x at update 150) makes the final policy the result: seeds 0 and 1
+    # 0.1x at update 150) makes the final policy the result: seeds 0, 1 and 2
     # meet the target at update 150 (docs/locomotion.md, Go1 results).
     config=QUADRUPED_WALK_SHAC.config.replace(lr_decay_updates=167),
     updates=150,
     summary="seed 0 (shipped), final update: 0.478 m/s at a 0.5 m/s command (mean per-episode error 0.022 m/s), "
     "16/16 upright over 10 s, after 76,800 env steps (5.7 min of training CPU on the loaded machine); "
-    "seed 1: 0.486 m/s, error 0.016 m/s, 16/16 (docs/locomotion.md)",
+    "seeds 1 and 2: 0.486 and 0.482 m/s, errors 0.016 and 0.018 m/s, 16/16 (docs/locomotion.md)",
 )
 PRESETS[GO1_WALK_SHAC.name] = GO1_WALK_SHAC
 __all__.append("GO1_WALK_SHAC")
