@@ -14,7 +14,7 @@ forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
     python examples/quadruped_walk.py --preset quadruped_walk_shac_dr --out outputs/examples/dr
                                                        # the same recipe under domain randomisation
     python examples/quadruped_walk.py --preset go1_walk_shac --ship
-                                                       # Unitree Go1 (example-robot-data), 75 updates:
+                                                       # Unitree Go1 (example-robot-data), 150 updates:
                                                        # writes .../policies/go1_walk.pt
 
 The shipped policy is this run with the defaults (seed 0, 420 updates);

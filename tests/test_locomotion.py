@@ -274,7 +274,9 @@ def test_go1_preset_builds_its_env():
 
     _go1()
     assert get_preset("go1_walk_shac") is GO1_WALK_SHAC
-    assert GO1_WALK_SHAC.config == QUADRUPED_WALK_SHAC.config
+    # The quadruped recipe with a linear learning-rate decay to 0.1x at its last update.
+    assert GO1_WALK_SHAC.config == QUADRUPED_WALK_SHAC.config.replace(lr_decay_updates=167)
+    assert GO1_WALK_SHAC.updates == 150 and QUADRUPED_WALK_SHAC.config.lr_decay_updates is None
     env = GO1_WALK_SHAC.make_env(num_envs=2)
     assert env.robot_name == "go1" and env.privileged and env.gait_frequency == 3.0
     assert GO1_WALK_SHAC.mismatches(GO1_WALK_SHAC.make_env()) == []
