@@ -794,13 +794,13 @@ class HumanoidBalance(DiffEnv):
         """The pelvis's heading minus the commanded heading ``(N,)``, rad in ``[-pi, pi)`` (needs ``gait=``).
 
         The heading is the yaw of the pelvis's x axis projected on the ground;
-        the commanded heading (the state's last column) starts at the reset's
+        the commanded heading (state column 90, ``split(state)['heading']``) starts at the reset's
         heading and turns at the commanded yaw rate. Positive: the pelvis has
         turned left of it.
         """
         if self.gait is None:
             raise InputError("heading_error needs the stepping prior's state (gait=...): the commanded heading "
-                             "is its last state column")
+                             "is state column 90")
         return _heading_error(state[:, :7], state[:, 90])
 
     def arm_offsets(self, phase: torch.Tensor, command: torch.Tensor) -> torch.Tensor:
