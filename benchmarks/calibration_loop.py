@@ -363,7 +363,8 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
         t0 = time.perf_counter()
         f = identify(start_sim.robot, Qn, Vn, dt=dt, params=params,
                      method=ContactFit(start_sim, U, segment=args.segment, noise=CAL.NOISE, delays=delays,
-                                       delay_iterations=1, total_mass=total),
+                                       delay_iterations=1, total_mass=total,
+                                       total_mass_std=args.total_mass_std if total is not None else None),
                      options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
         return f, time.perf_counter() - t0
 
@@ -379,6 +380,7 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
                   "friction": float(cp.friction), "delay": int(cal.delay)}
     result["calibrated"] = calibrated
     result["fit"] = {"params": list(params), "seconds": t_fit, "message": cal.message,
+                     "total_mass_std": args.total_mass_std,
                      "rms_residual": float(cal.rms_residual),
                      "delay_losses": {str(k): float(x) for k, x in cal.delay_losses.items()},
                      "not_identified": list(cal.not_identified), "windows": int(len(pick) * per),
@@ -427,6 +429,9 @@ def main(argv=None):
                     help="also fit the contact law alone with every other parameter at its true value")
     ap.add_argument("--params", default=",".join(FIT_PARAMS),
                     help="comma-separated parameters of the calibration (with the delay and the total-mass anchor)")
+    ap.add_argument("--total-mass-std", type=float, default=None, metavar="KG",
+                    help="standard deviation of the weighed total mass anchoring body_mass (ContactFit."
+                         "total_mass_std; default 0.1 %% of the mass, a prior residual); 0 makes the total exact")
     ap.add_argument("--start", choices=("nominal", "truth"), default="nominal",
                     help="the fit's starting point; 'truth' (with --iterations 0 and --delays truth) gives the "
                          "Cramer-Rao intervals at the hidden values: what the data can determine")

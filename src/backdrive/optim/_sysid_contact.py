@@ -17,7 +17,9 @@ confidence intervals of :func:`identify` apply to them unchanged.
 From encoders and an IMU alone the masses, the motor strength and the
 contact law share one force scale (every force of the model can grow
 together with little change of the motion); ``ContactFit.total_mass`` (the
-robot weighed) anchors it with one prior residual on the sum of the masses.
+robot weighed) anchors it: with one prior residual on the sum of the masses
+(``total_mass_std > 0``), or exactly (``total_mass_std=0``: the fitted masses
+are parametrised so that every body's mass sums to the weighed total).
 
 The control delay is a whole number of steps and is fitted by trying each
 candidate (``ContactFit.delays``): a short fit of every candidate from the
@@ -138,11 +140,25 @@ class ContactFit:
             or shrink together with little change of the motion; the weight
             fixes that common scale. It enters the fit as one more residual,
             ``(sum(m) - total_mass) / total_mass_std``, a Gaussian prior
-            that the Cramer-Rao intervals include. Needs ``body_mass`` in
+            that the Cramer-Rao intervals include, or, with
+            ``total_mass_std=0``, as an equality. Needs ``body_mass`` in
             ``params``.
         total_mass_std: standard deviation of the weighing, kg (default
             0.1 % of ``total_mass``: a tight prior, close to an equality
-            constraint without the stiffness of one).
+            constraint without the stiffness of one). ``0`` makes the total
+            exact: the fitted masses are ``m_i = S exp(x_i) / sum_j
+            exp(x_j)`` with ``S`` the weighed total less the unfitted
+            bodies' masses, so every trial of the solver, and the Jacobian,
+            has the right total (the largest start mass's coordinate is held,
+            the others are free: one coordinate fewer). Recommended when the
+            data come from another engine or from hardware: there the
+            model's mismatch leaves a residual many noise levels wide, and
+            thousands of such residuals outweigh the one prior residual (on
+            Go1 against MuJoCo the soft anchor let the total drift +17.5 %).
+            The intervals are then conditional on the total: the sum of the
+            masses has no variance (a single fitted body's mass is the
+            remainder, with the interval ``[m, m]``), and the fit's
+            ``message`` says so.
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
@@ -188,11 +204,15 @@ class ContactFit:
             if bad or not self.observe or isinstance(self.observe, str):
                 raise ConfigError(f"ContactFit.observe must name some of {', '.join(SENSOR_CHANNELS)}; got "
                                   f"{self.observe!r}")
-        for name in ("total_mass", "total_mass_std"):
-            x = getattr(self, name)
-            if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                                      and x > 0):
-                raise ConfigError(f"ContactFit.{name} must be a positive number of kg or None, got {x!r}")
+        x = self.total_mass
+        if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                  and x > 0):
+            raise ConfigError(f"ContactFit.total_mass must be a positive number of kg or None, got {x!r}")
+        x = self.total_mass_std
+        if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                                  and x >= 0):
+            raise ConfigError(f"ContactFit.total_mass_std must be a positive number of kg, 0 (the total is exact) "
+                              f"or None, got {x!r}")
         if self.total_mass_std is not None and self.total_mass is None:
             raise ConfigError("ContactFit.total_mass_std is given without total_mass (the weighed mass, kg)")
         if self.noise is not None:
@@ -219,11 +239,29 @@ class _ContactParametrisation:
 
     positive = CONTACT_PARAMETERS
 
-    def __init__(self, base, sim: Simulator, robot: RobotModel, params: Sequence[str], per_joint_strength: bool):
+    def __init__(self, base, sim: Simulator, robot: RobotModel, params: Sequence[str], per_joint_strength: bool,
+                 fitted_mass: float | None = None):
         self.base = base
         self.robot = robot
         self.sim = sim
-        self.nr = base.xi0.numel() if base is not None else 0
+        # An exact total (``fitted_mass``: what the fitted bodies' masses sum
+        # to): the base's log-masses are normalised to that sum, and the one
+        # of the largest start mass is held (the normalisation leaves a
+        # common shift of them free; holding one removes that null
+        # direction), so the solver sees one coordinate fewer.
+        self.fitted_mass = fitted_mass
+        self.ref = None
+        nbase = base.xi0.numel() if base is not None else 0
+        if fitted_mass is not None:
+            self.nm = len(base.bodies)
+            self.ref = int(torch.argmax(base.m0))
+            self.ref_value = base.xi0[self.ref].detach()
+            keep = [i for i in range(nbase) if i != self.ref]
+            self.nr = nbase - 1
+            base_xi0 = base.xi0[keep]
+        else:
+            self.nr = nbase
+            base_xi0 = base.xi0 if base is not None else None
         dtype, device = robot.dtype, robot.device
         act = sim.actuator
         nu = sim.nu
@@ -258,7 +296,7 @@ class _ContactParametrisation:
             if bool((nom <= 0).any()):
                 raise InputError(f"{p} starts at {nom.tolist()}; a fitted {p} needs a positive starting value")
             self.extras.append((p, nom, free, labels))
-        self.xi0 = torch.cat([base.xi0 if base is not None else robot.body_mass.new_zeros(0)]
+        self.xi0 = torch.cat([base_xi0 if base is not None else robot.body_mass.new_zeros(0)]
                              + [nom.new_zeros(free) for _, nom, free, _ in self.extras])
         self.params = tuple(base.params if base is not None else ()) + tuple(e[0] for e in self.extras)
 
@@ -269,8 +307,23 @@ class _ContactParametrisation:
             k += free
         return out
 
+    def robot_xi(self, xi: torch.Tensor) -> torch.Tensor:
+        """The base parametrisation's coordinates for the solver's ``xi``
+        (the log-masses normalised to the exact total, if one is set)."""
+        x = xi[: self.nr]
+        if self.fitted_mass is None:
+            return x
+        r, nm = self.ref, self.nm
+        x = torch.cat([x[:r], self.ref_value.to(x.dtype).reshape(1), x[r:]])
+        lm = x[:nm]
+        lm = lm - torch.logsumexp(lm, 0) + math.log(self.fitted_mass)
+        return torch.cat([lm, x[nm:]])
+
+    def robot_model(self, xi: torch.Tensor) -> RobotModel:
+        return self.base.model(self.robot_xi(xi)) if self.base is not None else self.robot
+
     def physical(self, xi: torch.Tensor) -> torch.Tensor:
-        parts = [self.base.physical(xi[: self.nr])] if self.base is not None else []
+        parts = [self.base.physical(self.robot_xi(xi))] if self.base is not None else []
         parts += [v.reshape(-1) for v in self.extra_values(xi).values()]
         return torch.cat(parts)
 
@@ -283,7 +336,7 @@ class _ContactParametrisation:
     def build(self, xi: torch.Tensor) -> tuple[Simulator, torch.Tensor | None]:
         """The simulator with the parameters ``xi`` and the factor on the
         controls (a torque actuator's motor strength), or ``None``."""
-        robot = self.base.model(xi[: self.nr]) if self.base is not None else self.robot
+        robot = self.robot_model(xi)
         ex = self.extra_values(xi)
         sim, c = self.sim, self.sim.contact
         changes = {field_: ex[p] for p, field_ in _CONTACT_FIELDS.items() if p in ex}
@@ -447,14 +500,24 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         body_idx = helpers["resolve"](robot, bodies, "body", fixed_default)
         joint_idx = helpers["resolve"](robot, joints, "joint", list(range(robot.num_joints)))
         base = helpers["Parametrisation"](robot, robot_params, body_idx, joint_idx)
-    par = _ContactParametrisation(base, sim, robot, params, fit.per_joint_strength)
-    anchor = None
+    anchor, fitted_mass = None, None
     if fit.total_mass is not None:
         if "body_mass" not in robot_params:
             raise InputError(f"ContactFit.total_mass anchors the fitted masses, but params {list(params)} has no "
                              "'body_mass'; add it, or drop total_mass")
         m_std = fit.total_mass_std if fit.total_mass_std is not None else 1e-3 * fit.total_mass
-        anchor = (float(fit.total_mass), float(m_std))
+        if m_std == 0:
+            # Exact: the fitted bodies take what the unfitted ones leave.
+            m_all = robot.body_mass.detach()
+            fixed = float(m_all.sum() - m_all[base.b_idx].sum())
+            fitted_mass = float(fit.total_mass) - fixed
+            if not fitted_mass > 0:
+                raise InputError(f"ContactFit.total_mass = {fit.total_mass:g} kg is not more than the "
+                                 f"{fixed:g} kg of the bodies whose mass is not fitted; an exact total needs a "
+                                 "positive remainder for the fitted ones (fit more bodies, or check the weighing)")
+        else:
+            anchor = (float(fit.total_mass), float(m_std))
+    par = _ContactParametrisation(base, sim, robot, params, fit.per_joint_strength, fitted_mass)
 
     n_res = sum(int(q_rec[..., 0].numel()) * _channel_size(robot, c) for c in observe) + (anchor is not None)
     # Levenberg-Marquardt's first steps start cautious here: a wild trial step
@@ -536,7 +599,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     J = res.jacobian if res.jacobian is not None else jac(res.x)[1]
     count = J.shape[0]
     names = [p for p in helpers["IDENTIFIABLE_PARAMETERS"] if p in robot_params]
-    fitted_robot = base.model(res.x[: par.nr]) if base is not None else robot
+    fitted_robot = par.robot_model(res.x)
     out = {p: getattr(fitted_robot, p).detach() for p in names}
     initial = {p: getattr(robot, p).detach() for p in names}
     ex_out, ex_init = par.output(res.x)
@@ -566,7 +629,9 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         iterations=res.iterations,
         evaluations=res.evaluations,
         wall_time=res.wall_time,
-        message=res.message,
+        message=res.message + ("" if fitted_mass is None else
+                               f"; body masses summed to total_mass {fit.total_mass:g} kg exactly (their sum has "
+                               "no variance: the intervals are given that total)"),
         method="contact",
         options=opts,
         simulator=sim_fit.replace(robot=fitted_robot, contact=ContactModel(
