@@ -28,6 +28,10 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
                                                              # ... to reach those PPO runs' best final return
     python benchmarks/locomotion.py --methods shac --blind-actor --seeds 0
                                                              # an actor without base velocity and height
+    python benchmarks/locomotion.py --methods shac --blind-actor --preset go1_walk_shac --updates 150 \
+        --budget cpu --seeds 0                               # ... on Go1 with its recipe (lr decay, 150 updates)
+    python benchmarks/locomotion.py --methods shac --blind-actor --lr-decay-updates 333 --updates 300 \
+        --budget cpu --seeds 0                               # ... the shipped quadruped with a lr decay
     python benchmarks/locomotion.py --methods ppo --budget cpu --minutes 15 --ppo-eval-every 0.5 --seeds 0 1 2 --out ppo.json
     python benchmarks/locomotion.py --reach --target 1e9 --reach-max-update 150 --seeds 0 --out shac0.json  # (1, 2 alike)
     python benchmarks/locomotion.py --reach-table shac0.json shac1.json shac2.json --ppo-json ppo.json
@@ -61,6 +65,14 @@ seconds counted in the training CPU and reported on their own
 (``compile_cpu_s``). ``--reach-updates`` evaluates SHAC after those updates
 only (one evaluation costs about the CPU of 20 eager updates).
 
+``--preset`` (SHAC rows only) trains and evaluates with another preset of
+``SHAC_PRESETS``: ``go1_walk_shac`` trains on Go1 and runs the 16 test
+episodes on Go1. ``--updates`` also stops SHAC after that many updates (the
+``--minutes`` budget still applies), ``--lr-decay-updates`` replaces the
+preset's ``lr_decay_updates`` (``PolicyTrainerConfig``'s linear decay of
+both learning rates to zero at that update). With ``--blind-actor`` they give
+the blind actor the Go1 recipe, or the quadruped recipe with a decay.
+
 ``--reach-table`` puts the two together without training (``reach_table``):
 per seed, PPO's final return (its evaluation after the whole budget) and its
 best evaluation (PPO's evaluation return rises and collapses during
@@ -91,18 +103,42 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from backdrive.envs import QuadrupedWalk  # noqa: E402
-from backdrive.optim import QUADRUPED_WALK_SHAC, train_policy  # noqa: E402
+from backdrive.optim import GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, train_policy  # noqa: E402
 
 COMMAND = (0.5, 0.0, 0.0)
 EVAL_EPISODES, EVAL_SEED, EVAL_SECONDS = 16, 999, 10.0
 
 
-def env_kwargs() -> dict:
-    return {k: v for k, v in QUADRUPED_WALK_SHAC.env_kwargs.items() if k != "num_envs"}
+#: The SHAC presets ``--preset`` accepts (SHAC rows only): the shipped quadruped's and Go1's.
+SHAC_PRESETS = {p.name: p for p in (QUADRUPED_WALK_SHAC, GO1_WALK_SHAC)}
 
 
-def evaluate(act) -> dict:
-    env = QuadrupedWalk(EVAL_EPISODES, **env_kwargs())
+def shac_preset(name: str = QUADRUPED_WALK_SHAC.name, lr_decay_updates: int | None = None):
+    """The preset ``--preset name`` names, with ``--lr-decay-updates`` (when given) in its config.
+
+    Raises:
+        PolicyConfigError: ``name`` is not in ``SHAC_PRESETS``, or ``lr_decay_updates`` is not a
+            positive int (``PolicyTrainerConfig``'s own check).
+    """
+    import dataclasses
+
+    if name not in SHAC_PRESETS:
+        from backdrive._errors import PolicyConfigError
+
+        raise PolicyConfigError(f"preset {name!r} is not one of {sorted(SHAC_PRESETS)}")
+    preset = SHAC_PRESETS[name]
+    if lr_decay_updates is None:
+        return preset
+    return dataclasses.replace(preset, config=preset.config.replace(lr_decay_updates=lr_decay_updates))
+
+
+def env_kwargs(preset=QUADRUPED_WALK_SHAC) -> dict:
+    return {k: v for k, v in preset.env_kwargs.items() if k != "num_envs"}
+
+
+def evaluate(act, preset=QUADRUPED_WALK_SHAC) -> dict:
+    """The test episodes on ``preset``'s env (its robot and keywords; the default: the shipped quadruped)."""
+    env = QuadrupedWalk(EVAL_EPISODES, **env_kwargs(preset))
     m = env.evaluate(act, COMMAND, seconds=EVAL_SECONDS, seed=EVAL_SEED)
     return {k: m[k] for k in ("forward_speed", "speed_error", "distance", "upright")} | {
         "return": float(m["rewards"].sum(0).mean())
@@ -114,7 +150,7 @@ def evaluate(act) -> dict:
 PRIVILEGED = slice(47, 51)
 
 
-def blind_actor(env) -> torch.nn.Module:
+def blind_actor(env, preset=QUADRUPED_WALK_SHAC) -> torch.nn.Module:
     """The preset's policy network with its inputs from the privileged observations cut.
 
     Asymmetric actor-critic: the critic still sees all 51 observations, the
@@ -125,7 +161,7 @@ def blind_actor(env) -> torch.nn.Module:
     """
     from backdrive.optim._policy.networks import MLPPolicy
 
-    c = QUADRUPED_WALK_SHAC.config
+    c = preset.config
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(c.seed)
         policy = MLPPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation,
@@ -143,7 +179,7 @@ def blind_actor(env) -> torch.nn.Module:
     return policy
 
 
-def make_shac_env(compile: bool = False):
+def make_shac_env(compile: bool = False, preset=QUADRUPED_WALK_SHAC):
     """The preset's training env, eager or with ``QuadrupedWalk(compile=True)`` (inductor), and the CPU
     seconds spent compiling it (0 when eager).
 
@@ -153,9 +189,9 @@ def make_shac_env(compile: bool = False):
     step changes nothing in training.
     """
     if not compile:
-        return QUADRUPED_WALK_SHAC.make_env(), 0.0
+        return preset.make_env(), 0.0
     t0 = time.process_time()
-    env = QUADRUPED_WALK_SHAC.make_env(compile=True)
+    env = preset.make_env(compile=True)
     env.reset(seed=0)
     action = torch.zeros(env.num_envs, env.action_dim, requires_grad=True)
     obs, reward, *_ = env.step(action)
@@ -169,16 +205,19 @@ def make_shac_env(compile: bool = False):
 
 
 def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path | None = None,
-             budget: str = "wall", compile: bool = False) -> dict:
+             budget: str = "wall", compile: bool = False, preset=QUADRUPED_WALK_SHAC,
+             updates: int | None = None) -> dict:
+    """Train SHAC with ``preset`` until ``minutes`` of the ``budget`` clock or ``updates`` updates
+    (whichever comes first; no update cap when None), then evaluate it on ``preset``'s env."""
     cpu0 = time.process_time()
 
     def spent(row) -> float:
         return row["wall_s"] if budget == "wall" else time.process_time() - cpu0
 
-    env, compile_cpu = make_shac_env(compile)
+    env, compile_cpu = make_shac_env(compile, preset)
     trainer = train_policy(
-        env, preset=QUADRUPED_WALK_SHAC, updates=100_000, seed=seed, num_threads=1,
-        policy=blind_actor(env) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
+        env, preset=preset, updates=100_000 if updates is None else updates, seed=seed, num_threads=1,
+        policy=blind_actor(env, preset) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
         callback=lambda row: spent(row) > 60.0 * minutes,
     )
     cpu = time.process_time() - cpu0
@@ -186,15 +225,19 @@ def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path
         trainer.save(checkpoint)
     policy = trainer.policy.eval()
     with torch.no_grad():
-        result = evaluate(policy)
+        result = evaluate(policy, preset)
         if blind:
             # The actor ignores the privileged inputs: changing them changes no action.
-            obs = torch.randn(8, 51)
+            obs = torch.randn(8, env.obs_dim)
             obs2 = obs.clone()
             obs2[:, PRIVILEGED] += 1.0
             result["blind_check"] = float((policy(obs) - policy(obs2)).abs().max())
     method = ("shac (blind actor)" if blind else "shac") + (" compiled" if compile else "")
-    return {"method": method, "seed": seed, "env_steps": trainer.env_steps, "train_wall_s": trainer.wall_s,
+    if preset is not QUADRUPED_WALK_SHAC:
+        decay = preset.config.lr_decay_updates
+        method += f", {preset.name}" + ("" if decay is None else f", lr decay to 0 at update {decay}")
+    return {"method": method, "preset": preset.name, "lr_decay_updates": preset.config.lr_decay_updates,
+            "seed": seed, "env_steps": trainer.env_steps, "train_wall_s": trainer.wall_s,
             "train_cpu_s": cpu, "compile_cpu_s": compile_cpu, "updates": trainer.updates_done, **result}
 
 
@@ -557,13 +600,14 @@ def ppo_untrained(seed: int, config: dict | str = "tuned") -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| method | seed | env steps | training wall, min | forward speed at 0.5 m/s command | mean speed error "
+        "| method | seed | env steps | training wall, min | training CPU, min | forward speed at 0.5 m/s command | mean speed error "
         "| walked in 10 s, m | upright |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['method']} | {r['seed']} | {r['env_steps']:,} | {r['train_wall_s'] / 60:.1f} | "
+            f"{r['train_cpu_s'] / 60:.1f} | "
             f"{r['forward_speed']:.3f} m/s | {r['speed_error']:.3f} m/s | {r['distance']:.2f} | "
             f"{r['upright'] * 100:.0f}% |"
         )
@@ -594,6 +638,14 @@ def main() -> None:
     parser.add_argument("--blind-actor", action="store_true",
                         help="SHAC with an actor that does not see the base velocity and height (critic does)")
     parser.add_argument("--checkpoint", type=Path, default=None, help="SHAC: write its checkpoint here")
+    parser.add_argument("--preset", default=QUADRUPED_WALK_SHAC.name, choices=sorted(SHAC_PRESETS),
+                        help="SHAC rows (--methods shac): train and evaluate with this preset, its robot included "
+                             "(default: quadruped_walk_shac, the shipped quadruped)")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="SHAC rows: also stop after this many updates (default: only --minutes stops it)")
+    parser.add_argument("--lr-decay-updates", type=int, default=None,
+                        help="SHAC rows: the preset's config with this lr_decay_updates (linear decay of both "
+                             "learning rates to 0 at this update)")
     parser.add_argument("--compile", action="store_true",
                         help="SHAC: train on QuadrupedWalk(compile=True) (inductor); its compile CPU counts as "
                              "training and is also reported on its own (compile_cpu_s)")
@@ -613,6 +665,16 @@ def main() -> None:
                              "per-seed table of PPO's final and best returns and the steps and CPU each method "
                              "needs to reach them, from these --reach outputs (or logs)")
     args = parser.parse_args()
+    shac_options = [o for o, v in (("--preset", args.preset != QUADRUPED_WALK_SHAC.name),
+                                   ("--updates", args.updates is not None),
+                                   ("--lr-decay-updates", args.lr_decay_updates is not None)) if v]
+    if shac_options and (args.reach or args.reach_table is not None or args.methods != ["shac"]):
+        parser.error(f"{', '.join(shac_options)}: SHAC rows only (--methods shac, without --reach or --reach-table)")
+    for name in ("updates", "lr_decay_updates"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be a positive number of updates, got {value}")
+    preset = shac_preset(args.preset, args.lr_decay_updates)
     torch.set_num_threads(1)
     if args.reach_table is not None:
         if args.ppo_json is None:
@@ -670,7 +732,7 @@ def main() -> None:
         for method in args.methods:
             if method == "shac":
                 row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint,
-                               budget=args.budget, compile=args.compile)
+                               budget=args.budget, compile=args.compile, preset=preset, updates=args.updates)
             else:
                 config = dict(PPO_CONFIGS[args.ppo_config])
                 for kv in args.ppo_set:

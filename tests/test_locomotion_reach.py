@@ -146,3 +146,43 @@ def test_run_ppo_reports_final_and_best(monkeypatch):
     assert row["best_check"]["return"] == row["best"]["return"]
     assert loco.ppo_best_return(row) == max(returns)
     assert loco.ppo_best_return({"return": 5.0, "curve": [{"return": 7.0}]}) == 7.0
+
+
+def test_shac_preset_options(monkeypatch):
+    # --preset, --updates and --lr-decay-updates: SHAC rows only, positive counts; checked before any training.
+    from backdrive._errors import PolicyConfigError
+
+    p = loco.shac_preset("go1_walk_shac")
+    assert p is loco.GO1_WALK_SHAC and p.env_kwargs["robot"] == "go1"
+    assert loco.env_kwargs(p)["robot"] == "go1" and "num_envs" not in loco.env_kwargs(p)
+    decayed = loco.shac_preset("quadruped_walk_shac", 333)
+    assert decayed.config.lr_decay_updates == 333 and loco.QUADRUPED_WALK_SHAC.config.lr_decay_updates is None
+    assert decayed.config.replace(lr_decay_updates=None) == loco.QUADRUPED_WALK_SHAC.config
+    with pytest.raises(PolicyConfigError, match="anymal"):
+        loco.shac_preset("anymal")
+    with pytest.raises(PolicyConfigError, match="lr_decay_updates"):
+        loco.shac_preset("go1_walk_shac", 0)
+    for argv in (["--preset", "go1_walk_shac"],  # default --methods includes ppo
+                 ["--methods", "shac", "ppo", "--updates", "10"],
+                 ["--methods", "shac", "--reach", "--lr-decay-updates", "100"],
+                 ["--methods", "shac", "--updates", "0"],
+                 ["--methods", "shac", "--lr-decay-updates", "-5"],
+                 ["--methods", "shac", "--preset", "anymal"]):
+        monkeypatch.setattr(sys, "argv", ["locomotion.py", *argv])
+        with pytest.raises(SystemExit) as e:
+            loco.main()
+        assert e.value.code == 2, argv
+
+
+def test_blind_actor_on_go1_ignores_privileged_inputs():
+    env = loco.GO1_WALK_SHAC.make_env(num_envs=2)
+    policy = loco.blind_actor(env, loco.GO1_WALK_SHAC)
+    obs = torch.randn(4, env.obs_dim)
+    loss = policy(obs).square().sum()
+    loss.backward()
+    first = policy.net[0].weight
+    assert env.obs_dim == 51 and torch.all(first[:, loco.PRIVILEGED] == 0)
+    assert torch.all(first.grad[:, loco.PRIVILEGED] == 0) and first.grad[:, :47].abs().sum() > 0
+    obs2 = obs.clone()
+    obs2[:, loco.PRIVILEGED] += 1.0
+    assert torch.equal(policy(obs), policy(obs2))
