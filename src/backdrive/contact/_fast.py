@@ -58,8 +58,7 @@ from ..dynamics._fast import (
 from ..dynamics import joint_forces
 from ..dynamics._tree import broadcast_batch, gravity_vector
 from ..kinematics._kernels import cross, rot, rot_t
-from ..kinematics._schedule import up
-from ..kinematics._schedule import tree_schedule
+from ..kinematics._schedule import tree_schedule, up
 from ..model import RobotModel
 
 __all__ = ["fast_eligible", "implicit_acceleration_fast", "implicit_acceleration_recorded", "reference_only"]
