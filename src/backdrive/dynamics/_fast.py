@@ -1190,7 +1190,7 @@ def _inputs(model, topo, q, g, f_ext, origin=True, identity_base=False):
     batch = q.shape[:-1]
     qf = q.reshape(-1, q.shape[-1])
     N = qf.shape[0]
-    K = kinematics_fast(model, topo, qf, origin, identity_base and untracked())
+    K = kinematics_fast(model, topo, qf, origin, identity_base)  # body_transforms_fast applies it only untracked
     gt = g[:, None] if g.ndim == 1 else g.reshape(-1, 3).T
     ft = None
     if f_ext is not None:
