@@ -594,7 +594,8 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     vt2 = _dot(v_t, v_t)
     den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
     s2 = s * s
-    g2 = vt2 / den / s2
+    gamma = vt2 / den
+    g2 = gamma / s2
     nx = _dot(n, x)
     nvx = nx + v_n
     tx = _dot(v_t, x)
@@ -615,10 +616,11 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     # ---- the friction blend: mfs = mu f_n+ / s, g2 = vt2 / den / s^2
     g_gamma = g_g2 / s2
     g_s = -(mfs * g_mfs + 2.0 * g2 * g_g2) / s
-    g_vstar = -2.0 * g_gamma * vstar * vt2 / (den * den)
+    g_den = -g_gamma * gamma / den  # (not over den^2: it underflows where den is tiny, at rest)
+    g_vstar = 2.0 * vstar * g_den
     g_fn = g_fn + torch.where(f_n >= 0, mu / s * g_mfs + dt * mu * S.inv_mass * g_vstar, 0.0)
     g_inv = dt * mu * fn_plus * g_vstar
-    g_vt = g_vt + (2.0 * g_gamma * (den - vt2) / (den * den) + g_s / s)[..., None] * v_t
+    g_vt = g_vt + (2.0 * (g_gamma / den + g_den) + g_s / s)[..., None] * v_t
     # ---- the force law, then v_n = v_c . n, v_t = v_c - v_n n
     g_phi, g_vn = _law_vjp(contact, S, g_fn, g_cn, g_kn, dt)
     if "phi" in D:
