@@ -62,6 +62,7 @@ from ..dynamics._tree import broadcast_batch, gravity_vector
 from ..kinematics._kernels import cross, rot, rot_t
 from ..kinematics._schedule import tree_schedule, up
 from ..model import RobotModel
+from ._terrain import GroundPlane
 
 __all__ = ["fast_eligible", "implicit_acceleration_fast", "implicit_acceleration_recorded", "reference_only"]
 
@@ -348,9 +349,10 @@ class _Saved(NamedTuple):
     CK: torch.Tensor  # (N, np, 3, 3)
 
 
-def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
+def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = False):
     """The fast step, no autograd: ``a (..., nv)``, the result's fields (a
-    dict, batch shape first) and what the backward needs."""
+    dict, batch shape first) and, with ``record``, what the backward needs
+    (else ``None``)."""
     g = gravity_vector(robot, gravity)
     batch, (q, v, tau, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (tau, robot.nv, "tau"), (g, 3, "gravity"))
     nv = robot.nv
@@ -365,7 +367,10 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     vt = _to_internal(topo, v.reshape(N, nv))
     # RNEA first: the CRBA below sums K's inertias over subtrees in place.
     rhs = _to_internal(topo, (tau + joint_forces(robot, v)).reshape(N, nv))
-    rhs = rhs - rnea_fast(robot, topo, K, vt, None, gt)
+    keep = {} if record else None  # the twists V, for rnea_vjp_fast
+    rhs = rhs - rnea_fast(robot, topo, K, vt, None, gt, None, keep)
+    # The inertias about the origin before the CRBA sums them (mass_quadratic_vjp_fast's).
+    inertias = K.packed[1:].clone() if record and K.packed is not None else None
     E = crba_entries_fast(robot, topo, sp, K)
 
     Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N)
@@ -424,8 +429,6 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     # The forces the step applied: f - pred - CK J dt a = f - C x - dt K (J v + x), x = b + dt J a.
     x = _point_velocity(P, Jc, at).mul_(dt)
     force = force0 - pred - (CK @ x[..., None])[..., 0]
-    if b is not None:
-        x += b
     f_nn = (force * n).sum(-1)
     Jd = _dense_rows(P, Jc, nv)
     fields = {
@@ -437,8 +440,13 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
     a = _from_internal(topo, at).reshape(*B, nv)
+    if not record:
+        return a, fields, None
+    if b is not None:
+        x += b
     S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b, x, force, CK)
-    return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, (K.R, K.p, K.Sl, K.Sa), S)
+    kin = (K.R, K.p, K.Sl, K.Sa, keep.get("V"), inertias)
+    return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, kin, S)
 
 
 def _result(fields: dict):
@@ -687,12 +695,15 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     radius = contact.geometry.point_radius
     g_n = g_n - radius[:, None] * g_pt.permute(2, 1, 0)
     centre = pt + radius[:, None] * n.permute(2, 1, 0)
-    with torch.enable_grad():
-        cl = centre.permute(2, 1, 0).detach().requires_grad_(True)
-        dist, nq = contact.terrain.query(cl)
-        outs = [(o, g) for o, g in ((dist, -g_phi), (nq, g_n)) if o.requires_grad]
-        got = torch.autograd.grad([o for o, _ in outs], cl, [g for _, g in outs], allow_unused=True)[0] if outs else None
-    g_c = g_pt if got is None else g_pt + got.permute(2, 1, 0)
+    if type(contact.terrain) is GroundPlane:  # dist = c . n - h n_z, n constant
+        g_c = g_pt - g_phi.T[None] * n.permute(2, 1, 0)
+    else:
+        with torch.enable_grad():
+            cl = centre.permute(2, 1, 0).detach().requires_grad_(True)
+            dist, nq = contact.terrain.query(cl)
+            outs = [(o, g) for o, g in ((dist, -g_phi), (nq, g_n)) if o.requires_grad]
+            got = torch.autograd.grad([o for o, _ in outs], cl, [g for _, g in outs], allow_unused=True)[0] if outs else None
+        g_c = g_pt if got is None else g_pt + got.permute(2, 1, 0)
     # centre = Rp local + pp: the body's force g_c and torque (centre - pp) x g_c
     tb = cross(centre - S.pp, g_c)
     gb_ = g_c
@@ -704,7 +715,9 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     tq.index_add_(1, P.body_pos, tb)
     # ---- the effective masses' - y^T M(q) y, weight -1/3 per row
     wq = (g_inv.T * (-1.0 / 3.0))[None].expand(3, npnt, N).reshape(3 * npnt, N)
-    K = FastKin(*kin, _active(topo, robot.body_mass)[:, None], None, None)
+    R, p, Sl, Sa, _, inertias = kin
+    h, I = (None, None) if inertias is None else (inertias[:3], inertias[3:].view(3, 3, *inertias.shape[1:]))
+    K = FastKin(R, p, Sl, Sa, _active(topo, robot.body_mass)[:, None], h, I)
     gj = mass_quadratic_vjp_fast(robot, topo, K, Y.reshape(nv, 3 * npnt, N), wq)  # (nj, N) internal
     return gp, tq, gSl, gSa, gj, gv
 
@@ -733,7 +746,7 @@ class _ImplicitStepFast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, contact, robot, dt, gravity, q, v, tau, extra_damping):
-        a, fields, saved = _step(contact, robot, q, v, tau, dt, gravity, extra_damping)
+        a, fields, saved = _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record=True)
         ctx.contact, ctx.robot, ctx.dt, ctx.gravity, ctx.saved = contact, robot, dt, gravity, saved
         ctx.save_for_backward(q, v, tau, extra_damping)
         ctx.set_materialize_grads(False)
@@ -770,7 +783,7 @@ class _ImplicitStepFast(torch.autograd.Function):
                                  dt, nq_)
             qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1)
             vf = v.detach().expand(*B, nv).reshape(N, nv)
-            gq, gv = rnea_vjp_fast(robot, qf, vf, _from_internal(topo, at), g, -lam_c, (*kin, None), extra)
+            gq, gv = rnea_vjp_fast(robot, qf, vf, _from_internal(topo, at), g, -lam_c, kin[:5], extra)
             if nv_:  # the joints' own damping and friction, -d v - f tanh(v / w)
                 off = 6 if robot.floating_base else 0
                 th = torch.tanh(vf[:, off:] / DEFAULT_FRICTION_WIDTH)
