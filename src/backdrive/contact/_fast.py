@@ -445,7 +445,8 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     if b is not None:
         x += b
     S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b, x, force, CK)
-    kin = (K.R, K.p, K.Sl, K.Sa, keep.get("V"), inertias)
+    V = keep.get("V")  # halves of a (3, 2, na, N) pair with the accelerations when stacked: a copy holds half
+    kin = (K.R, K.p, K.Sl, K.Sa, None if V is None else tuple(x.clone() for x in V), inertias)
     return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, kin, S)
 
 
@@ -659,7 +660,7 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     gJ = _gather(P, lam, npnt) * S.force.permute(2, 1, 0)[None]
     gJ.addcmul_(_gather(P, at, npnt), g_x.permute(2, 1, 0)[None], value=dt)
     gJ.addcmul_(_gather(P, vt, npnt), gvc[None])
-    Yg = torch.cat([Y, Y.new_zeros(1, *Y.shape[1:])], 0).view(-1, N).index_select(0, P.dense_index).view(Jc.shape)
+    Yg = Y.view(-1, N).index_select(0, P.dense_index).view(Jc.shape)  # Y at the columns (its zero row: padding)
     gJ.addcmul_(Yg, g_inv.T[None, None], value=2.0 / 3.0)  # m_eff's 2 J y, averaged over the 3 rows
     if "Jc" in D:
         gJ += D["Jc"]
@@ -718,7 +719,7 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     R, p, Sl, Sa, _, inertias = kin
     h, I = (None, None) if inertias is None else (inertias[:3], inertias[3:].view(3, 3, *inertias.shape[1:]))
     K = FastKin(R, p, Sl, Sa, _active(topo, robot.body_mass)[:, None], h, I)
-    gj = mass_quadratic_vjp_fast(robot, topo, K, Y.reshape(nv, 3 * npnt, N), wq)  # (nj, N) internal
+    gj = mass_quadratic_vjp_fast(robot, topo, K, Y[:nv].view(nv, 3 * npnt, N), wq)  # (nj, N) internal
     return gp, tq, gSl, gSa, gj, gv
 
 
@@ -730,16 +731,16 @@ class _ImplicitStepFast(torch.autograd.Function):
     J^T f(q, v, a) = 0`` where ``f`` is the applied force (linear in ``a``:
     ``dF/da = A``). For an incoming ``g_a``: ``lam = A^-1 g_a`` (the forward's
     LTDL factor of ``A`` reused), ``g_tau = lam``, ``g_D = -dt lam a`` and
-    ``g_(q, v) = -lam^T dF/d(q, v)`` at fixed ``a``: the RNEA part by the
-    dynamics' written-out reverse pass (``rnea_vjp_fast``), the joint forces
-    and the contact part ``(J lam) . f`` by autograd over a recomputation of
-    the contact terms (:func:`_recompute`; about a hundred small nodes on
-    batch-last arrays) from the forward's poses and motion subspaces (kept:
-    no second forward kinematics), whose gradients reach ``q`` by the
-    written-out reverse pass of forward kinematics (:func:`_pose_vjp`), and
-    the effective masses' ``M(q)`` by :class:`_MassQuadratic`. Gradients of
-    the result's fields go through the same recomputation (one autograd pass
-    with the contact part), their part through ``a`` added to ``g_a`` first.
+    ``g_(q, v) = -lam^T dF/d(q, v)`` at fixed ``a``, all written out, no
+    autograd graph: the contact part ``(J lam) . f`` (and the result fields'
+    gradients) by :func:`_contact_vjp`, the reverse of each piece of the
+    forward from the quantities it kept (:class:`_Saved`, the poses, motion
+    subspaces, twists and inertias), the effective masses' ``M(q)`` by
+    :func:`~backdrive.dynamics._fast.mass_quadratic_vjp_fast`, the joints'
+    own forces in closed form; the contact's gradients of the poses, motion
+    subspaces and coordinates then go through the one reverse pass of RNEA
+    and forward kinematics (``rnea_vjp_fast``'s ``extra``). The fields'
+    part through ``a`` (``-dt J^T CK g_f``) is added to ``g_a`` first.
 
     Double backward (``create_graph=True``) differentiates the reference path.
     """
@@ -778,7 +779,10 @@ class _ImplicitStepFast(torch.autograd.Function):
             Gl = _point_velocity(P, S.Jc, lam)
             Y = None
             if nq_:
-                Y = _back_columns(FM, _dense_rows(P, Z / Dg, nv).reshape(nv, 3 * npnt, N)).view(nv, 3, npnt, N)
+                # Y = M^-1 J^T (nv + 1, 3, np, N) from Z / D, a zero row last (where the padding columns go)
+                Y = Z.new_zeros((nv + 1) * 3 * npnt, N).index_copy_(0, P.dense_index, (Z / Dg).view(-1, N))
+                Y = Y.view(nv + 1, 3, npnt, N)
+                _back_columns(FM, Y[:nv].view(nv, 3 * npnt, N))
             extra = _contact_vjp(contact, robot, topo, P, S, kin, Gl if G is None else Gl + G, D, lam, at, vt, Y,
                                  dt, nq_)
             qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1)
