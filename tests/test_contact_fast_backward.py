@@ -287,3 +287,30 @@ def test_fast_backward_contact_states_and_inputs(case):
     assert all(bool(torch.isfinite(x).all()) for x in fast)
     assert all(float(x.abs().max()) > 0 for x in ref)
     assert _max_rel(ref, fast) <= (1e-12 if case in ("no_contact", "tau_fields", "damping_only") else 1e-10)
+
+
+@pytest.mark.parametrize("name, kw", [("quadruped", {"floating_base": False}), ("cartpole", {})])
+def test_fast_backward_permuted_order_prismatic_tilted_plane(name, kw):
+    """A fixed base whose internal coordinate order is permuted (the
+    ``jacobian`` field's reverse, the joints' gradients), a prismatic joint
+    (its motion subspace has no angular part), on a tilted ground plane
+    (the closed-form reverse of its distance), every field."""
+    from backdrive.contact import GroundPlane
+    from backdrive.dynamics._fast import fast_topology
+    from backdrive.kinematics import forward_kinematics
+
+    robot = load(name, **kw)
+    topo = fast_topology(robot)
+    assert topo.dof_inv is not None if name == "quadruped" else topo.has_pri
+    g = torch.Generator().manual_seed(1)
+    q = robot.neutral().expand(6, -1) + 0.3 * torch.randn(6, robot.nq, generator=g, dtype=robot.dtype)
+    v, tau = (torch.randn(6, robot.nv, generator=g, dtype=robot.dtype) for _ in range(2))
+    damping = torch.full((robot.nv,), 0.5, dtype=robot.dtype)
+    links = robot.link_names[-3:]
+    z = float(forward_kinematics(robot, q[0])[robot.frame_index(links[-1]), 2, 3])
+    cm = ContactModel(robot, ContactGeometry.spheres(robot, {n: 0.05 for n in links}),
+                      GroundPlane(height=z, normal=(0.1, 0.0, 1.0)))
+    f = _loss_fn(cm, robot)
+    ref, fast = _grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")
+    assert all(float(x.abs().max()) > 0 for x in ref)
+    assert _max_rel(ref, fast) <= 1e-12
