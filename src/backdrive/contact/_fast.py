@@ -583,7 +583,8 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     = dt mu f_n+ m_eff``; the force law (:func:`_law_vjp`); the split of the
     point velocity ``J v`` into ``v_n``, ``v_t``; the Jacobian columns
     (``R0 e_i``, ``R0 e_i x (c - p0)``, ``Sa x c + Sl``), the points and the
-    terrain (by autograd: a terrain is any function). The effective mass
+    terrain (a :class:`GroundPlane` in closed form, any other terrain by
+    autograd on its query alone). The effective mass
     ``m_eff = mean_i (2 J_i y_i - y_i^T M y_i)`` at the maximiser ``y = M^-1
     J^T`` (``Y``, held: the derivative with respect to ``y`` is zero there)
     gives ``2 J' y`` here and ``- y^T M' y`` by
