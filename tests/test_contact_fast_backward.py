@@ -232,3 +232,85 @@ def test_mass_quadratic_vjp_equals_dense_mass_matrix_autograd(name, kw, monkeypa
         assert float((2.0 * ke - ref[0]).abs().max()) <= 1e-12 * float(ref[0].abs().max())
     if fb:  # the base pose does not enter y^T M y
         assert float(gref[:, :7].abs().max()) <= 1e-12 * scale
+
+
+def _max_rel(ref, fast):
+    return max(float((x - y).abs().max()) / float(x.abs().max()) for x, y in zip(ref, fast))
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_fast_backward_each_field_alone(field):
+    """Each result field alone (with the acceleration) through the written-out
+    contact VJP (``_field_grads``): its own reverse, with ``q`` and ``v``;
+    the fields that do not depend on ``a`` (``normal`` alone has no graph at
+    all on a ground plane) included. Float64: to 1e-12 of the largest entry."""
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau, damping = _inputs(robot, feet, (6,), seed=9)
+    f = _loss_fn(cm, robot, fields=(field,))
+    ref, fast = _grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")
+    assert all(float(x.abs().max()) > 0 for x in ref)
+    assert _max_rel(ref, fast) <= 1e-12
+
+
+@pytest.mark.parametrize("case", ["no_contact", "at_rest", "sticking", "tau_fields", "damping_only"])
+def test_fast_backward_contact_states_and_inputs(case):
+    """Every point out of contact (the law, the blend and the effective masses'
+    weights all zero); all velocities exactly zero (no slip: the friction
+    blend's ``gamma`` is 0/tiny, whose reverse must stay finite); near
+    sticking (slip far below the stiction width); gradients with respect to
+    ``tau`` alone with result fields (only the solve with ``A``: the fields'
+    part through ``a``); ``extra_damping`` alone."""
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau, damping = _inputs(robot, feet, (5,), seed=11)
+    if case == "no_contact":
+        q = q.clone()
+        q[:, 2] += 0.05
+        with torch.no_grad():
+            _, res = cm.acceleration(robot, q, v, tau, dt=DT)
+        assert float(res.normal_force.abs().max()) < 1e-100  # the smooth onset far outside: no force
+    elif case == "at_rest":
+        v = torch.zeros_like(v)
+    elif case == "sticking":
+        v = 1e-4 * v
+    f = _loss_fn(cm, robot)
+    which = {"tau_fields": (2,), "damping_only": (3,)}.get(case, (0, 1, 2, 3))
+    out = []
+    for path in ("reference", "fast"):
+        xs = [q, v, tau, damping]
+        for i in which:
+            xs[i] = xs[i].clone().requires_grad_(True)
+        with use_path(path):
+            out.append(torch.autograd.grad(f(*xs), [xs[i] for i in which]))
+    ref, fast = out
+    assert all(bool(torch.isfinite(x).all()) for x in fast)
+    assert all(float(x.abs().max()) > 0 for x in ref)
+    assert _max_rel(ref, fast) <= (1e-12 if case in ("no_contact", "tau_fields", "damping_only") else 1e-10)
+
+
+@pytest.mark.parametrize("name, kw", [("quadruped", {"floating_base": False}), ("cartpole", {})])
+def test_fast_backward_permuted_order_prismatic_tilted_plane(name, kw):
+    """A fixed base whose internal coordinate order is permuted (the
+    ``jacobian`` field's reverse, the joints' gradients), a prismatic joint
+    (its motion subspace has no angular part), on a tilted ground plane
+    (the closed-form reverse of its distance), every field."""
+    from backdrive.contact import GroundPlane
+    from backdrive.dynamics._fast import fast_topology
+    from backdrive.kinematics import forward_kinematics
+
+    robot = load(name, **kw)
+    topo = fast_topology(robot)
+    assert topo.dof_inv is not None if name == "quadruped" else topo.has_pri
+    g = torch.Generator().manual_seed(1)
+    q = robot.neutral().expand(6, -1) + 0.3 * torch.randn(6, robot.nq, generator=g, dtype=robot.dtype)
+    v, tau = (torch.randn(6, robot.nv, generator=g, dtype=robot.dtype) for _ in range(2))
+    damping = torch.full((robot.nv,), 0.5, dtype=robot.dtype)
+    links = robot.link_names[-3:]
+    z = float(forward_kinematics(robot, q[0])[robot.frame_index(links[-1]), 2, 3])
+    cm = ContactModel(robot, ContactGeometry.spheres(robot, {n: 0.05 for n in links}),
+                      GroundPlane(height=z, normal=(0.1, 0.0, 1.0)))
+    f = _loss_fn(cm, robot)
+    ref, fast = _grads(f, (q, v, tau, damping), "reference"), _grads(f, (q, v, tau, damping), "fast")
+    assert all(float(x.abs().max()) > 0 for x in ref)
+    assert _max_rel(ref, fast) <= 1e-12

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from ..dynamics._fast import (
     FastKin,
@@ -56,10 +57,12 @@ from ..dynamics._fast import (
     rnea_fast,
 )
 from ..dynamics import joint_forces
+from ..dynamics._forward import DEFAULT_FRICTION_WIDTH
 from ..dynamics._tree import broadcast_batch, gravity_vector
 from ..kinematics._kernels import cross, rot, rot_t
 from ..kinematics._schedule import tree_schedule, up
 from ..model import RobotModel
+from ._terrain import GroundPlane
 
 __all__ = ["fast_eligible", "implicit_acceleration_fast", "implicit_acceleration_recorded", "reference_only"]
 
@@ -181,13 +184,9 @@ def _flat(t: torch.Tensor, batch: torch.Size, N: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ the step's pieces
-#
-# Each piece runs both without autograd (the forward, in place where that
-# saves a copy) and under autograd (``record=True``: the backward's
-# recomputation of the contact terms, see _ImplicitStepFast).
 
 
-def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int, record: bool):
+def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int):
     """Contact points and the Jacobian columns of their supporting coordinates.
 
     Returns ``Rp (3, 3, np, N)``, ``pp (3, np, N)`` (the points' body poses),
@@ -210,15 +209,6 @@ def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int, record: bool):
     if nsj:
         Sl_ = Sl.index_select(1, P.joints).view(3, npnt, nsj, N).permute(2, 0, 1, 3)
         Sa_ = Sa.index_select(1, P.joints).view(3, npnt, nsj, N).permute(2, 0, 1, 3)
-    if record:
-        cols = []
-        if fb:
-            R0c = R0.transpose(0, 1)[:, :, None]  # column i: R0 e_i at every point
-            cols += [R0c.expand(3, 3, npnt, N), cross(R0c, (pt - p[:, 0:1])[None], dim=1)]
-        if nsj:
-            Jj = cross(Sa_, pt[None], dim=1) + Sl_
-            cols.append(Jj if P.jmask is None else Jj * P.jmask)
-        return Rp, pp, phi, n, point, pt, torch.cat(cols, 0), R0
     Jc = pt.new_empty(P.ns, 3, npnt, N)
     if fb:
         r = pt - p[:, 0:1]  # (3, np, N)
@@ -291,27 +281,12 @@ def _base_turn(vt, R0, dt):
     return dt * rot(R0, cross(vt[3:6], vt[:3])).T[:, None, :]
 
 
-def _prediction(C, Kst, v_c, vt, R0, dt):
+def _prediction(C, Kst, v_c, b, dt):
     """The forces' predicted change beyond ``CK J dt a``: ``K dt (J v + b) + C b``
-    with ``b`` the base frame's turn (:func:`_base_turn`)."""
-    b = _base_turn(vt, R0, dt)
+    with ``b`` the base frame's turn (:func:`_base_turn`; ``None``: fixed base)."""
     if b is not None:
         return (C @ b[..., None])[..., 0] + (Kst @ (dt * (v_c + b))[..., None])[..., 0]
     return (Kst @ (dt * v_c)[..., None])[..., 0]
-
-
-def _applied_force(force0, n, v_t, v_c, Jat, c_n, k_n, mu_fn_s, g2, b, dt):
-    """The applied force ``f - pred - CK J dt a`` (see :func:`_step`) by
-    vector operations, ``C`` and ``K`` never formed (under autograd: a few
-    small nodes instead of 3x3 arrays and batched products): with ``x = b +
-    dt J a``, ``f - C x - dt k_n n (n . (J v + x))`` and ``C x = c_n n (n . x)
-    + mu f_n+ / s (x - n (n . x) - gamma / s^2 v_t (v_t . x))``."""
-    x = dt * Jat if b is None else b + dt * Jat
-    nx = (n * x).sum(-1)
-    nvx = nx + (n * v_c).sum(-1)
-    tx = (v_t * x).sum(-1)
-    coef_n = (c_n - mu_fn_s) * nx + dt * k_n * nvx
-    return force0 - coef_n[..., None] * n - mu_fn_s[..., None] * x + (mu_fn_s * g2 * tx)[..., None] * v_t
 
 
 def _wrenches(P: _Plan, Rp, pp, pt, force, nb: int) -> torch.Tensor:
@@ -344,9 +319,40 @@ _FIELDS = (
 _PRIVATE = ("_c_n", "_k_n", "_mu_fn_over_s", "_s", "_mu")
 
 
-def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
+class _Saved(NamedTuple):
+    """What the forward computed that the backward reads (per step, at 1,024
+    samples on the quadruped in float64 about 1.6 MB; ``Jc`` is 0.9 MB of it).
+    Layouts as in :func:`_step`: ``(3, np, N)`` for ``pp``, ``pt``; ``(N, np,
+    3)`` for the points' vectors; ``(N, np)`` for their scalars."""
+
+    Rp: torch.Tensor
+    pp: torch.Tensor
+    pt: torch.Tensor
+    n: torch.Tensor
+    phi: torch.Tensor
+    v_c: torch.Tensor
+    v_n: torch.Tensor
+    v_t: torch.Tensor
+    f_n: torch.Tensor
+    c_n: torch.Tensor
+    k_n: torch.Tensor
+    s: torch.Tensor
+    mu: torch.Tensor
+    mu_fn_s: torch.Tensor
+    inv_mass: torch.Tensor
+    law: dict
+    Jc: torch.Tensor
+    R0: torch.Tensor | None
+    b: torch.Tensor | None  # (N, 1, 3) the base frame's turn
+    x: torch.Tensor  # (N, np, 3): b + dt J a
+    force: torch.Tensor
+    CK: torch.Tensor  # (N, np, 3, 3)
+
+
+def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = False):
     """The fast step, no autograd: ``a (..., nv)``, the result's fields (a
-    dict, batch shape first) and what the backward needs."""
+    dict, batch shape first) and, with ``record``, what the backward needs
+    (else ``None``)."""
     g = gravity_vector(robot, gravity)
     batch, (q, v, tau, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (tau, robot.nv, "tau"), (g, 3, "gravity"))
     nv = robot.nv
@@ -361,10 +367,13 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     vt = _to_internal(topo, v.reshape(N, nv))
     # RNEA first: the CRBA below sums K's inertias over subtrees in place.
     rhs = _to_internal(topo, (tau + joint_forces(robot, v)).reshape(N, nv))
-    rhs = rhs - rnea_fast(robot, topo, K, vt, None, gt)
+    keep = {} if record else None  # the twists V, for rnea_vjp_fast
+    rhs = rhs - rnea_fast(robot, topo, K, vt, None, gt, None, keep)
+    # The inertias about the origin before the CRBA sums them (mass_quadratic_vjp_fast's).
+    inertias = K.packed[1:].clone() if record and K.packed is not None else None
     E = crba_entries_fast(robot, topo, sp, K)
 
-    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N, False)
+    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N)
     v_c = _point_velocity(P, Jc, vt)
     v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
     force0 = f_n[..., None] * n + f_t
@@ -408,7 +417,8 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
         E.index_add_(0, sp.dpos, D, alpha=dt)
 
     # Right-hand side: J^T (f - dt K J v - (C + dt K) b).
-    pred = _prediction(C, Kst, v_c, vt, R0, dt)
+    b = _base_turn(vt, R0, dt)
+    pred = _prediction(C, Kst, v_c, b, dt)
     x = (force0 - pred).permute(2, 1, 0)  # (3, np, N)
     JTx = (Jc * x).sum(1)  # (ns, np, N)
     full = rhs.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, JTx.view(-1, N))
@@ -416,8 +426,9 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     FA = LTDLFactor(sp, topo, E)
     at = FA.solve_fast(rhs)
 
-    # The forces the step applied: f - pred - CK J dt a.
-    force = force0 - pred - dt * (CK @ _point_velocity(P, Jc, at)[..., None])[..., 0]
+    # The forces the step applied: f - pred - CK J dt a = f - C x - dt K (J v + x), x = b + dt J a.
+    x = _point_velocity(P, Jc, at).mul_(dt)
+    force = force0 - pred - (CK @ x[..., None])[..., 0]
     f_nn = (force * n).sum(-1)
     Jd = _dense_rows(P, Jc, nv)
     fields = {
@@ -429,7 +440,14 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping):
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
     a = _from_internal(topo, at).reshape(*B, nv)
-    return a, fields, (B, N, g, FM, FA, at, Z, Dg, (K.R, K.p, K.Sl, K.Sa))
+    if not record:
+        return a, fields, None
+    if b is not None:
+        x += b
+    S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b, x, force, CK)
+    V = keep.get("V")  # halves of a (3, 2, na, N) pair with the accelerations when stacked: a copy holds half
+    kin = (K.R, K.p, K.Sl, K.Sa, None if V is None else tuple(x.clone() for x in V), inertias)
+    return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, kin, S)
 
 
 def _result(fields: dict):
@@ -467,79 +485,243 @@ def reference_only(contact, robot: RobotModel, gravity) -> bool:
     return grad_in(robot) or grad_in(contact._p) or grad_in(contact.geometry) or grad_in(contact.terrain)
 
 
-def _recompute(contact, robot, topo, P: _Plan, qf, kin, vf, at, Y, dt, batch, N):
-    """The step's contact terms under autograd, ``a`` held at ``at`` (internal
-    ``(nv, N)``): the applied forces and every result field, and the Jacobian
-    columns, from the forward pass's poses and motion subspaces ``kin = (R,
-    p, Sl, Sa)`` (leaves: their gradients go to ``q`` by :func:`_pose_vjp`,
-    not by autograd through forward kinematics).
+def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a * b).sum(-1)
 
-    The effective mass is ``diag(J M^-1 J^T) = max_y 2 J y - y^T M y`` per
-    row, taken at the maximiser ``Y = M^-1 J^T`` of the forward pass (held
-    constant): the same value, and, the derivative with respect to ``y``
-    being zero there, the same first derivative with respect to ``q``
-    (``2 J' y - y^T M' y``) without differentiating a factorisation.
-    ``y^T M y`` is one node of ``qf`` (:class:`_MassQuadratic`), ``M`` never formed.
+
+def _field_grads(gf: dict, S: _Saved, P: _Plan, topo, contact, B, N: int):
+    """The result fields' gradients ``gf`` (name -> gradient, batch shape
+    first) as gradients of the step's own quantities: ``G (N, np, 3)`` on
+    the applied force (``None`` when no field reads it) and a dict of direct
+    gradients on ``point`` ``(3, np, N)``, ``normal``, ``normal_velocity``,
+    ``slip_velocity``, ``penetration`` (per point, ``(N, np[, 3])``), the
+    Jacobian columns ``Jc`` (their layout), and the points' body poses
+    ``pp`` (a world force) and ``Rp`` (a world torque), ``(3, np, N)``."""
+    flat = {k: g.expand(*B, *g.shape[len(B):]).reshape(N, *g.shape[len(B):]) for k, g in gf.items()}
+    n, force = S.n, S.force
+    G, D = None, {}
+
+    def add(key, g):
+        nonlocal G
+        if key == "force":
+            G = g if G is None else G + g
+        else:
+            D[key] = g if key not in D else D[key] + g
+
+    if "force" in flat:
+        add("force", flat["force"])
+    if "normal_force" in flat:  # f . n
+        g = flat["normal_force"][..., None]
+        add("force", g * n)
+        add("normal", g * force)
+    if "friction_force" in flat:  # f - (f . n) n
+        g = flat["friction_force"]
+        gn = _dot(g, n)[..., None]
+        add("force", g - gn * n)
+        add("normal", -_dot(force, n)[..., None] * g - gn * force)
+    for name, key in (("point", "point"), ("normal", "normal"), ("penetration", "phi"),
+                      ("normal_velocity", "v_n"), ("slip_velocity", "v_t")):
+        if name in flat:
+            add(key, flat[name] if name != "point" else flat[name].permute(2, 1, 0))
+    if "f_ext" in flat:
+        # w = [Rp^T f; Rp^T ((pt - pp) x f)] at each point's body (level order in,
+        # body order out: the point's gradient is the row of its body).
+        gw = flat["f_ext"].permute(2, 1, 0).index_select(1, contact.geometry.point_body)  # (6, np, N)
+        f = force.permute(2, 1, 0)
+        d = S.pt - S.pp
+        gl, ga = rot(S.Rp, gw[:3]), rot(S.Rp, gw[3:])  # world axes
+        add("force", (gl + cross(ga, d)).permute(2, 1, 0))
+        gd = cross(f, ga)
+        add("point", gd)
+        add("pp", -gd)
+        add("Rp", cross(gl, f) + cross(ga, cross(d, f)))
+    if "jacobian" in flat:  # (N, np, 3, nv) coordinate order -> the columns' layout
+        g = flat["jacobian"].permute(3, 2, 1, 0)  # (nv, 3, np, N)
+        if topo.dof_inv is not None:
+            g = torch.zeros_like(g).index_copy_(0, topo.dof_inv, g)
+        g = torch.cat([g, g.new_zeros(1, *g.shape[1:])], 0).reshape(-1, N).index_select(0, P.dense_index)
+        add("Jc", g.view(S.Jc.shape))
+    return G, D
+
+
+def _law_vjp(contact, S: _Saved, g_fn, g_cn, g_kn, dt: float):
+    """``(g_phi, g_vn)`` of :func:`~backdrive.contact._law.contact_law`'s
+    ``f_n``, ``c_n``, ``k_n`` (at the step's ``dt``) from their gradients; its
+    scalars recomputed from ``phi`` and ``v_n``. With ``z = phi / w_n``, ``a =
+    sigmoid(z)``, ``a2 = sigmoid(z + dt r / w_n)``, ``r = (sqrt(v_n^2 +
+    w_t^2) - v_n) / 2``: ``f_n = k w_n softplus(z) - d v_n a``, ``c_n = d a``,
+    ``k_n = k a + d (a2 - a) / dt``, then the clamp at ``f_n = 0``."""
+    L = S.law
+    k, d, wn, wt = L["stiffness"], L["damping"], L["normal_width"], L["stiction_width"]
+    phi, v_n = S.phi, S.v_n
+    z = phi / wn
+    act = torch.sigmoid(z)
+    root = torch.sqrt(v_n * v_n + wt * wt)
+    a2 = torch.sigmoid(z + dt * (0.5 * (root - v_n)) / wn)
+    if contact._p["clamp_normal"]:
+        f_raw = k * wn * F.softplus(z) - d * v_n * act
+        g_fn = torch.where(f_raw >= 0, g_fn, 0.0)  # clamp_min's gradient
+        on = f_raw > 0
+        g_cn = torch.where(on, g_cn, 0.0)
+        g_kn = torch.where(on, g_kn, 0.0)
+    da = act * (1.0 - act) / wn  # d a / d phi
+    da2 = a2 * (1.0 - a2) / wn  # d a2 / d z, over w_n
+    g_phi = g_fn * (k * act - d * v_n * da) + g_cn * (d * da) + g_kn * (k * da + d * (da2 - da) / dt)
+    g_vn = -g_fn * (d * act) + g_kn * (d * da2 * 0.5 * (v_n / root - 1.0))
+    return g_phi, g_vn
+
+
+def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam, at, vt, Y, dt: float, want_q: bool):
+    """The contact part of the step's backward, written out: the gradients of
+    ``(J lam) . f + <fields>`` at fixed ``a`` (``f`` the applied force,
+    ``G`` its total gradient ``J lam`` + the fields', ``D`` the fields'
+    direct gradients, :func:`_field_grads`), by the reverse of each piece of
+    the forward from the quantities it saved (:class:`_Saved`): the applied
+    force ``f - C x - dt k_n n (n . (J v + x))`` with ``x = b + dt J a`` and
+    ``C x = c_n n (n . x) + mu f_n+ / s (x - n (n . x) - gamma / s^2 v_t (v_t
+    . x))``; the friction blend ``gamma = |v_t|^2 / (|v_t|^2 + v*^2)``, ``v*
+    = dt mu f_n+ m_eff``; the force law (:func:`_law_vjp`); the split of the
+    point velocity ``J v`` into ``v_n``, ``v_t``; the Jacobian columns
+    (``R0 e_i``, ``R0 e_i x (c - p0)``, ``Sa x c + Sl``), the points and the
+    terrain (a :class:`GroundPlane` in closed form, any other terrain by
+    autograd on its query alone). The effective mass
+    ``m_eff = mean_i (2 J_i y_i - y_i^T M y_i)`` at the maximiser ``y = M^-1
+    J^T`` (``Y``, held: the derivative with respect to ``y`` is zero there)
+    gives ``2 J' y`` here and ``- y^T M' y`` by
+    :func:`~backdrive.dynamics._fast.mass_quadratic_vjp_fast`.
+
+    Returns ``rnea_vjp_fast``'s ``extra``: ``(gp, t, gSl, gSa, gj, gv)`` (the
+    poses' part ``None`` unless ``want_q``), ``gv (nv, N)`` internal order.
     """
-    nv = robot.nv
-    npnt = contact.geometry.num_points
-    R, p, Sl, Sa = kin
-    vt = _to_internal(topo, vf)
-    Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, R, p, Sl, Sa, robot.floating_base, N, True)
-    v_c = _point_velocity(P, Jc, vt)
-    v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
-    force0 = f_n[..., None] * n + f_t
-    with torch.no_grad():  # Y at each point's supporting coordinates, as Jc (zero at padding columns)
-        Yg = torch.cat([Y, Y.new_zeros(1, *Y.shape[1:])], 0).view(-1, N).index_select(0, P.dense_index).view(Jc.shape)
-    Jy = (Jc * Yg).sum(0)  # (3, np, N)
-    K = FastKin(R.detach(), p.detach(), Sl.detach(), Sa.detach(), _active(topo, robot.body_mass)[:, None], None, None)
-    yMy = _MassQuadratic.apply(qf, robot, topo, K, Y.reshape(nv, 3 * npnt, N), Jy.detach().reshape(3 * npnt, N))
-    yMy = yMy.T.view(N, 3, npnt)
-    inv_mass = (2.0 * Jy.permute(2, 0, 1) - yMy).mean(1)  # (N, np)
-    _, mu_fn_s, g2 = _blend_scalars(law, v_t, f_n, s, inv_mass, dt)
-    force = _applied_force(force0, n, v_t, v_c, _point_velocity(P, Jc, at), c_n, k_n, mu_fn_s, g2,
-                           _base_turn(vt, R0, dt), dt)
-    return Jc, force, (Rp, pp, pt, point, n, phi, v_n, v_t, Jc)
-
-
-class _MassQuadratic(torch.autograd.Function):
-    """``y_c^T M(q) y_c`` ``(C, N)`` for constant columns ``y (nv, C, N)``
-    (internal order) as one node of ``q``, its value ``value`` given (the
-    caller knows it: ``J y`` at ``y = M^-1 J^T``); the backward's ``sum_c
-    g_c d(y_c^T M y_c)/dq`` by
-    :func:`~backdrive.dynamics._fast.mass_quadratic_vjp_fast` (``2 (V_i x S_i)
-    . hc_i`` for joint ``i``, from the body twists at ``y`` and the
-    subtrees' momenta weighted by ``g``), not by autograd through a dense
-    ``M``, and only when ``q``'s gradient is asked for. The floating base's
-    pose does not enter (its twist is in the base frame). ``K``: the
-    kinematics at ``qf`` (read, not differentiated)."""
-
-    @staticmethod
-    def forward(ctx, qf, robot, topo, K, y, value):
-        ctx.robot, ctx.topo, ctx.K, ctx.y = robot, topo, K, y
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, gval):
-        g = mass_quadratic_vjp_fast(ctx.robot, ctx.topo, ctx.K, ctx.y, gval)  # (nj, N)
-        N = g.shape[-1]
-        if ctx.robot.floating_base:  # joints only: _from_internal of (nv, N) with a zero base, then q's 7 base entries
-            g = _from_internal(ctx.topo, torch.cat([g.new_zeros(6, N), g], 0))[:, 6:]
-            return torch.cat([g.new_zeros(N, 7), g], 1), None, None, None, None, None
-        return _from_internal(ctx.topo, g), None, None, None, None, None
-
-
-def _field(name: str, parts, force, robot, topo, P):
-    Rp, pp, pt, point, n, phi, v_n, v_t, Jc = parts
-    if name in ("normal_force", "friction_force"):
-        f_nn = (force * n).sum(-1)
-        return f_nn if name == "normal_force" else force - f_nn[..., None] * n
-    simple = {"point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t, "force": force}
-    if name in simple:
-        return simple[name]
-    if name == "f_ext":
-        return _wrenches(P, Rp, pp, pt, force, robot.num_bodies)
-    return _jacobian(topo, _dense_rows(P, Jc, robot.nv))
+    fb = robot.floating_base
+    nv, npnt = robot.nv, contact.geometry.num_points
+    N = vt.shape[-1]
+    n, v_t, v_c, v_n, x = S.n, S.v_t, S.v_c, S.v_n, S.x
+    c_n, k_n, mfs, s, mu, f_n = S.c_n, S.k_n, S.mu_fn_s, S.s, S.mu, S.f_n
+    # ---- the applied force f0 - coef_n n - mfs x + mfs g2 (v_t . x) v_t, f0 = f_n n - mfs v_t
+    fn_plus = torch.clamp_min(f_n, 0.0)
+    vstar = dt * mu * fn_plus * S.inv_mass
+    vt2 = _dot(v_t, v_t)
+    den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
+    s2 = s * s
+    gamma = vt2 / den
+    g2 = gamma / s2
+    nx = _dot(n, x)
+    nvx = nx + v_n
+    tx = _dot(v_t, x)
+    coef_n = (c_n - mfs) * nx + dt * k_n * nvx
+    Gn, Gt, Gx = _dot(G, n), _dot(G, v_t), _dot(G, x)
+    g_tx = mfs * g2 * Gt
+    g_nvx = -Gn * dt * k_n
+    g_nx = -Gn * (c_n - mfs) + g_nvx
+    g_x = g_tx[..., None] * v_t + g_nx[..., None] * n - mfs[..., None] * G
+    g_mfs = g2 * tx * Gt + Gn * nx - Gx - Gt
+    g_g2 = mfs * tx * Gt
+    g_cn = -Gn * nx
+    g_kn = -Gn * dt * nvx
+    g_fn = Gn
+    g_n = (f_n - coef_n)[..., None] * G + g_nvx[..., None] * v_c + g_nx[..., None] * x
+    g_vt = (mfs * (g2 * tx - 1.0))[..., None] * G + g_tx[..., None] * x
+    g_vc = g_nvx[..., None] * n
+    # ---- the friction blend: mfs = mu f_n+ / s, g2 = vt2 / den / s^2
+    g_gamma = g_g2 / s2
+    g_s = -(mfs * g_mfs + 2.0 * g2 * g_g2) / s
+    g_den = -g_gamma * gamma / den  # (not over den^2: it underflows where den is tiny, at rest)
+    g_vstar = 2.0 * vstar * g_den
+    g_fn = g_fn + torch.where(f_n >= 0, mu / s * g_mfs + dt * mu * S.inv_mass * g_vstar, 0.0)
+    g_inv = dt * mu * fn_plus * g_vstar
+    g_vt = g_vt + (2.0 * (g_gamma / den + g_den) + g_s / s)[..., None] * v_t
+    # ---- the force law, then v_n = v_c . n, v_t = v_c - v_n n
+    g_phi, g_vn = _law_vjp(contact, S, g_fn, g_cn, g_kn, dt)
+    if "phi" in D:
+        g_phi = g_phi + D["phi"]
+    if "v_n" in D:
+        g_vn = g_vn + D["v_n"]
+    if "v_t" in D:
+        g_vt = g_vt + D["v_t"]
+    if "normal" in D:
+        g_n = g_n + D["normal"]
+    g_vn = g_vn - _dot(g_vt, n)
+    g_vc = g_vc + g_vt + g_vn[..., None] * n
+    g_n = g_n + g_vn[..., None] * v_c - v_n[..., None] * g_vt
+    # ---- v: v_c = J v, b = dt R0 (w x v_l)
+    Jc = S.Jc
+    gvc = g_vc.permute(2, 1, 0)  # (3, np, N)
+    gv = vt.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, (Jc * gvc).sum(1).view(-1, N))[:nv]
+    if fb:
+        gb = g_x.sum(1).T  # (3, N)
+        R0 = S.R0
+        w, vl = vt[3:6], vt[:3]
+        gc = rot_t(R0, gb).mul_(dt)
+        gv[3:6] += cross(vl, gc)
+        gv[:3] += cross(gc, w)
+    if not want_q:
+        return None, None, None, None, None, gv
+    # ---- q: the Jacobian columns' gradient (ns, 3, np, N)
+    gJ = _gather(P, lam, npnt) * S.force.permute(2, 1, 0)[None]
+    gJ.addcmul_(_gather(P, at, npnt), g_x.permute(2, 1, 0)[None], value=dt)
+    gJ.addcmul_(_gather(P, vt, npnt), gvc[None])
+    Yg = Y.view(-1, N).index_select(0, P.dense_index).view(Jc.shape)  # Y at the columns (its zero row: padding)
+    gJ.addcmul_(Yg, g_inv.T[None, None], value=2.0 / 3.0)  # m_eff's 2 J y, averaged over the 3 rows
+    if "Jc" in D:
+        gJ += D["Jc"]
+    nb = robot.num_bodies
+    gp = vt.new_zeros(3, nb, N)
+    tq = vt.new_zeros(3, nb, N)
+    pt = S.pt
+    g_pt = D["point"].clone() if "point" in D else torch.zeros_like(pt)
+    off = 6 if fb else 0
+    nsj = P.ns - off
+    gSl = gSa = None
+    if nsj:  # J_j = Sa_j x c + Sl_j at the point c (padding columns masked)
+        gJj = gJ[off:]
+        if P.jmask is not None:
+            gJj = gJj * P.jmask
+        Sa_ = kin[3].index_select(1, P.joints).view(3, npnt, nsj, N).permute(2, 0, 1, 3)
+        g_pt += cross(gJj, Sa_, dim=1).sum(0)
+        nm = topo.nm
+        gSl = vt.new_zeros(3, nm, N).index_add_(1, P.joints, gJj.permute(1, 2, 0, 3).reshape(3, -1, N))
+        gSa = vt.new_zeros(3, nm, N).index_add_(1, P.joints, cross(pt[None], gJj, dim=1).permute(1, 2, 0, 3).reshape(3, -1, N))
+    if fb:  # J_i = R0 e_i, J_(3+i) = R0 e_i x (c - p0)
+        R0 = S.R0
+        r = pt - kin[1][:, 0:1]
+        e = R0.transpose(0, 1)[:, :, None]  # (3 columns, 3, 1, N): R0 e_i
+        h = cross(gJ[3:6], e, dim=1).sum(0)  # sum_i g_(3+i) x R0 e_i, (3, np, N)
+        g_pt += h
+        gp[:, 0] -= h.sum(1)
+        gR = gJ[:3].sum(2) + cross(r[None], gJ[3:6], dim=1).sum(2)  # (3 columns, 3, N): d/d(R0 e_i)
+        t0 = cross(e[:, :, 0], gR, dim=1).sum(0)
+        t0 += cross(S.b[:, 0].T, gb)  # b = dt R0 (w x v_l)
+        tq[:, 0] += t0
+    # ---- points: c = centre - radius n, phi = radius - dist, (dist, n) = terrain(centre)
+    radius = contact.geometry.point_radius
+    g_n = g_n - radius[:, None] * g_pt.permute(2, 1, 0)
+    centre = pt + radius[:, None] * n.permute(2, 1, 0)
+    if type(contact.terrain) is GroundPlane:  # dist = c . n - h n_z, n constant
+        g_c = g_pt - g_phi.T[None] * n.permute(2, 1, 0)
+    else:
+        with torch.enable_grad():
+            cl = centre.permute(2, 1, 0).detach().requires_grad_(True)
+            dist, nq = contact.terrain.query(cl)
+            outs = [(o, g) for o, g in ((dist, -g_phi), (nq, g_n)) if o.requires_grad]
+            got = torch.autograd.grad([o for o, _ in outs], cl, [g for _, g in outs], allow_unused=True)[0] if outs else None
+        g_c = g_pt if got is None else g_pt + got.permute(2, 1, 0)
+    # centre = Rp local + pp: the body's force g_c and torque (centre - pp) x g_c
+    tb = cross(centre - S.pp, g_c)
+    gb_ = g_c
+    if "pp" in D:
+        gb_ = gb_ + D["pp"]
+    if "Rp" in D:
+        tb = tb + D["Rp"]
+    gp.index_add_(1, P.body_pos, gb_)
+    tq.index_add_(1, P.body_pos, tb)
+    # ---- the effective masses' - y^T M(q) y, weight -1/3 per row
+    wq = (g_inv.T * (-1.0 / 3.0))[None].expand(3, npnt, N).reshape(3 * npnt, N)
+    R, p, Sl, Sa, _, inertias = kin
+    h, I = (None, None) if inertias is None else (inertias[:3], inertias[3:].view(3, 3, *inertias.shape[1:]))
+    K = FastKin(R, p, Sl, Sa, _active(topo, robot.body_mass)[:, None], h, I)
+    gj = mass_quadratic_vjp_fast(robot, topo, K, Y[:nv].view(nv, 3 * npnt, N), wq)  # (nj, N) internal
+    return gp, tq, gSl, gSa, gj, gv
 
 
 class _ImplicitStepFast(torch.autograd.Function):
@@ -550,23 +732,23 @@ class _ImplicitStepFast(torch.autograd.Function):
     J^T f(q, v, a) = 0`` where ``f`` is the applied force (linear in ``a``:
     ``dF/da = A``). For an incoming ``g_a``: ``lam = A^-1 g_a`` (the forward's
     LTDL factor of ``A`` reused), ``g_tau = lam``, ``g_D = -dt lam a`` and
-    ``g_(q, v) = -lam^T dF/d(q, v)`` at fixed ``a``: the RNEA part by the
-    dynamics' written-out reverse pass (``rnea_vjp_fast``), the joint forces
-    and the contact part ``(J lam) . f`` by autograd over a recomputation of
-    the contact terms (:func:`_recompute`; about a hundred small nodes on
-    batch-last arrays) from the forward's poses and motion subspaces (kept:
-    no second forward kinematics), whose gradients reach ``q`` by the
-    written-out reverse pass of forward kinematics (:func:`_pose_vjp`), and
-    the effective masses' ``M(q)`` by :class:`_MassQuadratic`. Gradients of
-    the result's fields go through the same recomputation (one autograd pass
-    with the contact part), their part through ``a`` added to ``g_a`` first.
+    ``g_(q, v) = -lam^T dF/d(q, v)`` at fixed ``a``, all written out, no
+    autograd graph: the contact part ``(J lam) . f`` (and the result fields'
+    gradients) by :func:`_contact_vjp`, the reverse of each piece of the
+    forward from the quantities it kept (:class:`_Saved`, the poses, motion
+    subspaces, twists and inertias), the effective masses' ``M(q)`` by
+    :func:`~backdrive.dynamics._fast.mass_quadratic_vjp_fast`, the joints'
+    own forces in closed form; the contact's gradients of the poses, motion
+    subspaces and coordinates then go through the one reverse pass of RNEA
+    and forward kinematics (``rnea_vjp_fast``'s ``extra``). The fields'
+    part through ``a`` (``-dt J^T CK g_f``) is added to ``g_a`` first.
 
     Double backward (``create_graph=True``) differentiates the reference path.
     """
 
     @staticmethod
     def forward(ctx, contact, robot, dt, gravity, q, v, tau, extra_damping):
-        a, fields, saved = _step(contact, robot, q, v, tau, dt, gravity, extra_damping)
+        a, fields, saved = _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record=True)
         ctx.contact, ctx.robot, ctx.dt, ctx.gravity, ctx.saved = contact, robot, dt, gravity, saved
         ctx.save_for_backward(q, v, tau, extra_damping)
         ctx.set_materialize_grads(False)
@@ -582,55 +764,46 @@ class _ImplicitStepFast(torch.autograd.Function):
         nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
         if torch.is_grad_enabled():
             return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
-        B, N, g, FM, FA, at, Z, Dg, kin = ctx.saved
+        B, N, g, FM, FA, at, vt, Z, Dg, kin, S = ctx.saved
         topo = fast_topology(robot)
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
         gat = at.new_zeros(nv, N) if ga is None else _to_internal(topo, ga.expand(*B, nv).reshape(N, nv))
-        gq = gv = None
-        if nq_ or nv_ or gf:
-            Y = _back_columns(FM, _dense_rows(P, Z / Dg, nv).reshape(nv, 3 * npnt, N)).view(nv, 3, npnt, N)
-            with torch.enable_grad():
-                qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1).requires_grad_(nq_)
-                kl = [x.detach().requires_grad_(nq_) for x in kin]  # R, p, Sl, Sa
-                vf = v.detach().expand(*B, nv).reshape(N, nv).requires_grad_(nv_)
-                al = at.detach().requires_grad_(bool(gf))
-                Jc, force, parts = _recompute(contact, robot, topo, P, qf, kl, vf, al, Y, dt, B, N)
-                leaves = ([qf] + kl if nq_ else []) + ([vf] if nv_ else [])
-                loss = None
-                if gf:
-                    loss = sum((_field(k, parts, force, robot, topo, P) * g_.expand(*B, *g_.shape[len(B):]).reshape(N, *g_.shape[len(B):])).sum()
-                               for k, g_ in gf.items())
-                    (gal,) = torch.autograd.grad(loss, al, retain_graph=True, allow_unused=True)
-                    if gal is not None:  # None: only fields that do not depend on a (points, normals, ...)
-                        gat = gat + gal
-                lam = FA.solve_fast(gat)
-                if leaves:
-                    s2 = (_point_velocity(P, Jc, lam) * force).sum()
-                    got = torch.autograd.grad(s2 if loss is None else s2 + loss, leaves, allow_unused=True)
-                    if nq_:
-                        gq = _pose_vjp(robot, topo, kin, got[1:5], qf)
-                        if got[0] is not None:  # the effective masses' M(q)
-                            gq = gq + got[0]
-                    if nv_:
-                        gv = got[-1] if got[-1] is not None else vf.new_zeros(N, nv)
-                    lam_c = _from_internal(topo, lam)
-                    gq_r, gv_r = rnea_vjp_fast(robot, qf.detach(), vf.detach(), _from_internal(topo, at), g, -lam_c,
-                                               (*kin, None))
-                    if nq_:
-                        gq = gq + gq_r
-                    if nv_:
-                        vl = vf.detach().requires_grad_(True)
-                        (gj,) = torch.autograd.grad(joint_forces(robot, vl), vl, lam_c)
-                        gv = gv + gv_r + gj
-        else:
-            lam = FA.solve_fast(gat)
+        G, D = _field_grads(gf, S, P, topo, contact, B, N) if gf else (None, {})
+        if G is not None:  # the fields' part through a: f's is -dt CK J a, its adjoint -dt J^T CK G
+            gx = (S.CK @ G[..., None])[..., 0].permute(2, 1, 0)  # (3, np, N)
+            gat = gat - dt * _scatter(P, (S.Jc * gx[None]).sum(1), nv)
+        lam = FA.solve_fast(gat)
         lam_c = _from_internal(topo, lam)
-        out_q = None if gq is None or not nq_ else gq.reshape(*B, -1).sum_to_size(q.shape)
-        out_v = None if gv is None or not nv_ else gv.reshape(*B, nv).sum_to_size(v.shape)
+        gq = gv = None
+        if nq_ or nv_:
+            Gl = _point_velocity(P, S.Jc, lam)
+            Y = None
+            if nq_:
+                # Y = M^-1 J^T (nv + 1, 3, np, N) from Z / D, a zero row last (where the padding columns go)
+                Y = Z.new_zeros((nv + 1) * 3 * npnt, N).index_copy_(0, P.dense_index, (Z / Dg).view(-1, N))
+                Y = Y.view(nv + 1, 3, npnt, N)
+                _back_columns(FM, Y[:nv].view(nv, 3 * npnt, N))
+            extra = _contact_vjp(contact, robot, topo, P, S, kin, Gl if G is None else Gl + G, D, lam, at, vt, Y,
+                                 dt, nq_)
+            qf = q.detach().expand(*B, q.shape[-1]).reshape(N, -1)
+            vf = v.detach().expand(*B, nv).reshape(N, nv)
+            gq, gv = rnea_vjp_fast(robot, qf, vf, _from_internal(topo, at), g, -lam_c, kin[:5], extra)
+            if nv_:  # the joints' own damping and friction, -d v - f tanh(v / w)
+                off = 6 if robot.floating_base else 0
+                th = torch.tanh(vf[:, off:] / DEFAULT_FRICTION_WIDTH)
+                gv[:, off:] -= lam_c[:, off:] * (robot.damping + robot.friction * (1.0 - th * th) / DEFAULT_FRICTION_WIDTH)
+        out_q = gq.reshape(*B, -1).sum_to_size(q.shape) if nq_ else None
+        out_v = gv.reshape(*B, nv).sum_to_size(v.shape) if nv_ else None
         out_tau = lam_c.reshape(*B, nv).sum_to_size(tau.shape) if ntau else None
         out_ed = (-dt * lam_c * _from_internal(topo, at)).reshape(*B, nv).sum_to_size(ed.shape) if ned else None
         return None, None, None, None, out_q, out_v, out_tau, out_ed
+
+
+def _scatter(P: _Plan, x: torch.Tensor, nv: int) -> torch.Tensor:
+    """``(ns, np, N)`` values at each point's columns -> their sums per coordinate, ``(nv, N)`` internal."""
+    N = x.shape[-1]
+    return x.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, x.reshape(-1, N))[:nv]
 
 
 def _back_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
@@ -643,57 +816,6 @@ def _back_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
         x = r.index_select(0, lv.anc).mul_(Lk[:, None])
         r.index_add_(0, lv.k, x.view(-1, lv.d, C, N).sum(1), alpha=-1.0)
     return r
-
-
-def _pose_vjp(robot, topo, kin, grads, qf: torch.Tensor) -> torch.Tensor:
-    """The gradient ``(N, nq)`` with respect to ``q`` of a function of the
-    poses and motion subspaces ``kin = (R (3, 3, nb, N), p (3, nb, N), Sl, Sa
-    (3, nm, N))`` (level order) from its gradients ``grads`` (``None``: zero)
-    with respect to them: the reverse pass of forward kinematics, as at the
-    end of :func:`~backdrive.dynamics._fast.rnea_vjp_fast`. A rotation
-    ``dR = [w]x R`` pairs with ``gR`` as ``w . sum_j R e_j x gR e_j``, so each
-    body's gradient is a world force ``gp`` and torque ``t``; ``S = [p x a;
-    a]`` (revolute, ``a`` the world joint axis) or ``[a; 0]`` (prismatic)
-    adds to both; a joint turns (shifts) its whole subtree, so its gradient
-    is ``a . (T - p x G)`` (``a . G``) with ``(G, T)`` the subtree sums of
-    ``(gp, t + p x gp)``; the floating base's are ``G`` and, through the
-    quaternion, the torque about its origin."""
-    R, p, Sl, Sa = kin
-    gR, gp, gSl, gSa = grads
-    fb, o = robot.floating_base, topo.o
-    off = 6 if fb else 0
-    gp = torch.zeros_like(p) if gp is None else gp.clone()
-    if gR is None:
-        t = torch.zeros_like(p)
-    else:
-        (r0, r1, r2), (g0, g1, g2) = R.unbind(1), gR.unbind(1)
-        t = cross(r0, g0) + cross(r1, g1) + cross(r2, g2)
-    pm = p[:, 1:]
-    aw = Sa if not topo.has_pri else rot(R[:, :, 1:], topo.axis)
-    if gSl is not None or gSa is not None:
-        gSl = torch.zeros_like(Sl) if gSl is None else gSl
-        gSa = torch.zeros_like(Sa) if gSa is None else gSa
-        if topo.has_pri:
-            gSl_r = gSl * topo.is_rev
-            gaw = gSa * topo.is_rev + cross(gSl_r, pm) + gSl * topo.is_pri
-            gp[:, 1:] += cross(aw, gSl_r)
-        else:
-            gaw = gSa + cross(gSl, pm)
-            gp[:, 1:] += cross(aw, gSl)
-        t[:, 1:] += cross(aw, gaw)
-    T = up(topo.sums, (t + cross(p, gp))[:, o:].contiguous())
-    G = up(topo.sums, gp[:, o:].contiguous())  # in place on gp (a fresh array) above a few hundred samples
-    Gm, Tm = (G[:, 1:], T[:, 1:]) if fb else (G, T)
-    gth = (aw * (Tm + cross(Gm, pm))).sum(0)  # aw . (Tm - pm x Gm)
-    if topo.has_pri:
-        gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
-    gj = _coordinate_forces(topo, gth)
-    if topo.dof_inv is not None:
-        gj = gj.index_select(0, topo.dof_inv[off:] - off)
-    if not fb:
-        return gj.T
-    gquat = base_quat_grad(T[:, 0], G[:, 0], p[:, 0], R[:, :, 0], qf)
-    return torch.cat([G[:, 0].T, gquat, gj.T], 1)
 
 
 def _reference_grads(ctx, q, v, tau, ed, ga, gf):

@@ -1577,7 +1577,7 @@ def _base_vjp(R0, p0, x, gl, ga, t0, gp0):
     return torch.cat([rot_t(R0, gl), rot_t(R0, gw)], 0)
 
 
-def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
+def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None, extra=None):
     """``lam^T d tau / d(q, v)`` for ``tau = RNEA(q, v, a)``, written out.
 
     The reverse pass of RNEA in the world frame (the adjoint of every step
@@ -1590,8 +1590,16 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
     the physical parameters are held constant (the caller uses autograd when
     they require grad). ``kin``: the poses, motion subspaces and velocities
     of a forward pass at the same ``(q, v)`` (``LTDLFactor.kin``), reused.
+    ``extra``: gradients of another function of the same poses, added to
+    this one's and taken through the one reverse pass of forward kinematics
+    (the contact step's backward): ``(gp, t, gSl, gSa, gj, gv)``, each
+    ``None`` or a world force ``gp`` and torque ``t`` ``(3, nb, N)`` per body
+    pose (level order), the gradients ``(3, nm, N)`` of the motion subspaces,
+    a joint-coordinate gradient ``gj (nj, N)`` and a velocity gradient ``gv
+    (nv, N)`` (both internal order).
     Returns ``(gq, gv)`` with the shapes of ``q`` and ``v``.
     """
+    xp, xt, xSl, xSa, xj, xv = (None,) * 6 if extra is None else extra
     topo = fast_topology(model)
     fb = model.floating_base
     nj, nv = model.num_joints, model.nv
@@ -1651,8 +1659,12 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         torch.mul(Sl, lb, out=gFml)
         torch.mul(Sa, lb, out=gFma)
         gSl, gSa = Fml * lb, Fma * lb
-        gp = torch.zeros_like(p)  # world force on each body's pose
-        tq = torch.zeros_like(p)  # world torque on each body's pose
+        if xSl is not None:
+            gSl += xSl
+        if xSa is not None:
+            gSa += xSa
+        gp = torch.zeros_like(p) if xp is None else xp.clone()  # world force on each body's pose
+        tq = torch.zeros_like(p) if xt is None else xt.clone()  # world torque on each body's pose
         t0, gp0 = tq[:, 0], gp[:, 0]
         if fb:
             # tau_base = [R0^T F_l; R0^T (F_a - p0 x F_l)]
@@ -1707,6 +1719,8 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
         gSa.addcmul_(gJa, qd)
         gqd = (Sl * gJl).sum(0) + (Sa * gJa).sum(0)
         gv[off:] = _coordinate_forces(topo, gqd)
+        if xv is not None:
+            gv += xv
         # S = [p x a; a] (revolute), [a; 0] (prismatic), a = R axis: a rotation
         # w of the body turns a by w x a, so a's gradient g pairs as a x g.
         tm, gpm = tq[:, 1:], gp[:, 1:]
@@ -1727,6 +1741,8 @@ def rnea_vjp_fast(model: RobotModel, q, v, a, g, lam, kin=None):
             gth = gth * topo.is_rev + (aw * Gm).sum(0) * topo.is_pri
         gq = qf.new_zeros(qf.shape)
         gj = _coordinate_forces(topo, gth)
+        if xj is not None:
+            gj = gj + xj
         if topo.dof_inv is not None:
             gj = gj.index_select(0, topo.dof_inv[off:] - off)
         gq[:, 7 if fb else 0 :] = gj.T
