@@ -750,6 +750,7 @@ class _RowPlan(NamedTuple):
     dpos: torch.Tensor  # (nv,) the diagonal entries in the layout
     rpos: torch.Tensor  # (nv,) the right-hand side's entries in the layout
     base: int | None  # floating base: first row of its six padded runs (see above)
+    programs: dict  # batch size -> its _LTDLProgram (built on first use)
 
 
 def _sparsity(model: RobotModel) -> _Sparsity:
@@ -913,6 +914,7 @@ def _build_sparsity(model: RobotModel) -> _Sparsity:
         dpos=t([start[c] + len(ancs[c]) + 1 for c in range(nv)]),
         rpos=t([start[c] for c in range(nv)]),
         base=base,
+        programs={},
     )
     return _Sparsity(
         nnz=len(pos),
@@ -1110,7 +1112,12 @@ class LTDLFactor:
     """``M = L^T D L`` with the tree's sparsity; :meth:`solve` applies ``M^-1``.
 
     Built under ``no_grad`` from the packed entries (not modified), in the
-    row layout of :class:`_RowPlan`.
+    row layout of :class:`_RowPlan`. The multipliers ``L`` of all levels are
+    one array (``Ls`` its per-level ``(n d, N)`` parts, ``sp.levels``
+    order), and every strided view the factorisation and the back
+    substitution use is a prepared ``as_strided`` argument triple
+    (:func:`_ltdl_program`, once per batch size): the factorisation's
+    Python time is then little more than one call per operation.
     """
 
     def __init__(self, sp: _Sparsity, topo: FastTopo, E: torch.Tensor, rhs: torch.Tensor | None = None):
@@ -1119,36 +1126,34 @@ class LTDLFactor:
         self.sp, self.topo = sp, topo
         N = E.shape[-1]
         plan = sp.rows
+        prog = _ltdl_program(sp, N)
+        # rows() gives a fresh array (storage offset 0): the prepared offsets hold.
         W = rows(E, plan.src)  # the row layout (_RowPlan)
         if rhs is not None:
             W.index_copy_(0, plan.rpos, rhs)
-        base = W.storage_offset()
-        Ls = []
-        for lv, b0, ups in zip(sp.levels, plan.blocks, plan.updates):
-            n, d = lv.k.numel(), lv.d
-            blk = W[b0 : b0 + n * (d + 2)].view(n, d + 2, N)
-            L3 = div(blk[:, 1 : d + 1], blk[:, d + 1 :])  # (n, d, N)
-            if plan.base is not None and d >= 6:  # the base's six runs, padded to 7 rows each
-                # Coordinates 0-2 need at most 4 rows, 3-5 at most 7: two
-                # views, 33 rows written for 27 (one view of 42 before).
-                lo3 = W.as_strided((3, 4, N), (7 * N, N, 1), base + plan.base * N)
-                hi3 = W.as_strided((3, 7, N), (7 * N, N, 1), base + (plan.base + 21) * N)
-                for k in range(n):
-                    lo3.addcmul_(L3[k, :3, None], blk[k, None, :4], value=-1.0)
-                    hi3.addcmul_(L3[k, 3:6, None], blk[k, None, :7], value=-1.0)
-            lo, row = L3.storage_offset(), (d + 2) * N
-            for first, step, cnt, k0, a in ups:  # three strided views: the least Python time
-                W.as_strided((cnt, a + 2, N), (step * N, N, 1), base + first * N).addcmul_(
-                    L3.as_strided((cnt, 1, N), (d * N, N, 1), lo + (k0 * d + a) * N),  # L3[k0:k0+cnt, a:a+1]
-                    W.as_strided((cnt, a + 2, N), (row, N, 1), base + b0 * N + k0 * row),  # blk[k0:k0+cnt, :a+2]
-                    value=-1.0,
-                )
-            Ls.append(L3.view(n * d, N))
-        self.Ls = Ls
+        La = new((prog.nL, N), W)
+        ws, ls = W.as_strided, La.as_strided
+        lo3 = hi3 = None
+        if prog.base is not None:  # the base's six padded runs, as two views (coordinates 0-2 and 3-5)
+            lo3, hi3 = ws(*prog.base[0]), ws(*prog.base[1])
+        for num, den, out, base_ups, ups in prog.levels:
+            torch.div(ws(*num), ws(*den), out=ls(*out))
+            for l_lo, s_lo, l_hi, s_hi in base_ups:
+                lo3.addcmul_(ls(*l_lo), ws(*s_lo), value=-1.0)
+                hi3.addcmul_(ls(*l_hi), ws(*s_hi), value=-1.0)
+            for dst, lk, src in ups:
+                ws(*dst).addcmul_(ls(*lk), ws(*src), value=-1.0)
+        self.La, self.prog = La, prog
         self.D = W.index_select(0, plan.dpos)
         self.x = None
         if rhs is not None:
             self.x = self._back(W.index_select(0, plan.rpos).div_(self.D))
+
+    @property
+    def Ls(self) -> list:
+        """Per level (``sp.levels`` order) its multipliers ``(n d, N)``: row
+        ``k d + b`` is ``L[k, anc_b(k)]`` (views of one array)."""
+        return [self.La[a:b] for a, b in self.prog.L_bounds]
 
     def solve_fast(self, r: torch.Tensor) -> torch.Tensor:
         """``M^-1 r`` for ``r (nv, N)`` (not modified)."""
@@ -1160,11 +1165,17 @@ class LTDLFactor:
         return self._back(r.div_(self.D))
 
     def _back(self, r: torch.Tensor) -> torch.Tensor:
-        """``L^-1 r`` in place on ``r (nv, N)``: ``L x = z``, root first."""
+        """``L^-1 r`` in place on ``r (nv, N)``: ``L x = z``, root first; each
+        level's coordinates are one slice of ``r`` (a plain subtraction, not
+        a row-by-row ``index_add_``)."""
         N = r.shape[-1]
-        for lv, Lk in zip(reversed(self.sp.levels), reversed(self.Ls)):
-            x = rows(r, lv.anc).mul_(Lk)
-            r.index_add_(0, lv.k, x.view(-1, lv.d, N).sum(1), alpha=-1.0)
+        ls = self.La.as_strided
+        for anc, Lv, n, d, k0, k in self.prog.back:
+            x = rows(r, anc).mul_(ls(*Lv))
+            if k0 is None:
+                r.index_add_(0, k, x.view(n, d, N).sum(1), alpha=-1.0)
+            else:
+                r[k0 : k0 + n].sub_(x.view(n, d, N).sum(1))
         return r
 
     def solve(self, rhs: torch.Tensor) -> torch.Tensor:
@@ -1173,6 +1184,66 @@ class LTDLFactor:
             shape = rhs.shape
             x = self.solve_fast(_to_internal(self.topo, rhs.reshape(-1, shape[-1])))
             return _from_internal(self.topo, x).reshape(shape)
+
+
+class _LTDLProgram(NamedTuple):
+    """:class:`LTDLFactor`'s operations for one batch size ``N``: every view
+    an ``as_strided`` argument triple ``(size, stride, storage offset)`` on
+    the row layout ``W`` or the multipliers ``La`` (both fresh, offset 0)."""
+
+    nL: int  # rows of La
+    L_bounds: tuple  # per level, its rows of La
+    base: tuple | None  # the base's two padded views of W (coordinates 0-2, 3-5)
+    levels: tuple  # per level: (numerators, diagonal, out) of L = M / D, base updates, updates
+    back: tuple  # per level root first: (ancestors, L's view, n, d, first coordinate or None, coordinates)
+
+
+def _ltdl_program(sp: _Sparsity, N: int) -> _LTDLProgram:
+    prog = sp.rows.programs.get(N)
+    if prog is None:
+        if len(sp.rows.programs) >= 8:
+            sp.rows.programs.clear()
+        prog = sp.rows.programs[N] = _build_ltdl_program(sp, N)
+    return prog
+
+
+def _build_ltdl_program(sp: _Sparsity, N: int) -> _LTDLProgram:
+    plan = sp.rows
+    levels, bounds, back = [], [], []
+    lo = 0
+    for lv, b0, ups in zip(sp.levels, plan.blocks, plan.updates):
+        n, d = lv.k.numel(), lv.d
+        row = (d + 2) * N
+        num = ((n, d, N), (row, N, 1), (b0 + 1) * N)  # blk[:, 1:d+1]
+        den = ((n, 1, N), (row, N, 1), (b0 + d + 1) * N)  # blk[:, d+1:]
+        out = ((n, d, N), (d * N, N, 1), lo * N)
+        base_ups = []
+        if plan.base is not None and d >= 6:
+            for k in range(n):
+                kl, kb = (lo + k * d) * N, b0 * N + k * row
+                base_ups.append((
+                    ((3, 1, N), (N, N, 1), kl), ((1, 4, N), (4 * N, N, 1), kb),  # L[k, :3, None], blk[k, None, :4]
+                    ((3, 1, N), (N, N, 1), kl + 3 * N), ((1, 7, N), (7 * N, N, 1), kb),  # L[k, 3:6, None], blk[k, None, :7]
+                ))
+        prog_ups = []
+        for first, step, cnt, k0, a in ups:
+            prog_ups.append((
+                ((cnt, a + 2, N), (step * N, N, 1), first * N),  # the ancestors' runs, first a + 2 rows
+                ((cnt, 1, N), (d * N, N, 1), (lo + k0 * d + a) * N),  # L[k0:k0+cnt, a:a+1]
+                ((cnt, a + 2, N), (row, N, 1), b0 * N + k0 * row),  # blk[k0:k0+cnt, :a+2]
+            ))
+        levels.append((num, den, out, tuple(base_ups), tuple(prog_ups)))
+        bounds.append((lo, lo + n * d))
+        ks = lv.k.tolist()
+        k0 = ks[0] if ks == list(range(ks[0], ks[0] + n)) else None
+        back.append((lv.anc, ((n * d, N), (N, 1), lo * N), n, d, k0, lv.k))
+        lo += n * d
+    base = None
+    if plan.base is not None:
+        # Coordinates 0-2 need at most 4 rows, 3-5 at most 7: 33 rows
+        # written per joint coordinate for 27 (one view of 42 before).
+        base = (((3, 4, N), (7 * N, N, 1), plan.base * N), ((3, 7, N), (7 * N, N, 1), (plan.base + 21) * N))
+    return _LTDLProgram(nL=lo, L_bounds=tuple(bounds), base=base, levels=tuple(levels), back=tuple(back[::-1]))
 
 
 def _to_internal(topo: FastTopo, x: torch.Tensor) -> torch.Tensor:
