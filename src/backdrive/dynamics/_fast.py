@@ -509,15 +509,22 @@ def _velocities(topo: FastTopo, K: FastKin, vt: torch.Tensor, fb: bool, out=None
     ``J = S qd`` and every active body's world twist ``V`` (the sum of ``J``
     over its ancestors and the base's), pairs of ``(3, k, N)`` halves (``V``
     into the pair ``out`` where given: no autograd, and more samples than
-    ``LEVEL_SUM_MIN_BATCH``, so that the tree sums work in place)."""
+    ``LEVEL_SUM_MIN_BATCH``, so that the tree sums work in place; ``J`` is
+    then not formed, ``(None, None)``)."""
     qd = _body_rates(topo, vt)
-    Jl, Ja = mul(K.Sl, qd), mul(K.Sa, qd)
     base = None
     if fb:
         base = (vt[:3, None], vt[3:6, None]) if K.base_frame else _base_to_world(K.R[:, :, 0], K.p[:, 0], vt[:6])
     if out is not None:
-        Vl, Va = _with_base(fb, base, Jl, Ja, out)
-        return qd, (Jl, Ja), (down(topo.sums, Vl), down(topo.sums, Va))
+        # S qd straight into V's rows (no J arrays: the accelerations use
+        # V x (S qd) = (V x S) qd, :func:`_accelerations`).
+        o = 1 if fb else 0
+        for x, S, b in zip(out, (K.Sl, K.Sa), base or (None, None)):
+            torch.mul(S, qd, out=x[:, o:])
+            if fb:
+                x[:, :1].copy_(b)
+        return qd, (None, None), (down(topo.sums, out[0]), down(topo.sums, out[1]))
+    Jl, Ja = mul(K.Sl, qd), mul(K.Sa, qd)
     Vl, Va = _with_base(fb, base, Jl, Ja)
     # down() works in place above a few hundred samples: on fresh arrays.
     Vl, Va = down(topo.sums, Vl.clone() if not fb else Vl), down(topo.sums, Va.clone() if not fb else Va)
@@ -535,10 +542,11 @@ def _cross_into(out, a, b):
     return out
 
 
-def _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav, out=None):
+def _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav, out=None, qd=None):
     """Every active body's world acceleration offset by gravity's, ``A - [g; 0]``
     (``(3, na, N)`` halves, no autograd): the sums over ancestors of each
-    joint's ``V x (S qd) + S qdd``, written in place into one array with the
+    joint's ``V x (S qd) + S qdd`` (``Jl``, ``Ja``: ``S qd``, or ``None``
+    with ``qd`` given: then ``(V x S) qd``), written in place into one array with the
     base's row (the base's acceleration, or zero) and gravity added once at
     the roots of the tree before the sum, which carries it to every body
     (into the pair ``out`` where given, as :func:`_velocities`)."""
@@ -546,8 +554,12 @@ def _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav, ou
     Alf, Aaf = (new((3, na, N), Vml), new((3, na, N), Vml)) if out is None else out
     Al, Aa = (Alf[:, 1:], Aaf[:, 1:]) if fb else (Alf, Aaf)
     # The joint axis moves with its body: d/dt (S qd) = S qdd + V x (S qd).
-    cross_add(_cross_into(Al, Vma, Jl), Vml, Ja)
-    _cross_into(Aa, Vma, Ja)
+    if Jl is None:  # J = S qd not formed (_velocities into out): (V x S) qd
+        cross_add(_cross_into(Al, Vma, Sl), Vml, Sa).mul_(qd)
+        _cross_into(Aa, Vma, Sa).mul_(qd)
+    else:
+        cross_add(_cross_into(Al, Vma, Jl), Vml, Ja)
+        _cross_into(Aa, Vma, Ja)
     if qdd is not None:
         Al.addcmul_(Sl, qdd)
         Aa.addcmul_(Sa, qdd)
@@ -614,7 +626,7 @@ def rnea_fast(
         Vml, Vma = (Vl[:, 1:], Va[:, 1:]) if fb else (Vl, Va)
         if at is not None:
             qdd = _body_rates(topo, at)
-        _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav, (XL[:, 0], XA[:, 0]))
+        _accelerations(topo, fb, Vml, Vma, Jl, Ja, Sl, Sa, qdd, at, R0, p0, grav, (XL[:, 0], XA[:, 0]), qd)
         fXl, fXa = _inertia(K._replace(h=K.h[:, None], I=K.I[:, :, None]), XL, XA)
         fl, fa, hl, ha = fXl[:, 0], fXa[:, 0], fXl[:, 1], fXa[:, 1]
         # f = I A + V x* (I V), V x* h = [w x h_l; w x h_a + v x h_l].
