@@ -1126,17 +1126,19 @@ def _pairs_by_blocks(sp: _Sparsity, S6: torch.Tensor, F6: torch.Tensor, P: torch
     as the six operations (the product array's memory traffic)."""
     prog = _pair_program(sp, P.shape[-1], S6.storage_offset(), F6.storage_offset(), P.storage_offset())
     ss, fs, ps = S6.as_strided, F6.as_strided, P.as_strided
-    for out, (s0, f0), *rest in prog:
-        x = torch.mul(ss(*s0), fs(*f0), out=ps(*out))
-        for sc, fc in rest:
-            x.addcmul_(ss(*sc), fs(*fc))
+    for out, s6, f6 in prog:
+        # One (6, A, B, N) view each, unbound: less Python time than six views.
+        (s0, *sr), (f0, *fr) = ss(*s6).unbind(0), fs(*f6).unbind(0)
+        x = torch.mul(s0, f0, out=ps(*out))
+        for sc, fc in zip(sr, fr):
+            x.addcmul_(sc, fc)
     return P
 
 
 def _pair_program(sp: _Sparsity, N: int, so: int, fo: int, po: int) -> tuple:
     """:func:`_pairs_by_blocks`' ``as_strided`` arguments for ``N`` samples
     and the arrays' storage offsets, cached on ``sp``: per block, ``P``'s
-    rows, then ``S``'s and ``F``'s view of each of the six components."""
+    rows, then ``S``'s and ``F``'s ``(6, A, B, N)`` views."""
     key = (N, so, fo, po)
     prog = sp.programs.get(key)
     if prog is None:
@@ -1145,14 +1147,12 @@ def _pair_program(sp: _Sparsity, N: int, so: int, fo: int, po: int) -> tuple:
         nm = int(sp.joint_diag.numel())
         out, p0 = [], 0
         for j0, i0, (dj1, di1), A, (dj2, di2), B in sp.blocks:
-            size = (A, B, N)
-            views = [(size, (B * N, N, 1), po + p0 * N)]
-            for c in range(6):
-                views.append((
-                    (size, (dj1 * N, dj2 * N, 1), so + (c * nm + j0) * N),
-                    (size, (di1 * N, di2 * N, 1), fo + (c * nm + i0) * N),
-                ))
-            out.append(tuple(views))
+            size = (6, A, B, N)
+            out.append((
+                ((A, B, N), (B * N, N, 1), po + p0 * N),
+                (size, (nm * N, dj1 * N, dj2 * N, 1), so + j0 * N),
+                (size, (nm * N, di1 * N, di2 * N, 1), fo + i0 * N),
+            ))
             p0 += A * B
         prog = sp.programs[key] = tuple(out)
     return prog
