@@ -152,18 +152,27 @@ def test_fast_forward_dynamics_float32_g1_accuracy():
     assert float((got.double() - ref).abs().max() / ref.abs().max()) < 1e-3
 
 
-def test_fast_crba_pairs_gathered_block_g1(monkeypatch):
-    """The G1 humanoid's CRBA pairs: strided runs plus the short runs' pairs
-    gathered into one block (``_Sparsity.rest``), used above
-    ``LEVEL_SUM_MIN_BATCH``; the mass matrix (world frame) and forward
-    dynamics (base frame, LTDL) against the reference path in float64."""
+def test_fast_crba_pair_blocks_g1(monkeypatch):
+    """The G1 humanoid's CRBA pairs as strided blocks (``_Sparsity.blocks``:
+    runs, broadcasts of one ancestor, two-dimensional blocks), each pair
+    once, used above ``LEVEL_SUM_MIN_BATCH``; the mass matrix (world frame)
+    and forward dynamics (base frame, LTDL) against the reference path in
+    float64."""
     from backdrive.dynamics import _fast as fast_mod
     from backdrive.kinematics import _paths
 
     robot = load("example-robot-data:g1", floating_base=True)
     sp = fast_mod._sparsity(robot)
-    assert sp.rest is not None and len(sp.runs) > 1
-    assert sp.npairs == sum(sp.run_slices[2])
+    topo = fast_mod.fast_topology(robot)
+    nm = topo.nm
+    cells = [(j0 + d1[0] * a + d2[0] * b, i0 + d1[1] * a + d2[1] * b)
+             for j0, i0, d1, A, d2, B in sp.blocks for a in range(A) for b in range(B)]
+    ancestor = topo.upper.bool()  # upper[j, i]: moving body j is i or one of its ancestors
+    assert len(cells) == len(set(cells)) == sp.npairs == int(ancestor.sum())
+    assert all(bool(ancestor[j, i]) for j, i in cells)
+    assert cells[:nm] == [(i, i) for i in range(nm)]  # the diagonal first, in order
+    assert any(B > 1 for *_, B in sp.blocks) and any(d1[0] == 0 for _, _, d1, *_ in sp.blocks)
+    assert len(sp.blocks) < 24
     g = torch.Generator().manual_seed(24)
     n = 6
     q = robot.random_q(n, generator=g)
