@@ -343,7 +343,8 @@ def test_gait_prior_layout_offsets_and_errors(g1_32):
     assert torch.equal(off[0], torch.zeros(15))  # no command: no stride
     assert torch.equal(plain.gait_offsets(torch.zeros(2, 1), cmd), torch.zeros(2, 15))
     assert GAIT_KEYS == ("frequency", "lift", "sway", "stride", "placement", "reference", "torso", "level",
-                         "capture", "turn", "roll", "steer", "steer_rate", "smoothing", "arms")
+                         "capture", "turn", "roll", "steer", "steer_rate", "smoothing", "arms", "profile", "twist",
+                         "counter", "support")
     # Foot placement: running 0.2 m/s ahead of the command swings the left foot further forward (flat).
     placing = HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.5, "placement": 0.5})
     off = placing.gait_offsets(torch.full((1, 1), math.pi / 2), torch.zeros(1, 3), torch.tensor([0.2]))
@@ -542,3 +543,61 @@ def test_gait_prior_steer_term_and_commanded_heading(g1_32):
         HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.0, "steer": math.nan})
     with pytest.raises(InputError, match="gait="):
         HumanoidBalance(1, robot=g1_32).heading_error(torch.zeros(1, 89))
+
+
+def test_gait_prior_wobble_keys_profile_twist_counter_support(g1_32):
+    # The 11th session's keys: profile (the stride's waveform), twist and counter (the waist yaw on the
+    # pelvis's yaw rate and heading error), support (a double support without lift).
+    cmd = torch.tensor([[0.3, 0.0, 0.0], [0.3, 0.0, 0.2]])
+    base = {"frequency": 1.5, "stride": 0.3}
+    plain = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, gait=base)
+    prof = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, gait={**base, "profile": 1.0})
+    half = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, gait={**base, "profile": 0.5})
+    # profile 0 is the cosine stride (the default); at phase 0 every profile starts the left swing from
+    # the left hip's back extreme (+0.09) with the right hip forward (-0.09).
+    for env in (prof, half):
+        off = env.gait_offsets(torch.zeros(2, 1), cmd)
+        assert torch.allclose(off[0, [0, 4, 6, 10]], torch.tensor([0.09, -0.09, -0.09, 0.09]), atol=1e-6)
+    # Phase pi/4: the left swing a quarter done (the cubic 8u^3 - 12u^2 + 2u + 1 at u = 1/4: 0.875, it has
+    # not yet left the back), the right stance a quarter done (-1 + 2u = -0.5: swept back at a constant rate).
+    ph = torch.full((2, 1), math.pi / 4)
+    off = prof.gait_offsets(ph, cmd)
+    assert torch.allclose(off[0, [0, 6]], torch.tensor([0.09 * 0.875, 0.09 * -0.5]), atol=1e-6)
+    blend = 0.5 * plain.gait_offsets(ph, cmd) + 0.5 * off
+    assert torch.allclose(half.gait_offsets(ph, cmd), blend, atol=1e-6)
+    # The stance hip's rate is constant, and the swing starts and ends at it (a retraction at touchdown).
+    phases = torch.linspace(0.0, 2 * math.pi, 721, dtype=torch.float64)[:-1, None]
+    hip = prof.gait_offsets(phases.float(), cmd[:1].expand(720, 3))[:, 6].double()  # the right leg
+    rate = torch.diff(hip) / float(phases[1] - phases[0])
+    stance = rate[5:355]  # the right stance: phases (0, pi)
+    assert float(stance.std()) < 1e-4 and abs(float(stance.mean()) - 0.18 / math.pi) < 1e-4
+    assert abs(float(rate[362]) - 0.18 / math.pi) < 0.01 and abs(float(rate[715]) - 0.18 / math.pi) < 0.01
+    assert float(hip.abs().max()) < 0.09 * 1.1
+    # twist and counter: the waist yaw target, from the yaw rate above the command's and the heading error;
+    # nothing else changes.
+    waist = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, gait={**base, "twist": 0.2, "counter": 1.5})
+    rate, err = torch.tensor([0.5, -0.4]), torch.tensor([0.1, 0.3])
+    off = waist.gait_offsets(ph, cmd, yaw_rate=rate, heading_error=err)
+    assert torch.allclose(off[:, 12], 0.2 * (rate - cmd[:, 2]) + 1.5 * err, atol=1e-6)
+    ref = plain.gait_offsets(ph, cmd, yaw_rate=rate, heading_error=err)
+    assert torch.equal(off[:, :12], ref[:, :12]) and torch.equal(off[:, 13:], ref[:, 13:])
+    # The transition drives the waist yaw from the state's heading error: the pelvis turned left of the
+    # commanded heading turns the torso further left (waist yaw +) and the pelvis back (its yaw rate -).
+    plain.reset(seed=2)
+    s = plain.state.clone()
+    s[:, 90] = s[:, 90] - 0.3
+    counter = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, gait={**base, "counter": 1.0})
+    a, b = counter.transition(s, torch.zeros(2, 15)), plain.transition(s, torch.zeros(2, 15))
+    assert bool((a[:, 7 + 12] - b[:, 7 + 12] > 1e-3).all()) and bool((a[:, 41] - b[:, 41] < -1e-2).all())
+    # support: no lift while |sin(phase)| <= support; full lift at mid-swing.
+    lift = HumanoidBalance(2, robot=g1_32, push_velocity=0.0, gait={"frequency": 1.5, "lift": 0.2, "support": 0.3})
+    off = lift.gait_offsets(torch.tensor([[0.25], [math.pi / 2]]), torch.zeros(2, 3))  # sin 0.247, 1
+    assert torch.equal(off[0, [0, 3, 4]], torch.zeros(3))
+    assert torch.allclose(off[1, [0, 3, 4]], torch.tensor([-0.2, 0.4, -0.2]), atol=1e-6)
+    mid = lift.gait_offsets(torch.full((1, 1), math.asin(0.65)), torch.zeros(1, 3))[0, 3]
+    assert abs(float(mid) - 0.4 * 0.5 ** 2) < 1e-6  # (0.65 - 0.3) / 0.7 = 0.5
+    for bad, match in (({"profile": 1.5}, "profile must be in"), ({"profile": -0.1}, "profile must be in"),
+                       ({"support": 1.0}, "support must be in"), ({"support": -0.2}, "support must be in"),
+                       ({"twist": math.nan}, "twist must be a finite"), ({"counter": "1"}, "counter must be a finite")):
+        with pytest.raises(InputError, match=match):
+            HumanoidBalance(1, robot=g1_32, gait={"frequency": 1.0, **bad})

@@ -145,9 +145,18 @@ G1_CAPTURE_FEEDBACK: dict[str, float] = {"ankle_tilt": 0.5, "ankle_comvel": 0.5,
 #: and ``arms`` (each shoulder pitch swings by ``arms`` times the other side's
 #: hip stride offset: the right arm forward with the left leg, against the
 #: legs' twist of the body about the vertical, :meth:`HumanoidBalance.arm_offsets`).
+#: The yaw wobble (docs/locomotion.md, *11th session*): ``counter`` (rad of waist yaw per rad of
+#: heading error, the same error ``steer`` uses: the torso turns with the pelvis's turn, and the
+#: waist servo's reaction turns the pelvis back, the torso a reaction wheel that adds its yaw inertia
+#: to the pelvis's), ``twist`` (the same per rad/s of the pelvis's yaw rate above the command's),
+#: ``support`` (a double support: the swing's lift ``s`` becomes ``max((+-sin(phase) - support) /
+#: (1 - support), 0)^2``, so both feet stand while ``|sin(phase)| <= support``; in ``[0, 1)``) and
+#: ``profile`` (in ``[0, 1]``: the stride's waveform, 0 the cosine, 1 a constant-rate sweep of the
+#: stance hip with a swing that lands the foot moving back under the pelvis,
+#: :meth:`HumanoidBalance._stride_waves`; in between a blend).
 GAIT_KEYS: tuple[str, ...] = ("frequency", "lift", "sway", "stride", "placement", "reference",
                               "torso", "level", "capture", "turn", "roll", "steer", "steer_rate",
-                              "smoothing", "arms")
+                              "smoothing", "arms", "profile", "twist", "counter", "support")
 
 # Indices (into the 15 actuated joints) of the pitch and roll joints each group drives.
 _FB_PITCH = {"ankle": (4, 10), "hip": (0, 6), "waist": (14,)}
@@ -421,6 +430,12 @@ class HumanoidBalance(DiffEnv):
             if gait_cfg["frequency"] * dt > 0.5:
                 raise InputError(f"gait frequency {gait_cfg['frequency']} Hz is above half the control rate "
                                  f"({0.5 / dt:g} Hz)")
+            if not 0.0 <= gait_cfg["profile"] <= 1.0:
+                raise InputError(f"gait profile must be in [0, 1] (0: a cosine stride, 1: a constant-rate stance "
+                                 f"sweep with a swing-leg retraction), got {gait_cfg['profile']!r}")
+            if not 0.0 <= gait_cfg["support"] < 1.0:
+                raise InputError(f"gait support must be in [0, 1) (the double support's |sin(phase)|), "
+                                 f"got {gait_cfg['support']!r}")
             if gait_cfg["smoothing"] < 0:
                 raise InputError(f"gait smoothing must be >= 0 s (a time constant), got {gait_cfg['smoothing']!r}")
         ranges = parse_command_ranges(command_ranges, {k: (0.0, 0.0) for k in COMMAND_RANGES})
@@ -761,7 +776,7 @@ class HumanoidBalance(DiffEnv):
         if self.gait is None:
             return out
         g = self.gait
-        sin, cos = torch.sin(phase[:, 0]), torch.cos(phase[:, 0])
+        sin = torch.sin(phase[:, 0])
         ahead = torch.zeros_like(sin) if forward_velocity is None else forward_velocity - command[:, 0]
         amplitude = g["stride"] * command[:, 0]
         if com_velocity is not None and g["capture"] != 0.0:
@@ -773,7 +788,11 @@ class HumanoidBalance(DiffEnv):
             tilt, side = (lean, side) if lean.dim() == 1 else (lean[:, 0], lean[:, 1])
         spin = torch.zeros_like(sin) if yaw_rate is None else yaw_rate - command[:, 2]
         cols = []
-        for leg, s in ((0, torch.clamp_min(sin, 0.0) ** 2), (6, torch.clamp_min(-sin, 0.0) ** 2)):
+        waves = self._stride_waves(phase[:, 0])
+        # The swing's lift, 0 within the double support (|sin(phase)| <= support) around phases 0 and pi.
+        d = g["support"]
+        for leg, s in ((0, torch.clamp_min((sin - d) / (1.0 - d), 0.0) ** 2),
+                       (6, torch.clamp_min((-sin - d) / (1.0 - d), 0.0) ** 2)):
             lift = g["lift"] * s
             place = g["placement"] * ahead * s
             sign = 1.0 if leg == 0 else -1.0
@@ -782,13 +801,38 @@ class HumanoidBalance(DiffEnv):
             upright, upright_side = tilt * weight, g["roll"] * side * weight
             # Differential stride: turned left of the commanded heading, the right leg strides further (the
             # sign measured to straighten the walk; the other one turned the robots faster).
-            stride = (amplitude - sign * (g["steer"] * err + g["steer_rate"] * spin)) * cos
+            stride = (amplitude - sign * (g["steer"] * err + g["steer_rate"] * spin)) * waves[leg // 6]
             yaw = g["turn"] * spin * stance
             # hip pitch, hip roll, hip yaw, knee, ankle pitch, ankle roll
-            cols += [-lift + sign * stride - place + upright, sway + upright_side, yaw,
-                     2.0 * lift, -lift - sign * stride + place, -sway]
+            cols += [-lift + stride - place + upright, sway + upright_side, yaw,
+                     2.0 * lift, -lift - stride + place, -sway]
         out[:, :12] = torch.stack(cols, -1)
+        if g["twist"] != 0.0 or g["counter"] != 0.0:
+            # The torso as a reaction wheel: the waist yaw turns the torso with the pelvis's yaw rate
+            # (twist) and its heading error (counter); the servo's reaction turns the pelvis back.
+            out[:, 12] = g["twist"] * spin + g["counter"] * err
         return out
+
+    def _stride_waves(self, phase: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The left and right hip's stride waveforms ``(N,)`` each, in ``[-1.09, 1.09]`` (key ``profile``).
+
+        ``profile`` 0: ``cos(phase)`` and ``-cos(phase)``. ``profile`` 1: the stance leg's hip sweeps
+        back at a constant rate (``-1 + 2u`` over the stance's fraction ``u``) and the swing leg's
+        forward along the cubic ``8u^3 - 12u^2 + 2u + 1`` over the swing's fraction ``u``, which
+        starts and ends at the stance's rate: the foot leaves the ground and lands moving back under
+        the pelvis (a swing-leg retraction), not forward. In between: a blend of the two.
+        """
+        p = self.gait["profile"]
+        left = torch.cos(phase)
+        if p == 0.0:
+            return left, -left
+        out = []
+        for shift in (0.0, math.pi):
+            x = torch.remainder(phase + shift, 2 * math.pi) / math.pi  # [0, 1): swing, [1, 2): stance
+            u = torch.where(x < 1.0, x, x - 1.0)
+            hermite = torch.where(x < 1.0, ((8.0 * u - 12.0) * u + 2.0) * u + 1.0, 2.0 * u - 1.0)
+            out.append((1.0 - p) * (left if shift == 0.0 else -left) + p * hermite)
+        return out[0], out[1]
 
     def heading_error(self, state: torch.Tensor) -> torch.Tensor:
         """The pelvis's heading minus the commanded heading ``(N,)``, rad in ``[-pi, pi)`` (needs ``gait=``).
@@ -815,7 +859,7 @@ class HumanoidBalance(DiffEnv):
         if self.gait is None or self.gait["arms"] == 0.0:
             return out
         g = self.gait
-        left_hip = g["stride"] * command[:, 0] * torch.cos(phase[:, 0])
+        left_hip = g["stride"] * command[:, 0] * self._stride_waves(phase[:, 0])[0]
         out[:, 0] = -g["arms"] * left_hip  # left shoulder pitch: with the right hip's stride (-left_hip)
         out[:, 7] = g["arms"] * left_hip  # right shoulder pitch: with the left hip's
         return out
