@@ -438,7 +438,8 @@ def main(argv=None):
                     help="comma-separated parameters of the calibration (with the delay and the total-mass anchor)")
     ap.add_argument("--total-mass-std", type=float, default=None, metavar="KG",
                     help="standard deviation of the weighed total mass anchoring body_mass (ContactFit."
-                         "total_mass_std; default 0.1 %% of the mass, a prior residual); 0 makes the total exact")
+                         "total_mass_std; default 0.1 %% of the mass, a prior residual that the data can outweigh); "
+                         "0 holds the weighed total exactly (a constraint, not a residual)")
     ap.add_argument("--start", choices=("nominal", "truth"), default="nominal",
                     help="the fit's starting point; 'truth' (with --iterations 0 and --delays truth) gives the "
                          "Cramer-Rao intervals at the hidden values: what the data can determine")
