@@ -1,6 +1,6 @@
 """Why does fine-tuning the shipped Go1 walker with SHAC speed it up? (issue 13, 11th session)
 
-In the nominal simulator of ``calibration_loop.py`` (the fine-tuning recipe of
+In the nominal simulator of ``calibration_loop.py`` (or a calibrated one, ``--calibration``) (the fine-tuning recipe of
 ``calibration_loop.fine_tune_policy``: the shipped actor, its observation
 statistics frozen, a fresh critic fitted alone for ``--warmup`` updates):
 
@@ -22,6 +22,10 @@ statistics frozen, a fresh critic fitted alone for ``--warmup`` updates):
    m/s, seed 123: ``calibration_loop.SELECT``).
 
     python benchmarks/calibration_loop_overshoot.py --out outputs/benchmarks/overshoot_go1.json
+
+``--profile [PT ...]`` only measures the forward speed per second of the
+shipped policy (and of saved fine-tunings) in the sim: whether the speed
+drifts within an episode.
 """
 
 from __future__ import annotations
@@ -140,6 +144,31 @@ def decompose(trainer, lr):
     return out
 
 
+def speed_profile(paths, params, seconds: float = 10.0, episodes: int = 8, seed: int = 123) -> dict:
+    """Forward speed per second (along each robot's heading, from the base
+    positions) of the shipped policy and of the policies in ``paths``
+    (state dicts) in the sim of ``params``, under the 0.5 m/s command."""
+    from backdrive.spatial import quat_apply
+
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    out = {}
+    for name in ["shipped", *paths]:
+        pol = shipped
+        if name != "shipped":
+            pol = copy.deepcopy(shipped)
+            pol.load_state_dict(torch.load(name, weights_only=True))
+            pol.eval()
+        env = CL.make_env(params, episodes, robot_name="go1")
+        m = env.evaluate(pol, LT.COMMAND, seconds=seconds, seed=seed, settle=LT.SETTLE)
+        q = m["q"].double()
+        h = quat_apply(q[:-1, :, 3:7], q.new_tensor([1.0, 0.0, 0.0]).expand(q.shape[0] - 1, q.shape[1], 3))
+        v = ((q[1:, :, :3] - q[:-1, :, :3]) * h).sum(-1) / env.dt  # (T, N)
+        per_s = v.reshape(int(round(seconds)), -1, v.shape[1]).mean((1, 2)).tolist()
+        out[name] = {"per_second": per_s, "forward_speed": m["forward_speed"], "upright": m["upright"]}
+        log(name, json.dumps(out[name]))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--warmup", type=int, default=20)
@@ -150,22 +179,36 @@ def main(argv=None):
     ap.add_argument("--envs", type=int, default=64, help="training copies (GO1_WALK_SHAC's 64)")
     ap.add_argument("--branches", default="recipe,cmd0.5,noise0")
     ap.add_argument("--out", default="outputs/benchmarks/overshoot_go1.json")
+    ap.add_argument("--calibration", default=None, metavar="JSON",
+                    help="train in this calibration's sim (calibration_loop.py --calibrate-only's JSON) instead of "
+                         "the nominal one")
+    ap.add_argument("--no-diagnose", action="store_true", help="skip the critic slope and gradient decomposition")
     ap.add_argument("--save-policies", default=None, metavar="PREFIX",
                     help="save each branch's best own-sim candidate (the shipped one included) as PREFIX_<branch>.pt "
                          "(+ .json), calibration_loop.py --nominal-only's format")
+    ap.add_argument("--profile", nargs="*", default=None, metavar="PT",
+                    help="only the forward speed per second of the shipped policy and these state dicts "
+                         "(8 x --profile-seconds at 0.5 m/s, seed 123) in the sim, written to --out")
+    ap.add_argument("--profile-seconds", type=float, default=10.0)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
     res = {"args": vars(args)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.profile is not None:
+        params = json.loads(Path(args.calibration).read_text())["calibrated"] if args.calibration else None
+        res["profile"] = speed_profile(args.profile, params, seconds=args.profile_seconds)
+        out.write_text(json.dumps(res, indent=1))
+        return
 
     def save():
         out.write_text(json.dumps(res, indent=1))
 
     _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
-    env = CL.make_env(None, args.envs, robot_name="go1")
-    ev = CL.make_env(None, CL.SELECT["episodes"], robot_name="go1")
+    params = json.loads(Path(args.calibration).read_text())["calibrated"] if args.calibration else None
+    env = CL.make_env(params, args.envs, robot_name="go1")
+    ev = CL.make_env(params, CL.SELECT["episodes"], robot_name="go1")
     config = dataclasses.replace(CL.GO1_WALK_SHAC.config, lr=args.lr, seed=args.seed, normalize_obs=False,
                                  lr_decay_updates=None)
     t0 = time.perf_counter()
@@ -186,16 +229,17 @@ def main(argv=None):
     trainer.save(ckpt)
 
     def warm():
-        tr = PolicyTrainer(CL.make_env(None, args.envs, robot_name="go1"), config=config,
+        tr = PolicyTrainer(CL.make_env(params, args.envs, robot_name="go1"), config=config,
                            policy=copy.deepcopy(shipped).train())
         return tr.load(ckpt)
 
-    diag = warm()
-    res["critic_slope"] = critic_slope(diag)
-    log("critic slope:", json.dumps(res["critic_slope"]))
-    res["decomposition"] = decompose(diag, args.lr)
-    log("decomposition:", json.dumps(res["decomposition"], indent=1))
-    del diag
+    if not args.no_diagnose:
+        diag = warm()
+        res["critic_slope"] = critic_slope(diag)
+        log("critic slope:", json.dumps(res["critic_slope"]))
+        res["decomposition"] = decompose(diag, args.lr)
+        log("decomposition:", json.dumps(res["decomposition"], indent=1))
+        del diag
     save()
     res["branches"] = {}
     for name in args.branches.split(","):
@@ -229,7 +273,7 @@ def main(argv=None):
             torch.save(best[2], path)
             Path(path + ".json").write_text(json.dumps({
                 "robot": "go1", "updates": args.warmup + args.actor_updates, "warmup": args.warmup, "lr": args.lr,
-                "seed": args.seed, "branch": name, "selection": {"kept": best[1], "candidates": rows, **CL.SELECT},
+                "seed": args.seed, "branch": name, "sim": args.calibration or "nominal", "selection": {"kept": best[1], "candidates": rows, **CL.SELECT},
                 "from": "benchmarks/calibration_loop_overshoot.py"}))
             log(f"  {name}: kept the policy after {best[1]} actor updates -> {path}")
         save()
