@@ -147,6 +147,8 @@ def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name
         params = nominal_params(r)
     robot = r.replace(body_mass=torch.tensor(params["body_mass"], **kw), damping=torch.tensor(params["damping"], **kw),
                       armature=torch.full((nj,), ARMATURE, **kw))
+    if "joint_friction" in params:  # joint Coulomb friction, N m (default: the URDF's, Go1 0.2 N m)
+        robot = robot.replace(friction=torch.as_tensor(params["joint_friction"], **kw).expand(nj).clone())
     s = float(params["motor_strength"])
     extra = {}
     if vx_range is not None:
