@@ -370,7 +370,10 @@ def main(argv=None):
     ap.add_argument("--total-mass", action="store_true",
                     help="anchor the fitted masses on the robot's true total mass (the robot is weighed; "
                          "ContactFit.total_mass)")
-    ap.add_argument("--total-mass-std", type=float, default=None, help="kg (default 0.1 %% of the mass)")
+    ap.add_argument("--total-mass-std", type=float, default=None, metavar="KG",
+                    help="standard deviation of the weighed total mass that anchors body_mass "
+                         "(ContactFit.total_mass_std; default 0.1 %% of the mass, a prior residual that the data can "
+                         "outweigh); 0 holds the weighed total exactly (a constraint, not a residual)")
     ap.add_argument("--stage2", default="",
                     help="comma-separated parameters of a second fit that starts from the first one's simulator "
                          "(its contact law and delay kept), e.g. body_mass,damping,motor_strength")

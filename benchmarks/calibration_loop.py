@@ -50,8 +50,10 @@ training settings. The policy sees and acts in the env's joint layout
 (legs FL, FR, RL, RR), which is not Go1's URDF order (FR, FL, RR, RL):
 :func:`policy_targets` and :func:`to_ctrl` map it to MuJoCo's joints, and
 the recording keeps the robot's (the simulator's) order for the fit.
-``--select-every N`` keeps, of the fine-tuning's checkpoints every N actor
-updates, the one that tracks the command best in its own training sim.
+``--select-every N`` keeps, of the shipped policy and the fine-tuning's
+checkpoints every N actor updates, the one that tracks the command best in
+its own training sim. ``--command-range`` and ``--action-noise`` change the
+fine-tuning's command distribution and exploration noise.
 
 The stages can run apart: ``--calibrate-only`` writes the calibration,
 ``--calibration JSON`` reuses it, ``--nominal-only PATH`` fine-tunes in the
@@ -132,9 +134,11 @@ class DelayedWalk(QuadrupedWalk):
             del self._substep
 
 
-def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name: str = "quadruped") -> DelayedWalk:
+def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name: str = "quadruped",
+             vx_range: tuple[float, float] | None = None) -> DelayedWalk:
     """``QuadrupedWalk`` as ``robot_name``'s shipped policy was trained, with
-    the physics of ``params`` (``None``: the calibration's nominal guess) and its delay."""
+    the physics of ``params`` (``None``: the calibration's nominal guess) and its delay;
+    ``vx_range``: the forward commands drawn per episode (default the training's, 0.2-0.8 m/s)."""
     env, _ = DelayedWalk.pretrained(num_envs, robot=robot_name, dtype=dtype)
     r = env.robot
     nj = r.num_joints
@@ -143,8 +147,13 @@ def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name
         params = nominal_params(r)
     robot = r.replace(body_mass=torch.tensor(params["body_mass"], **kw), damping=torch.tensor(params["damping"], **kw),
                       armature=torch.full((nj,), ARMATURE, **kw))
+    if "joint_friction" in params:  # joint Coulomb friction, N m (default: the URDF's, Go1 0.2 N m)
+        robot = robot.replace(friction=torch.as_tensor(params["joint_friction"], **kw).expand(nj).clone())
     s = float(params["motor_strength"])
-    env, _ = DelayedWalk.pretrained(num_envs, robot=robot, kp=env.kp * s, kd=env.kd * s, dtype=dtype)
+    extra = {}
+    if vx_range is not None:
+        extra["command_ranges"] = {**env.command_ranges, "vx": (float(vx_range[0]), float(vx_range[1]))}
+    env, _ = DelayedWalk.pretrained(num_envs, robot=robot, kp=env.kp * s, kd=env.kd * s, dtype=dtype, **extra)
     # The env builds its contact from `nominal_contact` at construction; the
     # fitted law replaces it (no randomisation, so `env.sim` is the one used).
     env.nominal_contact = ContactParameters(stiffness=float(params["stiffness"]),
@@ -431,7 +440,8 @@ def main(argv=None):
                     help="comma-separated parameters of the calibration (with the delay and the total-mass anchor)")
     ap.add_argument("--total-mass-std", type=float, default=None, metavar="KG",
                     help="standard deviation of the weighed total mass anchoring body_mass (ContactFit."
-                         "total_mass_std; default 0.1 %% of the mass, a prior residual); 0 makes the total exact")
+                         "total_mass_std; default 0.1 %% of the mass, a prior residual that the data can outweigh); "
+                         "0 holds the weighed total exactly (a constraint, not a residual)")
     ap.add_argument("--start", choices=("nominal", "truth"), default="nominal",
                     help="the fit's starting point; 'truth' (with --iterations 0 and --delays truth) gives the "
                          "Cramer-Rao intervals at the hidden values: what the data can determine")
@@ -464,10 +474,16 @@ def main(argv=None):
     ap.add_argument("--deploy-only", action="store_true",
                     help="with --nominal-policy: no calibration or fine-tuning, only the shipped and that policy "
                          "deployed in this draw's reality")
+    ap.add_argument("--command-range", default=None, metavar="LO,HI",
+                    help="forward commands (m/s) the fine-tuning draws per episode (default the training's "
+                         "0.2,0.8); e.g. 0.5,0.5 trains at the deployment's command only")
+    ap.add_argument("--action-noise", type=float, default=None,
+                    help="the fine-tuning's exploration noise (fraction of the action range; default the preset's 0.1)")
     ap.add_argument("--select-every", type=int, default=0,
-                    help="every this many actor updates (and at the last) evaluate the policy in its own training "
-                         "sim (8 episodes x 6 s at the deployment's command, another seed than the deployment's) "
-                         "and keep the best-tracking one (0: keep the last)")
+                    help="before the first actor step (the shipped policy), every this many actor updates and at "
+                         "the last, evaluate the policy in its own training sim (8 episodes x 6 s at the "
+                         "deployment's command, another seed than the deployment's) and keep the best-tracking one "
+                         "(0: keep the last)")
     ap.add_argument("--out", default=None,
                     help="JSON (default outputs/benchmarks/calibration_loop_s<seed>.json, _go1_s<seed> for Go1)")
     args = ap.parse_args(argv)
@@ -582,15 +598,17 @@ def finetune(shipped, params: dict | None, args):
     if getattr(args, "select_every", 0):
         select = (make_env(params, SELECT["episodes"], robot_name=args.robot), args.select_every)
     t0 = time.perf_counter()
-    policy, trainer, drift = fine_tune_policy(make_env(params, num_envs, robot_name=args.robot), shipped,
-                                              updates=args.updates, warmup=args.warmup, lr=args.lr,
+    vx_range = tuple(float(x) for x in args.command_range.split(",")) if args.command_range else None
+    policy, trainer, drift = fine_tune_policy(make_env(params, num_envs, robot_name=args.robot, vx_range=vx_range),
+                                              shipped, updates=args.updates, warmup=args.warmup, lr=args.lr,
                                               anchor=args.anchor, seed=args.train_seed, minutes=args.minutes,
-                                              config=preset.config, select=select)
+                                              config=preset.config, select=select, action_noise=args.action_noise)
     minutes = (time.perf_counter() - t0) / 60
     own = make_env(params, args.episodes, robot_name=args.robot).evaluate(policy, LT.COMMAND, seconds=args.seconds,
                                                                           seed=LT.SEED, settle=LT.SETTLE)
     rows = trainer.history
     info = {"robot": args.robot, "updates": trainer.updates_done, "warmup": args.warmup, "anchor": args.anchor,
+            "command_range": list(vx_range) if vx_range else None, "action_noise": args.action_noise,
             "env_steps": trainer.env_steps, "lr": args.lr, "seed": args.train_seed, "minutes": minutes,
             "relative_weight_change": drift, "critic_loss": [r["critic_loss"] for r in rows],
             "window_reward": [r["window_reward"] for r in rows],
@@ -606,7 +624,8 @@ def finetune(shipped, params: dict | None, args):
 
 
 def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float = 3e-4, anchor: float = 0.0,
-                     seed: int = 0, minutes: float = math.inf, config=None, select=None):
+                     seed: int = 0, minutes: float = math.inf, config=None, select=None,
+                     action_noise: float | None = None):
     """Fine-tune a copy of ``shipped`` in ``env``: ``(policy, trainer, relative weight change)``.
 
     ``config`` (default ``QUADRUPED_WALK_SHAC.config``; Go1's is
@@ -620,13 +639,22 @@ def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float =
     proximal pull towards the shipped weights. Stops early after
     ``minutes`` of wall-clock time.
 
-    ``select = (eval_env, every)``: every ``every`` actor updates and after
+    ``select = (eval_env, every)``: before the first actor step (the
+    shipped policy, candidate 0), every ``every`` actor updates and after
     the last, the policy walks in ``eval_env`` (:data:`SELECT`'s episodes,
     seconds and seed, the 0.5 m/s command) and the one with the lowest
     speed error among those that all stayed upright (else the most upright)
-    is returned; ``trainer.selection`` records every candidate. This picks
-    by tracking in the training sim only (never in reality)."""
-    config = dataclasses.replace((config or QUADRUPED_WALK_SHAC.config), lr=lr, seed=seed, normalize_obs=False)
+    is returned; ``trainer.selection`` records every candidate (by its
+    number of actor updates). This picks by tracking in the training sim
+    only (never in reality). ``action_noise`` overrides the config's."""
+    # No learning-rate schedule: the trainer's linear decay (GO1_WALK_SHAC's
+    # lr_decay_updates) rewrites the actor's learning rate at every update,
+    # which before the 11th session undid the warm-up's lr 0 and let the actor
+    # follow the unfitted critic through the whole warm-up.
+    config = dataclasses.replace((config or QUADRUPED_WALK_SHAC.config), lr=lr, seed=seed, normalize_obs=False,
+                                 lr_decay_updates=None)
+    if action_noise is not None:
+        config = dataclasses.replace(config, action_noise=action_noise)
     t0 = time.perf_counter()
     trainer = PolicyTrainer(env, config=config, policy=copy.deepcopy(shipped).train())
     ref = [p.detach().clone() for p in trainer.policy.parameters()]
@@ -651,6 +679,8 @@ def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float =
 
     for k in range(updates):
         if k == warmup:
+            if select is not None:
+                consider(0)  # the shipped policy (no actor step yet) is a candidate too
             trainer.actor_opt = torch.optim.Adam(trainer.policy.parameters(), lr=lr, betas=config.betas)
         trainer.history.append(trainer.update())
         if k >= warmup and anchor > 0:
@@ -659,8 +689,7 @@ def fine_tune_policy(env, shipped, *, updates: int, warmup: int = 0, lr: float =
                     p.sub_(anchor * (p - p0))
         stop = time.perf_counter() - t0 > 60 * minutes
         if select is not None and k >= warmup and ((k + 1 - warmup) % select[1] == 0 or k == updates - 1 or stop):
-            if not candidates or candidates[-1]["update"] != k + 1:
-                consider(k + 1)
+            consider(k + 1 - warmup)
         if stop:
             break
     if select is not None and best is not None:

@@ -1,6 +1,7 @@
 """The fine-tuning recipe of ``benchmarks/calibration_loop.py``: the critic
-warm-up leaves the shipped actor untouched, the actor moves after it, and the
-proximal anchor pulls it back to the shipped weights."""
+warm-up leaves the shipped actor untouched (also under a learning-rate
+decay), the actor moves after it, the proximal anchor pulls it back to the
+shipped weights, and the own-sim selection considers the shipped policy."""
 
 from __future__ import annotations
 
@@ -44,6 +45,32 @@ def test_critic_warmup_freezes_the_actor_and_anchor_pulls_back():
     assert drift < 1e-9  # float32 rounding of w - (w - w0)
     # The shipped policy itself is never modified.
     assert all(torch.equal(a, b) for a, b in zip(_weights(shipped), w0))
+
+
+def test_warmup_holds_under_a_learning_rate_decay_and_the_shipped_policy_is_a_candidate(monkeypatch):
+    # GO1_WALK_SHAC decays its learning rates (lr_decay_updates); the trainer
+    # rewrites the actor's learning rate at every update, which once undid the
+    # warm-up's lr 0 (the Go1 actor then followed the unfitted critic).
+    torch.set_num_threads(1)
+    _, shipped = QuadrupedWalk.pretrained(1)
+    w0 = _weights(shipped)
+    config = cl.QUADRUPED_WALK_SHAC.config.replace(lr_decay_updates=167)
+    policy, trainer, drift = cl.fine_tune_policy(cl.make_env(None, 2), shipped, updates=2, warmup=2, lr=1e-3,
+                                                 config=config)
+    assert drift == 0.0 and trainer.updates_done == 2
+    assert all(torch.equal(a, b) for a, b in zip(_weights(policy), w0))
+
+    # Own-sim selection: the shipped policy is candidate 0 (before any actor step), then every actor update.
+    monkeypatch.setitem(cl.SELECT, "seconds", 0.3)
+    monkeypatch.setattr(cl.LT, "SETTLE", 0.1)
+    policy, trainer, drift = cl.fine_tune_policy(cl.make_env(None, 2), shipped, updates=3, warmup=1, lr=1e-3,
+                                                 config=config, select=(cl.make_env(None, 2), 1))
+    cands = trainer.selection["candidates"]
+    assert [c["update"] for c in cands] == [0, 1, 2]
+    m = cl.make_env(None, 2).evaluate(shipped, cl.LT.COMMAND, seconds=0.3, seed=cl.SELECT["seed"], settle=0.1)
+    assert cands[0]["forward_speed"] == pytest.approx(m["forward_speed"], abs=1e-6)
+    assert cands[1]["forward_speed"] != cands[0]["forward_speed"]  # the actor moved
+    assert (drift == 0.0) == (trainer.selection["kept"] == 0)
 
 
 def test_go1_mujoco_targets_follow_the_env_joint_layout():
