@@ -282,6 +282,13 @@ def test_go1_preset_builds_its_env():
     assert GO1_WALK_SHAC.mismatches(GO1_WALK_SHAC.make_env()) == []
     # The preset names its robot: an env on the shipped quadruped differs from it.
     assert GO1_WALK_SHAC.mismatches(QUADRUPED_WALK_SHAC.make_env()) == ["robot='quadruped' (preset: 'go1')"]
+    # The DR variant: the same training settings, Randomization() on in its env.
+    dr = get_preset("go1_walk_shac_dr")
+    assert dr.config == GO1_WALK_SHAC.config and dr.updates == GO1_WALK_SHAC.updates
+    assert {k: v for k, v in dr.env_kwargs.items() if k != "randomization"} == GO1_WALK_SHAC.env_kwargs
+    dr_env = dr.make_env(num_envs=2)
+    assert dr_env.robot_name == "go1" and dr_env.randomization == Randomization()
+    assert dr.mismatches(dr.make_env()) == [] and dr.mismatches(env) != []
 
 
 def test_go1_shipped_policy_walks_forward():
