@@ -38,9 +38,9 @@ The episodes start from the env's randomised initial states (``reset(seed)``:
 yaw, joint noise, base velocity, clock phase), the same ones backdrive's
 ``evaluate`` uses in the same process, under the command 0.5 m/s forward.
 Metrics as ``QuadrupedWalk.evaluate``: mean base-frame forward speed of the
-upright robots after the first 2 s, and the fraction that never fell
-(gravity more than 60 degrees off the base's -z axis, or the base below
-half the standing height).
+upright robots after the first 2 s, its mean base-frame yaw rate (JSON
+``yaw_rate``), and the fraction that never fell (gravity more than 60
+degrees off the base's -z axis, or the base below half the standing height).
 
     python benchmarks/locomotion_transfer.py                  # 16 x 10 s
     python benchmarks/locomotion_transfer.py --sweep          # + friction, stiffness, kp off nominal
@@ -248,7 +248,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
     last, cmd, phase = parts["last_action"], parts["command"], parts["phase"]
     alive = np.ones(n, dtype=bool)
     steps = int(round(seconds / env.dt))
-    vx, heights = [], []
+    vx, wz, heights = [], [], []
     dphase = 2 * math.pi * env.gait_frequency * env.dt
     # The target in force when the episode starts (the reset state's last action, the clock one period back).
     previous = (env.q_stand + env.action_scale * torch.as_tensor(last, dtype=env.dtype)
@@ -276,6 +276,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         alive &= ~fell
         v_base = np.einsum("nji,nj->ni", R, qvel[:, :3])
         vx.append(np.where(alive, v_base[:, 0], np.nan))
+        wz.append(np.where(alive, qvel[:, 5], np.nan))  # base-frame yaw rate, as env.evaluate
         heights.append(np.where(alive, qpos[:, 2], np.nan))
     V = np.array(vx)[int(round(settle / env.dt)):]
     per_env = np.nanmean(V, 0) if alive.any() else np.full(n, np.nan)
@@ -284,6 +285,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         "speed_error": float(np.nanmean(np.abs(per_env - COMMAND[0]))) if alive.any() else math.nan,
         "upright": float(alive.mean()),
         "mean_height": float(np.nanmean(np.array(heights))),
+        "yaw_rate": float(np.nanmean(np.array(wz)[int(round(settle / env.dt)):])) if alive.any() else math.nan,
     }
 
 
@@ -365,7 +367,8 @@ def load_actor(robot: str, episodes: int, checkpoint: str | None = None, preset:
 def run_backdrive(env: QuadrupedWalk, policy, *, seconds: float = SECONDS, seed: int = SEED) -> dict:
     m = env.evaluate(policy, COMMAND, seconds=seconds, seed=seed, settle=SETTLE)
     h = m["q"][1:, :, 2]
-    return {k: m[k] for k in ("forward_speed", "speed_error", "upright")} | {"mean_height": float(h.mean())}
+    return {k: m[k] for k in ("forward_speed", "speed_error", "upright", "yaw_rate", "distance")} | {
+        "mean_height": float(h.mean())}
 
 
 def main() -> None:
@@ -421,12 +424,13 @@ def main() -> None:
     worst = max(r["blind_check"] for r in rows.values())
     print(("blind actor" if w == 0.0 else "privileged actor") + f": largest first-layer |weight| from the base "
           f"velocity and height {w:.3g}; largest action change with them zeroed, any step of any row: {worst:.3g}\n")
-    print("| simulator | forward speed (m/s) | gap to backdrive | speed error (m/s) | upright | mean base height (m) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| simulator | forward speed (m/s) | gap to backdrive | speed error (m/s) | upright | mean base height (m) "
+          "| yaw rate (rad/s) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for k, r in rows.items():
         gap = "-" if k == "backdrive" else f"{r['gap_percent']:+.1f} %"
         print(f"| {labels[k]} | {r['forward_speed']:.3f} | {gap} | {r['speed_error']:.3f} | "
-              f"{r['upright']:.0%} | {r['mean_height']:.3f} |")
+              f"{r['upright']:.0%} | {r['mean_height']:.3f} | {r['yaw_rate']:+.2f} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "command": COMMAND, "privileged_weight": w, "rows": rows},
