@@ -38,9 +38,9 @@ The episodes start from the env's randomised initial states (``reset(seed)``:
 yaw, joint noise, base velocity, clock phase), the same ones backdrive's
 ``evaluate`` uses in the same process, under the command 0.5 m/s forward.
 Metrics as ``QuadrupedWalk.evaluate``: mean base-frame forward speed of the
-upright robots after the first 2 s, and the fraction that never fell
-(gravity more than 60 degrees off the base's -z axis, or the base below
-half the standing height).
+upright robots after the first 2 s, its mean base-frame yaw rate (JSON
+``yaw_rate``), and the fraction that never fell (gravity more than 60
+degrees off the base's -z axis, or the base below half the standing height).
 
     python benchmarks/locomotion_transfer.py                  # 16 x 10 s
     python benchmarks/locomotion_transfer.py --sweep          # + friction, stiffness, kp off nominal
@@ -52,6 +52,21 @@ half the standing height).
 ``examples/quadruped_walk.py --preset quadruped_walk_shac_dr``'s) in the env
 of ``--preset`` without its randomisation: every row is nominal physics
 except the ``--sweep`` row's one setting.
+
+``--blind-actor`` runs a blind actor (``benchmarks/locomotion.py
+--blind-actor --checkpoint PATH``: trained asymmetrically, its first-layer
+weights from the privileged columns, the base linear velocity and height,
+exactly zero). The checkpoint is a plain ``MLPPolicy`` of the privileged
+env's 51 inputs, so the observation is still computed from MuJoCo's state as
+above; the option refuses a policy whose weights from those columns are not
+all zero (``require_blind``), and every row gets a ``blind_check``: the
+largest change of any action, over every step of its episodes, when the
+privileged columns are replaced by zeros (``BlindCheck``; 0.0 for a blind
+actor, so it walked on what a robot measures). Without the option a
+checkpoint is still checked and the table says whether it is blind.
+
+    python benchmarks/locomotion_transfer.py --robot go1 --checkpoint go1_blind.pt \
+        --preset go1_walk_shac --blind-actor --sweep    # a blind Go1 actor
 
 Writes ``outputs/benchmarks/locomotion_transfer.json`` and prints a markdown table.
 """
@@ -233,7 +248,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
     last, cmd, phase = parts["last_action"], parts["command"], parts["phase"]
     alive = np.ones(n, dtype=bool)
     steps = int(round(seconds / env.dt))
-    vx, heights = [], []
+    vx, wz, heights = [], [], []
     dphase = 2 * math.pi * env.gait_frequency * env.dt
     # The target in force when the episode starts (the reset state's last action, the clock one period back).
     previous = (env.q_stand + env.action_scale * torch.as_tensor(last, dtype=env.dtype)
@@ -261,6 +276,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         alive &= ~fell
         v_base = np.einsum("nji,nj->ni", R, qvel[:, :3])
         vx.append(np.where(alive, v_base[:, 0], np.nan))
+        wz.append(np.where(alive, qvel[:, 5], np.nan))  # base-frame yaw rate, as env.evaluate
         heights.append(np.where(alive, qpos[:, 2], np.nan))
     V = np.array(vx)[int(round(settle / env.dt)):]
     per_env = np.nanmean(V, 0) if alive.any() else np.full(n, np.nan)
@@ -269,13 +285,90 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         "speed_error": float(np.nanmean(np.abs(per_env - COMMAND[0]))) if alive.any() else math.nan,
         "upright": float(alive.mean()),
         "mean_height": float(np.nanmean(np.array(heights))),
+        "yaw_rate": float(np.nanmean(np.array(wz)[int(round(settle / env.dt)):])) if alive.any() else math.nan,
     }
+
+
+#: The privileged observation columns of ``QuadrupedWalk(privileged=True)`` (the last 4 of 51: base
+#: linear velocity in the base frame, base height), which a robot does not measure and a blind actor
+#: ignores (``benchmarks/locomotion.py``'s ``PRIVILEGED``).
+PRIVILEGED = slice(47, 51)
+
+
+def privileged_weight(policy) -> float:
+    """The largest ``|weight|`` of ``policy``'s first layer from the :data:`PRIVILEGED` columns
+    (0.0 exactly for a blind actor; ``nan`` for a policy of another input size)."""
+    first = policy.net[0].weight
+    if first.shape[1] != PRIVILEGED.stop:
+        return math.nan
+    return float(first[:, PRIVILEGED].detach().abs().max())
+
+
+def require_blind(policy, name: str) -> None:
+    """Check that ``policy`` (an ``MLPPolicy``) ignores the privileged observations.
+
+    Raises:
+        InputError: its first layer does not take the privileged env's 51
+            inputs, or some weight from a privileged column is not exactly 0
+            (the message names the column and its largest weight).
+    """
+    from backdrive._errors import InputError
+
+    first = policy.net[0].weight
+    if first.shape[1] != PRIVILEGED.stop:
+        raise InputError(f"--blind-actor: {name} takes {first.shape[1]} observations, not the privileged "
+                         f"env's {PRIVILEGED.stop} (its columns {PRIVILEGED.start}-{PRIVILEGED.stop - 1} "
+                         "are the ones a blind actor ignores)")
+    w = first[:, PRIVILEGED].detach().abs().amax(0)
+    if bool((w > 0).any()):
+        labels = ("base velocity x", "base velocity y", "base velocity z", "base height")
+        col = int(w.argmax())
+        raise InputError(f"--blind-actor: {name} is not a blind actor: its first-layer weights from "
+                         f"observation {PRIVILEGED.start + col} ({labels[col]}) reach {float(w[col]):.3g} "
+                         "(a blind actor's are exactly 0; train one with benchmarks/locomotion.py "
+                         "--blind-actor --checkpoint PATH)")
+
+
+class BlindCheck:
+    """``policy``, also run with the :data:`PRIVILEGED` columns of each observation replaced by zeros:
+    ``worst`` is the largest change of any action so far (exactly 0.0 for a blind actor).
+    The actions returned are the policy's on the full observation."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.worst = 0.0
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        action = self.policy(obs)
+        cut = obs.clone()
+        cut[..., PRIVILEGED] = 0.0
+        self.worst = max(self.worst, float((self.policy(cut) - action).abs().max()))
+        return action
+
+
+def load_actor(robot: str, episodes: int, checkpoint: str | None = None, preset: str = "quadruped_walk_shac",
+               blind: bool = False):
+    """``(env, policy)``: the shipped policy of ``robot``, or ``checkpoint``'s in ``preset``'s env
+    without randomisation; with ``blind``, the policy must be a blind actor (:func:`require_blind`)."""
+    if checkpoint is None:
+        env, policy = QuadrupedWalk.pretrained(episodes, robot=robot)
+    else:
+        from backdrive.optim import load_policy
+        from backdrive.optim._policy.presets import get_preset
+
+        kwargs = {k: v for k, v in get_preset(preset).env_kwargs.items() if k not in ("num_envs", "randomization")}
+        env = QuadrupedWalk(episodes, **kwargs)
+        policy = load_policy(checkpoint).to(dtype=env.dtype)
+    if blind:
+        require_blind(policy, f"checkpoint {checkpoint!r}" if checkpoint else f"the shipped {robot} policy")
+    return env, policy
 
 
 def run_backdrive(env: QuadrupedWalk, policy, *, seconds: float = SECONDS, seed: int = SEED) -> dict:
     m = env.evaluate(policy, COMMAND, seconds=seconds, seed=seed, settle=SETTLE)
     h = m["q"][1:, :, 2]
-    return {k: m[k] for k in ("forward_speed", "speed_error", "upright")} | {"mean_height": float(h.mean())}
+    return {k: m[k] for k in ("forward_speed", "speed_error", "upright", "yaw_rate", "distance")} | {
+        "mean_height": float(h.mean())}
 
 
 def main() -> None:
@@ -291,21 +384,18 @@ def main() -> None:
                     help="the shipped policy of this robot (QuadrupedWalk.pretrained(robot=...))")
     ap.add_argument("--checkpoint", default=None, help="a train_policy checkpoint (default: the shipped policy)")
     ap.add_argument("--preset", default="quadruped_walk_shac", help="with --checkpoint: the env it was trained in")
+    ap.add_argument("--blind-actor", action="store_true",
+                    help="the checkpoint must be a blind actor (no weights from the base velocity and height); "
+                         "each row reports blind_check, the largest action change when those inputs are zeroed")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    if args.checkpoint is None:
-        env, policy = QuadrupedWalk.pretrained(args.episodes, robot=args.robot)
-    else:
-        from backdrive.optim import load_policy
-        from backdrive.optim._policy.presets import get_preset
-
-        kwargs = {k: v for k, v in get_preset(args.preset).env_kwargs.items() if k not in ("num_envs", "randomization")}
-        env = QuadrupedWalk(args.episodes, **kwargs)
-        policy = load_policy(args.checkpoint).to(dtype=env.dtype)
+    env, policy = load_actor(args.robot, args.episodes, args.checkpoint, args.preset, args.blind_actor)
     rows, labels = {}, {}
     t0 = time.perf_counter()
-    rows["backdrive"] = run_backdrive(env, policy, seconds=args.seconds, seed=args.seed)
+    check = BlindCheck(policy)
+    rows["backdrive"] = run_backdrive(env, check, seconds=args.seconds, seed=args.seed)
     rows["backdrive"]["wall_s"] = time.perf_counter() - t0
+    rows["backdrive"]["blind_check"] = check.worst
     labels["backdrive"] = "backdrive (5 ms contact substeps)"
     cases = [(f"mujoco_{c}_{dt * 1e3:g}ms", f"MuJoCo {dt * 1e3:g} ms, "
               + ("matched contact" if c == "matched" else "MuJoCo default contact"), c, dt, {})
@@ -321,22 +411,30 @@ def main() -> None:
             cases.append((key, f"MuJoCo {args.dt * 1e3:g} ms, matched, {label}", "matched", args.dt, kw))
     for key, label, contact, dt, kw in cases:
         t0 = time.perf_counter()
-        rows[key] = run_mujoco(env, policy, contact, dt, seconds=args.seconds, seed=args.seed, **kw)
+        check = BlindCheck(policy)
+        rows[key] = run_mujoco(env, check, contact, dt, seconds=args.seconds, seed=args.seed, **kw)
         rows[key]["wall_s"] = time.perf_counter() - t0
+        rows[key]["blind_check"] = check.worst
         labels[key] = label
     ref = rows["backdrive"]["forward_speed"]
     for r in rows.values():
         r["gap_percent"] = 100.0 * (r["forward_speed"] - ref) / ref
-    print(f"{args.episodes} episodes x {args.seconds:g} s, command {COMMAND[0]} m/s forward, seed {args.seed}\n")
-    print("| simulator | forward speed (m/s) | gap to backdrive | speed error (m/s) | upright | mean base height (m) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(f"{args.episodes} episodes x {args.seconds:g} s, command {COMMAND[0]} m/s forward, seed {args.seed}")
+    w = privileged_weight(policy)
+    worst = max(r["blind_check"] for r in rows.values())
+    print(("blind actor" if w == 0.0 else "privileged actor") + f": largest first-layer |weight| from the base "
+          f"velocity and height {w:.3g}; largest action change with them zeroed, any step of any row: {worst:.3g}\n")
+    print("| simulator | forward speed (m/s) | gap to backdrive | speed error (m/s) | upright | mean base height (m) "
+          "| yaw rate (rad/s) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for k, r in rows.items():
         gap = "-" if k == "backdrive" else f"{r['gap_percent']:+.1f} %"
         print(f"| {labels[k]} | {r['forward_speed']:.3f} | {gap} | {r['speed_error']:.3f} | "
-              f"{r['upright']:.0%} | {r['mean_height']:.3f} |")
+              f"{r['upright']:.0%} | {r['mean_height']:.3f} | {r['yaw_rate']:+.2f} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "command": COMMAND, "rows": rows}, indent=2))
+    out.write_text(json.dumps({"args": vars(args), "command": COMMAND, "privileged_weight": w, "rows": rows},
+                              indent=2))
     print(f"\nwrote {out}")
 
 
