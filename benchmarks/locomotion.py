@@ -38,6 +38,8 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
                                                              # issue 12's protocol: the per-seed table below
     python benchmarks/locomotion.py --reach --target 1e9 --compile --reach-updates 10 20 30 40 50 60 80 --seeds 0
                                                              # SHAC on QuadrupedWalk(compile=True), sparse grid
+    python benchmarks/locomotion.py --reach --target 1e9 --shac-set num_envs=32 --reach-updates 40 50 60 80 --seeds 0
+                                                             # SHAC with 32 copies per update (fewer env steps)
 
 ``--reach`` answers issue 12's "env steps and CPU seconds each method needs
 to reach PPO's final return": it trains SHAC and evaluates it (the same
@@ -72,6 +74,10 @@ episodes on Go1. ``--updates`` also stops SHAC after that many updates (the
 preset's ``lr_decay_updates`` (``PolicyTrainerConfig``'s linear decay of
 both learning rates to zero at that update). With ``--blind-actor`` they give
 the blind actor the Go1 recipe, or the quadruped recipe with a decay.
+
+``--shac-set KEY=JSON`` (SHAC rows and ``--reach``; ``shac_variant``) trains with a copy of the preset
+with ``num_envs`` or ``PolicyTrainerConfig`` fields changed (``num_envs=32``: 256 env steps per update
+instead of 512), the evaluation unchanged; the shipped preset stays as it is.
 
 ``--reach-table`` puts the two together without training (``reach_table``):
 per seed, PPO's final return (its evaluation after the whole budget) and its
