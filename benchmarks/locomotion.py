@@ -38,6 +38,8 @@ of 0.5 m/s, at least 95 % upright, at most 15 minutes of CPU training.
                                                              # issue 12's protocol: the per-seed table below
     python benchmarks/locomotion.py --reach --target 1e9 --compile --reach-updates 10 20 30 40 50 60 80 --seeds 0
                                                              # SHAC on QuadrupedWalk(compile=True), sparse grid
+    python benchmarks/locomotion.py --reach --target 1e9 --shac-set num_envs=32 --reach-updates 40 50 60 80 --seeds 0
+                                                             # SHAC with 32 copies per update (fewer env steps)
 
 ``--reach`` answers issue 12's "env steps and CPU seconds each method needs
 to reach PPO's final return": it trains SHAC and evaluates it (the same
@@ -72,6 +74,10 @@ episodes on Go1. ``--updates`` also stops SHAC after that many updates (the
 preset's ``lr_decay_updates`` (``PolicyTrainerConfig``'s linear decay of
 both learning rates to zero at that update). With ``--blind-actor`` they give
 the blind actor the Go1 recipe, or the quadruped recipe with a decay.
+
+``--shac-set KEY=JSON`` (SHAC rows and ``--reach``; ``shac_variant``) trains with a copy of the preset
+with ``num_envs`` or ``PolicyTrainerConfig`` fields changed (``num_envs=32``: 256 env steps per update
+instead of 512), the evaluation unchanged; the shipped preset stays as it is.
 
 ``--reach-table`` puts the two together without training (``reach_table``):
 per seed, PPO's final return (its evaluation after the whole budget) and its
@@ -130,6 +136,44 @@ def shac_preset(name: str = QUADRUPED_WALK_SHAC.name, lr_decay_updates: int | No
     if lr_decay_updates is None:
         return preset
     return dataclasses.replace(preset, config=preset.config.replace(lr_decay_updates=lr_decay_updates))
+
+
+def shac_variant(preset, settings: dict):
+    """``preset`` with some settings changed (``--shac-set KEY=JSON``): ``num_envs`` and the other
+    keywords of its env go to ``env_kwargs``, every other key is a ``PolicyTrainerConfig`` field
+    (``config.replace``: an unknown name or a bad value raises there). Its name lists the changes,
+    e.g. ``quadruped_walk_shac+num_envs=16``; no settings: ``preset`` itself.
+
+    Raises:
+        PolicyConfigError: ``num_envs`` is not a positive int, or a bad config value.
+        InputTypeError: a key that is neither an env keyword of the preset nor a config field.
+    """
+    import dataclasses
+
+    if not settings:
+        return preset
+    env_keys = set(preset.env_kwargs) | {"num_envs"}
+    env_changes = {k: v for k, v in settings.items() if k in env_keys}
+    n = env_changes.get("num_envs", 1)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        from backdrive._errors import PolicyConfigError
+
+        raise PolicyConfigError(f"--shac-set num_envs must be a positive int, got {n!r}")
+    config = preset.config.replace(**{k: v for k, v in settings.items() if k not in env_keys})
+    name = preset.name + "+" + ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in settings.items())
+    return dataclasses.replace(preset, name=name, env_kwargs={**preset.env_kwargs, **env_changes}, config=config)
+
+
+def parse_settings(items: list[str]) -> dict:
+    """``KEY=JSON`` strings (``--ppo-set``, ``--shac-set``) as a dict; a value that is not JSON stays a string."""
+    out = {}
+    for kv in items:
+        k, v = kv.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
 
 
 def env_kwargs(preset=QUADRUPED_WALK_SHAC) -> dict:
@@ -426,18 +470,19 @@ REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 42
 
 
 def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | None = None,
-                   compile: bool = False, start_eval: bool = True) -> dict:
+                   compile: bool = False, start_eval: bool = True, preset=QUADRUPED_WALK_SHAC) -> dict:
     """SHAC's evaluation curve and the first point at or above ``target`` return.
 
     With ``out``, the curve so far is written there (the ``reach_table`` format) after each
     evaluation, so a run stopped early still leaves its curve. With ``compile`` the env is
     ``QuadrupedWalk(compile=True)`` (``make_shac_env``): each point's ``train_cpu_s`` includes the
     compile, which its ``compile_cpu_s`` gives on its own. ``start_eval=False`` skips the evaluation
-    before the first update.
+    before the first update. ``preset``: the settings trained with (``shac_variant``: e.g. fewer
+    copies); the evaluation is the same for every preset of the shipped quadruped.
     """
     cpu0 = time.process_time()
-    env, compile_cpu = make_shac_env(compile)
-    trainer = train_policy(env, preset=QUADRUPED_WALK_SHAC, updates=0, seed=seed, num_threads=1)
+    env, compile_cpu = make_shac_env(compile, preset)
+    trainer = train_policy(env, preset=preset, updates=0, seed=seed, num_threads=1)
     cpu = time.process_time() - cpu0
     curve = []
     for k in ((0,) if start_eval else ()) + tuple(updates):
@@ -453,11 +498,12 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"shac": [{"method": "shac", "seed": seed, "compile": compile,
-                                                  "curve": curve}]}, indent=1))
+                                                  "preset": preset.name, "curve": curve}]}, indent=1))
         if m["return"] >= target:
             break
     hit = next((c for c in curve if c["return"] >= target), None)
     return {"method": "shac", "seed": seed, "compile": compile, "compile_cpu_s": compile_cpu,
+            "preset": preset.name, "num_envs": env.num_envs, "horizon": trainer.config.horizon,
             "target_return": target, "curve": curve,
             "reached_at_update": None if hit is None else hit["update"],
             "env_steps_to_target": None if hit is None else hit["env_steps"],
@@ -646,6 +692,9 @@ def main() -> None:
     parser.add_argument("--lr-decay-updates", type=int, default=None,
                         help="SHAC rows: the preset's config with this lr_decay_updates (linear decay of both "
                              "learning rates to 0 at this update)")
+    parser.add_argument("--shac-set", nargs="*", default=[], metavar="KEY=JSON",
+                        help="SHAC (rows and --reach): change the preset's settings, e.g. num_envs=16 (its env) or "
+                             "lr_decay_updates=100 (PolicyTrainerConfig fields); the evaluation stays the same")
     parser.add_argument("--compile", action="store_true",
                         help="SHAC: train on QuadrupedWalk(compile=True) (inductor); its compile CPU counts as "
                              "training and is also reported on its own (compile_cpu_s)")
@@ -675,6 +724,10 @@ def main() -> None:
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be a positive number of updates, got {value}")
     preset = shac_preset(args.preset, args.lr_decay_updates)
+    try:
+        preset = shac_variant(preset, parse_settings(args.shac_set))
+    except (ValueError, TypeError) as e:  # PolicyConfigError, InputTypeError
+        parser.error(f"--shac-set: {e}")
     torch.set_num_threads(1)
     if args.reach_table is not None:
         if args.ppo_json is None:
@@ -703,7 +756,7 @@ def main() -> None:
         grid = REACH_UPDATES if args.reach_updates is None else tuple(sorted(set(args.reach_updates) - {0}))
         updates = tuple(u for u in grid if args.reach_max_update is None or u <= args.reach_max_update)
         rows = [run_shac_reach(seed, target, updates, out=out if len(args.seeds) == 1 else None, compile=args.compile,
-                               start_eval=args.reach_updates is None or 0 in args.reach_updates)
+                               start_eval=args.reach_updates is None or 0 in args.reach_updates, preset=preset)
                 for seed in args.seeds]
         start = ppo_untrained(args.seeds[0]) if args.target is None else None
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -734,10 +787,7 @@ def main() -> None:
                 row = run_shac(seed, args.minutes, blind=args.blind_actor, checkpoint=args.checkpoint,
                                budget=args.budget, compile=args.compile, preset=preset, updates=args.updates)
             else:
-                config = dict(PPO_CONFIGS[args.ppo_config])
-                for kv in args.ppo_set:
-                    k, v = kv.split("=", 1)
-                    config[k] = json.loads(v)
+                config = dict(PPO_CONFIGS[args.ppo_config]) | parse_settings(args.ppo_set)
                 row = run_ppo(seed, args.minutes, config, eval_every=args.ppo_eval_every,
                               log_std_init=args.ppo_log_std, budget=args.budget,
                               max_wall_minutes=args.max_wall_minutes, keep_best=args.ppo_keep_best)

@@ -186,3 +186,40 @@ def test_blind_actor_on_go1_ignores_privileged_inputs():
     obs2 = obs.clone()
     obs2[:, loco.PRIVILEGED] += 1.0
     assert torch.equal(policy(obs), policy(obs2))
+
+
+def test_shac_variant_settings(monkeypatch):
+    # --shac-set: num_envs goes to the env, config fields to the config; the shipped preset is untouched.
+    from backdrive._errors import InputTypeError, PolicyConfigError
+
+    base = loco.QUADRUPED_WALK_SHAC
+    assert loco.shac_variant(base, {}) is base
+    v = loco.shac_variant(base, loco.parse_settings(["num_envs=16", "lr_decay_updates=120", "critic_replay=4"]))
+    assert v.env_kwargs["num_envs"] == 16 and base.env_kwargs["num_envs"] == 64
+    assert v.config.lr_decay_updates == 120 and v.config.critic_replay == 4 and base.config.lr_decay_updates is None
+    assert v.config.replace(lr_decay_updates=None, critic_replay=1) == base.config
+    assert v.name == "quadruped_walk_shac+num_envs=16,lr_decay_updates=120,critic_replay=4"
+    assert v.env_steps == base.updates * 16 * 8
+    assert loco.env_kwargs(v) == loco.env_kwargs(base)  # same evaluation env
+    with pytest.raises(PolicyConfigError, match="num_envs"):
+        loco.shac_variant(base, {"num_envs": 0})
+    with pytest.raises(PolicyConfigError, match="horizon"):
+        loco.shac_variant(base, {"horizon": -1})
+    with pytest.raises(InputTypeError, match="bogus"):
+        loco.shac_variant(base, {"bogus": 1})
+    for argv in (["--reach", "--shac-set", "num_envs=0"], ["--methods", "shac", "--shac-set", "bogus=1"]):
+        monkeypatch.setattr(sys, "argv", ["locomotion.py", *argv])
+        with pytest.raises(SystemExit) as e:
+            loco.main()
+        assert e.value.code == 2, argv
+
+
+def test_reach_runs_the_variant(monkeypatch):
+    # run_shac_reach trains with the given preset (its num_envs) and records it; a stand-in evaluation.
+    monkeypatch.setattr(loco, "evaluate", lambda act, preset=None: {"return": 1.0})
+    v = loco.shac_variant(loco.QUADRUPED_WALK_SHAC, {"num_envs": 2, "horizon": 2})
+    row = loco.run_shac_reach(0, 1e9, updates=(1, 3), preset=v)
+    assert row["num_envs"] == 2 and row["horizon"] == 2 and row["preset"] == v.name
+    assert [c["update"] for c in row["curve"]] == [0, 1, 3]
+    assert [c["env_steps"] for c in row["curve"]] == [0, 4, 12]
+    assert row["reached_at_update"] is None
