@@ -307,6 +307,7 @@ PPO_CONFIGS = {
 def make_ppo(config: dict, seed: int):
     """SB3 PPO on ``QuadrupedWalk`` (``VecMonitor`` for episode stats, ``VecNormalize`` obs and reward)."""
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
     from backdrive.envs import to_sb3_vec_env
@@ -332,6 +333,7 @@ def make_ppo(config: dict, seed: int):
     venv = VecNormalize(VecMonitor(to_sb3_vec_env(QuadrupedWalk(n_envs, **env_kwargs()))), gamma=c["gamma"])
     model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, learning_rate=lr,
                 policy_kwargs=policy_kwargs, **c)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's default leaves an empty folder in /tmp
     model.budget_fraction = budget_fraction
     return model, venv
 
