@@ -196,7 +196,7 @@ def contact_law(
     # sqrt(|v_t|^2 + w^2) >= w > 0: finite value and gradient at zero slip.
     s = torch.sqrt((v_t * v_t).sum(-1) + stiction_width * stiction_width)
     # Friction is bounded by the compressive part only (also when unclamped).
-    f_t = -(friction * torch.clamp_min(f_n, 0.0) / s)[..., None] * v_t
+    f_t = (-friction * torch.clamp_min(f_n, 0.0) / s).unsqueeze(-1) * v_t
     return f_n, f_t, c_n, k_n, s
 
 

@@ -416,7 +416,7 @@ class ContactModel:
                 return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
         kin = self._shared_kinematics(robot, q, v, tau)
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity, _kin=kin)
-        A = terms._M + dt * terms.matrix
+        A = torch.add(terms._M, terms.matrix, alpha=dt)
         if extra_damping is not None:
             A = A + dt * torch.diag_embed(extra_damping)
         if kin is None:
@@ -483,20 +483,20 @@ class ContactModel:
         # nodes of their own).
         CK = row_matrices(n, vt, res._s, res._mu, res.normal_force, res._c_n, res._k_n, Jf, M, dt, combined=True)
         # J^T CK J: the rows' CK J by a broadcast product, then one (nv, 3 np) x (3 np, nv) product.
-        CKJ = (CK[..., :, :, None] * J[..., None, :, :]).sum(-2).reshape(Jf.shape)
+        CKJ = (CK.unsqueeze(-1) * J.unsqueeze(-3)).sum(-2).reshape(Jf.shape)
         matrix = Jf.transpose(-1, -2) @ CKJ
         # Predicted change of each contact point's force over the step,
         # beyond -CK J dt a: the spring over dt v, K dt J v = dt k_n v_n n
         # (K = k_n n n^T, |n| = 1, n . J v = v_n), and the turning of the
         # base frame, CK dt b (see integrate_world, which moves the base
         # with its classical acceleration a_lin + w x v).
-        pred = (dt * res._k_n * res.normal_velocity)[..., None] * n
+        pred = (res._k_n * res.normal_velocity).unsqueeze(-1) * (dt * n)
         if robot.floating_base:
             # The base's linear columns of every point's J are R0.
             R0 = res._bodies[0][..., 0, :, :] if res._bodies else J[..., 0, :, :3]
-            w_x_v = torch.linalg.cross(v[..., 3:6], v[..., :3])
-            extra = dt * (R0 * w_x_v[..., None, :]).sum(-1)  # (..., 3): the same at every point
-            pred = pred + (CK * extra[..., None, None, :]).sum(-1)
+            v_lin, w, _ = v.split_with_sizes([3, 3, v.shape[-1] - 6], -1)
+            extra = (R0 * torch.linalg.cross(w, v_lin).unsqueeze(-2)).sum(-1)  # (..., 3): the same at every point
+            pred = pred + (CK * (dt * extra).view(*extra.shape[:-1], 1, 1, 3)).sum(-1)
         force = (Jf * (res.force - pred).reshape(*batch, -1, 1)).sum(-2)
         return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred, _M=M)
 
@@ -555,11 +555,11 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = Fa
     gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
     a = mu_fn / s
     coef = torch.stack([(c_n + dt * k_n if combined else c_n) - a, a, -a * gamma / (s * s)], -1)
-    vvT = v_t[..., :, None] * v_t[..., None, :]
+    vvT = v_t.unsqueeze(-1) * v_t.unsqueeze(-2)
     shape = broadcast_shapes(nnT.shape, vvT.shape)
     eye = torch.eye(3, dtype=n.dtype, device=n.device).expand(shape)
-    basis = torch.stack([nnT.expand(shape), eye, vvT.expand(shape)], -3)  # (..., r, 3, 3, 3)
-    C = (coef[..., :, None, None] * basis).sum(-3)
+    basis = torch.stack([x if x.shape == shape else x.expand(shape) for x in (nnT, eye, vvT)], -3)  # (..., r, 3, 3, 3)
+    C = (coef.view(*coef.shape, 1, 1) * basis).sum(-3)
     if combined:
         return C
     return C, k_n[..., None, None] * nnT
