@@ -186,8 +186,8 @@ def contact_law(
     if dt is None:
         onset = approach * act * (1.0 - act) / normal_width
     else:
-        onset = (torch.sigmoid(z + dt * approach / normal_width) - act) / dt
-    k_n = stiffness * act + damping * onset
+        onset = (torch.sigmoid(torch.addcmul(z, approach, dt / normal_width)) - act) / dt
+    k_n = torch.addcmul(stiffness * act, damping, onset)
     if clamp_normal:
         on = f_n > 0
         f_n = torch.clamp_min(f_n, 0.0)

@@ -12,6 +12,7 @@ from .._errors import InputError
 from .._shapes import broadcast_shapes
 from ..dynamics import bias_forces, forward_dynamics, joint_forces, mass_matrix
 from ..dynamics._crba import crba_core
+from ..dynamics._forward import _has_joint_forces
 from ..dynamics._rnea import rnea_core
 from ..dynamics._tree import broadcast_batch, gravity_vector, kinematics, topology
 from ..kinematics import body_transforms
@@ -425,7 +426,9 @@ class ContactModel:
             g = gravity_vector(robot, gravity)
             _, (qb, vb, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (g, 3, "gravity"))
             h = rnea_core(robot, topology(robot), kin if qb.shape == q.shape else kinematics(robot, topology(robot), qb), vb, None, g)
-        rhs = tau + joint_forces(robot, v) - h + terms.force
+        rhs = tau - h + terms.force
+        if _has_joint_forces(robot):  # all zero (and no gradient) on the CPU: skipped
+            rhs = rhs + joint_forces(robot, v)
         a = spd_solve(A, rhs)
         return a, self.applied(robot, terms, a, dt)
 
