@@ -112,7 +112,10 @@ def _backward_constants(dtype: torch.dtype, device: torch.device):
             torch.tensor(_PROD_INDEX, device=device),
             torch.tensor(_PROD_SIGN, dtype=dtype, device=device),
             torch.tensor(_CONJ_SECOND, dtype=dtype, device=device),
-            (torch.tensor(_SERIES, dtype=dtype, device=device), torch.tensor(_SERIES_CONST, dtype=dtype, device=device)),
+            (
+                torch.tensor(_SERIES, dtype=dtype, device=device),
+                torch.tensor(_SERIES_CONST, dtype=dtype, device=device),
+            ),
         )
     return c
 
