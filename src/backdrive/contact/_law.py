@@ -186,8 +186,8 @@ def contact_law(
     if dt is None:
         onset = approach * act * (1.0 - act) / normal_width
     else:
-        onset = (torch.sigmoid(z + dt * approach / normal_width) - act) / dt
-    k_n = stiffness * act + damping * onset
+        onset = (torch.sigmoid(torch.addcmul(z, approach, dt / normal_width)) - act) / dt
+    k_n = torch.addcmul(stiffness * act, damping, onset)
     if clamp_normal:
         on = f_n > 0
         f_n = torch.clamp_min(f_n, 0.0)
@@ -196,7 +196,7 @@ def contact_law(
     # sqrt(|v_t|^2 + w^2) >= w > 0: finite value and gradient at zero slip.
     s = torch.sqrt((v_t * v_t).sum(-1) + stiction_width * stiction_width)
     # Friction is bounded by the compressive part only (also when unclamped).
-    f_t = -(friction * torch.clamp_min(f_n, 0.0) / s)[..., None] * v_t
+    f_t = (-friction * torch.clamp_min(f_n, 0.0) / s).unsqueeze(-1) * v_t
     return f_n, f_t, c_n, k_n, s
 
 

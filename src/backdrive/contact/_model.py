@@ -12,6 +12,7 @@ from .._errors import InputError
 from .._shapes import broadcast_shapes
 from ..dynamics import bias_forces, forward_dynamics, joint_forces, mass_matrix
 from ..dynamics._crba import crba_core
+from ..dynamics._forward import _has_joint_forces
 from ..dynamics._rnea import rnea_core
 from ..dynamics._tree import broadcast_batch, gravity_vector, kinematics, topology
 from ..kinematics import body_transforms
@@ -268,7 +269,7 @@ class ContactModel:
                 A, B = _rows(law[k], g.num_points), _rows(per_point(self._pair_p[k], idx), sc.num_pairs)
                 lb = broadcast_shapes(A.shape[:-1], B.shape[:-1])
                 law[k] = torch.cat([A.expand(*lb, g.num_points), B.expand(*lb, sc.num_pairs)], -1)
-        v_c = (J @ v[..., None, :, None])[..., 0]
+        v_c = (J * v.view(*v.shape[:-1], 1, 1, v.shape[-1])).sum(-1)
         v_n = (v_c * n).sum(-1)
         v_t = v_c - v_n[..., None] * n
         f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], dt=_dt, **law)
@@ -297,7 +298,7 @@ class ContactModel:
         """``(..., np, 3)`` world centres of the geometry's points from the body poses."""
         g = self.geometry
         Rp = Rb.index_select(-3, g.point_body)  # (..., np, 3, 3)
-        return (Rp @ g.point_local[:, :, None])[..., 0] + pb.index_select(-2, g.point_body)
+        return (Rp * g.point_local[:, None, :]).sum(-1) + pb.index_select(-2, g.point_body)
 
     def place_on_terrain(self, robot: RobotModel, q: torch.Tensor, *, clearance: float = 0.0) -> torch.Tensor:
         """``q`` with the floating base moved vertically so that the contact
@@ -416,7 +417,7 @@ class ContactModel:
                 return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
         kin = self._shared_kinematics(robot, q, v, tau)
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity, _kin=kin)
-        A = terms._M + dt * terms.matrix
+        A = torch.add(terms._M, terms.matrix, alpha=dt)
         if extra_damping is not None:
             A = A + dt * torch.diag_embed(extra_damping)
         if kin is None:
@@ -425,7 +426,9 @@ class ContactModel:
             g = gravity_vector(robot, gravity)
             _, (qb, vb, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (g, 3, "gravity"))
             h = rnea_core(robot, topology(robot), kin if qb.shape == q.shape else kinematics(robot, topology(robot), qb), vb, None, g)
-        rhs = tau + joint_forces(robot, v) - h + terms.force
+        rhs = tau - h + terms.force
+        if _has_joint_forces(robot):  # all zero (and no gradient) on the CPU: skipped
+            rhs = rhs + joint_forces(robot, v)
         a = spd_solve(A, rhs)
         return a, self.applied(robot, terms, a, dt)
 
@@ -473,25 +476,31 @@ class ContactModel:
         vt = res.slip_velocity
         M = mass_matrix(robot, q) if _kin is None else crba_core(robot, topology(robot), _kin)
         batch = J.shape[:-3]
-        M = M.expand(*batch, *M.shape[-2:])
+        if M.shape[:-2] != batch:
+            M = M.expand(*batch, *M.shape[-2:])
         Jf = J.reshape(*batch, -1, J.shape[-1])  # (..., 3 np, nv)
-        C, K = row_matrices(n, vt, res._s, res._mu, res.normal_force, res._c_n, res._k_n, Jf, M, dt)
-        CK = C + dt * K
-        # J^T CK J as one product of (nv, 3 np) and (3 np, nv) matrices.
-        matrix = Jf.transpose(-1, -2) @ (CK @ J).reshape(Jf.shape)
-        # Predicted change of each contact point's velocity over the step,
-        # beyond J dt a: the turning of the base frame (see integrate_world,
-        # which moves the base with its classical acceleration a_lin + w x v).
-        Jv = res.normal_velocity[..., None] * n + vt  # J v, (..., np, 3)
+        # At batch 1 every operation, and every autograd node, costs a few
+        # microseconds whatever its size: the products below are written for
+        # few of them (broadcast products and sums rather than batched
+        # matrix-vector products, whose unsqueezes, expands and views are
+        # nodes of their own).
+        CK = row_matrices(n, vt, res._s, res._mu, res.normal_force, res._c_n, res._k_n, Jf, M, dt, combined=True)
+        # J^T CK J: the rows' CK J by a broadcast product, then one (nv, 3 np) x (3 np, nv) product.
+        CKJ = (CK.unsqueeze(-1) * J.unsqueeze(-3)).sum(-2).reshape(Jf.shape)
+        matrix = Jf.transpose(-1, -2) @ CKJ
+        # Predicted change of each contact point's force over the step,
+        # beyond -CK J dt a: the spring over dt v, K dt J v = dt k_n v_n n
+        # (K = k_n n n^T, |n| = 1, n . J v = v_n), and the turning of the
+        # base frame, CK dt b (see integrate_world, which moves the base
+        # with its classical acceleration a_lin + w x v).
+        pred = (res._k_n * res.normal_velocity).unsqueeze(-1) * (dt * n)
         if robot.floating_base:
             # The base's linear columns of every point's J are R0.
             R0 = res._bodies[0][..., 0, :, :] if res._bodies else J[..., 0, :, :3]
-            w_x_v = torch.linalg.cross(v[..., 3:6], v[..., :3])
-            extra = dt * (R0 @ w_x_v[..., None]).transpose(-1, -2)  # (..., 1, 3): the same at every point
-            pred = (C @ extra[..., None])[..., 0] + (K @ (dt * (Jv + extra))[..., None])[..., 0]
-        else:
-            pred = (K @ (dt * Jv)[..., None])[..., 0]
-        force = (Jf.transpose(-1, -2) @ (res.force - pred).reshape(*batch, -1, 1))[..., 0]
+            v_lin, w, _ = v.split_with_sizes([3, 3, v.shape[-1] - 6], -1)
+            extra = (R0 * torch.linalg.cross(w, v_lin).unsqueeze(-2)).sum(-1)  # (..., 3): the same at every point
+            pred = pred + (CK * (dt * extra).view(*extra.shape[:-1], 1, 1, 3)).sum(-1)
+        force = (Jf * (res.force - pred).reshape(*batch, -1, 1)).sum(-2)
         return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred, _M=M)
 
     def applied(self, robot: RobotModel, terms: ImplicitContact, a: torch.Tensor, dt: float) -> ContactResult:
@@ -513,7 +522,7 @@ class ContactModel:
         return f"ContactModel({self.geometry!r}, terrain={self.terrain!r})"
 
 
-def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt):
+def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = False):
     """Per-row damping ``C`` and stiffness ``K`` ``(..., r, 3, 3)`` of the implicit step.
 
     ``C = c_n n n^T + friction damping``, ``K = k_n n n^T``. The friction
@@ -528,26 +537,90 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt):
     two. Shared by :meth:`ContactModel.implicit_terms` and the scenes of
     ``_scene.py`` (whose ``M`` is block-diagonal over their systems).
 
+    With ``a = mu f_n+ / s`` and ``b = a gamma / s^2``,
+    ``C = (c_n - a) n n^T + a I - b v_t v_t^T`` (``P_t = I - n n^T``): the
+    three matrices weighted in one broadcast product.
+
     Args:
         n: ``(..., r, 3)`` normals. v_t: ``(..., r, 3)`` slip. s, mu, f_n,
             c_n, k_n: ``(..., r)`` (``s`` and the derivatives from
             :func:`contact_law`). Jf: ``(..., 3 r, nv)`` the rows' stacked
             Jacobians. M: ``(..., nv, nv)`` mass matrix. dt: s.
+        combined: return ``C + dt K`` alone (the step's matrix), formed in
+            the same product.
     """
     nnT = n[..., :, None] * n[..., None, :]
-    eye = torch.eye(3, dtype=n.dtype, device=n.device)
-    # diag(J M^-1 J^T) = column sums of Y^2 with L Y = J^T, M = L L^T.
-    # cholesky_ex: no error check, so no host synchronisation on a GPU; a
-    # mass matrix that is not positive definite makes the step's own solve
-    # (and so the state) non-finite, which the rollout reports.
-    Y = torch.linalg.solve_triangular(torch.linalg.cholesky_ex(M)[0], Jf.transpose(-1, -2), upper=False)
-    inv_mass = (Y * Y).sum(-2).reshape(*n.shape[:-1], 3).mean(-1)
+    inv_mass = _inverse_masses(M, Jf, n.shape[:-1])
     fn_pos = torch.clamp_min(f_n, 0.0)
-    vstar = dt * mu * fn_pos * inv_mass
+    mu_fn = mu * fn_pos
+    vstar = dt * mu_fn * inv_mass
     vt2 = (v_t * v_t).sum(-1)
     gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
-    fric = (mu * fn_pos / s)[..., None, None] * (eye - nnT - (gamma / (s * s))[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
-    return c_n[..., None, None] * nnT + fric, k_n[..., None, None] * nnT
+    a = mu_fn / s
+    coef = torch.stack([(c_n + dt * k_n if combined else c_n) - a, a, -a * gamma / (s * s)], -1)
+    vvT = v_t.unsqueeze(-1) * v_t.unsqueeze(-2)
+    shape = broadcast_shapes(nnT.shape, vvT.shape)
+    eye = torch.eye(3, dtype=n.dtype, device=n.device).expand(shape)
+    basis = torch.stack([x if x.shape == shape else x.expand(shape) for x in (nnT, eye, vvT)], -3)  # (..., r, 3, 3, 3)
+    C = (coef.view(*coef.shape, 1, 1) * basis).sum(-3)
+    if combined:
+        return C
+    return C, k_n[..., None, None] * nnT
+
+
+def _inverse_masses(M: torch.Tensor, Jf: torch.Tensor, rows: torch.Size) -> torch.Tensor:
+    """``(..., r)`` each row's mean of ``diag(J M^-1 J^T)`` over its three directions.
+
+    ``diag(J M^-1 J^T)`` = column sums of ``Y^2`` with ``L Y = J^T``, ``M = L
+    L^T``. ``cholesky_ex``: no error check, so no host synchronisation on a
+    GPU; a mass matrix that is not positive definite makes the step's own
+    solve (and so the state) non-finite, which the rollout reports. Where
+    autograd records, one node with its backward written out
+    (:class:`_InverseMasses`).
+    """
+    if torch.is_grad_enabled() and (M.requires_grad or Jf.requires_grad) and not transforms_active():
+        return _InverseMasses.apply(M, Jf)
+    return _inverse_masses_plain(M, Jf)
+
+
+def _inverse_masses_plain(M, Jf):
+    Y = torch.linalg.solve_triangular(torch.linalg.cholesky_ex(M)[0], Jf.transpose(-1, -2), upper=False)
+    return (Y * Y).sum(-2).reshape(*Jf.shape[:-2], -1, 3).mean(-1)
+
+
+class _InverseMasses(torch.autograd.Function):
+    """:func:`_inverse_masses` with the backward written out.
+
+    With ``z_c = M^-1 J_c^T`` (``c`` a row of ``Jf``), ``d(J_c M^-1 J_c^T) =
+    2 dJ_c . z_c - z_c^T dM z_c``: for incoming ``g`` (each row's weight over
+    its three directions ``g_c = g_row / 3``), ``g_J = 2 g_c z_c^T`` and
+    ``g_M = -Z diag(g_c) Z^T`` (symmetric). Three operations and one more
+    triangular solve instead of autograd's backward through ``cholesky_ex``
+    and ``solve_triangular`` (about twenty). Under ``create_graph`` the
+    backward differentiates the plain operations."""
+
+    @staticmethod
+    def forward(ctx, M, Jf):
+        L = torch.linalg.cholesky_ex(M)[0]
+        Y = torch.linalg.solve_triangular(L, Jf.transpose(-1, -2), upper=False)
+        ctx.save_for_backward(M, Jf, L, Y)
+        return (Y * Y).sum(-2).reshape(*Jf.shape[:-2], -1, 3).mean(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        M, Jf, L, Y = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
+            with torch.enable_grad():
+                ins = [x if x.requires_grad else x.detach().requires_grad_(True) for x in (M, Jf)]
+                gM, gJ = torch.autograd.grad(_inverse_masses_plain(*ins), ins, g, create_graph=True, allow_unused=True)
+            return gM, gJ
+        Z = torch.linalg.solve_triangular(L.transpose(-1, -2), Y, upper=True)  # M^-1 J^T, (..., nv, 3 r)
+        gc = (g / 3.0).repeat_interleave(3, -1)[..., None, :]  # (..., 1, 3 r)
+        gZ = Z * gc
+        gM = -(gZ @ Z.transpose(-1, -2)) if ctx.needs_input_grad[0] else None
+        gJ = 2.0 * gZ.transpose(-1, -2) if ctx.needs_input_grad[1] else None
+        return (gM.sum_to_size(M.shape) if gM is not None else None,
+                gJ.sum_to_size(Jf.shape) if gJ is not None else None)
 
 
 # ---------------------------------------------------------------- the solve
@@ -590,7 +663,11 @@ def spd_solve(A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if transforms_active() or not (A.requires_grad or b.requires_grad) or not torch.is_grad_enabled():
         return torch.cholesky_solve(b[..., None], torch.linalg.cholesky(A))[..., 0]
     shape = torch.broadcast_shapes(A.shape[:-2], b.shape[:-1])
-    return _SPDSolve.apply(A.expand(*shape, *A.shape[-2:]), b.expand(*shape, b.shape[-1]))
+    if A.shape[:-2] != shape:
+        A = A.expand(*shape, *A.shape[-2:])
+    if b.shape[:-1] != shape:
+        b = b.expand(*shape, b.shape[-1])
+    return _SPDSolve.apply(A, b)
 
 
 # ---------------------------------------------------------------- kinematics

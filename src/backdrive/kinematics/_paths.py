@@ -57,7 +57,9 @@ FAST_MIN_BATCH = {
     "forward_dynamics": 96,  # with a gradient
     "forward_dynamics_no_grad": 192,
     "contact_step": 128,  # ContactModel.acceleration, implicit, without a gradient (docs/contact.md)
-    "contact_step_grad": 512,  # the same recording a gradient (contact/_fast.py's backward; docs/contact.md)
+    # The same recording a gradient (contact/_fast.py's backward): the two
+    # paths cost the same between 128 and 192 samples (docs/contact.md).
+    "contact_step_grad": 160,
     "energy": 96,  # kinetic and potential energy, centre of mass (fast/reference at 64: 0.8-1.15, at 128: 0.76-0.95)
 }
 
