@@ -443,7 +443,7 @@ class ContactModel:
         ):
             return None
         robot.check_q(q)
-        return kinematics(robot, topo, q)
+        return kinematics(robot, topo, q, mass=True)
 
     def implicit_terms(
         self,

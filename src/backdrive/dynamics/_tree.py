@@ -198,6 +198,9 @@ class Kinematics(NamedTuple):
         m: ``(na,)`` masses; h: ``(..., na, 3)`` first moments ``m c``;
         I: ``(..., na, 3, 3)`` rotational inertias about the world origin.
         c: ``(..., na, 3)`` centres of mass in the world.
+        M: ``(..., nv, nv)`` the mass matrix where :func:`kinematics` was
+            asked for it and formed it in its node (``crba_core`` returns
+            it), else ``None``.
     """
 
     R: torch.Tensor
@@ -207,15 +210,21 @@ class Kinematics(NamedTuple):
     h: torch.Tensor
     I: torch.Tensor
     c: torch.Tensor
+    M: torch.Tensor | None = None
 
 
-def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: bool = True) -> Kinematics:
+def kinematics(
+    model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: bool = True, mass: bool = False
+) -> Kinematics:
     """Body poses, joint motion subspaces and world inertias at ``q``.
 
     Where autograd records ``q`` (and the model's masses and inertias need
     no gradient), one node with its backward written out
     (:class:`_KinematicsVJP`) instead of the hundred-odd nodes of the
     formulas: at batch 1 each node costs microseconds whatever its size.
+    ``mass``: there, the mass matrix (CRBA) is formed in the same node
+    (``Kinematics.M``, which ``crba_core`` then returns), unless mimic
+    joints couple the coordinates or the armature needs a gradient.
     """
     if (
         inertia
@@ -224,8 +233,9 @@ def kinematics(model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: b
         and not (model.body_mass.requires_grad or model.body_com.requires_grad or model.body_inertia.requires_grad)
         and not transforms_active()
     ):
-        R, p, S, h, I, c = _KinematicsVJP.apply(model, topo, q)
-        return Kinematics(R, p, S, model.body_mass[topo.o :], h, I, c)
+        mass = mass and topo.nm > 0 and not topo.coupled and not model.armature.requires_grad
+        out = _KinematicsVJP.apply(model, topo, q, mass)
+        return Kinematics(*out[:3], model.body_mass[topo.o :], *out[3:6], out[6] if mass else None)
     return _kinematics(model, topo, q, inertia)[0]
 
 
@@ -298,27 +308,46 @@ class _KinematicsVJP(torch.autograd.Function):
     differentiates the plain formulas."""
 
     @staticmethod
-    def forward(ctx, model, topo, q):
+    def forward(ctx, model, topo, q, mass):
+        from ._crba import crba_core
+
         kin, Ic = _kinematics(model, topo, q)
-        ctx.model, ctx.topo = model, topo
+        ctx.model, ctx.topo, ctx.mass = model, topo, mass
+        out = (kin.R, kin.p, kin.S, kin.h, kin.I, kin.c)
+        if mass:
+            M, B = crba_core(model, topo, kin, keep=True)
+            ctx.save_for_backward(q, kin.R, kin.p, kin.S, kin.c, Ic, kin.h, kin.I, B)
+            return out + (M,)
         ctx.save_for_backward(q, kin.R, kin.p, kin.S, kin.c, Ic)
-        return kin.R, kin.p, kin.S, kin.h, kin.I, kin.c
+        return out
 
     @staticmethod
-    def backward(ctx, gR, gp, gS, gh, gI, gc):
-        q, R, p, S, c, Ic = ctx.saved_tensors
+    def backward(ctx, gR, gp, gS, gh, gI, gc, gM=None):
+        q, R, p, S, c, Ic = ctx.saved_tensors[:6]
         model, topo = ctx.model, ctx.topo
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
+            from ._crba import crba_core
+
             with torch.enable_grad():
                 qd = q if q.requires_grad else q.detach().requires_grad_(True)
                 kin = _kinematics(model, topo, qd)[0]
                 outs, grads = [], []
-                for x, g in zip((kin.R, kin.p, kin.S, kin.h, kin.I, kin.c), (gR, gp, gS, gh, gI, gc)):
+                xs = (kin.R, kin.p, kin.S, kin.h, kin.I, kin.c) + ((crba_core(model, topo, kin),) if ctx.mass else ())
+                for x, g in zip(xs, (gR, gp, gS, gh, gI, gc, gM)):
                     if g is not None:
                         outs.append(x)
                         grads.append(g)
                 (g,) = torch.autograd.grad(outs, qd, grads, create_graph=True, allow_unused=True)
-            return None, None, g
+            return None, None, g, None
+        motion = S
+        if gM is not None:
+            # The mass matrix: <G, M> = sum_b <J_b G J_b^T, I6_b> + const, J_b
+            # (6, nv) body b's columns (the motion vectors of its ancestors'
+            # joints and, with a floating base, the base's six), I6_b its
+            # spatial inertia at the origin: the gradient of I6_b is
+            # J_b sym(G) J_b^T, that of the columns sum_b I6_b J_b (G + G^T).
+            h, I, B = ctx.saved_tensors[6:]
+            gh, gI, gS, motion = _mass_grads(model, topo, h, I, S, B, gM, gh, gI, gS)
         o, nb = topo.o, R.shape[-3]
         batch = R.shape[:-3]
         zeros = lambda k: R.new_zeros(*batch, k, 3)  # noqa: E731
@@ -345,16 +374,16 @@ class _KinematicsVJP(torch.autograd.Function):
             Na = torch.linalg.cross(Ic, Gs, dim=-2).sum(-1)
         Nc = torch.linalg.cross(c, gct)
         Na = Nc if Na is None else Na + Nc
-        # The motion subspaces: the force cross product S x* g.
-        if gS is not None and nb > 1:
-            sl, sa = S[..., :3], S[..., 3:]
+        # The motion subspaces (and the base's columns): the force cross product S x* g.
+        if gS is not None and motion.shape[-2]:
+            sl, sa = motion[..., :3], motion[..., 3:]
             gl, ga = gS[..., :3], gS[..., 3:]
             Fs = torch.linalg.cross(sa, gl)
             Ns = torch.linalg.cross(sa, ga) + torch.linalg.cross(sl, gl)
         else:
-            Fs = Ns = zeros(nb - 1)
+            Fs = Ns = zeros(motion.shape[-2])
         X = torch.cat([torch.cat([F, gct, Fs], -2), torch.cat([N, Na, Ns], -2)], -1)
-        W = torch.matmul(_subtree_groups(model, o), X)
+        W = torch.matmul(_subtree_groups(model, o, motion is not S), X)
         parts = []
         if model.floating_base:
             F0, N0 = W[..., 0, :3], W[..., 0, 3:]
@@ -369,20 +398,70 @@ class _KinematicsVJP(torch.autograd.Function):
             gth = (S * W[..., 1:, :]).sum(-1)
             parts.append(couple_forces(topo, gth, model.num_joints))
         g = torch.cat(parts, -1) if len(parts) > 1 else parts[0]
-        return None, None, g.sum_to_size(q.shape)
+        return None, None, g.sum_to_size(q.shape), None
 
 
-def _subtree_groups(model: RobotModel, o: int) -> torch.Tensor:
-    """``(nb, 3 nb - o - 1)``: ``[anc^T, anc^T[:, o:], anc^T[:, 1:]]`` with
-    ``anc`` the ancestor matrix (body order): its product with values of
-    every body, the active bodies ``o..`` and the moving bodies ``1..``
+def _mass_grads(model, topo, h, I, S, B, gM, gh, gI, gS):
+    """The mass matrix's part of :class:`_KinematicsVJP`'s backward: ``gh``,
+    ``gI`` and the motion vectors' gradients with ``G = gM``'s added, and the
+    motion vectors (``cat([B, S])`` with a floating base)."""
+    const = _mass_constants(model, topo.o)
+    rows = S if B is None else torch.cat([B, S], -2)  # (..., nv, 6) every column's motion vector
+    Jr = rows[..., None, :, :] * const["mask"]  # (..., na, nv, 6): J_b^T
+    Gs = gM + gM.transpose(-1, -2)
+    Psi = Gs[..., None, :, :] @ Jr  # (G + G^T) J_b^T
+    m = model.body_mass[topo.o :, None].expand(h.shape[:-1] + (1,))
+    I6 = (torch.cat([m, h, I.flatten(-2)], -1) @ const["to6"]).unflatten(-1, (6, 6))
+    g_rows = (Psi @ I6 * const["mask"]).sum(-3)
+    g13 = (0.5 * (Jr.transpose(-1, -2) @ Psi)).flatten(-2) @ const["from6"]  # (..., na, 13): m, h, I
+    _, gh_m, gI_m = g13.split_with_sizes([1, 3, 9], -1)
+    gh = gh_m if gh is None else gh + gh_m
+    gI_m = gI_m.unflatten(-1, (3, 3))
+    gI = gI_m if gI is None else gI + gI_m
+    if gS is not None:
+        g_rows = g_rows + (gS if B is None else torch.cat([torch.zeros_like(B), gS], -2))
+    return gh, gI, g_rows, rows
+
+
+def _mass_constants(model: RobotModel, o: int) -> dict:
+    """Constants of :func:`_mass_grads`: ``mask (na, nv, 1)``, 1 where
+    column ``j`` moves active body ``b``; ``to6 (13, 36)`` the spatial
+    inertia ``[[m 1, -[h]x], [[h]x, I]]`` (flattened) from ``[m, h, I]``,
+    ``from6`` its transpose."""
+
+    def build(m):
+        anc = tree_schedule(m).anc
+        cols = ([0] * 6 if m.floating_base else []) + list(range(1, m.num_bodies))
+        mask = anc[o:][:, cols][..., None].contiguous()
+        T = torch.zeros(13, 6, 6, dtype=m.dtype, device=m.device)
+        for i in range(3):
+            T[0, i, i] = 1.0
+            for j in range(3):
+                T[4 + 3 * i + j, 3 + i, 3 + j] = 1.0
+        # [h]x = [[0, -h2, h1], [h2, 0, -h0], [-h1, h0, 0]] in the lower left, minus it in the upper right.
+        for k, (i, j, sg) in enumerate(((2, 1, 1.0), (1, 2, -1.0), (0, 2, 1.0), (2, 0, -1.0), (1, 0, 1.0), (0, 1, -1.0))):
+            comp = (0, 0, 1, 1, 2, 2)[k]
+            T[1 + comp, 3 + i, j] = sg
+            T[1 + comp, j, 3 + i] = sg
+        to6 = T.reshape(13, 36).contiguous()
+        return {"mask": mask, "to6": to6, "from6": to6.T.contiguous()}
+
+    return geometry_constants(model, f"dynamics.mass_constants.{o}", build)
+
+
+def _subtree_groups(model: RobotModel, o: int, base: bool = False) -> torch.Tensor:
+    """``[anc^T, anc^T[:, o:], anc^T[:, rows]]`` with ``anc`` the ancestor
+    matrix (body order) and ``rows`` the moving bodies ``1..`` (``base``:
+    after the floating base's six columns, of body 0): its product with
+    values of every body, the active bodies ``o..`` and the motion vectors
     stacked along the body axis sums each over every body's subtree."""
 
     def build(m):
         At = tree_schedule(m).anc.T
-        return torch.cat([At, At[:, o:], At[:, 1:]], 1).contiguous()
+        rows = ([0] * 6 if base else []) + list(range(1, m.num_bodies))
+        return torch.cat([At, At[:, o:], At[:, rows]], 1).contiguous()
 
-    return geometry_constants(model, f"dynamics.subtree_groups.{o}", build)
+    return geometry_constants(model, f"dynamics.subtree_groups.{o}.{int(base)}", build)
 
 
 # ---------------------------------------------------------------------- inputs
