@@ -200,7 +200,7 @@ class Kinematics(NamedTuple):
         c: ``(..., na, 3)`` centres of mass in the world.
         M: ``(..., nv, nv)`` the mass matrix where :func:`kinematics` was
             asked for it and formed it in its node (``crba_core`` returns
-            it), else ``None``.
+            it), else ``None``; bias: ``(..., nv)`` the bias forces likewise.
     """
 
     R: torch.Tensor
@@ -211,10 +211,17 @@ class Kinematics(NamedTuple):
     I: torch.Tensor
     c: torch.Tensor
     M: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
 
 
 def kinematics(
-    model: RobotModel, topo: Topology, q: torch.Tensor, *, inertia: bool = True, mass: bool = False
+    model: RobotModel,
+    topo: Topology,
+    q: torch.Tensor,
+    *,
+    inertia: bool = True,
+    mass: bool = False,
+    bias: tuple | None = None,
 ) -> Kinematics:
     """Body poses, joint motion subspaces and world inertias at ``q``.
 
@@ -224,7 +231,10 @@ def kinematics(
     formulas: at batch 1 each node costs microseconds whatever its size.
     ``mass``: there, the mass matrix (CRBA) is formed in the same node
     (``Kinematics.M``, which ``crba_core`` then returns), unless mimic
-    joints couple the coordinates or the armature needs a gradient.
+    joints couple the coordinates or the armature needs a gradient;
+    ``bias = (v, g)`` (with ``mass``; ``v`` of ``q``'s batch shape, ``g``
+    ``(3,)`` needing no gradient) also the bias forces ``C(q, v) v + g(q)``
+    (RNEA, ``Kinematics.bias``).
     """
     if (
         inertia
@@ -234,8 +244,15 @@ def kinematics(
         and not transforms_active()
     ):
         mass = mass and topo.nm > 0 and not topo.coupled and not model.armature.requires_grad
-        out = _KinematicsVJP.apply(model, topo, q, mass)
-        return Kinematics(*out[:3], model.body_mass[topo.o :], *out[3:6], out[6] if mass else None)
+        v = g = None
+        if mass and bias is not None:
+            v, g = bias
+            if v.shape[:-1] != q.shape[:-1] or g.ndim != 1 or g.requires_grad:
+                v = g = None
+        out = _KinematicsVJP.apply(model, topo, q, mass, v, g)
+        return Kinematics(
+            *out[:3], model.body_mass[topo.o :], *out[3:6], out[6] if mass else None, out[7] if v is not None else None
+        )
     return _kinematics(model, topo, q, inertia)[0]
 
 
@@ -308,46 +325,57 @@ class _KinematicsVJP(torch.autograd.Function):
     differentiates the plain formulas."""
 
     @staticmethod
-    def forward(ctx, model, topo, q, mass):
+    def forward(ctx, model, topo, q, mass, v, g):
         from ._crba import crba_core
+        from ._rnea import rnea_core
 
         kin, Ic = _kinematics(model, topo, q)
-        ctx.model, ctx.topo, ctx.mass = model, topo, mass
+        ctx.model, ctx.topo, ctx.mass, ctx.bias, ctx.g = model, topo, mass, v is not None, g
         out = (kin.R, kin.p, kin.S, kin.h, kin.I, kin.c)
+        saved = [q, kin.R, kin.p, kin.S, kin.c, Ic]
         if mass:
             M, B = crba_core(model, topo, kin, keep=True)
-            ctx.save_for_backward(q, kin.R, kin.p, kin.S, kin.c, Ic, kin.h, kin.I, B)
-            return out + (M,)
-        ctx.save_for_backward(q, kin.R, kin.p, kin.S, kin.c, Ic)
+            out += (M,)
+            saved += [kin.h, kin.I, B]
+        if v is not None:
+            keep = {}
+            out += (rnea_core(model, topo, kin, v, None, g, keep=keep),)
+            saved += [v] + [keep[k] for k in ("V", "A", "J", "IV", "F")]
+        ctx.save_for_backward(*saved)
         return out
 
     @staticmethod
-    def backward(ctx, gR, gp, gS, gh, gI, gc, gM=None):
-        q, R, p, S, c, Ic = ctx.saved_tensors[:6]
+    def backward(ctx, *grads):
+        gR, gp, gS, gh, gI, gc = grads[:6]
+        gM = grads[6] if ctx.mass else None
+        gb = grads[7] if ctx.bias else None
+        saved = ctx.saved_tensors
+        q, R, p, S, c, Ic = saved[:6]
         model, topo = ctx.model, ctx.topo
         if torch.is_grad_enabled():  # create_graph: plain autograd, differentiable again
             from ._crba import crba_core
+            from ._rnea import rnea_core
 
             with torch.enable_grad():
                 qd = q if q.requires_grad else q.detach().requires_grad_(True)
+                ins = [qd]
                 kin = _kinematics(model, topo, qd)[0]
-                outs, grads = [], []
-                xs = (kin.R, kin.p, kin.S, kin.h, kin.I, kin.c) + ((crba_core(model, topo, kin),) if ctx.mass else ())
-                for x, g in zip(xs, (gR, gp, gS, gh, gI, gc, gM)):
-                    if g is not None:
-                        outs.append(x)
-                        grads.append(g)
-                (g,) = torch.autograd.grad(outs, qd, grads, create_graph=True, allow_unused=True)
-            return None, None, g, None
-        motion = S
-        if gM is not None:
-            # The mass matrix: <G, M> = sum_b <J_b G J_b^T, I6_b> + const, J_b
-            # (6, nv) body b's columns (the motion vectors of its ancestors'
-            # joints and, with a floating base, the base's six), I6_b its
-            # spatial inertia at the origin: the gradient of I6_b is
-            # J_b sym(G) J_b^T, that of the columns sum_b I6_b J_b (G + G^T).
-            h, I, B = ctx.saved_tensors[6:]
-            gh, gI, gS, motion = _mass_grads(model, topo, h, I, S, B, gM, gh, gI, gS)
+                xs = [kin.R, kin.p, kin.S, kin.h, kin.I, kin.c]
+                if ctx.mass:
+                    xs.append(crba_core(model, topo, kin))
+                if ctx.bias:
+                    v = saved[9]
+                    vd = v if v.requires_grad else v.detach().requires_grad_(True)
+                    ins.append(vd)
+                    xs.append(rnea_core(model, topo, kin, vd, None, ctx.g))
+                outs = [x for x, gx in zip(xs, grads) if gx is not None]
+                gs = torch.autograd.grad(outs, ins, [gx for gx in grads if gx is not None], create_graph=True, allow_unused=True)
+            return None, None, gs[0], None, gs[1] if ctx.bias else None, None
+        motion, gv = S, None
+        if gM is not None or gb is not None:
+            # The mass matrix and the bias forces (:func:`_dynamics_grads`):
+            # gradients of the motion vectors and the inertias, then as below.
+            gh, gI, gS, motion, gv = _dynamics_grads(model, topo, saved, gM, gb, gh, gI, gS, ctx.mass)
         o, nb = topo.o, R.shape[-3]
         batch = R.shape[:-3]
         zeros = lambda k: R.new_zeros(*batch, k, 3)  # noqa: E731
@@ -398,36 +426,86 @@ class _KinematicsVJP(torch.autograd.Function):
             gth = (S * W[..., 1:, :]).sum(-1)
             parts.append(couple_forces(topo, gth, model.num_joints))
         g = torch.cat(parts, -1) if len(parts) > 1 else parts[0]
-        return None, None, g.sum_to_size(q.shape), None
+        return None, None, g.sum_to_size(q.shape), None, gv, None
 
 
-def _mass_grads(model, topo, h, I, S, B, gM, gh, gI, gS):
-    """The mass matrix's part of :class:`_KinematicsVJP`'s backward: ``gh``,
-    ``gI`` and the motion vectors' gradients with ``G = gM``'s added, and the
-    motion vectors (``cat([B, S])`` with a floating base)."""
-    const = _mass_constants(model, topo.o)
+def _dynamics_grads(model, topo, saved, gM, gb, gh, gI, gS, mass):
+    """The mass matrix's and the bias forces' part of :class:`_KinematicsVJP`'s
+    backward: ``gh``, ``gI`` and the motion vectors' gradients with theirs
+    added, the motion vectors (``cat([B, S])`` with a floating base) and the
+    gradient of ``v``.
+
+    Mass matrix: ``<G, M> = sum_b <J_b G J_b^T, I6_b> + const`` with ``J_b``
+    ``(6, nv)`` body ``b``'s columns (the motion vectors of its ancestors'
+    joints and, with a floating base, the base's six) and ``I6_b`` its
+    spatial inertia at the origin: ``I6_b`` gets ``J_b sym(G) J_b^T``, the
+    columns ``sum_b I6_b J_b (G + G^T)``.
+
+    Bias forces (world-frame RNEA, ``rnea_core``): ``V = down(J v)``, ``A =
+    down(V x J) + A_g``, ``f = I6 A + V x* I6 V``, ``F = up(f)``, ``h_k =
+    S_k . F_k``, reversed: ``lambda = down(g_h S)`` is ``g_f``; ``g_A = I6
+    lambda``, ``g_V = -(lambda x* I6 V) - I6 (V x lambda)``, ``g_I6 = lambda
+    A^T - (V x lambda) V^T``; then ``up`` for the sums, ``J x* g`` and ``-V
+    x* g`` for the products ``V x J``, and ``J = S qd``.
+    """
+    from ..kinematics._kernels import cross_force, cross_motion
+
+    o, fb = topo.o, model.floating_base
+    const = _mass_constants(model, o)
+    S, h, I, B = saved[3], saved[6], saved[7], saved[8]
     rows = S if B is None else torch.cat([B, S], -2)  # (..., nv, 6) every column's motion vector
-    Jr = rows[..., None, :, :] * const["mask"]  # (..., na, nv, 6): J_b^T
-    Gs = gM + gM.transpose(-1, -2)
-    Psi = Gs[..., None, :, :] @ Jr  # (G + G^T) J_b^T
-    m = model.body_mass[topo.o :, None].expand(h.shape[:-1] + (1,))
+    m = model.body_mass[o:, None].expand(h.shape[:-1] + (1,))
     I6 = (torch.cat([m, h, I.flatten(-2)], -1) @ const["to6"]).unflatten(-1, (6, 6))
-    g_rows = (Psi @ I6 * const["mask"]).sum(-3)
-    g13 = (0.5 * (Jr.transpose(-1, -2) @ Psi)).flatten(-2) @ const["from6"]  # (..., na, 13): m, h, I
-    _, gh_m, gI_m = g13.split_with_sizes([1, 3, 9], -1)
+    g_rows, gI6, gv = gS if B is None or gS is None else torch.cat([torch.zeros_like(B), gS], -2), None, None
+    if gM is not None:
+        Jr = rows[..., None, :, :] * const["mask"]  # (..., na, nv, 6): J_b^T
+        Psi = (gM + gM.transpose(-1, -2))[..., None, :, :] @ Jr  # (G + G^T) J_b^T
+        gr = (Psi @ I6 * const["mask"]).sum(-3)
+        g_rows = gr if g_rows is None else g_rows + gr
+        gI6 = 0.5 * (Jr.transpose(-1, -2) @ Psi)
+    if gb is not None:
+        v, V, A, J, IV, F = saved[9:15]
+        anc = topo.sums.anc
+        lam = anc @ (const["scatter"] @ (rows * gb[..., None]))  # g_f, (..., na, 6)
+        Vxl = cross_motion(V, lam)
+        IZ = I6 @ torch.stack([lam, Vxl], -1)
+        gA, IVxl = IZ.unbind(-1)
+        gV = -(cross_force(lam, IV) + IVxl)
+        gi = torch.stack([lam, -Vxl], -1) @ torch.stack([A, V], -2)
+        gI6 = gi if gI6 is None else gI6 + gi
+        gJd = anc.T @ gA
+        Vm = V[..., 1:, :] if fb else V
+        if fb:
+            gJd = gJd[..., 1:, :]
+            gV[..., 1:, :] += cross_force(J, gJd)
+        else:
+            gV = gV + cross_force(J, gJd)
+        gJall = anc.T @ gV
+        gJ = (gJall[..., 1:, :] if fb else gJall) - cross_force(Vm, gJd)
+        qd = v[..., 6:] if fb else v
+        gqd = (S * gJ).sum(-1)
+        gr = gb[..., None] * (const["scatter"].T @ F)  # h_k = S_k . F_k
+        if fb:
+            gV0 = gJall[..., 0, :]
+            gr = gr + torch.cat([v[..., :6, None] * gV0[..., None, :], qd[..., None] * gJ], -2)
+            gv = torch.cat([(B * gV0[..., None, :]).sum(-1), gqd], -1)
+        else:
+            gr = gr + qd[..., None] * gJ
+            gv = gqd
+        g_rows = gr if g_rows is None else g_rows + gr
+    _, gh_m, gI_m = (gI6.flatten(-2) @ const["from6"]).split_with_sizes([1, 3, 9], -1)  # m, h, I
     gh = gh_m if gh is None else gh + gh_m
     gI_m = gI_m.unflatten(-1, (3, 3))
     gI = gI_m if gI is None else gI + gI_m
-    if gS is not None:
-        g_rows = g_rows + (gS if B is None else torch.cat([torch.zeros_like(B), gS], -2))
-    return gh, gI, g_rows, rows
+    return gh, gI, g_rows, rows, gv
 
 
 def _mass_constants(model: RobotModel, o: int) -> dict:
-    """Constants of :func:`_mass_grads`: ``mask (na, nv, 1)``, 1 where
+    """Constants of :func:`_dynamics_grads`: ``mask (na, nv, 1)``, 1 where
     column ``j`` moves active body ``b``; ``to6 (13, 36)`` the spatial
     inertia ``[[m 1, -[h]x], [[h]x, I]]`` (flattened) from ``[m, h, I]``,
-    ``from6`` its transpose."""
+    ``from6`` its transpose; ``scatter (na, nv)``, 1 where column ``j``
+    belongs to active body ``b`` (the base's six to body 0)."""
 
     def build(m):
         anc = tree_schedule(m).anc
@@ -444,7 +522,10 @@ def _mass_constants(model: RobotModel, o: int) -> dict:
             T[1 + comp, 3 + i, j] = sg
             T[1 + comp, j, 3 + i] = sg
         to6 = T.reshape(13, 36).contiguous()
-        return {"mask": mask, "to6": to6, "from6": to6.T.contiguous()}
+        scatter = torch.zeros(m.num_bodies - o, len(cols), dtype=m.dtype, device=m.device)
+        for k, b in enumerate(cols):
+            scatter[b - o, k] = 1.0
+        return {"mask": mask, "to6": to6, "from6": to6.T.contiguous(), "scatter": scatter}
 
     return geometry_constants(model, f"dynamics.mass_constants.{o}", build)
 
