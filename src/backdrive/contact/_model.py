@@ -415,13 +415,15 @@ class ContactModel:
                 # Recording: the fast step as one autograd node with its
                 # backward by the implicit function theorem (_fast.py).
                 return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
-        kin = self._shared_kinematics(robot, q, v, tau)
+        kin = self._shared_kinematics(robot, q, v, tau, gravity)
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity, _kin=kin)
         A = torch.add(terms._M, terms.matrix, alpha=dt)
         if extra_damping is not None:
             A = A + dt * torch.diag_embed(extra_damping)
         if kin is None:
             h = bias_forces(robot, q, v, gravity=gravity)
+        elif kin.bias is not None:
+            h = kin.bias
         else:
             g = gravity_vector(robot, gravity)
             _, (qb, vb, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (g, 3, "gravity"))
@@ -432,10 +434,13 @@ class ContactModel:
         a = spd_solve(A, rhs)
         return a, self.applied(robot, terms, a, dt)
 
-    def _shared_kinematics(self, robot: RobotModel, q, v, tau):
+    def _shared_kinematics(self, robot: RobotModel, q, v, tau, gravity=None):
         """The dynamics' reference kinematics at ``q``, computed once for the
         contact points, the mass matrix and the bias forces, where all three
-        would take the reference path; else ``None`` (each computes its own)."""
+        would take the reference path; else ``None`` (each computes its own).
+        Where autograd records, the mass matrix and the bias forces are
+        formed in the kinematics' one node (``kinematics(..., mass=True,
+        bias=...)``: their backward written out)."""
         topo = topology(robot)
         n = _batch_size(q, v, tau)
         if choose("mass_matrix", n, topo.nm > 0) or choose("inverse_dynamics", n, topo.nm > 0) or choose(
@@ -443,7 +448,8 @@ class ContactModel:
         ):
             return None
         robot.check_q(q)
-        return kinematics(robot, topo, q)
+        robot.check_vector(v, robot.nv, "v")
+        return kinematics(robot, topo, q, mass=True, bias=(v, gravity_vector(robot, gravity)))
 
     def implicit_terms(
         self,

@@ -39,9 +39,16 @@ def base_columns(kin: Kinematics) -> torch.Tensor:
     return base_motion_to_world(R0[..., None, :, :], p0[..., None, :], eye)
 
 
-def crba_core(model: RobotModel, topo: Topology, kin: Kinematics) -> torch.Tensor:
-    """The mass matrix ``(..., nv, nv)`` from precomputed kinematics (armature included)."""
+def crba_core(model: RobotModel, topo: Topology, kin: Kinematics, keep: bool = False) -> torch.Tensor:
+    """The mass matrix ``(..., nv, nv)`` from precomputed kinematics (armature included).
+
+    ``kin.M`` when the kinematics carry it (``kinematics(..., mass=True)``);
+    ``keep``: also the base columns ``(..., 6, 6)`` (``None`` for a fixed base).
+    """
+    if kin.M is not None and not keep:
+        return kin.M
     fb = model.floating_base
+    B = None
     S = kin.S
     mc, hc, Ic = composite_inertia(topo, kin)
     blocks = None
@@ -64,16 +71,17 @@ def crba_core(model: RobotModel, topo: Topology, kin: Kinematics) -> torch.Tenso
         Mbb = B @ FB.transpose(-1, -2)
         Mbb = 0.5 * (Mbb + Mbb.transpose(-1, -2))  # exactly symmetric, not just to rounding
         if blocks is None:
-            return Mbb
+            return (Mbb, B) if keep else Mbb
         Mbj = B @ F.transpose(-1, -2)  # the base is an ancestor of every body
         if topo.coupled:
             Mbj = Mbj @ topo.G
         top = torch.cat([Mbb, Mbj], -1)
         bottom = torch.cat([Mbj.transpose(-1, -2), blocks], -1)
-        return torch.cat([top, bottom], -2)
+        M = torch.cat([top, bottom], -2)
+        return (M, B) if keep else M
     if blocks is None:
-        return kin.S.new_zeros(*kin.S.shape[:-2], 0, 0)
-    return blocks
+        blocks = kin.S.new_zeros(*kin.S.shape[:-2], 0, 0)
+    return (blocks, B) if keep else blocks
 
 
 def mass_matrix(robot: RobotModel, q: torch.Tensor) -> torch.Tensor:

@@ -47,10 +47,13 @@ def rnea_core(
     a: torch.Tensor | None,
     g: torch.Tensor,
     fext_w: torch.Tensor | None = None,
+    keep: dict | None = None,
 ) -> torch.Tensor:
     """RNEA on precomputed kinematics; ``v`` or ``a`` ``None`` means zero.
 
     Returns ``tau (..., nv)``, with ``armature * a`` on the joint coordinates.
+    ``keep``: a dict that receives the passes' arrays ``V``, ``A``, ``J``,
+    ``IV`` (``I V``) and ``F`` (with ``v`` given; for a written-out backward).
     """
     fb = model.floating_base
     nj = model.num_joints
@@ -73,6 +76,8 @@ def rnea_core(
         # One inertia product for both A and V: f = I A + V x* (I V).
         IAV = apply_inertia_columns(kin.m, kin.h, kin.I, torch.stack([A.expand_as(V), V], -2))
         f = IAV[..., 0, :] + cross_force(V, IAV[..., 1, :])
+        if keep is not None:
+            keep.update(V=V, A=A, J=J, IV=IAV[..., 1, :])
     else:
         if a is not None:
             Jd = S * joint_rates(topo, a[..., 6:] if fb else a)[..., None]
@@ -87,6 +92,8 @@ def rnea_core(
     if fext_w is not None:
         f = f - fext_w
     F = up(topo.sums, f)
+    if keep is not None:
+        keep["F"] = F
     Fm = F[..., 1:, :] if fb else F
     tau = couple_forces(topo, (S * Fm).sum(-1), nj)
     if a is not None and nj:
