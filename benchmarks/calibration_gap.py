@@ -21,7 +21,12 @@ policy (``--episodes`` x ``--seconds`` at the 0.5 m/s command, reset seed
   ``matched`` contact) and the row's joints, masses, strength and delay
   (friction: the row's).
 
-    python benchmarks/calibration_gap.py --engines mujoco,backdrive,no_adhesion,matched
+``--law 1.3e4,500`` runs the backdrive columns with that contact law
+(stiffness N/m, damping N s/m; friction the row's). ``--calibration JSON`` adds the row ``calibrated``: the sim of the JSON's
+``"calibrated"`` parameters (backdrive columns only).
+
+    python benchmarks/calibration_gap.py --engines mujoco,backdrive,no_adhesion,matched \
+        --calibration benchmarks/results/calibration_loop_go1_s0.json
 
 Writes ``--out`` (JSON) and prints a markdown table.
 """
@@ -41,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibration_loop as CL  # noqa: E402
 import locomotion_transfer as LT  # noqa: E402
 
+from backdrive.contact import ContactParameters  # noqa: E402
 from backdrive.envs import QuadrupedWalk  # noqa: E402
 
 ENGINES = ("mujoco", "backdrive", "no_adhesion", "matched")
@@ -50,11 +56,11 @@ def variants(robot, truth: dict) -> dict:
     """``{row: truth-like dict}``: the loop's nominal guess, each hidden parameter alone, all, URDF joints."""
     base = {"mass": robot.body_mass.tolist(), "damping": [0.1] * robot.num_joints, "strength": 1.0,
             "friction": 0.75, "delay": 0, "armature": CL.ARMATURE}
-    rows = {"urdf joints (armature 0, damping 0.01)": {**base, "armature": 0.0, "damping": [0.01] * robot.num_joints},
+    rows = {"urdf joints": {**base, "armature": 0.0, "damping": [0.01] * robot.num_joints},  # armature 0, damping 0.01
             "armature 0": {**base, "armature": 0.0}, "nominal": base}
     for k in ("mass", "damping", "strength", "friction", "delay"):
         rows[k] = {**base, k: truth[k]}
-    rows["all (the truth)"] = dict(truth)
+    rows["truth"] = dict(truth)
     return rows
 
 
@@ -73,12 +79,19 @@ def matched_model(env, t: dict, dt: float):
 
 def speed(engine: str, t: dict, policy, args) -> dict:
     n, sec, seed = args.episodes, args.seconds, args.reset_seed
+    if "params" in t:  # a calibrated sim: backdrive only
+        if engine not in ("backdrive", "no_adhesion"):
+            return {"forward_speed": float("nan"), "upright": float("nan")}
+        p = t["params"] | {"no_adhesion": engine == "no_adhesion"}
+        m = CL.make_env(p, n, robot_name="go1").evaluate(policy, LT.COMMAND, seconds=sec, seed=seed, settle=LT.SETTLE)
+        return {"forward_speed": float(m["forward_speed"]), "upright": float(m["upright"])}
     if engine in ("mujoco", "matched"):
         env, _ = QuadrupedWalk.pretrained(n, robot="go1")
         model = LT.build_hidden(env, t, 0.005) if engine == "mujoco" else matched_model(env, t, 0.005)
         m = LT.run_mujoco(env, policy, dt=0.005, seconds=sec, seed=seed, model=model, delay=int(t["delay"]))
     else:
-        p = CL.truth_params(t) | {"armature": float(t["armature"]), "no_adhesion": engine == "no_adhesion"}
+        law = None if args.law is None else ContactParameters(stiffness=args.law[0], damping=args.law[1])
+        p = CL.truth_params(t, law) | {"armature": float(t["armature"]), "no_adhesion": engine == "no_adhesion"}
         m = CL.make_env(p, n, robot_name="go1").evaluate(policy, LT.COMMAND, seconds=sec, seed=seed,
                                                          settle=LT.SETTLE)
     return {"forward_speed": float(m["forward_speed"]), "upright": float(m["upright"])}
@@ -91,7 +104,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--reset-seed", type=int, default=CL.SELECT["seed"])
     ap.add_argument("--engines", default="mujoco,backdrive,no_adhesion")
-    ap.add_argument("--rows", default=None, help="comma-separated row names (default all)")
+    ap.add_argument("--rows", default=None, help="comma-separated row names (default all: urdf joints, armature 0, "
+                    "nominal, mass, damping, strength, friction, delay, truth, and calibrated with --calibration)")
+    ap.add_argument("--law", default=None, type=lambda x: tuple(float(v) for v in x.split(",")),
+                    help="STIFFNESS,DAMPING (N/m, N s/m): backdrive's contact law in the backdrive columns "
+                         "(default: ContactParameters(), 4e4, 1e4)")
+    ap.add_argument("--calibration", default=None,
+                    help="a calibration_loop JSON: adds the row 'calibrated' (its sim, backdrive engines only)")
     ap.add_argument("--out", default="outputs/benchmarks/calibration_gap.json")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -102,6 +121,8 @@ def main(argv=None) -> dict:
     env, policy = QuadrupedWalk.pretrained(1, robot="go1")
     truth = CL.hidden_truth(args.seed, env.robot, "go1")
     rows = variants(env.robot, truth)
+    if args.calibration:
+        rows["calibrated"] = {"params": json.loads(Path(args.calibration).read_text())["calibrated"]}
     if args.rows:
         rows = {k: rows[k] for k in args.rows.split(",")}
     out = Path(args.out)
