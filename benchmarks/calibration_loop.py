@@ -134,11 +134,70 @@ class DelayedWalk(QuadrupedWalk):
             del self._substep
 
 
+def _masked_terms(terms, keep: torch.Tensor):
+    """``ContactModel.implicit_terms``'s ``terms`` with the contact points where ``keep`` ``(..., points)`` is 0
+    taken out of the step (no force, no implicit damping or stiffness): those feet are off the floor."""
+    res = terms.result
+    J = res.jacobian  # (..., points, 3, nv)
+    batch = J.shape[:-3]
+    Jf = J.reshape(*batch, -1, J.shape[-1])
+    CK = terms._CK * keep[..., None, None]
+    CKJ = (CK.unsqueeze(-1) * J.unsqueeze(-3)).sum(-2).reshape(Jf.shape)
+    pred = terms._pred * keep[..., None]
+    f0 = res.force * keep[..., None]
+    force = (Jf * (f0 - pred).reshape(*batch, -1, 1)).sum(-2)
+    return dataclasses.replace(terms, result=dataclasses.replace(res, force=f0), force=force,
+                               matrix=Jf.transpose(-1, -2) @ CKJ, _CK=CK, _pred=pred)
+
+
+class NoAdhesionSimulator(Simulator):
+    """``Simulator`` whose implicit contact step never pulls a foot onto the floor (12th session).
+
+    The library's implicit step (``Simulator(joint_forces="implicit")``, the env's) linearises each
+    contact's force in the new velocity, ``f' = f - (C + dt K) J dt a - ...``, and applies ``f'`` as
+    solved: where a loaded foot starts to lift off in the step, the normal damping (1e4 N s/m) makes
+    ``f'`` negative, an adhesion of up to ~90 N (the shipped Go1 walk: 1-2 % of foot-substeps, mean
+    -17 to -20 N) that holds the foot on the floor. MuJoCo's constraint solver keeps every normal
+    force >= 0. Here a step whose solved normal force is negative at some foot is solved again with
+    that foot's rows out of it (an active-set pass, up to ``passes`` times), so ``f_n >= 0`` at
+    every applied force. Steps without a negative normal force are the library's exactly.
+    """
+
+    passes = 3
+
+    def _advance_contact(self, q, v, u):
+        from backdrive.contact import integrate_world
+
+        if self._implicit is None:
+            raise ValueError("NoAdhesionSimulator needs the implicit joint-force step (joint_forces='implicit')")
+        robot, dt = self.robot, self.dt
+        tau, effort = self.efforts(q, v, u)
+        damping = self._pd_damping(q)
+        first = self.contact.implicit_terms(robot, q, v, dt)
+        terms, keep = first, None
+        for k in range(self.passes + 1):
+            extra = terms.matrix if damping is None else terms.matrix + torch.diag_embed(damping)
+            v_new = self._implicit.velocity(q, v, tau, extra_force=terms.force, extra_implicit=extra)
+            a = (v_new - v) / dt
+            res = self.contact.applied(robot, terms, a, dt)
+            neg = res.normal_force < 0
+            if keep is not None:
+                neg = neg & (keep > 0)
+            if k == self.passes or not bool(neg.any()):
+                break
+            keep = (~neg).to(q.dtype) if keep is None else keep * (~neg).to(q.dtype)
+            terms = _masked_terms(first, keep)
+        q1, v1 = integrate_world(robot, q, v, a, dt)
+        return q1, v1, effort, res
+
+
 def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name: str = "quadruped",
              vx_range: tuple[float, float] | None = None) -> DelayedWalk:
     """``QuadrupedWalk`` as ``robot_name``'s shipped policy was trained, with
     the physics of ``params`` (``None``: the calibration's nominal guess) and its delay;
-    ``vx_range``: the forward commands drawn per episode (default the training's, 0.2-0.8 m/s)."""
+    ``vx_range``: the forward commands drawn per episode (default the training's, 0.2-0.8 m/s).
+    Optional keys of ``params``: ``armature`` (kg m^2 per joint, default :data:`ARMATURE`),
+    ``joint_friction`` (N m), ``no_adhesion`` (true: step with :class:`NoAdhesionSimulator`)."""
     env, _ = DelayedWalk.pretrained(num_envs, robot=robot_name, dtype=dtype)
     r = env.robot
     nj = r.num_joints
@@ -146,7 +205,7 @@ def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name
     if params is None:
         params = nominal_params(r)
     robot = r.replace(body_mass=torch.tensor(params["body_mass"], **kw), damping=torch.tensor(params["damping"], **kw),
-                      armature=torch.full((nj,), ARMATURE, **kw))
+                      armature=torch.full((nj,), float(params.get("armature", ARMATURE)), **kw))
     if "joint_friction" in params:  # joint Coulomb friction, N m (default: the URDF's, Go1 0.2 N m)
         robot = robot.replace(friction=torch.as_tensor(params["joint_friction"], **kw).expand(nj).clone())
     s = float(params["motor_strength"])
@@ -160,7 +219,8 @@ def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name
                                             damping=float(params["contact_damping"]),
                                             friction=float(params["friction"]))
     env.contact = ContactModel(env.robot, env.geometry, params=env.nominal_contact)
-    env.sim = Simulator(env.robot, env.physics_dt, actuator=env._actuator, contact=env.contact)
+    sim_class = NoAdhesionSimulator if params.get("no_adhesion") else Simulator
+    env.sim = sim_class(env.robot, env.physics_dt, actuator=env._actuator, contact=env.contact)
     env.delay = int(params.get("delay", 0))
     return env
 
