@@ -107,7 +107,7 @@ def main():
     print("| robot | dtype | batch | step old ms | step new ms | old/new | grad old ms | grad new ms | old/new "
           "| ratio old | ratio new | state diff | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in a.robots.split(","):
+    for name in filter(None, a.robots.split(",")):  # --robots "": the SHAC rows alone
         for dt_name in dtypes:
             dtype = getattr(torch, dt_name)
             for batch in batches:

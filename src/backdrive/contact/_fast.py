@@ -31,6 +31,13 @@ differences in how, none in what:
 
 The force law itself is :func:`~backdrive.contact._law.contact_law`, the one
 implementation both paths call.
+
+The simulator's default step (``joint_forces="implicit"``) runs here too:
+without joint friction through :meth:`ContactModel.acceleration` (its joint
+damping joined to ``extra_damping``), with joint friction through
+:func:`dispatch` and a :class:`JointFriction` (the frictional joints'
+Delassus block from the step's own LTDL factor, the simulator's active-set
+iteration on it, one more solve; the backward by Woodbury on the same factor).
 """
 
 from __future__ import annotations

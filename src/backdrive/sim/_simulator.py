@@ -82,7 +82,11 @@ class Simulator:
             step is semi-implicit Euler with the contact damping and
             stiffness (and a PD actuator's ``kd``) implicit and the floating
             base moved by :func:`~backdrive.contact.integrate_world`; stable
-            at 1-10 ms (``docs/contact.md``). Needs a robot and the
+            at 1-10 ms (``docs/contact.md``). With implicit joint forces
+            the joints' damping and friction are solved in the same step,
+            which takes the contact's fast path from 128 samples (160
+            recording a gradient; ``docs/contact.md``, *12th session: the
+            Simulator on the fast step*). Needs a robot and the
             ``"semi_implicit"`` integrator. Each rollout keeps the contact
             result of every step in ``Trajectory.contact``.
 
