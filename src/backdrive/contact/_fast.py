@@ -524,14 +524,15 @@ def _joint_friction(FA: LTDLFactor, topo, spec: JointFriction, fric: torch.Tenso
 
 def _friction_adjoint(FA: LTDLFactor, fr, y: torch.Tensor, dt: float) -> torch.Tensor:
     """``A'^-1 r`` from ``y = A^-1 r`` (internal order ``(nv, N)``), ``A' = A
-    + dt E diag(c) E^T`` the step's matrix with the sticking joints' damping
-    ``c`` (Woodbury, symmetric form with ``s = sqrt(dt c)``): ``y - A^-1 E s
-    (I + s A_ff s)^-1 s y_f``."""
+    + E P E^T`` the step's matrix with the sticking joints' damping, ``P =
+    dt diag(c)`` (Woodbury, ``(P^-1 + A_ff)^-1 = P (I + A_ff P)^-1``, no
+    inverse of ``P``, whose sliding entries are 0): ``y - A^-1 E P (I + A_ff
+    P)^-1 y_f``."""
     idx, Aff, _, c = fr
-    s = torch.sqrt(dt * c)
+    p = dt * c  # (N, nf)
     nf = idx.numel()
-    Mq = s[:, :, None] * Aff * s[:, None, :] + torch.eye(nf, dtype=y.dtype, device=y.device)
-    u = s * torch.linalg.solve_ex(Mq, (s * y.index_select(0, idx).T)[..., None])[0][..., 0]
+    Mq = Aff * p[:, None, :] + torch.eye(nf, dtype=y.dtype, device=y.device)
+    u = p * torch.linalg.solve_ex(Mq, y.index_select(0, idx).T[..., None])[0][..., 0]
     return y - FA.solve_fast(y.new_zeros(y.shape).index_copy_(0, idx, u.T))
 
 
