@@ -157,7 +157,9 @@ def test_checkpointed_graph_keeps_one_node_per_window():
             U = qj.expand(3, T, 12).clone().requires_grad_()
             traj = sim.rollout(State(q0, v0), U, checkpoint_every=k)
             nodes[T, k] = _graph_nodes(traj.q, traj.v, traj.effort, traj.contact.force)
-    assert nodes[40, None] - nodes[20, None] > 20 * 500, nodes  # plain: every operation of every step
+    # plain: every operation of every step (about 495 per step on the
+    # reference contact step since the 12th session, 650 before)
+    assert nodes[40, None] - nodes[20, None] > 20 * 300, nodes
     assert nodes[20, 5] < 20 and nodes[40, 5] < 2 * nodes[20, 5], nodes  # checkpointed: 4 and 8 windows
 
 

@@ -31,6 +31,13 @@ differences in how, none in what:
 
 The force law itself is :func:`~backdrive.contact._law.contact_law`, the one
 implementation both paths call.
+
+The simulator's default step (``joint_forces="implicit"``) runs here too:
+without joint friction through :meth:`ContactModel.acceleration` (its joint
+damping joined to ``extra_damping``), with joint friction through
+:func:`dispatch` and a :class:`JointFriction` (the frictional joints'
+Delassus block from the step's own LTDL factor, the simulator's active-set
+iteration on it, one more solve; the backward by Woodbury on the same factor).
 """
 
 from __future__ import annotations
@@ -64,7 +71,10 @@ from ..kinematics._schedule import tree_schedule, up
 from ..model import RobotModel
 from ._terrain import GroundPlane
 
-__all__ = ["fast_eligible", "implicit_acceleration_fast", "implicit_acceleration_recorded", "reference_only"]
+__all__ = [
+    "JointFriction", "dispatch", "fast_eligible", "implicit_acceleration_fast", "implicit_acceleration_recorded",
+    "reference_only",
+]
 
 
 class _Plan(NamedTuple):
@@ -349,10 +359,12 @@ class _Saved(NamedTuple):
     CK: torch.Tensor  # (N, np, 3, 3)
 
 
-def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = False):
+def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = False, friction=None, fric=None):
     """The fast step, no autograd: ``a (..., nv)``, the result's fields (a
     dict, batch shape first) and, with ``record``, what the backward needs
-    (else ``None``)."""
+    (else ``None``). ``friction`` (:class:`JointFriction`) with its levels ``fric (nf,)``:
+    the joints' bounded Coulomb friction solved with the step
+    (:func:`_joint_friction`)."""
     g = gravity_vector(robot, gravity)
     batch, (q, v, tau, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (tau, robot.nv, "tau"), (g, 3, "gravity"))
     nv = robot.nv
@@ -425,6 +437,9 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     rhs.add_(full[:nv])
     FA = LTDLFactor(sp, topo, E)
     at = FA.solve_fast(rhs)
+    fr = None
+    if friction is not None:
+        at, fr = _joint_friction(FA, topo, friction, fric, vt, at, dt)
 
     # The forces the step applied: f - pred - CK J dt a = f - C x - dt K (J v + x), x = b + dt J a.
     x = _point_velocity(P, Jc, at).mul_(dt)
@@ -447,7 +462,78 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b, x, force, CK)
     V = keep.get("V")  # halves of a (3, 2, na, N) pair with the accelerations when stacked: a copy holds half
     kin = (K.R, K.p, K.Sl, K.Sa, None if V is None else tuple(x.clone() for x in V), inertias)
-    return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, kin, S)
+    return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, kin, S, fr)
+
+
+class JointFriction(NamedTuple):
+    """The joints' bounded Coulomb friction of the simulator's implicit step
+    (``sim/_implicit.py``), solved with the fast step.
+
+    Per frictional joint ``f_j = F_j g_j``, ``g_j = clamp(-v1_j / w, -1, 1)``
+    at the step's new velocity ``v1``: with ``A_ff = E^T A^-1 E`` (``E`` the
+    joints' unit columns, ``A`` the step's matrix) and the frictionless new
+    velocity ``v_free``, ``ratio`` finds ``g`` (the simulator's active-set
+    iteration, :meth:`~backdrive.sim._implicit.ImplicitJointForces._friction_ratio`,
+    the one implementation), then ``a = a_free + A^-1 E (F g)``.
+    """
+
+    index: torch.Tensor  # (nf,) generalised-velocity index of each frictional joint (coordinate order)
+    width: float  # w, rad/s (m/s)
+    ratio: object  # (A_ff (N, nf, nf), v_free (N, nf), F (nf,)) -> (g (N, nf), stick (N, nf) bool)
+    reference: object  # (q, v, tau, extra_damping, F) -> (a, ContactResult): the same step in plain autograd
+
+
+def _forward_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
+    """``L^-T r`` in place on ``r (nv, C, N)`` (internal order) for the LTDL
+    factor ``F`` (``A = L^T D L``): :meth:`LTDLFactor.solve_fast`'s first
+    sweep on ``C`` columns at once."""
+    C, N = r.shape[1], r.shape[2]
+    for lv, Lk in zip(F.sp.levels, F.Ls):
+        y = r.index_select(0, lv.k)
+        r.index_add_(0, lv.anc, (Lk.view(-1, lv.d, 1, N) * y[:, None]).view(-1, C, N), alpha=-1.0)
+    return r
+
+
+def _joint_friction(FA: LTDLFactor, topo, spec: JointFriction, fric: torch.Tensor, vt, at, dt: float):
+    """The friction stage of the step: ``(a, saved)`` from the frictionless
+    ``a_free = at (nv, N)`` (internal order) and the factor ``FA`` of ``A``.
+
+    ``A_ff = Z^T D^-1 Z`` with ``Z = L^-T E`` (one forward sweep of the nf
+    unit columns), ``g`` by ``spec.ratio`` at ``v_free = v + dt a_free``,
+    ``a = a_free + A^-1 E (F g)`` (one more solve). Joints with ``|g| < 1``
+    stick: their force ``-F v1 / w`` is a damping ``F / w`` on the new
+    velocity; the others slide with ``F g`` fixed (``spec.ratio`` tells
+    which). The backward
+    (:func:`_friction_adjoint`) differentiates that linear step, so the
+    gradients are those of the reference's solve with its final active set.
+    """
+    nv, N = at.shape
+    idx = spec.index if topo.dof_inv is None else topo.dof_inv.index_select(0, spec.index)
+    nf = idx.numel()
+    E = at.new_zeros(nv, nf, N)
+    E[idx, torch.arange(nf, device=at.device)] = 1.0
+    Z = _forward_columns(FA, E)
+    Aff = torch.einsum("kiN,kjN->Nij", Z / FA.D[:, None], Z)  # (N, nf, nf)
+    v_free = (vt.index_select(0, idx) + dt * at.index_select(0, idx)).T  # (N, nf)
+    g, stick = spec.ratio(Aff, v_free, fric)
+    r = at.new_zeros(nv, N).index_copy_(0, idx, (fric * g).T)
+    a = at + FA.solve_fast(r)
+    c = torch.where(stick, fric / spec.width, torch.zeros_like(g))  # (N, nf) the sticking joints' damping
+    return a, (idx, Aff, g, c)
+
+
+def _friction_adjoint(FA: LTDLFactor, fr, y: torch.Tensor, dt: float) -> torch.Tensor:
+    """``A'^-1 r`` from ``y = A^-1 r`` (internal order ``(nv, N)``), ``A' = A
+    + E P E^T`` the step's matrix with the sticking joints' damping, ``P =
+    dt diag(c)`` (Woodbury, ``(P^-1 + A_ff)^-1 = P (I + A_ff P)^-1``, no
+    inverse of ``P``, whose sliding entries are 0): ``y - A^-1 E P (I + A_ff
+    P)^-1 y_f``."""
+    idx, Aff, _, c = fr
+    p = dt * c  # (N, nf)
+    nf = idx.numel()
+    Mq = Aff * p[:, None, :] + torch.eye(nf, dtype=y.dtype, device=y.device)
+    u = p * torch.linalg.solve_ex(Mq, y.index_select(0, idx).T[..., None])[0][..., 0]
+    return y - FA.solve_fast(y.new_zeros(y.shape).index_copy_(0, idx, u.T))
 
 
 def _result(fields: dict):
@@ -456,16 +542,43 @@ def _result(fields: dict):
     return ContactResult(**fields)
 
 
-def implicit_acceleration_fast(contact, robot, q, v, tau, dt, gravity=None, extra_damping=None):
+def implicit_acceleration_fast(contact, robot, q, v, tau, dt, gravity=None, extra_damping=None, friction=None, fric=None):
     """The implicit step's accelerations ``(..., nv)`` and the applied :class:`ContactResult`.
 
     Same arguments and results as :meth:`ContactModel.acceleration` with
     ``scheme="implicit"``; no autograd graph (call it under ``no_grad``;
-    :func:`implicit_acceleration_recorded` records one).
+    :func:`implicit_acceleration_recorded` records one). ``friction``
+    (:class:`JointFriction`) and ``fric (nf,)``: the simulator's implicit joint
+    friction, solved with the step (``robot`` then carries no friction of
+    its own).
     """
     with torch.no_grad():
-        a, fields, _ = _step(contact, robot, q, v, tau, dt, gravity, extra_damping)
+        a, fields, _ = _step(contact, robot, q, v, tau, dt, gravity, extra_damping, friction=friction, fric=fric)
         return a, _result(fields)
+
+
+def dispatch(contact, robot: RobotModel, q, v, tau, gravity=None) -> str | None:
+    """Which path the implicit step takes: ``"fast"`` (nothing records),
+    ``"recorded"`` (one autograd node) or ``None`` (the reference path).
+
+    The decision of :meth:`ContactModel.acceleration`, for callers that run
+    the step with more than it takes (the simulator's implicit joint
+    friction): ``choose("contact_step")`` without a gradient,
+    ``choose("contact_step_grad")`` with one unless a parameter of the robot
+    or the contact requires grad (:func:`reference_only`).
+    """
+    from ..kinematics._paths import choose, transforms_active, untracked
+    from .._shapes import broadcast_shapes
+
+    if transforms_active():
+        return None
+    n = broadcast_shapes(q.shape[:-1], v.shape[:-1], tau.shape[:-1]).numel()
+    ok = fast_eligible(contact, robot)
+    if untracked():
+        return "fast" if choose("contact_step", n, ok) else None
+    if choose("contact_step_grad", n, ok) and not reference_only(contact, robot, gravity):
+        return "recorded"
+    return None
 
 
 # ------------------------------------------------------------------ the backward
@@ -743,14 +856,23 @@ class _ImplicitStepFast(torch.autograd.Function):
     and forward kinematics (``rnea_vjp_fast``'s ``extra``). The fields'
     part through ``a`` (``-dt J^T CK g_f``) is added to ``g_a`` first.
 
+    With the simulator's joint friction (:class:`JointFriction`, the
+    friction levels ``F`` a fifth input) the step solved is ``A' a = r'``:
+    the sticking joints' ``-F v1 / w`` adds ``dt F / w`` to ``A``'s diagonal
+    and ``-F v / w`` to ``r``, the sliding ones' ``F g`` to ``r``; ``lam =
+    A'^-1 g_a`` by Woodbury from ``A``'s factor (:func:`_friction_adjoint`),
+    ``g_v`` gains ``-F / w lam`` on the sticking joints and ``g_F = lam g``.
+
     Double backward (``create_graph=True``) differentiates the reference path.
     """
 
     @staticmethod
-    def forward(ctx, contact, robot, dt, gravity, q, v, tau, extra_damping):
-        a, fields, saved = _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record=True)
+    def forward(ctx, contact, robot, dt, gravity, friction, q, v, tau, extra_damping, fric):
+        a, fields, saved = _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record=True,
+                                 friction=friction, fric=fric)
         ctx.contact, ctx.robot, ctx.dt, ctx.gravity, ctx.saved = contact, robot, dt, gravity, saved
-        ctx.save_for_backward(q, v, tau, extra_damping)
+        ctx.friction = friction
+        ctx.save_for_backward(q, v, tau, extra_damping, fric)
         ctx.set_materialize_grads(False)
         private = [fields[k] for k in _PRIVATE]
         ctx.mark_non_differentiable(*private)
@@ -758,13 +880,13 @@ class _ImplicitStepFast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, ga, *gout):
-        q, v, tau, ed = ctx.saved_tensors
+        q, v, tau, ed, Ff = ctx.saved_tensors
         contact, robot, dt = ctx.contact, ctx.robot, ctx.dt
         gf = {k: g for k, g in zip(_FIELDS, gout) if g is not None}
-        nq_, nv_, ntau, ned = ctx.needs_input_grad[4:8]
+        nq_, nv_, ntau, ned, nF = ctx.needs_input_grad[5:10]
         if torch.is_grad_enabled():
-            return (None,) * 4 + _reference_grads(ctx, q, v, tau, ed, ga, gf)
-        B, N, g, FM, FA, at, vt, Z, Dg, kin, S = ctx.saved
+            return (None,) * 5 + _reference_grads(ctx, q, v, tau, ed, Ff, ga, gf)
+        B, N, g, FM, FA, at, vt, Z, Dg, kin, S, fr = ctx.saved
         topo = fast_topology(robot)
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
@@ -774,6 +896,8 @@ class _ImplicitStepFast(torch.autograd.Function):
             gx = (S.CK @ G[..., None])[..., 0].permute(2, 1, 0)  # (3, np, N)
             gat = gat - dt * _scatter(P, (S.Jc * gx[None]).sum(1), nv)
         lam = FA.solve_fast(gat)
+        if fr is not None:
+            lam = _friction_adjoint(FA, fr, lam, dt)
         lam_c = _from_internal(topo, lam)
         gq = gv = None
         if nq_ or nv_:
@@ -793,11 +917,15 @@ class _ImplicitStepFast(torch.autograd.Function):
                 off = 6 if robot.floating_base else 0
                 th = torch.tanh(vf[:, off:] / DEFAULT_FRICTION_WIDTH)
                 gv[:, off:] -= lam_c[:, off:] * (robot.damping + robot.friction * (1.0 - th * th) / DEFAULT_FRICTION_WIDTH)
+                if fr is not None:  # the sticking joints' -F v / w
+                    fi = ctx.friction.index
+                    gv[:, fi] -= fr[3] * lam_c[:, fi]
         out_q = gq.reshape(*B, -1).sum_to_size(q.shape) if nq_ else None
         out_v = gv.reshape(*B, nv).sum_to_size(v.shape) if nv_ else None
         out_tau = lam_c.reshape(*B, nv).sum_to_size(tau.shape) if ntau else None
         out_ed = (-dt * lam_c * _from_internal(topo, at)).reshape(*B, nv).sum_to_size(ed.shape) if ned else None
-        return None, None, None, None, out_q, out_v, out_tau, out_ed
+        out_F = (lam_c[:, ctx.friction.index] * fr[2]).sum_to_size(Ff.shape) if nF else None
+        return None, None, None, None, None, out_q, out_v, out_tau, out_ed, out_F
 
 
 def _scatter(P: _Plan, x: torch.Tensor, nv: int) -> torch.Tensor:
@@ -818,14 +946,17 @@ def _back_columns(F: LTDLFactor, r: torch.Tensor) -> torch.Tensor:
     return r
 
 
-def _reference_grads(ctx, q, v, tau, ed, ga, gf):
+def _reference_grads(ctx, q, v, tau, ed, Ff, ga, gf):
     """Double backward: the gradients by plain autograd over the reference path, with a graph."""
     from ..kinematics._paths import use_path
 
-    needs = ctx.needs_input_grad[4:8]
+    needs = ctx.needs_input_grad[5:10]
     with torch.enable_grad(), use_path("reference"):
-        ins = [None if x is None else (x if x.requires_grad else x.detach().requires_grad_(n)) for x, n in zip((q, v, tau, ed), needs)]
-        a, res = ctx.contact.acceleration(ctx.robot, ins[0], ins[1], ins[2], dt=ctx.dt, gravity=ctx.gravity, extra_damping=ins[3])
+        ins = [None if x is None else (x if x.requires_grad else x.detach().requires_grad_(n)) for x, n in zip((q, v, tau, ed, Ff), needs)]
+        if ctx.friction is not None:
+            a, res = ctx.friction.reference(*ins)
+        else:
+            a, res = ctx.contact.acceleration(ctx.robot, ins[0], ins[1], ins[2], dt=ctx.dt, gravity=ctx.gravity, extra_damping=ins[3])
         outs, grads = [], []
         if ga is not None:
             outs.append(a)
@@ -838,10 +969,11 @@ def _reference_grads(ctx, q, v, tau, ed, ga, gf):
     return tuple(next(got) if n and x is not None else None for x, n in zip(ins, needs))
 
 
-def implicit_acceleration_recorded(contact, robot, q, v, tau, dt, gravity=None, extra_damping=None):
+def implicit_acceleration_recorded(contact, robot, q, v, tau, dt, gravity=None, extra_damping=None, friction=None, fric=None):
     """:func:`implicit_acceleration_fast` recording one autograd node
     (:class:`_ImplicitStepFast`): gradients with respect to ``q``, ``v``,
-    ``tau`` and ``extra_damping`` (see :func:`reference_only` for the rest)."""
-    outs = _ImplicitStepFast.apply(contact, robot, float(dt), gravity, q, v, tau, extra_damping)
+    ``tau``, ``extra_damping`` and the joint friction levels ``fric`` (see
+    :func:`reference_only` for the rest)."""
+    outs = _ImplicitStepFast.apply(contact, robot, float(dt), gravity, friction, q, v, tau, extra_damping, fric)
     fields = dict(zip(_FIELDS + _PRIVATE, outs[1:]))
     return outs[0], _result(fields)

@@ -151,21 +151,68 @@ class ImplicitJointForces:
         L, _ = torch.linalg.cholesky_ex(Mi)
         if not self.has_friction:
             return v + dt * torch.cholesky_solve(rhs[..., None], L)[..., 0]
+        return self._friction_velocity(L, rhs, v, robot.friction[self._fj])
 
+    def _friction_velocity(self, L: torch.Tensor, rhs: torch.Tensor, v: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
+        """``v1`` of the step whose matrix has the Cholesky factor ``L``
+        ``(..., nv, nv)`` and whose right-hand side (friction left out) is
+        ``rhs (..., nv)``, with the friction levels ``F (nf,)`` of the
+        frictional joints."""
+        dt = self.dt
         # One solve for the free acceleration and the response to a unit force
         # on each frictional joint: W = Mi^-1 E, (..., nv, nf).
-        batch = L.shape[:-2]
+        batch = torch.broadcast_shapes(L.shape[:-2], rhs.shape[:-1])
         nv, nf = self._cols.shape
+        if L.shape[:-2] != batch:
+            L = L.expand(*batch, nv, nv)
         B = torch.cat([rhs.expand(*batch, nv)[..., None], self._cols.expand(*batch, nv, nf)], dim=-1)
         X = torch.cholesky_solve(B, L)
         v_free = v + dt * X[..., 0]
         W = X[..., 1:]
         A = W[..., self._fv, :]  # (..., nf, nf) the joints' inverse inertia (Delassus) block
-        F = robot.friction[self._fj]
         g = self._friction_ratio(A, v_free[..., self._fv], F)
         return v_free + dt * (W @ (F * g)[..., None])[..., 0]
 
-    def _friction_ratio(self, A: torch.Tensor, v_free: torch.Tensor, F: torch.Tensor) -> torch.Tensor:
+    def contact_acceleration(self, contact, bare: RobotModel, q, v, tau, extra_damping, F):
+        """The step with contact and this friction, plain autograd: ``a (...,
+        nv)`` and the applied :class:`~backdrive.contact.ContactResult`.
+
+        ``bare``: the robot without damping and friction (the damping is in
+        ``tau``, as ``-D v``, and in ``extra_damping``); ``F (nf,)`` the
+        frictional joints' levels. Solves ``(M + dt diag(extra_damping) + dt
+        J^T (C + dt K) J) a = tau - b + J^T (...) + E f`` with the friction
+        ``f`` of :meth:`_friction_ratio`: the step of
+        :meth:`velocity` with ``extra_force`` and ``extra_implicit`` the
+        contact's terms, one mass matrix fewer (the contact's is reused).
+        The small-batch path of the simulator, and the double backward of
+        the fast one (``contact/_fast.py``, :class:`JointFriction`).
+        """
+        dt = self.dt
+        terms = contact.implicit_terms(bare, q, v, dt)
+        A = torch.add(terms._M, terms.matrix, alpha=dt)
+        if extra_damping is not None:
+            A = A + torch.diag_embed(dt * extra_damping)
+        rhs = tau - bias_forces(bare, q, v) + terms.force
+        L, _ = torch.linalg.cholesky_ex(A)
+        a = (self._friction_velocity(L, rhs, v, F) - v) / dt
+        return a, contact.applied(bare, terms, a, dt)
+
+    def fast_friction(self, contact, bare: RobotModel):
+        """The :class:`~backdrive.contact._fast.JointFriction` of the fast
+        contact step: this friction's joints, width, active-set iteration and
+        reference."""
+        from ..contact._fast import JointFriction
+
+        def reference(q, v, tau, extra_damping, F):
+            return self.contact_acceleration(contact, bare, q, v, tau, extra_damping, F)
+
+        def ratio(A, v_free, F):
+            with torch.no_grad():
+                return self._friction_ratio(A, v_free, F, with_set=True)
+
+        return JointFriction(self._fv, self.width, ratio, reference)
+
+    def _friction_ratio(self, A: torch.Tensor, v_free: torch.Tensor, F: torch.Tensor, with_set: bool = False):
         """``g = f / F`` in ``[-1, 1]`` per frictional joint, ``(..., nf)``.
 
         The law ``g = clamp(-v1 / w, -1, 1)`` at ``v1 = v_free + dt A F g``:
@@ -178,6 +225,12 @@ class ImplicitJointForces:
         its velocity ``v1`` no longer opposes its force by at least ``w``. Each
         pass solves the sticking joints with the sliding ones' forces known;
         after :data:`FRICTION_PASSES` passes ``g`` is clamped to ``[-1, 1]``.
+
+        With ``with_set``: ``(g, stick)``, ``stick (..., nf)`` the joints
+        whose force is the unsaturated ``-F v1 / w`` (the last pass's
+        sticking joints that the clamp left alone); the others' ``g`` is
+        ``+-1``. The sliding joints' ``g`` is ``+-1`` up to the rounding of
+        the last solve (so it cannot tell them apart).
         """
         w = self.width
         K = self.dt * A * F  # (..., nf, nf): response of v1 to g
@@ -203,4 +256,6 @@ class ImplicitJointForces:
             known = (Bm @ held[..., None])[..., 0]
             rhs = torch.where(stick, -v_free - known, held)
             g = torch.linalg.solve_ex(Bs, rhs)[0]
+        if with_set:
+            return g.clamp(-1.0, 1.0), stick & (g.abs() <= 1.0)
         return g.clamp(-1.0, 1.0)

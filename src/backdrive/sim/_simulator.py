@@ -82,7 +82,11 @@ class Simulator:
             step is semi-implicit Euler with the contact damping and
             stiffness (and a PD actuator's ``kd``) implicit and the floating
             base moved by :func:`~backdrive.contact.integrate_world`; stable
-            at 1-10 ms (``docs/contact.md``). Needs a robot and the
+            at 1-10 ms (``docs/contact.md``). With implicit joint forces
+            the joints' damping and friction are solved in the same step,
+            which takes the contact's fast path from 128 samples (160
+            recording a gradient; ``docs/contact.md``, *12th session: the
+            Simulator on the fast step*). Needs a robot and the
             ``"semi_implicit"`` integrator. Each rollout keeps the contact
             result of every step in ``Trajectory.contact``.
 
@@ -90,6 +94,11 @@ class Simulator:
         actuated: indices of the driven joint coordinates (``nu`` of them).
         effort_limit: ``(nu,)`` saturation level of each driven joint.
     """
+
+    #: Internal switch for tests and benchmarks: ``True`` runs the implicit
+    #: contact step as before the 12th session (the contact's terms passed to
+    #: :meth:`ImplicitJointForces.velocity`, never the fast contact step).
+    _joint_solve_contact = False
 
     def __init__(
         self,
@@ -136,6 +145,15 @@ class Simulator:
             raise InputError(f"limits must be SoftJointLimits or None, got {type(limits).__name__}")
         self.limits = limits
         self.contact = _check_contact(contact, self.system, integrator)
+        self._bare = self._friction = None
+        if self.contact is not None and self._implicit is not None:
+            # The contact step runs on the model without joint damping and
+            # friction; _implicit_contact adds both (see there).
+            r, imp = self.robot, self._implicit
+            plain = not (imp.has_damping or imp.has_friction or r.damping.requires_grad or r.friction.requires_grad)
+            self._bare = r if plain else r.replace(damping=torch.zeros_like(r.damping), friction=torch.zeros_like(r.friction))
+            if imp.has_friction:
+                self._friction = imp.fast_friction(self.contact, self._bare)
 
         sysm = self.system
         nj = sysm.num_joints
@@ -309,9 +327,13 @@ class Simulator:
         robot, dt = self.robot, self.dt
         tau, effort = self.efforts(q, v, u)
         damping = self._pd_damping(q)
-        if self._implicit is not None:
-            # Joint damping and friction implicit (backdrive.sim._implicit),
-            # the contact's terms and the PD kd solved with them.
+        if self._implicit is not None and not (self._joint_solve_contact or torch.compiler.is_compiling()):
+            a, res = self._implicit_contact(q, v, tau, damping)
+        elif self._implicit is not None:
+            # The step before the 12th session (and under torch.compile): the
+            # contact's terms passed to ImplicitJointForces.velocity, a dense
+            # mass matrix and Cholesky at every batch size. Kept for the tests
+            # (Simulator._joint_solve_contact) and for compiled steps.
             terms = self.contact.implicit_terms(robot, q, v, dt)
             extra = terms.matrix if damping is None else terms.matrix + torch.diag_embed(damping)
             v_new = self._implicit.velocity(q, v, tau, extra_force=terms.force, extra_implicit=extra)
@@ -321,6 +343,37 @@ class Simulator:
             a, res = self.contact.acceleration(robot, q, v, tau, dt=dt, extra_damping=damping)
         q1, v1 = integrate_world(robot, q, v, a, dt)
         return q1, v1, effort, res
+
+    def _implicit_contact(self, q, v, tau, kd):
+        """The contact step with the joints' damping and friction implicit: ``(a, result)``.
+
+        The joint damping ``D`` joins the PD ``kd`` as the step's implicit
+        damping (``-D v`` in ``tau``), so the step is the contact's own
+        (:meth:`ContactModel.acceleration`, its fast path from
+        ``FAST_MIN_BATCH["contact_step"]`` samples) on the model without
+        damping and friction: ``(M + dt (D + kd) + dt J^T (C + dt K) J) a =
+        tau - D v - b + J^T (...)``. Joint friction is solved with it: on the
+        fast path by :class:`~backdrive.contact._fast.JointFriction`, else by
+        :meth:`ImplicitJointForces.contact_acceleration`.
+        """
+        imp, robot, dt = self._implicit, self.robot, self.dt
+        bare = self._bare
+        ed = kd
+        if imp.has_damping:
+            d = imp._padded(robot.damping)
+            tau = tau - d * v
+            ed = d if ed is None else ed + d
+        if not imp.has_friction:
+            return self.contact.acceleration(bare, q, v, tau, dt=dt, extra_damping=ed)
+        from ..contact import _fast
+
+        F = robot.friction[imp._fj]
+        path = _fast.dispatch(self.contact, bare, q, v, tau)
+        if path == "fast":
+            return _fast.implicit_acceleration_fast(self.contact, bare, q, v, tau, dt, None, ed, self._friction, F)
+        if path == "recorded":
+            return _fast.implicit_acceleration_recorded(self.contact, bare, q, v, tau, dt, None, ed, self._friction, F)
+        return imp.contact_acceleration(self.contact, bare, q, v, tau, ed, F)
 
     def _pd_damping(self, q):
         """``(nv,)`` the PD actuator's ``kd`` on its joints (treated implicitly), or ``None``."""
