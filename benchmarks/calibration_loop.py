@@ -160,7 +160,8 @@ class NoAdhesionSimulator(Simulator):
     -17 to -20 N) that holds the foot on the floor. MuJoCo's constraint solver keeps every normal
     force >= 0. Here a step whose solved normal force is negative at some foot is solved again with
     that foot's rows out of it (an active-set pass, up to ``passes`` times), so ``f_n >= 0`` at
-    every applied force. Steps without a negative normal force are the library's exactly.
+    every applied force. Steps without a negative normal force are the library's joint-solve step
+    exactly (``Simulator._joint_solve_contact``; the default step agrees to rounding).
     """
 
     passes = 3

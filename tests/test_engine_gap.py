@@ -133,7 +133,15 @@ def test_no_adhesion_step_keeps_normal_forces_non_negative():
     # Standing still: every foot pushes; the two steps are the same.
     a, b = (e.sim.rollout(State(q, v), stand[:, None]) for e in (plain, free))
     assert bool((a.contact.normal_force > 0).all())
+    # The library's default step (the contact's own step since the 12th
+    # session) agrees to rounding; its joint-solve step, which
+    # NoAdhesionSimulator re-runs with feet taken out, exactly.
+    assert torch.allclose(a.v, b.v, rtol=1e-9, atol=1e-9)
+    assert torch.allclose(a.contact.normal_force, b.contact.normal_force, rtol=1e-9, atol=1e-7)
+    plain.sim._joint_solve_contact = True
+    a = plain.sim.rollout(State(q, v), stand[:, None])
     assert torch.equal(a.v, b.v) and torch.equal(a.contact.normal_force, b.contact.normal_force)
+    plain.sim._joint_solve_contact = False
     # One calf servo lifts its foot hard (FL calf: robot joint 5, foot 0 in the env's order FL, FR, RL, RR).
     lift = stand.clone()
     lift[0, 5] -= 0.6

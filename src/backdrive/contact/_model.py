@@ -17,7 +17,7 @@ from ..dynamics._rnea import rnea_core
 from ..dynamics._tree import broadcast_batch, gravity_vector, kinematics, topology
 from ..kinematics import body_transforms
 from ..kinematics._fk import point_jacobians, point_support
-from ..kinematics._paths import choose, transforms_active, untracked
+from ..kinematics._paths import choose, transforms_active
 from ..model import RobotModel
 from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
@@ -407,11 +407,11 @@ class ContactModel:
             self._check(robot)
             from . import _fast
 
-            n, ok = _batch_size(q, v, tau), _fast.fast_eligible(self, robot)
-            if untracked():
-                if choose("contact_step", n, ok):
-                    return _fast.implicit_acceleration_fast(self, robot, q, v, tau, dt, gravity, extra_damping)
-            elif choose("contact_step_grad", n, ok) and not _fast.reference_only(self, robot, gravity):
+            # One decision for this step and the Simulator's (_fast.dispatch).
+            path = _fast.dispatch(self, robot, q, v, tau, gravity)
+            if path == "fast":
+                return _fast.implicit_acceleration_fast(self, robot, q, v, tau, dt, gravity, extra_damping)
+            if path == "recorded":
                 # Recording: the fast step as one autograd node with its
                 # backward by the implicit function theorem (_fast.py).
                 return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
