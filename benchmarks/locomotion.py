@@ -87,7 +87,9 @@ and for each of the two the env steps and training CPU seconds PPO and SHAC
 (same seed, its ``--reach --target 1e9`` curve) spend to first evaluate at
 or above it, their ratios and the means over seeds. It also reads the stdout
 logs of runs stopped before their end (a PPO row then takes its last
-evaluation as its final one).
+evaluation as its final one). The CPU seconds are training only for both:
+``--reach`` curves record SHAC's env and trainer build as ``setup_cpu_s``
+and the table leaves it out, as PPO's clock starts after its env is built.
 
 Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
 Run it on a quiet machine: the default budget is wall time; ``--budget cpu``
