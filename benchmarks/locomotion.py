@@ -87,7 +87,9 @@ and for each of the two the env steps and training CPU seconds PPO and SHAC
 (same seed, its ``--reach --target 1e9`` curve) spend to first evaluate at
 or above it, their ratios and the means over seeds. It also reads the stdout
 logs of runs stopped before their end (a PPO row then takes its last
-evaluation as its final one).
+evaluation as its final one). The CPU seconds are training only for both:
+``--reach`` curves record SHAC's env and trainer build as ``setup_cpu_s``
+and the table leaves it out, as PPO's clock starts after its env is built.
 
 Writes ``outputs/benchmarks/locomotion.json`` and prints a markdown table.
 Run it on a quiet machine: the default budget is wall time; ``--budget cpu``
@@ -486,6 +488,9 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
     env, compile_cpu = make_shac_env(compile, preset)
     trainer = train_policy(env, preset=preset, updates=0, seed=seed, num_threads=1)
     cpu = time.process_time() - cpu0
+    # Building the env and the trainer (imports excluded; the compile is counted on its own): PPO's
+    # training clock starts after its env is built, so reach_table leaves this out of SHAC's CPU too.
+    setup_cpu = cpu - compile_cpu
     curve = []
     for k in ((0,) if start_eval else ()) + tuple(updates):
         t0 = time.process_time()
@@ -495,7 +500,7 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
             m = evaluate(trainer.policy.eval())
         trainer.policy.train()
         curve.append({"update": k, "env_steps": trainer.env_steps, "train_cpu_s": cpu, "compile_cpu_s": compile_cpu,
-                      **m})
+                      "setup_cpu_s": setup_cpu, **m})
         print(json.dumps(curve[-1]), flush=True)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -505,7 +510,7 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
             break
     hit = next((c for c in curve if c["return"] >= target), None)
     return {"method": "shac", "seed": seed, "compile": compile, "compile_cpu_s": compile_cpu,
-            "preset": preset.name, "num_envs": env.num_envs, "horizon": trainer.config.horizon,
+            "setup_cpu_s": setup_cpu, "preset": preset.name, "num_envs": env.num_envs, "horizon": trainer.config.horizon,
             "target_return": target, "curve": curve,
             "reached_at_update": None if hit is None else hit["update"],
             "env_steps_to_target": None if hit is None else hit["env_steps"],
@@ -580,7 +585,16 @@ def reach_table(ppo_rows: list[dict], shac_curves: dict[int, list[dict]]) -> tup
     "PPO's final return" is its evaluation after the whole budget; PPO's evaluation return rises and
     collapses during training, so its best evaluation (and where it happened) is reported too. The
     crossings are bounded by the evaluation grids (the point before each is kept in the rows).
+
+    CPU seconds are the training's only, for both: PPO's clock starts after its env is built, and
+    SHAC's points give their env and trainer build as ``setup_cpu_s`` (``run_shac_reach``), which is
+    taken off here (the row keeps it as ``shac_setup_cpu_s``; curves written before it was recorded
+    have none, so their CPU still includes it). A compile (``--compile``) stays in, stated on its own.
     """
+
+    def cpu(method: str, point: dict) -> float:
+        return point["train_cpu_s"] - (point.get("setup_cpu_s", 0.0) if method == "shac" else 0.0)
+
     rows = []
     for p in ppo_rows:
         curve = p.get("curve") or [p]
@@ -588,15 +602,16 @@ def reach_table(ppo_rows: list[dict], shac_curves: dict[int, list[dict]]) -> tup
         row = {"seed": p["seed"], "ppo_final": p["return"], "ppo_final_steps": p["env_steps"],
                "ppo_final_cpu_s": p["train_cpu_s"], "ppo_best": best["return"], "ppo_start": curve[0]["return"]}
         shac = shac_curves.get(p["seed"], [])
-        row["shac_last"] = ({k: shac[-1][k] for k in ("update", "env_steps", "train_cpu_s", "return")}
-                            if shac else None)
+        row["shac_last"] = ({k: shac[-1][k] for k in ("update", "env_steps", "return")}
+                            | {"train_cpu_s": cpu("shac", shac[-1])} if shac else None)
+        row["shac_setup_cpu_s"] = shac[0].get("setup_cpu_s") if shac else None
         for name, target in (("final", p["return"]), ("best", best["return"])):
             for method, c in (("ppo", curve), ("shac", shac)):
                 hit, before = first_at(c, target)
                 row[f"{method}_to_{name}"] = None if hit is None else {
-                    "env_steps": hit["env_steps"], "cpu_s": hit["train_cpu_s"],
+                    "env_steps": hit["env_steps"], "cpu_s": cpu(method, hit),
                     "after": None if before is None else {"env_steps": before["env_steps"],
-                                                          "cpu_s": before["train_cpu_s"]}}
+                                                          "cpu_s": cpu(method, before)}}
                 if hit is not None and method == "shac":
                     # SHAC on the compiled env (--compile): cpu_s includes the compile, this is its part
                     row[f"shac_to_{name}"]["compile_cpu_s"] = hit.get("compile_cpu_s", 0.0)
@@ -742,8 +757,11 @@ def main() -> None:
         for r in rows:
             if r["shac_last"] is not None:
                 last = r["shac_last"]
+                setup = r["shac_setup_cpu_s"]
                 print(f"SHAC seed {r['seed']}: last evaluated at update {last['update']} ({last['env_steps']:,} steps, "
-                      f"{last['train_cpu_s']:.0f} CPU s): return {last['return']:+,.0f}")
+                      f"{last['train_cpu_s']:.0f} CPU s): return {last['return']:+,.0f}; "
+                      + ("its CPU includes the env and trainer build (not recorded)" if setup is None else
+                         f"env and trainer build {setup:.1f} CPU s, left out of its CPU"))
         return
     if args.reach:
         ppo = PPO_RECORDED

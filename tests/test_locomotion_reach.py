@@ -223,3 +223,17 @@ def test_reach_runs_the_variant(monkeypatch):
     assert [c["update"] for c in row["curve"]] == [0, 1, 3]
     assert [c["env_steps"] for c in row["curve"]] == [0, 4, 12]
     assert row["reached_at_update"] is None
+
+
+def test_reach_table_leaves_shac_setup_out():
+    # SHAC points that record their env and trainer build (setup_cpu_s): the table's CPU is the training's.
+    timed = [dict(c, setup_cpu_s=2.0) for c in SHAC]
+    text, (row,) = loco.reach_table([_ppo(0)], {0: timed})
+    assert row["shac_setup_cpu_s"] == 2.0
+    assert row["shac_to_best"]["cpu_s"] == 78.0 and row["shac_to_best"]["after"]["cpu_s"] == 38.0
+    assert row["cpu_ratio_best"] == pytest.approx(60.0 / 78.0)
+    assert row["shac_last"]["train_cpu_s"] == 78.0
+    assert row["ppo_to_best"]["cpu_s"] == 60.0  # PPO's clock already starts after its env is built
+    assert "20,480 / 78 s" in text
+    _, (old,) = loco.reach_table([_ppo(0)], {0: SHAC})  # curves without it: unchanged
+    assert old["shac_setup_cpu_s"] is None and old["shac_to_best"]["cpu_s"] == 80.0
