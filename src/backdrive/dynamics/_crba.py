@@ -39,16 +39,19 @@ def base_columns(kin: Kinematics) -> torch.Tensor:
     return base_motion_to_world(R0[..., None, :, :], p0[..., None, :], eye)
 
 
-def crba_core(model: RobotModel, topo: Topology, kin: Kinematics, keep: bool = False) -> torch.Tensor:
+def crba_core(model: RobotModel, topo: Topology, kin: Kinematics, keep: dict | None = None) -> torch.Tensor:
     """The mass matrix ``(..., nv, nv)`` from precomputed kinematics (armature included).
 
     ``kin.M`` when the kinematics carry it (``kinematics(..., mass=True)``);
-    ``keep``: also the base columns ``(..., 6, 6)`` (``None`` for a fixed base).
+    ``keep``: a dict that receives the base columns ``"B"`` ``(..., 6, 6)``
+    (``None`` for a fixed base), as :func:`rnea_core`'s ``keep`` receives its
+    passes' arrays.
     """
-    if kin.M is not None and not keep:
+    if kin.M is not None and keep is None:
         return kin.M
+    if keep is not None:
+        keep["B"] = None
     fb = model.floating_base
-    B = None
     S = kin.S
     mc, hc, Ic = composite_inertia(topo, kin)
     blocks = None
@@ -67,21 +70,23 @@ def crba_core(model: RobotModel, topo: Topology, kin: Kinematics, keep: bool = F
         blocks = Mm
     if fb:
         B = base_columns(kin)  # (..., 6, 6), row k = k-th base column
+        if keep is not None:
+            keep["B"] = B
         FB = apply_inertia_columns(mc[..., :1], hc[..., :1, :], Ic[..., :1, :, :], B[..., None, :, :])[..., 0, :, :]
         Mbb = B @ FB.transpose(-1, -2)
         Mbb = 0.5 * (Mbb + Mbb.transpose(-1, -2))  # exactly symmetric, not just to rounding
         if blocks is None:
-            return (Mbb, B) if keep else Mbb
+            return Mbb
         Mbj = B @ F.transpose(-1, -2)  # the base is an ancestor of every body
         if topo.coupled:
             Mbj = Mbj @ topo.G
         top = torch.cat([Mbb, Mbj], -1)
         bottom = torch.cat([Mbj.transpose(-1, -2), blocks], -1)
         M = torch.cat([top, bottom], -2)
-        return (M, B) if keep else M
+        return M
     if blocks is None:
         blocks = kin.S.new_zeros(*kin.S.shape[:-2], 0, 0)
-    return (blocks, B) if keep else blocks
+    return blocks
 
 
 def mass_matrix(robot: RobotModel, q: torch.Tensor) -> torch.Tensor:

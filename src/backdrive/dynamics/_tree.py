@@ -334,9 +334,9 @@ class _KinematicsVJP(torch.autograd.Function):
         out = (kin.R, kin.p, kin.S, kin.h, kin.I, kin.c)
         saved = [q, kin.R, kin.p, kin.S, kin.c, Ic]
         if mass:
-            M, B = crba_core(model, topo, kin, keep=True)
-            out += (M,)
-            saved += [kin.h, kin.I, B]
+            keep = {}
+            out += (crba_core(model, topo, kin, keep=keep),)
+            saved += [kin.h, kin.I, keep["B"]]
         if v is not None:
             keep = {}
             out += (rnea_core(model, topo, kin, v, None, g, keep=keep),)
