@@ -137,8 +137,17 @@ class ImplicitJointForces:
                 a = forward_dynamics(model, q, v, tau)
             return torch.add(v, a, alpha=dt)
 
-        M = mass_matrix(robot, q)
-        rhs = tau - bias_forces(robot, q, v)
+        return self.solve(mass_matrix(robot, q), bias_forces(robot, q, v), v, tau, extra_implicit)
+
+    def solve(self, M: torch.Tensor, h: torch.Tensor, v: torch.Tensor, tau: torch.Tensor,
+              extra_implicit: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`velocity`'s solve from the mass matrix ``M (..., nv, nv)`` and
+        the bias forces ``h (..., nv)`` at ``(q, v)`` (``tau`` with the extra
+        force in it): for a caller that solves several steps at one state
+        (the simulator's unilateral contact passes)."""
+        dt = self.dt
+        robot = self.robot
+        rhs = tau - h
         Mi = M
         if self.has_damping:
             d = self._padded(robot.damping)

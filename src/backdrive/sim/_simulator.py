@@ -336,11 +336,14 @@ class Simulator:
             # mass matrix and Cholesky at every batch size. Kept for the tests
             # (Simulator._joint_solve_contact) and for compiled steps.
             # Without adhesion as every implicit contact step (unilateral_step).
+            # The mass matrix and the bias forces once for every pass
+            # (ImplicitJointForces.solve: velocity()'s operations).
             terms = self.contact.implicit_terms(robot, q, v, dt)
+            M, h = mass_matrix(robot, q), bias_forces(robot, q, v)
 
             def solve(t):
                 extra = t.matrix if damping is None else t.matrix + torch.diag_embed(damping)
-                v_new = self._implicit.velocity(q, v, tau, extra_force=t.force, extra_implicit=extra)
+                v_new = self._implicit.solve(M, h, v, tau + t.force, extra)
                 return (v_new - v) / dt
 
             a, res = unilateral_step(self.contact, robot, terms, solve, dt)
