@@ -357,6 +357,7 @@ class _Saved(NamedTuple):
     x: torch.Tensor  # (N, np, 3): b + dt J a
     force: torch.Tensor
     CK: torch.Tensor  # (N, np, 3, 3)
+    active: torch.Tensor | None  # (N, np) 0 at the points the unilateral step dropped (None: none dropped)
 
 
 def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = False, friction=None, fric=None):
@@ -388,7 +389,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     Rp, pp, phi, n, point, pt, Jc, R0 = _points(contact, P, K.R, K.p, K.Sl, K.Sa, robot.floating_base, N)
     v_c = _point_velocity(P, Jc, vt)
     v_n, v_t, law, f_n, f_t, c_n, k_n, s = _law(contact, batch, N, phi, n, v_c, dt)
-    force0 = f_n[..., None] * n + f_t
+    f_n0, f_t0, c_n0, k_n0 = f_n, f_t, c_n, k_n
 
     # The contact's effective mass: diag(J M^-1 J^T) = sum_k Z_k^2 / D_k
     # with Z = L^-T J^T. Z keeps the support of J (the sweep runs from a
@@ -407,50 +408,78 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     Dg = torch.cat([FM.D, FM.D.new_ones(1, N)], 0).index_select(0, P.sup_flat).view(P.ns, 1, npnt, N)
     inv_mass = (Z * Z).div_(Dg).sum(0).mean(0).T  # (N, np)
 
-    C, Kst, mu, mu_fn_s = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
-    CK = C + dt * Kst  # (N, np, 3, 3)
-
-    # dt J^T CK J into the packed entries of M, then the extra diagonal damping.
-    CKt = CK.permute(2, 3, 1, 0)  # (3, 3, np, N)
-    G = Jc[:, 0:1] * CKt[:, 0]
-    G.addcmul_(Jc[:, 1:2], CKt[:, 1]).addcmul_(Jc[:, 2:3], CKt[:, 2])  # (CK J), (ns, 3, np, N)
-    # Entries (sup[a], sup[b]), b <= a: J_a . (CK J)_b, one block of pairs per column a.
-    vals = G.new_empty(P.ns * (P.ns + 1) // 2, npnt, N)
-    k0 = 0
-    for a in range(P.ns):
-        out = vals[k0 : k0 + a + 1]
-        torch.mul(G[: a + 1, 0], Jc[a, 0], out=out).addcmul_(G[: a + 1, 1], Jc[a, 1]).addcmul_(G[: a + 1, 2], Jc[a, 2])
-        k0 += a + 1
-    if P.pmask is not None:
-        vals.mul_(P.pmask)
-    E.index_add_(0, P.tgt, vals.view(-1, N), alpha=dt)
-    if extra_damping is not None:
-        D = _to_internal(topo, extra_damping.expand(*batch, nv).reshape(N, nv))
-        E.index_add_(0, sp.dpos, D, alpha=dt)
-
-    # Right-hand side: J^T (f - dt K J v - (C + dt K) b).
+    EM = E.clone() if contact.unilateral else None  # M's entries, for a re-solve without some points
     b = _base_turn(vt, R0, dt)
-    pred = _prediction(C, Kst, v_c, b, dt)
-    x = (force0 - pred).permute(2, 1, 0)  # (3, np, N)
-    JTx = (Jc * x).sum(1)  # (ns, np, N)
-    full = rhs.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, JTx.view(-1, N))
-    rhs.add_(full[:nv])
-    FA = LTDLFactor(sp, topo, E)
-    at = FA.solve_fast(rhs)
-    fr = None
-    if friction is not None:
-        at, fr = _joint_friction(FA, topo, friction, fric, vt, at, dt)
 
-    # The forces the step applied: f - pred - CK J dt a = f - C x - dt K (J v + x), x = b + dt J a.
-    x = _point_velocity(P, Jc, at).mul_(dt)
-    force = force0 - pred - (CK @ x[..., None])[..., 0]
-    f_nn = (force * n).sum(-1)
+    def solve(E, f_n, f_t, c_n, k_n):
+        """The step with the law's per-point outputs given: ``(C, Kst, mu,
+        mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn)``; ``E`` (M's packed
+        entries) gets the contact's matrix added in place."""
+        C, Kst, mu, mu_fn_s = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
+        CK = C + dt * Kst  # (N, np, 3, 3)
+
+        # dt J^T CK J into the packed entries of M, then the extra diagonal damping.
+        CKt = CK.permute(2, 3, 1, 0)  # (3, 3, np, N)
+        G = Jc[:, 0:1] * CKt[:, 0]
+        G.addcmul_(Jc[:, 1:2], CKt[:, 1]).addcmul_(Jc[:, 2:3], CKt[:, 2])  # (CK J), (ns, 3, np, N)
+        # Entries (sup[a], sup[b]), b <= a: J_a . (CK J)_b, one block of pairs per column a.
+        vals = G.new_empty(P.ns * (P.ns + 1) // 2, npnt, N)
+        k0 = 0
+        for a in range(P.ns):
+            out = vals[k0 : k0 + a + 1]
+            torch.mul(G[: a + 1, 0], Jc[a, 0], out=out).addcmul_(G[: a + 1, 1], Jc[a, 1]).addcmul_(G[: a + 1, 2], Jc[a, 2])
+            k0 += a + 1
+        if P.pmask is not None:
+            vals.mul_(P.pmask)
+        E.index_add_(0, P.tgt, vals.view(-1, N), alpha=dt)
+        if extra_damping is not None:
+            D = _to_internal(topo, extra_damping.expand(*batch, nv).reshape(N, nv))
+            E.index_add_(0, sp.dpos, D, alpha=dt)
+
+        # Right-hand side: J^T (f - dt K J v - (C + dt K) b).
+        force0 = f_n[..., None] * n + f_t
+        pred = _prediction(C, Kst, v_c, b, dt)
+        x = (force0 - pred).permute(2, 1, 0)  # (3, np, N)
+        JTx = (Jc * x).sum(1)  # (ns, np, N)
+        full = rhs.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, JTx.view(-1, N))
+        FA = LTDLFactor(sp, topo, E)
+        at = FA.solve_fast(rhs + full[:nv])
+        fr = None
+        if friction is not None:
+            at, fr = _joint_friction(FA, topo, friction, fric, vt, at, dt)
+
+        # The forces the step applied: f - pred - CK J dt a = f - C x - dt K (J v + x), x = b + dt J a.
+        x = _point_velocity(P, Jc, at).mul_(dt)
+        force = force0 - pred - (CK @ x[..., None])[..., 0]
+        f_nn = (force * n).sum(-1)
+        return C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn
+
+    C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn = solve(E, f_n, f_t, c_n, k_n)
+    fields_law = (c_n, k_n, mu_fn_s)
+    active = None
+    if contact.unilateral:
+        # Points whose applied normal force is negative leave the step, which
+        # is solved again (_model.unilateral_step, the reference's): the law's
+        # outputs there are zero. On the whole batch: a sample without a
+        # dropped point repeats its first solve bit for bit (its mask is 1).
+        from ._model import UNILATERAL_PASSES
+
+        for _ in range(UNILATERAL_PASSES):
+            neg = f_nn < 0
+            if active is not None:
+                neg &= active > 0
+            if not bool(neg.any()):
+                break
+            active = (~neg).to(f_nn.dtype) if active is None else active * (~neg).to(f_nn.dtype)
+            f_n, c_n, k_n = f_n0 * active, c_n0 * active, k_n0 * active
+            f_t = f_t0 * active[..., None]
+            C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn = solve(EM.clone(), f_n, f_t, c_n, k_n)
     Jd = _dense_rows(P, Jc, nv)
     fields = {
         "point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t,
         "normal_force": f_nn, "friction_force": force - f_nn[..., None] * n, "force": force,
         "f_ext": _wrenches(P, Rp, pp, pt, force, robot.num_bodies), "jacobian": _jacobian(topo, Jd),
-        "_c_n": c_n, "_k_n": k_n, "_mu_fn_over_s": mu_fn_s, "_s": s, "_mu": mu,
+        "_c_n": fields_law[0], "_k_n": fields_law[1], "_mu_fn_over_s": fields_law[2], "_s": s, "_mu": mu,
     }
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
@@ -459,7 +488,8 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
         return a, fields, None
     if b is not None:
         x += b
-    S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b, x, force, CK)
+    S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b, x, force, CK,
+               active)
     V = keep.get("V")  # halves of a (3, 2, na, N) pair with the accelerations when stacked: a copy holds half
     kin = (K.R, K.p, K.Sl, K.Sa, None if V is None else tuple(x.clone() for x in V), inertias)
     return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, kin, S, fr)
@@ -733,6 +763,8 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     g_cn = -Gn * nx
     g_kn = -Gn * dt * nvx
     g_fn = Gn
+    if S.active is not None:  # the law's outputs were masked (zero at the dropped points): so are their gradients
+        g_mfs, g_cn, g_kn, g_fn = g_mfs * S.active, g_cn * S.active, g_kn * S.active, g_fn * S.active
     g_n = (f_n - coef_n)[..., None] * G + g_nvx[..., None] * v_c + g_nx[..., None] * x
     g_vt = (mfs * (g2 * tx - 1.0))[..., None] * G + g_tx[..., None] * x
     g_vc = g_nvx[..., None] * n

@@ -113,6 +113,13 @@ class ContactModel:
             ground rows, then one row per pair; a pair row's normal points
             from its second shape to its first, its force acts on the first
             body and the opposite force on the second).
+        unilateral: ``True`` (default): the implicit step never pulls a
+            point onto the terrain. Where the step's linearised normal force
+            comes out negative (a loaded foot lifting off, its damping
+            extrapolated past zero), the point is taken out of the step and
+            the step solved again (:meth:`acceleration`). ``False``: the
+            linearised force is applied as solved, negative or not (the step
+            before the 13th session, for comparison and for old results).
 
     Raises:
         InvalidValueError: a NaN, infinite or negative parameter (naming it
@@ -127,6 +134,8 @@ class ContactModel:
         terrain: Terrain | None = None,
         params: ContactParameters | None = None,
         self_collision: SelfCollision | None = None,
+        *,
+        unilateral: bool = True,
     ):
         if not isinstance(robot, RobotModel):
             raise InputError(f"robot must be a RobotModel, got {type(robot).__name__}")
@@ -140,6 +149,9 @@ class ContactModel:
         if not isinstance(terrain, Terrain):
             raise InputError(f"terrain must be a GroundPlane or Heightfield, got {type(terrain).__name__}")
         params = ContactParameters() if params is None else params
+        if not isinstance(unilateral, bool):
+            raise InputError(f"unilateral must be True or False, got {unilateral!r}")
+        self.unilateral = unilateral
         self.geometry = geometry
         self.terrain = terrain
         self.params = params
@@ -169,13 +181,23 @@ class ContactModel:
         self.self_collision = self_collision
 
 
-    def replace(self, *, geometry=None, terrain=None, params=None, robot: RobotModel) -> ContactModel:
-        """A model with some parts changed (``robot`` is needed to check them)."""
+    #: The default of :attr:`unilateral` for a model pickled before the switch existed.
+    unilateral = True
+
+    def replace(
+        self, *, geometry=None, terrain=None, params=None, unilateral: bool | None = None, robot: RobotModel
+    ) -> ContactModel:
+        """A model with some parts changed (``robot`` is needed to check them).
+
+        The self-collision pairs and :attr:`unilateral` are kept unless given.
+        """
         return ContactModel(
             robot,
             self.geometry if geometry is None else geometry,
             self.terrain if terrain is None else terrain,
             self.params if params is None else params,
+            self.self_collision,
+            unilateral=self.unilateral if unilateral is None else unilateral,
         )
 
     @property
@@ -381,6 +403,16 @@ class ContactModel:
         symmetric positive definite and the step stays stable for stiff
         contact and small stiction widths (see ``docs/contact.md``).
 
+        At lift-off the linearised normal force ``f'_n`` of a loaded point
+        can come out negative (its damping extrapolated past zero: the
+        point would be pulled onto the terrain). With :attr:`unilateral`
+        (the default) such points are taken out of the step (no force, no
+        ``C``, ``K`` or prediction) and the step solved again, at most
+        :data:`UNILATERAL_PASSES` more times while new points turn negative
+        (:func:`unilateral_step`); every applied ``f'_n`` is then ``>= 0``.
+        Samples where no point dropped get the single solve bit for bit; the
+        gradient is that of the last solve with the dropped points fixed.
+
         Args:
             robot, q, v: as :meth:`forces`. tau: ``(..., nv)`` applied forces.
             dt: the step the acceleration will be used for (s).
@@ -417,9 +449,6 @@ class ContactModel:
                 return _fast.implicit_acceleration_recorded(self, robot, q, v, tau, dt, gravity, extra_damping)
         kin = self._shared_kinematics(robot, q, v, tau, gravity)
         terms = self.implicit_terms(robot, q, v, dt, gravity=gravity, _kin=kin)
-        A = torch.add(terms._M, terms.matrix, alpha=dt)
-        if extra_damping is not None:
-            A = A + dt * torch.diag_embed(extra_damping)
         if kin is None:
             h = bias_forces(robot, q, v, gravity=gravity)
         elif kin.bias is not None:
@@ -428,11 +457,19 @@ class ContactModel:
             g = gravity_vector(robot, gravity)
             _, (qb, vb, g) = broadcast_batch(robot, q, (v, robot.nv, "v"), (g, 3, "gravity"))
             h = rnea_core(robot, topology(robot), kin if qb.shape == q.shape else kinematics(robot, topology(robot), qb), vb, None, g)
-        rhs = tau - h + terms.force
-        if _has_joint_forces(robot):  # all zero (and no gradient) on the CPU: skipped
-            rhs = rhs + joint_forces(robot, v)
-        a = spd_solve(A, rhs)
-        return a, self.applied(robot, terms, a, dt)
+        base = tau - h
+        jf = joint_forces(robot, v) if _has_joint_forces(robot) else None  # all zero (and no gradient) on the CPU: skipped
+
+        def solve(t: ImplicitContact) -> torch.Tensor:
+            A = torch.add(t._M, t.matrix, alpha=dt)
+            if extra_damping is not None:
+                A = A + dt * torch.diag_embed(extra_damping)
+            rhs = base + t.force
+            if jf is not None:
+                rhs = rhs + jf
+            return spd_solve(A, rhs)
+
+        return unilateral_step(self, robot, terms, solve, dt)
 
     def _shared_kinematics(self, robot: RobotModel, q, v, tau, gravity=None):
         """The dynamics' reference kinematics at ``q``, computed once for the
@@ -510,7 +547,13 @@ class ContactModel:
         return ImplicitContact(result=res, force=force, matrix=matrix, _CK=CK, _pred=pred, _M=M)
 
     def applied(self, robot: RobotModel, terms: ImplicitContact, a: torch.Tensor, dt: float) -> ContactResult:
-        """The :class:`ContactResult` with the forces an implicit step with acceleration ``a`` applied."""
+        """The :class:`ContactResult` with the forces an implicit step with acceleration ``a`` applied.
+
+        The linearised end-of-step force ``f - pred - (C + dt K) J dt a`` of
+        every row of ``terms`` (zero at the rows that :func:`masked_terms`
+        took out). It is not clamped: a negative normal force here is what
+        the unilateral step (:func:`unilateral_step`) drops rows for.
+        """
         res = terms.result
         J, n = res.jacobian, res.normal
         Ja = (J @ (dt * a)[..., None, :, None])[..., 0]
@@ -525,7 +568,97 @@ class ContactModel:
         )
 
     def __repr__(self) -> str:
-        return f"ContactModel({self.geometry!r}, terrain={self.terrain!r})"
+        extra = "" if self.unilateral else ", unilateral=False"
+        return f"ContactModel({self.geometry!r}, terrain={self.terrain!r}{extra})"
+
+
+#: Extra solves of a unilateral implicit step at most (:func:`unilateral_step`).
+UNILATERAL_PASSES = 3
+
+
+def masked_terms(terms: ImplicitContact, keep: torch.Tensor) -> ImplicitContact:
+    """``terms`` with the rows where ``keep (..., r)`` is 0 taken out of the step.
+
+    A dropped row applies nothing: its force (normal and friction), its
+    damping and stiffness ``C + dt K`` and its prediction are zero, so it
+    adds nothing to ``matrix`` or ``force`` and :meth:`ContactModel.applied`
+    gives it a zero force. ``keep`` is a 0/1 tensor of the model's dtype.
+    """
+    res = terms.result
+    J = res.jacobian  # (..., r, 3, nv)
+    batch = broadcast_shapes(J.shape[:-3], keep.shape[:-1])
+    if J.shape[:-3] != batch:
+        J = J.expand(*batch, *J.shape[-3:])
+    Jf = J.reshape(*batch, -1, J.shape[-1])
+    CK = terms._CK * keep[..., None, None]
+    CKJ = (CK.unsqueeze(-1) * J.unsqueeze(-3)).sum(-2).reshape(Jf.shape)
+    pred = terms._pred * keep[..., None]
+    f0 = res.force * keep[..., None]
+    force = (Jf * (f0 - pred).reshape(*batch, -1, 1)).sum(-2)
+    return dataclasses.replace(
+        terms, result=dataclasses.replace(res, force=f0), force=force, matrix=Jf.transpose(-1, -2) @ CKJ, _CK=CK, _pred=pred
+    )
+
+
+def unilateral_step(contact, robot: RobotModel, terms: ImplicitContact, solve, dt: float):
+    """Solve an implicit contact step; without adhesion if ``contact.unilateral``.
+
+    ``solve(terms) -> a (..., nv)`` solves the step with the contact's terms
+    (each caller's own matrix and right-hand side around them). The first
+    solve is the linearised step. Its applied normal force ``f'_n = f_n -
+    n . ((C + dt K) J dt a + pred)`` is negative where a loaded point
+    separates within the step (the normal damping, extrapolated linearly,
+    pulls). With ``contact.unilateral`` such rows are taken out of the step
+    (:func:`masked_terms`) and the step solved again, up to
+    :data:`UNILATERAL_PASSES` times while new rows turn negative; a dropped
+    row stays dropped for the step. This is an active-set pass on the
+    linearised step's complementarity ``f'_n >= 0``, ``f'_n = 0`` where
+    dropped (Signorini's condition on the force rather than the gap).
+
+    Samples without a dropped row keep the first solve bit for bit (the
+    re-solve runs on the whole batch, its result is taken only where a row
+    dropped). The active set is a constant for the gradient: the gradient
+    is that of the final solve with its rows fixed (a piecewise-smooth step).
+    One host synchronisation per pass (whether any row is negative); under
+    ``torch.compile`` every pass runs instead, with the same result.
+
+    Returns:
+        ``a (..., nv)`` and the applied :class:`ContactResult`.
+    """
+    a = solve(terms)
+    res = contact.applied(robot, terms, a, dt)
+    if not contact.unilateral or terms.result.penetration.shape[-1] == 0:
+        return a, res
+    # Under torch.compile and torch.func transforms every pass runs (no data-dependent branch).
+    compiling = torch.compiler.is_compiling() or transforms_active()
+    keep = None
+    for _ in range(UNILATERAL_PASSES):
+        with torch.no_grad():
+            neg = res.normal_force.detach() < 0
+            if keep is not None:
+                neg = neg & keep
+            if not compiling and not bool(neg.any()):
+                break
+            keep = ~neg if keep is None else keep & ~neg
+        t = masked_terms(terms, keep.to(a.dtype))
+        a_k = solve(t)
+        res_k = contact.applied(robot, t, a_k, dt)
+        dropped = (~keep).any(-1)  # (...) samples with a dropped row: they take the re-solve
+        a = torch.where(dropped[..., None], a_k, a)
+        res = _select(dropped, res_k, res)
+    return a, res
+
+
+def _select(mask: torch.Tensor, new: ContactResult, old: ContactResult) -> ContactResult:
+    """``old`` with its applied forces replaced by ``new``'s in the samples where ``mask (...)``."""
+    m = mask[..., None]
+    return dataclasses.replace(
+        old,
+        force=torch.where(m[..., None], new.force, old.force),
+        normal_force=torch.where(m, new.normal_force, old.normal_force),
+        friction_force=torch.where(m[..., None], new.friction_force, old.friction_force),
+        f_ext=torch.where(m[..., None], new.f_ext, old.f_ext),
+    )
 
 
 def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = False):

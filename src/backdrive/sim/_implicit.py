@@ -137,8 +137,17 @@ class ImplicitJointForces:
                 a = forward_dynamics(model, q, v, tau)
             return torch.add(v, a, alpha=dt)
 
-        M = mass_matrix(robot, q)
-        rhs = tau - bias_forces(robot, q, v)
+        return self.solve(mass_matrix(robot, q), bias_forces(robot, q, v), v, tau, extra_implicit)
+
+    def solve(self, M: torch.Tensor, h: torch.Tensor, v: torch.Tensor, tau: torch.Tensor,
+              extra_implicit: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`velocity`'s solve from the mass matrix ``M (..., nv, nv)`` and
+        the bias forces ``h (..., nv)`` at ``(q, v)`` (``tau`` with the extra
+        force in it): for a caller that solves several steps at one state
+        (the simulator's unilateral contact passes)."""
+        dt = self.dt
+        robot = self.robot
+        rhs = tau - h
         Mi = M
         if self.has_damping:
             d = self._padded(robot.damping)
@@ -187,15 +196,22 @@ class ImplicitJointForces:
         The small-batch path of the simulator, and the double backward of
         the fast one (``contact/_fast.py``, :class:`JointFriction`).
         """
+        from ..contact._model import unilateral_step
+
         dt = self.dt
         terms = contact.implicit_terms(bare, q, v, dt)
-        A = torch.add(terms._M, terms.matrix, alpha=dt)
-        if extra_damping is not None:
-            A = A + torch.diag_embed(dt * extra_damping)
-        rhs = tau - bias_forces(bare, q, v) + terms.force
-        L, _ = torch.linalg.cholesky_ex(A)
-        a = (self._friction_velocity(L, rhs, v, F) - v) / dt
-        return a, contact.applied(bare, terms, a, dt)
+        base = tau - bias_forces(bare, q, v)
+
+        def solve(t):
+            A = torch.add(t._M, t.matrix, alpha=dt)
+            if extra_damping is not None:
+                A = A + torch.diag_embed(dt * extra_damping)
+            L, _ = torch.linalg.cholesky_ex(A)
+            return (self._friction_velocity(L, base + t.force, v, F) - v) / dt
+
+        # Without adhesion (contact.unilateral): points whose applied normal
+        # force comes out negative leave the step, which is solved again.
+        return unilateral_step(contact, bare, terms, solve, dt)
 
     def fast_friction(self, contact, bare: RobotModel):
         """The :class:`~backdrive.contact._fast.JointFriction` of the fast

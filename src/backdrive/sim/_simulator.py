@@ -13,6 +13,7 @@ from .._shapes import broadcast_shapes
 from ..runtime import threads_for_batch
 from .._errors import InputError
 from ..contact import ContactModel, ContactResult, integrate_world
+from ..contact._model import unilateral_step
 from ..dynamics import DEFAULT_FRICTION_WIDTH, bias_forces, mass_matrix
 from ..kinematics._paths import transforms_active
 from ..model import RobotModel
@@ -334,11 +335,18 @@ class Simulator:
             # contact's terms passed to ImplicitJointForces.velocity, a dense
             # mass matrix and Cholesky at every batch size. Kept for the tests
             # (Simulator._joint_solve_contact) and for compiled steps.
+            # Without adhesion as every implicit contact step (unilateral_step).
+            # The mass matrix and the bias forces once for every pass
+            # (ImplicitJointForces.solve: velocity()'s operations).
             terms = self.contact.implicit_terms(robot, q, v, dt)
-            extra = terms.matrix if damping is None else terms.matrix + torch.diag_embed(damping)
-            v_new = self._implicit.velocity(q, v, tau, extra_force=terms.force, extra_implicit=extra)
-            a = (v_new - v) / dt
-            res = self.contact.applied(robot, terms, a, dt)
+            M, h = mass_matrix(robot, q), bias_forces(robot, q, v)
+
+            def solve(t):
+                extra = t.matrix if damping is None else t.matrix + torch.diag_embed(damping)
+                v_new = self._implicit.solve(M, h, v, tau + t.force, extra)
+                return (v_new - v) / dt
+
+            a, res = unilateral_step(self.contact, robot, terms, solve, dt)
         else:
             a, res = self.contact.acceleration(robot, q, v, tau, dt=dt, extra_damping=damping)
         q1, v1 = integrate_world(robot, q, v, a, dt)
