@@ -166,6 +166,14 @@ class NoAdhesionSimulator(Simulator):
 
     passes = 3
 
+    def replace(self, **kwargs) -> "NoAdhesionSimulator":
+        """``Simulator.replace`` that keeps this class (``ContactFit`` rebuilds its simulator with
+        ``replace`` at every parameter value: the fit then steps without adhesion too)."""
+        sim = super().replace(**kwargs)
+        sim.__class__ = type(self)
+        sim.passes = self.passes
+        return sim
+
     def _advance_contact(self, q, v, u):
         from backdrive.contact import integrate_world
 
@@ -425,8 +433,19 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
     Q, V, U = (torch.as_tensor(x[pick], dtype=F64) for x in train)
     Qn, Vn = CAL.with_noise(Q, V, args.seed + 10)
 
-    # 2. Calibrate through the training simulator (float64).
-    sim0 = make_env(None, 1, F64, args.robot).sim
+    # 2. Calibrate through the training simulator (float64), from the nominal
+    # guess with --start-law's contact law (default the library's) and, with
+    # --no-adhesion, the step without adhesion.
+    def with_law(p):
+        p = dict(p)
+        if args.start_law:
+            p["stiffness"], p["contact_damping"] = (float(x) for x in args.start_law.split(","))
+        if args.no_adhesion:
+            p["no_adhesion"] = True
+        return p
+
+    nominal = with_law(nominal_params(env_n.robot))
+    sim0 = make_env(nominal, 1, F64, args.robot).sim
     true_total = float(np.sum(truth["mass"]))
 
     def fit(start_sim, params, delays, total=None):
@@ -440,7 +459,7 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
 
     params = tuple(p.strip() for p in args.params.split(",") if p.strip())
     delays = (truth["delay"],) if args.delays == "truth" else tuple(int(d) for d in args.delays.split(","))
-    start = sim0 if args.start == "nominal" else make_env(truth_params(truth), 1, F64, args.robot).sim
+    start = sim0 if args.start == "nominal" else make_env(with_law(truth_params(truth)), 1, F64, args.robot).sim
     cal, t_fit = fit(start, params, delays, true_total if "body_mass" in params else None)
     s = cal.simulator
     cp = s.contact.params
@@ -448,6 +467,9 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
                   "motor_strength": float(torch.as_tensor(s.actuator.kp).reshape(-1).mean()) / env_n.kp,
                   "stiffness": float(cp.stiffness), "contact_damping": float(cp.damping),
                   "friction": float(cp.friction), "delay": int(cal.delay)}
+    if args.no_adhesion:
+        calibrated["no_adhesion"] = True
+    result["nominal"] = nominal
     result["calibrated"] = calibrated
     result["fit"] = {"params": list(params), "seconds": t_fit, "message": cal.message,
                      "total_mass_std": args.total_mass_std,
@@ -460,11 +482,11 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
                      "identified": {k: torch.as_tensor(v).reshape(-1).tolist() for k, v in cal.identified.items()}}
     result["joint_names"] = list(env_n.robot.joint_names)
     print(f"calibrated in {t_fit:.0f} s: {cal.message}", flush=True)
-    true_sim = make_env(truth_params(truth), 1, F64, args.robot).sim
-    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (true_sim, truth["delay"]),
+    true_sim = make_env(with_law(truth_params(truth)), 1, F64, args.robot).sim
+    sims = {"nominal": (sim0, 0), "true parameters, nominal contact law": (true_sim, truth["delay"]),  # the start's law
             "calibrated": (s, cal.delay)}
     if args.floor:
-        tsim = make_env(truth_params(truth), 1, F64, args.robot).sim
+        tsim = make_env(with_law(truth_params(truth)), 1, F64, args.robot).sim
         fl, t_fl = fit(tsim, ("contact_stiffness", "contact_damping"), (truth["delay"],))
         c = fl.simulator.contact.params
         result["floor_law"] = {"stiffness": float(c.stiffness), "damping": float(c.damping), "seconds": t_fl}
@@ -506,6 +528,12 @@ def main(argv=None):
     ap.add_argument("--start", choices=("nominal", "truth"), default="nominal",
                     help="the fit's starting point; 'truth' (with --iterations 0 and --delays truth) gives the "
                          "Cramer-Rao intervals at the hidden values: what the data can determine")
+    ap.add_argument("--start-law", default=None, metavar="K,B",
+                    help="the nominal guess's (the fit's start's) contact stiffness (N/m) and damping (N s/m), e.g. "
+                         "1.3e4,500 (default the library's ContactParameters())")
+    ap.add_argument("--no-adhesion", action="store_true",
+                    help="calibrate (and step the calibrated sim) with NoAdhesionSimulator: no foot is pulled "
+                         "onto the floor (the calibration's JSON gets \"no_adhesion\": true)")
     ap.add_argument("--delays", default="0,1,2,3,4",
                     help="candidate control delays, 5 ms steps, comma-separated, or 'truth'")
     ap.add_argument("--calibrate-only", action="store_true",

@@ -190,6 +190,10 @@ def main(argv=None):
                     help="only the forward speed per second of the shipped policy and these state dicts "
                          "(8 x --profile-seconds at 0.5 m/s, seed 123) in the sim, written to --out")
     ap.add_argument("--profile-seconds", type=float, default=10.0)
+    ap.add_argument("--resume-warm", action="store_true",
+                    help="take the shipped policy's own-sim speed and the warmed-up critic from an earlier run's --out "
+                         "JSON and its .warm.pt (same arguments) instead of redoing them: the branches start from "
+                         "the same state")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
@@ -212,28 +216,36 @@ def main(argv=None):
     config = dataclasses.replace(CL.GO1_WALK_SHAC.config, lr=args.lr, seed=args.seed, normalize_obs=False,
                                  lr_decay_updates=None)
     t0 = time.perf_counter()
-    trainer = PolicyTrainer(env, config=config, policy=copy.deepcopy(shipped).train())
-    for g in trainer.actor_opt.param_groups:
-        g["lr"] = 0.0
-    res["shipped"] = speed_eval(trainer.policy, ev)
-    log("shipped, own (nominal) sim:", res["shipped"], f"{time.perf_counter() - t0:.0f} s")
-    res["critic_loss"] = []
-    for k in range(args.warmup):
-        res["critic_loss"].append(trainer.update()["critic_loss"])
-    log(f"warm-up {args.warmup} critic-only updates in {time.perf_counter() - t0:.0f} s, critic loss "
-        f"{res['critic_loss'][0]:.3g} -> {res['critic_loss'][-1]:.3g}")
-    # The branches start from this state: the "recipe" branch is then exactly
-    # calibration_loop.fine_tune_policy(updates=warmup + actor_updates,
-    # select every `every`) in the nominal sim (same seed, windows and noise).
     ckpt = out.with_suffix(".warm.pt")
-    trainer.save(ckpt)
+    if args.resume_warm:
+        prev = json.loads(out.read_text())
+        if {k: v for k, v in prev["args"].items() if k != "resume_warm"} != {
+                k: v for k, v in vars(args).items() if k != "resume_warm"}:
+            raise SystemExit(f"{out} was written with other arguments")
+        res["shipped"], res["critic_loss"], res["resumed_from_warm"] = prev["shipped"], prev["critic_loss"], True
+        log("resumed after the warm-up:", res["shipped"])
+    else:
+        trainer = PolicyTrainer(env, config=config, policy=copy.deepcopy(shipped).train())
+        for g in trainer.actor_opt.param_groups:
+            g["lr"] = 0.0
+        res["shipped"] = speed_eval(trainer.policy, ev)
+        log("shipped, own (nominal) sim:", res["shipped"], f"{time.perf_counter() - t0:.0f} s")
+        res["critic_loss"] = []
+        for k in range(args.warmup):
+            res["critic_loss"].append(trainer.update()["critic_loss"])
+        log(f"warm-up {args.warmup} critic-only updates in {time.perf_counter() - t0:.0f} s, critic loss "
+            f"{res['critic_loss'][0]:.3g} -> {res['critic_loss'][-1]:.3g}")
+        # The branches start from this state: the "recipe" branch is then exactly
+        # calibration_loop.fine_tune_policy(updates=warmup + actor_updates,
+        # select every `every`) in the nominal sim (same seed, windows and noise).
+        trainer.save(ckpt)
 
     def warm():
         tr = PolicyTrainer(CL.make_env(params, args.envs, robot_name="go1"), config=config,
                            policy=copy.deepcopy(shipped).train())
         return tr.load(ckpt)
 
-    if not args.no_diagnose:
+    if not args.no_diagnose and not args.resume_warm:
         diag = warm()
         res["critic_slope"] = critic_slope(diag)
         log("critic slope:", json.dumps(res["critic_slope"]))

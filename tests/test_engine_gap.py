@@ -150,3 +150,20 @@ def test_no_adhesion_step_keeps_normal_forces_non_negative():
     assert bool((fb >= 0).all()) and float(fb[0]) == 0.0 and bool((fb[1:] > 10).all())
     if bool((fa < 0).any()):  # the library's linearised step pulled that foot down (before the 12th session)
         assert float(fa[0]) < 0 and float(b.v[0, -1, 6 + 5]) < float(a.v[0, -1, 6 + 5])  # lifts faster
+
+
+def test_no_adhesion_simulator_replace_keeps_the_step():
+    """``ContactFit`` rebuilds its simulator with ``replace`` at every parameter value (13th session): the
+    calibration through ``NoAdhesionSimulator`` must step without adhesion at every trial, not only at the start."""
+    torch.set_num_threads(1)
+    free, _ = _engines(0.01, no_adhesion=True)
+    heavier = free.sim.replace(robot=free.robot.replace(body_mass=free.robot.body_mass * 1.05))
+    assert type(heavier) is cl.NoAdhesionSimulator and heavier.passes == free.sim.passes
+    assert torch.equal(heavier.robot.body_mass, free.robot.body_mass * 1.05)
+    q = free._safe_q.clone()[None]
+    v = torch.zeros(1, 18, dtype=F64)
+    q[0, 2] -= float(free.contact.forces(free.robot, q, v).penetration.min()) - 0.001
+    lift = free._q_stand_robot.clone()[None]
+    lift[0, 5] -= 0.6  # the FL calf lifts its loaded foot: the library's linearised step would pull it down
+    n = heavier.rollout(State(q, v), lift[:, None]).contact.normal_force[0, -1]
+    assert bool((n >= 0).all()) and float(n[0]) == 0.0
