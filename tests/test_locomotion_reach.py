@@ -6,11 +6,14 @@ evaluate at or above them, on hand-made curves whose answers are known.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from backdrive._errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import locomotion as loco  # noqa: E402
@@ -74,11 +77,19 @@ def test_reach_table_not_reached_and_start():
 def test_shac_curves_from_output_and_log(tmp_path):
     out = tmp_path / "shac0.json"
     out.write_text(json.dumps({"shac": [{"method": "shac", "seed": 0, "curve": SHAC}]}))
-    log = tmp_path / "shac2.log"
-    log.write_text("\n".join(["some warning", *(json.dumps(c) for c in SHAC[:3])]) + "\n")
+    # A log's seed comes from its points, not its name (this name's last digits read as 200 before).
+    log = tmp_path / "r2_24dec200.log"
+    points = [dict(c, seed=2) for c in SHAC[:3]]
+    log.write_text("\n".join(["some warning", *(json.dumps(c) for c in points)]) + "\n")
     curves = loco.load_shac_curves([out, log])
     assert sorted(curves) == [0, 2]
-    assert curves[0] == SHAC and curves[2] == SHAC[:3]
+    assert curves[0] == SHAC and curves[2] == points
+    # A log whose points name no seed, or two, is refused with the file named.
+    for bad, found in ((SHAC[:3], "no seed"), ([dict(SHAC[0], seed=1), dict(SHAC[1], seed=2)], "seeds [1, 2]")):
+        old = tmp_path / "shac1.log"
+        old.write_text("\n".join(json.dumps(c) for c in bad) + "\n")
+        with pytest.raises(InputError, match=f"shac1.log.*{re.escape(found)}"):
+            loco.load_shac_curves([old])
 
 
 def test_ppo_rows_from_a_stopped_run_log(tmp_path):
@@ -222,6 +233,7 @@ def test_reach_runs_the_variant(monkeypatch):
     assert row["num_envs"] == 2 and row["horizon"] == 2 and row["preset"] == v.name
     assert [c["update"] for c in row["curve"]] == [0, 1, 3]
     assert [c["env_steps"] for c in row["curve"]] == [0, 4, 12]
+    assert all(c["seed"] == 0 for c in row["curve"])  # each point names its seed (logs are read by it)
     assert row["reached_at_update"] is None
 
 
@@ -237,3 +249,19 @@ def test_reach_table_leaves_shac_setup_out():
     assert "20,480 / 78 s" in text
     _, (old,) = loco.reach_table([_ppo(0)], {0: SHAC})  # curves without it: unchanged
     assert old["shac_setup_cpu_s"] is None and old["shac_to_best"]["cpu_s"] == 80.0
+
+
+def test_evaluate_reports_the_yaw_rate(monkeypatch):
+    # evaluate() passes the env's mean yaw rate through (it dropped it before); a stand-in env.
+    class Env:
+        def __init__(self, n, **kwargs):
+            self.n = n
+
+        def evaluate(self, act, command, seconds, seed):
+            assert command == loco.COMMAND and seconds == loco.EVAL_SECONDS and seed == loco.EVAL_SEED
+            return {"forward_speed": 0.4, "speed_error": 0.1, "distance": 4.0, "upright": 1.0, "yaw_rate": -0.13,
+                    "q": None, "rewards": torch.ones(5, self.n)}
+
+    monkeypatch.setattr(loco, "QuadrupedWalk", Env)
+    m = loco.evaluate(None)
+    assert m["yaw_rate"] == -0.13 and m["return"] == 5.0 and m["forward_speed"] == 0.4
