@@ -583,3 +583,48 @@ def test_td_lambda_and_window_objective_in_closed_form():
     j = window_objective(r, ended, g, v).sum()
     assert torch.allclose(j, (r[0] + g * v[0]) + (r[1] + g * r[2] + g**2 * v[2]))
     assert torch.allclose(window_objective(r, ended, g).sum(), r[0] + r[1] + g * r[2])
+
+
+def test_max_action_change_scales_the_step_back():
+    # A large step on the pendulum: uncapped it moves the actions by more than the cap; capped, the
+    # same first update moves them by at most the cap, along the same parameter direction.
+    kw = dict(horizon=8, lr=0.05, action_noise=0.0, seed=3)
+    env = Pendulum(8)
+    start = train_policy(Pendulum(8), "shac", updates=0, **kw)
+    free = train_policy(Pendulum(8), "shac", updates=1, **kw)
+    capped = train_policy(env, "shac", updates=1, max_action_change=0.02, **kw)
+    obs = capped._replay[-1]["obs"].reshape(-1, env.obs_dim)
+    half = (env.action_high - env.action_low) / 2
+    with torch.no_grad():
+        # The cap is measured before the window's observations enter the statistics: compare the three
+        # policies at the statistics they had then (the untrained one's).
+        for t in (free, capped):
+            t.policy.normalizer.load_state_dict(start.policy.normalizer.state_dict())
+
+        def rms(a, b):
+            return float(((a.policy(obs) - b.policy(obs)) / half).pow(2).mean().sqrt())
+
+        assert rms(free, start) > 0.05
+        assert rms(capped, start) == pytest.approx(capped.history[0]["action_change"], rel=1e-5)
+        assert 0.015 < capped.history[0]["action_change"] <= 0.02 * (1 + 1e-6)
+        s0 = torch.cat([p.flatten() for p in start.policy.parameters()])
+        d_free = torch.cat([p.flatten() for p in free.policy.parameters()]) - s0
+        d_cap = torch.cat([p.flatten() for p in capped.policy.parameters()]) - s0
+    scale = float(d_cap @ d_free / (d_free @ d_free))
+    assert 0.0 < scale < 0.5
+    assert torch.allclose(d_cap, scale * d_free, atol=1e-6)
+    assert math.isnan(free.history[0]["action_change"])  # off: not measured
+
+
+def test_max_action_change_above_every_step_changes_nothing():
+    kw = dict(horizon=8, lr=1e-3, seed=2, action_noise=0.2)
+    a = train_policy(Pendulum(4), "shac", updates=3, **kw)
+    b = train_policy(Pendulum(4), "shac", updates=3, max_action_change=10.0, **kw)
+    assert _same(_params(a.policy), _params(b.policy)) and _same(_params(a.critic), _params(b.critic))
+    assert all(0.0 < r["action_change"] < 10.0 for r in b.history)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, float("nan"), True, "0.1"])
+def test_max_action_change_must_be_positive(bad):
+    with pytest.raises(PolicyConfigError, match="max_action_change"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, max_action_change=bad)

@@ -112,6 +112,12 @@ class PolicyTrainerConfig:
         normalize_obs: keep running observation statistics (policy and critic input).
         lr_decay_updates: linear decay of both learning rates to zero at this
             update (``None``: constant).
+        max_action_change: a trust-region-like cap on each actor step
+            (``None``: off): the root-mean-square change of the policy's
+            actions on the window's observations, in units of the action
+            half-range. A step that moves them more is scaled back (the
+            parameters move part of the way from the old to the new ones)
+            until it does not; Adam's moments keep the full step.
         seed: seeds the networks, the env and every sample the trainer draws.
     """
 
@@ -138,6 +144,7 @@ class PolicyTrainerConfig:
     preact_penalty: float = 0.0
     normalize_obs: bool = True
     lr_decay_updates: int | None = None
+    max_action_change: float | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -184,6 +191,7 @@ class PolicyTrainerConfig:
         if not isinstance(self.normalize_obs, bool):
             raise PolicyConfigError(f"normalize_obs must be a bool, got {self.normalize_obs!r}")
         _positive_int("lr_decay_updates", self.lr_decay_updates, none=True)
+        _positive_real("max_action_change", self.max_action_change, none=True)
         if not _is_int(self.seed) or self.seed < 0:
             raise PolicyConfigError(f"seed must be a non-negative int, got {self.seed!r}")
 

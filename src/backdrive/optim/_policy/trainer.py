@@ -40,6 +40,7 @@ LOG_FIELDS = (
     "grad_norm",
     "eval_return",
     "eval_s",
+    "action_change",
 )
 
 
@@ -313,7 +314,11 @@ class PolicyTrainer:
         if not (torch.isfinite(grad_norm) and torch.isfinite(actor_loss)):
             self.actor_opt.zero_grad(set_to_none=True)
             raise self._diverged(k, f"policy gradient norm {float(grad_norm)}, actor loss {float(actor_loss.detach())}")
-        self.actor_opt.step()
+        if c.max_action_change is None:
+            self.actor_opt.step()
+            action_change = math.nan
+        else:
+            action_change = self._capped_actor_step(roll["obs"])
 
         critic_loss = math.nan
         if shac:
@@ -363,7 +368,43 @@ class PolicyTrainer:
             "grad_norm": float(grad_norm),
             "eval_return": math.nan,
             "eval_s": 0.0,
+            "action_change": action_change,
         }
+
+    def _capped_actor_step(self, obs: torch.Tensor) -> float:
+        """The Adam step, scaled back until the actions move by at most ``max_action_change``.
+
+        The change is the root-mean-square difference of the policy's actions
+        on the window's observations ``obs`` (every rank's, averaged), in
+        units of the action half-range. A step beyond the cap moves the
+        parameters ``s`` of the way, ``s = cap / change`` (repeated, at most
+        8 times, as the actions are not linear in the parameters), so a small
+        step is left exactly as Adam made it. Returns the change after the cap.
+        """
+        cap, dp = self.config.max_action_change, self.data_parallel
+        params = list(self.policy.parameters())
+        obs = obs.reshape(-1, obs.shape[-1])
+        half = (self.env.action_high - self.env.action_low).to(obs.dtype) / 2
+        with torch.no_grad():
+            before = self.policy(obs)
+            old = [p.detach().clone() for p in params]
+        self.actor_opt.step()
+        with torch.no_grad():
+            new = [p.detach().clone() for p in params]
+
+            def change() -> float:
+                d = ((self.policy(obs) - before) / half).pow(2).mean()
+                return math.sqrt(float(dp.mean_(d)))
+
+            moved, scale = change(), 1.0
+            for _ in range(8):
+                if moved <= cap:
+                    break
+                scale *= cap / moved
+                for p, a, b in zip(params, old, new):
+                    p.copy_(a + scale * (b - a))
+                moved = change()
+        return moved
 
     def _action_jacobians(self, roll: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Derivatives of each transition's (scaled) reward and final observation w.r.t. its action.
