@@ -628,3 +628,23 @@ def test_max_action_change_above_every_step_changes_nothing():
 def test_max_action_change_must_be_positive(bad):
     with pytest.raises(PolicyConfigError, match="max_action_change"):
         train_policy(Pendulum(2), "shac", updates=1, horizon=4, max_action_change=bad)
+
+
+def test_random_episode_start_staggers_the_truncations():
+    # Pendulum episodes of 48 steps, 4-step windows: without it every copy truncates at step 48 together
+    # (update 12); with it the step counters start spread over [0, 48), the state is the usual initial one.
+    kw = dict(horizon=4, lr=1e-3, seed=5)
+    plain = train_policy(Pendulum(16, max_episode_steps=48), "shac", updates=0, **kw)
+    assert int(plain.env.elapsed.max()) == 0
+    spread = train_policy(Pendulum(16, max_episode_steps=48), "shac", updates=0, random_episode_start=True, **kw)
+    e = spread.env.elapsed
+    assert int(e.min()) >= 0 and int(e.max()) < 48 and len(set(e.tolist())) > 8
+    assert torch.equal(spread.env.state, plain.env.state)
+    again = train_policy(Pendulum(16, max_episode_steps=48), "shac", updates=0, random_episode_start=True, **kw)
+    assert torch.equal(again.env.elapsed, e)  # seeded
+    spread.train(3)
+    plain.train(3)
+    # Episodes already ended by update 3 (a training return is logged), none of the plain run's.
+    assert math.isnan(plain.history[-1]["train_return"]) and not math.isnan(spread.history[-1]["train_return"])
+    with pytest.raises(PolicyConfigError, match="random_episode_start must be a bool"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, random_episode_start=1)

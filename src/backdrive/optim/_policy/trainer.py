@@ -168,6 +168,10 @@ class PolicyTrainer:
         self.generator.manual_seed(rank_seed(c.seed + 1, dp.rank))
 
         obs = env.reset(seed=rank_seed(c.seed, dp.rank))
+        if c.random_episode_start:
+            # Staggered step counters (the trainer's stream): the copies truncate at different times.
+            start = torch.randint(env.max_episode_steps, (env.num_envs,), generator=self.generator, device=device)
+            obs = env.set_state(env.state, elapsed=start)
         if c.normalize_obs:
             self._update_normalizer(obs)
         self.updates_done = 0
