@@ -142,7 +142,8 @@ def shac_preset(name: str = QUADRUPED_WALK_SHAC.name, lr_decay_updates: int | No
 
 def shac_variant(preset, settings: dict):
     """``preset`` with some settings changed (``--shac-set KEY=JSON``): ``num_envs`` and the other
-    keywords of its env go to ``env_kwargs``, every other key is a ``PolicyTrainerConfig`` field
+    keywords of its env type (e.g. ``max_episode_steps``) go to ``env_kwargs``, every other key is a
+    ``PolicyTrainerConfig`` field
     (``config.replace``: an unknown name or a bad value raises there). Its name lists the changes,
     e.g. ``quadruped_walk_shac+num_envs=16``; no settings: ``preset`` itself.
 
@@ -154,7 +155,9 @@ def shac_variant(preset, settings: dict):
 
     if not settings:
         return preset
-    env_keys = set(preset.env_kwargs) | {"num_envs"}
+    import inspect
+
+    env_keys = set(preset.env_kwargs) | set(inspect.signature(preset.env_type).parameters) - {"self"}
     env_changes = {k: v for k, v in settings.items() if k in env_keys}
     n = env_changes.get("num_envs", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

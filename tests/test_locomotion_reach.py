@@ -212,6 +212,10 @@ def test_shac_variant_settings(monkeypatch):
     assert v.name == "quadruped_walk_shac+num_envs=16,lr_decay_updates=120,critic_replay=4"
     assert v.env_steps == base.updates * 16 * 8
     assert loco.env_kwargs(v) == loco.env_kwargs(base)  # same evaluation env
+    # Any keyword of the env type goes to the env, e.g. the training episodes' length.
+    short = loco.shac_variant(base, {"max_episode_steps": 200, "random_episode_start": True})
+    assert short.env_kwargs["max_episode_steps"] == 200 and short.make_env(num_envs=2).max_episode_steps == 200
+    assert short.config.random_episode_start and short.config.replace(random_episode_start=False) == base.config
     with pytest.raises(PolicyConfigError, match="num_envs"):
         loco.shac_variant(base, {"num_envs": 0})
     with pytest.raises(PolicyConfigError, match="horizon"):
