@@ -269,3 +269,16 @@ def test_evaluate_reports_the_yaw_rate(monkeypatch):
     monkeypatch.setattr(loco, "QuadrupedWalk", Env)
     m = loco.evaluate(None)
     assert m["yaw_rate"] == -0.13 and m["return"] == 5.0 and m["forward_speed"] == 0.4
+
+
+def test_few_copy_preset_is_the_reach_setting():
+    # QUADRUPED_WALK_SHAC_FEW is exactly the --shac-set variant of the 13th session's reach runs.
+    from backdrive.optim._policy.presets import get_preset
+
+    few = loco.SHAC_PRESETS["quadruped_walk_shac_few"]
+    assert get_preset("quadruped_walk_shac_few") is few
+    v = loco.shac_variant(loco.QUADRUPED_WALK_SHAC, loco.parse_settings(
+        ["num_envs=32", "lr=0.002", "lr_decay_updates=200", "max_action_change=0.015"]))
+    assert few.config == v.config and dict(few.env_kwargs) == dict(v.env_kwargs)
+    assert few.env_kwargs["num_envs"] == 32 and few.config.critic_lr == loco.QUADRUPED_WALK_SHAC.config.critic_lr
+    assert loco.env_kwargs(few) == loco.env_kwargs(loco.QUADRUPED_WALK_SHAC)  # same evaluation env
