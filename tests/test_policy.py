@@ -648,3 +648,23 @@ def test_random_episode_start_staggers_the_truncations():
     assert math.isnan(plain.history[-1]["train_return"]) and not math.isnan(spread.history[-1]["train_return"])
     with pytest.raises(PolicyConfigError, match="random_episode_start must be a bool"):
         train_policy(Pendulum(2), "shac", updates=1, horizon=4, random_episode_start=1)
+
+
+def test_keep_best_puts_back_the_best_evaluated_policy():
+    # Scripted evaluations (updates 2, 4, 6): the second is the best, so its policy is the one returned.
+    scores, seen = iter([1.0, 5.0, 3.0]), []
+
+    def eval_fn(policy):
+        seen.append(_params(policy))
+        return next(scores)
+
+    trainer = train_policy(Pendulum(4), "shac", updates=6, horizon=4, seed=1, eval_fn=eval_fn, eval_every=2,
+                           keep_best=True)
+    assert trainer.best == {"update": 4, "eval_return": 5.0} and trainer.updates_done == 6
+    assert _same(_params(trainer.policy), seen[1]) and not _same(seen[1], seen[2])
+    plain = train_policy(Pendulum(4), "shac", updates=6, horizon=4, seed=1, eval_fn=lambda p: 0.0, eval_every=2)
+    assert plain.best is None and _same(_params(plain.policy), seen[2])  # without it: the last policy
+    with pytest.raises(PolicyConfigError, match="keep_best needs an evaluation"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, keep_best=True)
+    with pytest.raises(PolicyConfigError, match="keep_best must be a bool"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, eval_fn=lambda p: 0.0, keep_best="yes")

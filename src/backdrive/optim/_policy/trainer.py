@@ -182,6 +182,8 @@ class PolicyTrainer:
         self._last_train_return = math.nan
         self._last_eval = math.nan
         self._replay: list[dict[str, torch.Tensor]] = []
+        #: The evaluation ``train(keep_best=True)`` kept (``{"update", "eval_return"}``), else ``None``.
+        self.best: dict[str, float] | None = None
 
     @property
     def settings(self) -> PolicyTrainerConfig:
@@ -557,6 +559,7 @@ class PolicyTrainer:
         checkpoint_every: int = 10,
         progress: bool = False,
         callback: Callable[[dict[str, float]], bool | None] | None = None,
+        keep_best: bool = False,
     ) -> PolicyTrainer:
         """Run updates until ``updates`` have been done in total (resumed ones count).
 
@@ -572,12 +575,22 @@ class PolicyTrainer:
             checkpoint_every: checkpoint period in updates.
             progress: draw a progress bar with the latest return on stderr.
             callback: called with each log row; returning ``True`` stops.
+            keep_best: at the end, put back the policy of the best evaluation
+                of this call (needs ``eval_fn``; ties keep the earlier one);
+                :attr:`best` then gives its update and return. Only the
+                policy (with its observation normaliser) is put back: the
+                critic, the optimisers, the env and the checkpoints stay as
+                after the last update, so it is for the end of training.
 
         Returns:
             ``self``.
         """
         if isinstance(updates, bool) or not isinstance(updates, int) or updates < 0:
             raise PolicyConfigError(f"updates must be a non-negative int, got {updates!r}")
+        if not isinstance(keep_best, bool):
+            raise PolicyConfigError(f"keep_best must be a bool, got {keep_best!r}")
+        if keep_best and eval_fn is None:
+            raise PolicyConfigError("keep_best needs an evaluation: pass eval_fn (or eval_env to train_policy)")
         for name, val in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise PolicyConfigError(f"{name} must be a positive int, got {val!r}")
@@ -594,6 +607,7 @@ class PolicyTrainer:
         writer = _CsvLog(log_csv) if log_csv is not None and dp.is_main else None
         bar = ProgressBar(updates, "train_policy", enabled=bool(progress) and dp.is_main, interval=0.2)
         shown = self._last_eval
+        best = None
         try:
             while self.updates_done < updates:
                 # Small env batches on one thread (backdrive.runtime.adaptive_threads).
@@ -612,6 +626,8 @@ class PolicyTrainer:
                     self._last_eval = dp.broadcast_float(self._last_eval)
                     row["eval_return"] = self._last_eval
                     row["eval_s"] = time.perf_counter() - t0
+                    if keep_best and (best is None or self._last_eval > best[1]):
+                        best = (k, self._last_eval, copy.deepcopy(self.policy.state_dict()))
                 self.history.append(row)
                 if writer is not None:
                     writer.write(row)
@@ -628,6 +644,9 @@ class PolicyTrainer:
             bar.close(self.updates_done, text=f"return {_fmt(shown)}  steps {self.env_steps}")
             if writer is not None:
                 writer.close()
+        if best is not None:
+            self.policy.load_state_dict(best[2])
+            self.best = {"update": best[0], "eval_return": best[1]}
         return self
 
     # ----------------------------------------------------------- checkpoints
@@ -821,6 +840,7 @@ def train_policy(
     resume: str | os.PathLike | None = None,
     progress: bool = False,
     callback: Callable[[dict[str, float]], bool | None] | None = None,
+    keep_best: bool = False,
     num_threads: int | None = None,
     distributed: bool | None = None,
     backend: str | None = None,
@@ -864,6 +884,9 @@ def train_policy(
             call gives none; given ones must match them.
         progress: progress bar with the latest return on stderr.
         callback: called with each log row; returning ``True`` stops early.
+        keep_best: return the policy of the best periodic evaluation instead
+            of the last one (needs ``eval_fn`` or ``eval_env``; see
+            :meth:`PolicyTrainer.train`).
         num_threads: torch intra-op threads while training (restored after).
             Small networks on small batches run fastest on one thread; on a
             busy machine several threads can be ten times slower.
@@ -961,6 +984,7 @@ def train_policy(
             checkpoint_every=checkpoint_every,
             progress=progress,
             callback=callback,
+            keep_best=keep_best,
         )
     finally:
         torch.set_num_threads(previous_threads)
