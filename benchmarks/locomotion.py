@@ -112,13 +112,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from backdrive.envs import QuadrupedWalk  # noqa: E402
 from backdrive.optim import GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, train_policy  # noqa: E402
+from backdrive.optim._policy import QUADRUPED_WALK_SHAC_FEW  # noqa: E402
 
 COMMAND = (0.5, 0.0, 0.0)
 EVAL_EPISODES, EVAL_SEED, EVAL_SECONDS = 16, 999, 10.0
 
 
-#: The SHAC presets ``--preset`` accepts (SHAC rows only): the shipped quadruped's and Go1's.
-SHAC_PRESETS = {p.name: p for p in (QUADRUPED_WALK_SHAC, GO1_WALK_SHAC)}
+#: The SHAC presets ``--preset`` accepts (SHAC rows only): the shipped quadruped's, its few-copy
+#: variant (the 13th session's reach setting) and Go1's.
+SHAC_PRESETS = {p.name: p for p in (QUADRUPED_WALK_SHAC, QUADRUPED_WALK_SHAC_FEW, GO1_WALK_SHAC)}
 
 
 def shac_preset(name: str = QUADRUPED_WALK_SHAC.name, lr_decay_updates: int | None = None):
@@ -142,7 +144,8 @@ def shac_preset(name: str = QUADRUPED_WALK_SHAC.name, lr_decay_updates: int | No
 
 def shac_variant(preset, settings: dict):
     """``preset`` with some settings changed (``--shac-set KEY=JSON``): ``num_envs`` and the other
-    keywords of its env go to ``env_kwargs``, every other key is a ``PolicyTrainerConfig`` field
+    keywords of its env type (e.g. ``max_episode_steps``) go to ``env_kwargs``, every other key is a
+    ``PolicyTrainerConfig`` field
     (``config.replace``: an unknown name or a bad value raises there). Its name lists the changes,
     e.g. ``quadruped_walk_shac+num_envs=16``; no settings: ``preset`` itself.
 
@@ -154,7 +157,9 @@ def shac_variant(preset, settings: dict):
 
     if not settings:
         return preset
-    env_keys = set(preset.env_kwargs) | {"num_envs"}
+    import inspect
+
+    env_keys = set(preset.env_kwargs) | set(inspect.signature(preset.env_type).parameters) - {"self"}
     env_changes = {k: v for k, v in settings.items() if k in env_keys}
     n = env_changes.get("num_envs", 1)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -183,10 +188,12 @@ def env_kwargs(preset=QUADRUPED_WALK_SHAC) -> dict:
 
 
 def evaluate(act, preset=QUADRUPED_WALK_SHAC) -> dict:
-    """The test episodes on ``preset``'s env (its robot and keywords; the default: the shipped quadruped)."""
+    """The test episodes on ``preset``'s env (its robot and keywords; the default: the shipped quadruped):
+    forward speed, speed error, distance, upright fraction, mean yaw rate (rad/s; the command asks 0)
+    and the mean episode return."""
     env = QuadrupedWalk(EVAL_EPISODES, **env_kwargs(preset))
     m = env.evaluate(act, COMMAND, seconds=EVAL_SECONDS, seed=EVAL_SEED)
-    return {k: m[k] for k in ("forward_speed", "speed_error", "distance", "upright")} | {
+    return {k: m[k] for k in ("forward_speed", "speed_error", "distance", "upright", "yaw_rate")} | {
         "return": float(m["rewards"].sum(0).mean())
     }
 
@@ -499,8 +506,8 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
         with torch.no_grad():
             m = evaluate(trainer.policy.eval())
         trainer.policy.train()
-        curve.append({"update": k, "env_steps": trainer.env_steps, "train_cpu_s": cpu, "compile_cpu_s": compile_cpu,
-                      "setup_cpu_s": setup_cpu, **m})
+        curve.append({"seed": seed, "update": k, "env_steps": trainer.env_steps, "train_cpu_s": cpu,
+                      "compile_cpu_s": compile_cpu, "setup_cpu_s": setup_cpu, **m})
         print(json.dumps(curve[-1]), flush=True)
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -536,17 +543,28 @@ def first_at(curve: list[dict], target: float) -> tuple[dict | None, dict | None
 
 def load_shac_curves(paths: list[Path]) -> dict[int, list[dict]]:
     """SHAC evaluation curves by seed, from ``--reach`` outputs (JSON) or from their stdout logs
-    (one JSON curve point per line: a run stopped before it wrote its output; the log names no
-    seed, so its file name must end in the seed, e.g. ``shac1.log``)."""
+    (one JSON curve point per line: a run stopped before it wrote its output). A log's seed is read
+    from its points (``run_shac_reach`` writes it into each), never from the file name.
+
+    Raises:
+        InputError: a log whose points name no seed (written before they carried it) or several.
+    """
     curves: dict[int, list[dict]] = {}
     for path in paths:
         text = path.read_text()
         try:
             data = json.loads(text)
         except json.JSONDecodeError:
-            seed = int("".join(ch for ch in path.stem[-3:] if ch.isdigit()))
-            points = (json.loads(line) for line in text.splitlines() if line.startswith("{"))
-            curves[seed] = [c for c in points if "update" in c]
+            points = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+            points = [c for c in points if "update" in c]
+            seeds = {c["seed"] for c in points if "seed" in c}
+            if len(seeds) != 1 or any("seed" not in c for c in points):
+                from backdrive._errors import InputError
+
+                found = "no seed" if not seeds else f"seeds {sorted(seeds)}" if len(seeds) > 1 else "points without a seed"
+                raise InputError(f"SHAC log {path}: its curve points must all name one seed, found {found} "
+                                 "(a log of a run before the points carried their seed: give the --out JSON instead)")
+            curves[seeds.pop()] = points
             continue
         for r in data["shac"]:
             curves[r["seed"]] = r["curve"]

@@ -6,11 +6,14 @@ evaluate at or above them, on hand-made curves whose answers are known.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from backdrive._errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import locomotion as loco  # noqa: E402
@@ -74,11 +77,19 @@ def test_reach_table_not_reached_and_start():
 def test_shac_curves_from_output_and_log(tmp_path):
     out = tmp_path / "shac0.json"
     out.write_text(json.dumps({"shac": [{"method": "shac", "seed": 0, "curve": SHAC}]}))
-    log = tmp_path / "shac2.log"
-    log.write_text("\n".join(["some warning", *(json.dumps(c) for c in SHAC[:3])]) + "\n")
+    # A log's seed comes from its points, not its name (this name's last digits read as 200 before).
+    log = tmp_path / "r2_24dec200.log"
+    points = [dict(c, seed=2) for c in SHAC[:3]]
+    log.write_text("\n".join(["some warning", *(json.dumps(c) for c in points)]) + "\n")
     curves = loco.load_shac_curves([out, log])
     assert sorted(curves) == [0, 2]
-    assert curves[0] == SHAC and curves[2] == SHAC[:3]
+    assert curves[0] == SHAC and curves[2] == points
+    # A log whose points name no seed, or two, is refused with the file named.
+    for bad, found in ((SHAC[:3], "no seed"), ([dict(SHAC[0], seed=1), dict(SHAC[1], seed=2)], "seeds [1, 2]")):
+        old = tmp_path / "shac1.log"
+        old.write_text("\n".join(json.dumps(c) for c in bad) + "\n")
+        with pytest.raises(InputError, match=f"shac1.log.*{re.escape(found)}"):
+            loco.load_shac_curves([old])
 
 
 def test_ppo_rows_from_a_stopped_run_log(tmp_path):
@@ -201,6 +212,10 @@ def test_shac_variant_settings(monkeypatch):
     assert v.name == "quadruped_walk_shac+num_envs=16,lr_decay_updates=120,critic_replay=4"
     assert v.env_steps == base.updates * 16 * 8
     assert loco.env_kwargs(v) == loco.env_kwargs(base)  # same evaluation env
+    # Any keyword of the env type goes to the env, e.g. the training episodes' length.
+    short = loco.shac_variant(base, {"max_episode_steps": 200, "random_episode_start": True})
+    assert short.env_kwargs["max_episode_steps"] == 200 and short.make_env(num_envs=2).max_episode_steps == 200
+    assert short.config.random_episode_start and short.config.replace(random_episode_start=False) == base.config
     with pytest.raises(PolicyConfigError, match="num_envs"):
         loco.shac_variant(base, {"num_envs": 0})
     with pytest.raises(PolicyConfigError, match="horizon"):
@@ -222,6 +237,7 @@ def test_reach_runs_the_variant(monkeypatch):
     assert row["num_envs"] == 2 and row["horizon"] == 2 and row["preset"] == v.name
     assert [c["update"] for c in row["curve"]] == [0, 1, 3]
     assert [c["env_steps"] for c in row["curve"]] == [0, 4, 12]
+    assert all(c["seed"] == 0 for c in row["curve"])  # each point names its seed (logs are read by it)
     assert row["reached_at_update"] is None
 
 
@@ -237,3 +253,32 @@ def test_reach_table_leaves_shac_setup_out():
     assert "20,480 / 78 s" in text
     _, (old,) = loco.reach_table([_ppo(0)], {0: SHAC})  # curves without it: unchanged
     assert old["shac_setup_cpu_s"] is None and old["shac_to_best"]["cpu_s"] == 80.0
+
+
+def test_evaluate_reports_the_yaw_rate(monkeypatch):
+    # evaluate() passes the env's mean yaw rate through (it dropped it before); a stand-in env.
+    class Env:
+        def __init__(self, n, **kwargs):
+            self.n = n
+
+        def evaluate(self, act, command, seconds, seed):
+            assert command == loco.COMMAND and seconds == loco.EVAL_SECONDS and seed == loco.EVAL_SEED
+            return {"forward_speed": 0.4, "speed_error": 0.1, "distance": 4.0, "upright": 1.0, "yaw_rate": -0.13,
+                    "q": None, "rewards": torch.ones(5, self.n)}
+
+    monkeypatch.setattr(loco, "QuadrupedWalk", Env)
+    m = loco.evaluate(None)
+    assert m["yaw_rate"] == -0.13 and m["return"] == 5.0 and m["forward_speed"] == 0.4
+
+
+def test_few_copy_preset_is_the_reach_setting():
+    # QUADRUPED_WALK_SHAC_FEW is exactly the --shac-set variant of the 13th session's reach runs.
+    from backdrive.optim._policy.presets import get_preset
+
+    few = loco.SHAC_PRESETS["quadruped_walk_shac_few"]
+    assert get_preset("quadruped_walk_shac_few") is few
+    v = loco.shac_variant(loco.QUADRUPED_WALK_SHAC, loco.parse_settings(
+        ["num_envs=32", "lr=0.002", "lr_decay_updates=200", "max_action_change=0.015"]))
+    assert few.config == v.config and dict(few.env_kwargs) == dict(v.env_kwargs)
+    assert few.env_kwargs["num_envs"] == 32 and few.config.critic_lr == loco.QUADRUPED_WALK_SHAC.config.critic_lr
+    assert loco.env_kwargs(few) == loco.env_kwargs(loco.QUADRUPED_WALK_SHAC)  # same evaluation env

@@ -583,3 +583,88 @@ def test_td_lambda_and_window_objective_in_closed_form():
     j = window_objective(r, ended, g, v).sum()
     assert torch.allclose(j, (r[0] + g * v[0]) + (r[1] + g * r[2] + g**2 * v[2]))
     assert torch.allclose(window_objective(r, ended, g).sum(), r[0] + r[1] + g * r[2])
+
+
+def test_max_action_change_scales_the_step_back():
+    # A large step on the pendulum: uncapped it moves the actions by more than the cap; capped, the
+    # same first update moves them by at most the cap, along the same parameter direction.
+    kw = dict(horizon=8, lr=0.05, action_noise=0.0, seed=3)
+    env = Pendulum(8)
+    start = train_policy(Pendulum(8), "shac", updates=0, **kw)
+    free = train_policy(Pendulum(8), "shac", updates=1, **kw)
+    capped = train_policy(env, "shac", updates=1, max_action_change=0.02, **kw)
+    obs = capped._replay[-1]["obs"].reshape(-1, env.obs_dim)
+    half = (env.action_high - env.action_low) / 2
+    with torch.no_grad():
+        # The cap is measured before the window's observations enter the statistics: compare the three
+        # policies at the statistics they had then (the untrained one's).
+        for t in (free, capped):
+            t.policy.normalizer.load_state_dict(start.policy.normalizer.state_dict())
+
+        def rms(a, b):
+            return float(((a.policy(obs) - b.policy(obs)) / half).pow(2).mean().sqrt())
+
+        assert rms(free, start) > 0.05
+        assert rms(capped, start) == pytest.approx(capped.history[0]["action_change"], rel=1e-5)
+        assert 0.015 < capped.history[0]["action_change"] <= 0.02 * (1 + 1e-6)
+        s0 = torch.cat([p.flatten() for p in start.policy.parameters()])
+        d_free = torch.cat([p.flatten() for p in free.policy.parameters()]) - s0
+        d_cap = torch.cat([p.flatten() for p in capped.policy.parameters()]) - s0
+    scale = float(d_cap @ d_free / (d_free @ d_free))
+    assert 0.0 < scale < 0.5
+    assert torch.allclose(d_cap, scale * d_free, atol=1e-6)
+    assert math.isnan(free.history[0]["action_change"])  # off: not measured
+
+
+def test_max_action_change_above_every_step_changes_nothing():
+    kw = dict(horizon=8, lr=1e-3, seed=2, action_noise=0.2)
+    a = train_policy(Pendulum(4), "shac", updates=3, **kw)
+    b = train_policy(Pendulum(4), "shac", updates=3, max_action_change=10.0, **kw)
+    assert _same(_params(a.policy), _params(b.policy)) and _same(_params(a.critic), _params(b.critic))
+    assert all(0.0 < r["action_change"] < 10.0 for r in b.history)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, float("nan"), True, "0.1"])
+def test_max_action_change_must_be_positive(bad):
+    with pytest.raises(PolicyConfigError, match="max_action_change"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, max_action_change=bad)
+
+
+def test_random_episode_start_staggers_the_truncations():
+    # Pendulum episodes of 48 steps, 4-step windows: without it every copy truncates at step 48 together
+    # (update 12); with it the step counters start spread over [0, 48), the state is the usual initial one.
+    kw = dict(horizon=4, lr=1e-3, seed=5)
+    plain = train_policy(Pendulum(16, max_episode_steps=48), "shac", updates=0, **kw)
+    assert int(plain.env.elapsed.max()) == 0
+    spread = train_policy(Pendulum(16, max_episode_steps=48), "shac", updates=0, random_episode_start=True, **kw)
+    e = spread.env.elapsed
+    assert int(e.min()) >= 0 and int(e.max()) < 48 and len(set(e.tolist())) > 8
+    assert torch.equal(spread.env.state, plain.env.state)
+    again = train_policy(Pendulum(16, max_episode_steps=48), "shac", updates=0, random_episode_start=True, **kw)
+    assert torch.equal(again.env.elapsed, e)  # seeded
+    spread.train(3)
+    plain.train(3)
+    # Episodes already ended by update 3 (a training return is logged), none of the plain run's.
+    assert math.isnan(plain.history[-1]["train_return"]) and not math.isnan(spread.history[-1]["train_return"])
+    with pytest.raises(PolicyConfigError, match="random_episode_start must be a bool"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, random_episode_start=1)
+
+
+def test_keep_best_puts_back_the_best_evaluated_policy():
+    # Scripted evaluations (updates 2, 4, 6): the second is the best, so its policy is the one returned.
+    scores, seen = iter([1.0, 5.0, 3.0]), []
+
+    def eval_fn(policy):
+        seen.append(_params(policy))
+        return next(scores)
+
+    trainer = train_policy(Pendulum(4), "shac", updates=6, horizon=4, seed=1, eval_fn=eval_fn, eval_every=2,
+                           keep_best=True)
+    assert trainer.best == {"update": 4, "eval_return": 5.0} and trainer.updates_done == 6
+    assert _same(_params(trainer.policy), seen[1]) and not _same(seen[1], seen[2])
+    plain = train_policy(Pendulum(4), "shac", updates=6, horizon=4, seed=1, eval_fn=lambda p: 0.0, eval_every=2)
+    assert plain.best is None and _same(_params(plain.policy), seen[2])  # without it: the last policy
+    with pytest.raises(PolicyConfigError, match="keep_best needs an evaluation"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, keep_best=True)
+    with pytest.raises(PolicyConfigError, match="keep_best must be a bool"):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, eval_fn=lambda p: 0.0, keep_best="yes")

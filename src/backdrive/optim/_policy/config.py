@@ -112,6 +112,19 @@ class PolicyTrainerConfig:
         normalize_obs: keep running observation statistics (policy and critic input).
         lr_decay_updates: linear decay of both learning rates to zero at this
             update (``None``: constant).
+        max_action_change: a trust-region-like cap on each actor step
+            (``None``: off): the root-mean-square change of the policy's
+            actions on the window's observations, in units of the action
+            half-range. A step that moves them more is scaled back (the
+            parameters move part of the way from the old to the new ones)
+            until it does not; Adam's moments keep the full step.
+        random_episode_start: start each copy's first episode at a random
+            step in ``[0, max_episode_steps)`` of its step counter (the state
+            is the env's usual initial one), so the copies truncate at
+            different times. Without it every copy starts and truncates
+            together, and each window holds the same slice of episode time
+            for all of them (SHAC's windows are short: the episode starts are
+            not trained on again until the first truncation).
         seed: seeds the networks, the env and every sample the trainer draws.
     """
 
@@ -138,6 +151,8 @@ class PolicyTrainerConfig:
     preact_penalty: float = 0.0
     normalize_obs: bool = True
     lr_decay_updates: int | None = None
+    max_action_change: float | None = None
+    random_episode_start: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -181,9 +196,11 @@ class PolicyTrainerConfig:
         _positive_real("reward_scale", self.reward_scale)
         if self.squash not in SQUASHES:
             raise PolicyConfigError(f"unknown squash {self.squash!r}; valid: {_choices(SQUASHES)}")
-        if not isinstance(self.normalize_obs, bool):
-            raise PolicyConfigError(f"normalize_obs must be a bool, got {self.normalize_obs!r}")
+        for name in ("normalize_obs", "random_episode_start"):
+            if not isinstance(getattr(self, name), bool):
+                raise PolicyConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _positive_int("lr_decay_updates", self.lr_decay_updates, none=True)
+        _positive_real("max_action_change", self.max_action_change, none=True)
         if not _is_int(self.seed) or self.seed < 0:
             raise PolicyConfigError(f"seed must be a non-negative int, got {self.seed!r}")
 

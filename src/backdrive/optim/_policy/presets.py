@@ -400,3 +400,31 @@ GO1_WALK_SHAC_DR = dataclasses.replace(
 )
 PRESETS[GO1_WALK_SHAC_DR.name] = GO1_WALK_SHAC_DR
 __all__.append("GO1_WALK_SHAC_DR")
+
+# ----------------------------------------------------------------------------------------------------
+# QuadrupedWalk with few copies — appended block (issue 12: SHAC against the 15-CPU-minute PPO)
+# ----------------------------------------------------------------------------------------------------
+
+#: ``QUADRUPED_WALK_SHAC`` on 32 copies (256 env steps per update, a quarter
+#: of the preset's) with a faster, capped actor step: actor lr 2e-3 (critic
+#: 1e-3), both decaying linearly to 0 at update 200, and each actor step
+#: scaled back to move the policy's actions by at most 0.015 of the action
+#: half-range (RMS over the window, ``max_action_change``). It is the
+#: setting of issue 12's reach comparison (docs/locomotion.md, *13th
+#: session*): it first evaluates above the 15-CPU-minute PPO's final return
+#: after 10-25 updates on seeds 0-2. It is not steady: on seeds 0 and 2
+#: most evaluation robots fell at some evaluations (updates 30-60), and its
+#: 80-update policies walk slower than the shipped one; for a walking policy
+#: use ``QUADRUPED_WALK_SHAC``.
+QUADRUPED_WALK_SHAC_FEW = dataclasses.replace(
+    QUADRUPED_WALK_SHAC,
+    name="quadruped_walk_shac_few",
+    env_kwargs={**QUADRUPED_WALK_SHAC.env_kwargs, "num_envs": 32},
+    config=QUADRUPED_WALK_SHAC.config.replace(lr=2e-3, lr_decay_updates=200, max_action_change=0.015),
+    updates=80,
+    summary="seeds 0-2: first evaluation above the 15-CPU-minute PPO's final return after 3,840 / 6,400 / 2,560 "
+    "env steps (updates 15 / 25 / 10); at update 80 +453 / +374 / +436; not steady (seed 0: 1-4 of 16 robots "
+    "up at updates 40-60) (docs/locomotion.md, 13th session)",
+)
+PRESETS[QUADRUPED_WALK_SHAC_FEW.name] = QUADRUPED_WALK_SHAC_FEW
+__all__.append("QUADRUPED_WALK_SHAC_FEW")

@@ -40,6 +40,7 @@ LOG_FIELDS = (
     "grad_norm",
     "eval_return",
     "eval_s",
+    "action_change",
 )
 
 
@@ -167,6 +168,10 @@ class PolicyTrainer:
         self.generator.manual_seed(rank_seed(c.seed + 1, dp.rank))
 
         obs = env.reset(seed=rank_seed(c.seed, dp.rank))
+        if c.random_episode_start:
+            # Staggered step counters (the trainer's stream): the copies truncate at different times.
+            start = torch.randint(env.max_episode_steps, (env.num_envs,), generator=self.generator, device=device)
+            obs = env.set_state(env.state, elapsed=start)
         if c.normalize_obs:
             self._update_normalizer(obs)
         self.updates_done = 0
@@ -177,6 +182,8 @@ class PolicyTrainer:
         self._last_train_return = math.nan
         self._last_eval = math.nan
         self._replay: list[dict[str, torch.Tensor]] = []
+        #: The evaluation ``train(keep_best=True)`` kept (``{"update", "eval_return"}``), else ``None``.
+        self.best: dict[str, float] | None = None
 
     @property
     def settings(self) -> PolicyTrainerConfig:
@@ -313,7 +320,11 @@ class PolicyTrainer:
         if not (torch.isfinite(grad_norm) and torch.isfinite(actor_loss)):
             self.actor_opt.zero_grad(set_to_none=True)
             raise self._diverged(k, f"policy gradient norm {float(grad_norm)}, actor loss {float(actor_loss.detach())}")
-        self.actor_opt.step()
+        if c.max_action_change is None:
+            self.actor_opt.step()
+            action_change = math.nan
+        else:
+            action_change = self._capped_actor_step(roll["obs"])
 
         critic_loss = math.nan
         if shac:
@@ -363,7 +374,43 @@ class PolicyTrainer:
             "grad_norm": float(grad_norm),
             "eval_return": math.nan,
             "eval_s": 0.0,
+            "action_change": action_change,
         }
+
+    def _capped_actor_step(self, obs: torch.Tensor) -> float:
+        """The Adam step, scaled back until the actions move by at most ``max_action_change``.
+
+        The change is the root-mean-square difference of the policy's actions
+        on the window's observations ``obs`` (every rank's, averaged), in
+        units of the action half-range. A step beyond the cap moves the
+        parameters ``s`` of the way, ``s = cap / change`` (repeated, at most
+        8 times, as the actions are not linear in the parameters), so a small
+        step is left exactly as Adam made it. Returns the change after the cap.
+        """
+        cap, dp = self.config.max_action_change, self.data_parallel
+        params = list(self.policy.parameters())
+        obs = obs.reshape(-1, obs.shape[-1])
+        half = (self.env.action_high - self.env.action_low).to(obs.dtype) / 2
+        with torch.no_grad():
+            before = self.policy(obs)
+            old = [p.detach().clone() for p in params]
+        self.actor_opt.step()
+        with torch.no_grad():
+            new = [p.detach().clone() for p in params]
+
+            def change() -> float:
+                d = ((self.policy(obs) - before) / half).pow(2).mean()
+                return math.sqrt(float(dp.mean_(d)))
+
+            moved, scale = change(), 1.0
+            for _ in range(8):
+                if moved <= cap:
+                    break
+                scale *= cap / moved
+                for p, a, b in zip(params, old, new):
+                    p.copy_(a + scale * (b - a))
+                moved = change()
+        return moved
 
     def _action_jacobians(self, roll: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Derivatives of each transition's (scaled) reward and final observation w.r.t. its action.
@@ -512,6 +559,7 @@ class PolicyTrainer:
         checkpoint_every: int = 10,
         progress: bool = False,
         callback: Callable[[dict[str, float]], bool | None] | None = None,
+        keep_best: bool = False,
     ) -> PolicyTrainer:
         """Run updates until ``updates`` have been done in total (resumed ones count).
 
@@ -527,12 +575,22 @@ class PolicyTrainer:
             checkpoint_every: checkpoint period in updates.
             progress: draw a progress bar with the latest return on stderr.
             callback: called with each log row; returning ``True`` stops.
+            keep_best: at the end, put back the policy of the best evaluation
+                of this call (needs ``eval_fn``; ties keep the earlier one);
+                :attr:`best` then gives its update and return. Only the
+                policy (with its observation normaliser) is put back: the
+                critic, the optimisers, the env and the checkpoints stay as
+                after the last update, so it is for the end of training.
 
         Returns:
             ``self``.
         """
         if isinstance(updates, bool) or not isinstance(updates, int) or updates < 0:
             raise PolicyConfigError(f"updates must be a non-negative int, got {updates!r}")
+        if not isinstance(keep_best, bool):
+            raise PolicyConfigError(f"keep_best must be a bool, got {keep_best!r}")
+        if keep_best and eval_fn is None:
+            raise PolicyConfigError("keep_best needs an evaluation: pass eval_fn (or eval_env to train_policy)")
         for name, val in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise PolicyConfigError(f"{name} must be a positive int, got {val!r}")
@@ -549,6 +607,7 @@ class PolicyTrainer:
         writer = _CsvLog(log_csv) if log_csv is not None and dp.is_main else None
         bar = ProgressBar(updates, "train_policy", enabled=bool(progress) and dp.is_main, interval=0.2)
         shown = self._last_eval
+        best = None
         try:
             while self.updates_done < updates:
                 # Small env batches on one thread (backdrive.runtime.adaptive_threads).
@@ -567,6 +626,8 @@ class PolicyTrainer:
                     self._last_eval = dp.broadcast_float(self._last_eval)
                     row["eval_return"] = self._last_eval
                     row["eval_s"] = time.perf_counter() - t0
+                    if keep_best and (best is None or self._last_eval > best[1]):
+                        best = (k, self._last_eval, copy.deepcopy(self.policy.state_dict()))
                 self.history.append(row)
                 if writer is not None:
                     writer.write(row)
@@ -583,6 +644,9 @@ class PolicyTrainer:
             bar.close(self.updates_done, text=f"return {_fmt(shown)}  steps {self.env_steps}")
             if writer is not None:
                 writer.close()
+        if best is not None:
+            self.policy.load_state_dict(best[2])
+            self.best = {"update": best[0], "eval_return": best[1]}
         return self
 
     # ----------------------------------------------------------- checkpoints
@@ -776,6 +840,7 @@ def train_policy(
     resume: str | os.PathLike | None = None,
     progress: bool = False,
     callback: Callable[[dict[str, float]], bool | None] | None = None,
+    keep_best: bool = False,
     num_threads: int | None = None,
     distributed: bool | None = None,
     backend: str | None = None,
@@ -819,6 +884,9 @@ def train_policy(
             call gives none; given ones must match them.
         progress: progress bar with the latest return on stderr.
         callback: called with each log row; returning ``True`` stops early.
+        keep_best: return the policy of the best periodic evaluation instead
+            of the last one (needs ``eval_fn`` or ``eval_env``; see
+            :meth:`PolicyTrainer.train`).
         num_threads: torch intra-op threads while training (restored after).
             Small networks on small batches run fastest on one thread; on a
             busy machine several threads can be ten times slower.
@@ -916,6 +984,7 @@ def train_policy(
             checkpoint_every=checkpoint_every,
             progress=progress,
             callback=callback,
+            keep_best=keep_best,
         )
     finally:
         torch.set_num_threads(previous_threads)
