@@ -176,6 +176,11 @@ def test_switch_is_carried():
     assert old.unilateral is True
     with pytest.raises(InputError, match="unilateral"):
         ContactModel(robot, geo, unilateral=1)
+    # The library's own rebuilds of a model from its parts keep the switch too.
+    from backdrive.analysis._sensitivity import _with_parameters
+
+    rebuilt, _ = _with_parameters(sim, ["contact.friction", "body_mass"])
+    assert rebuilt.contact.unilateral is False
 
 
 def _batch(name, batch, seed=0, unilateral=True):

@@ -160,7 +160,7 @@ def _with_parameters(sim, names: Sequence[str], values: dict | None = None):
         cm = sim.contact
         changes["contact"] = ContactModel(
             robot, cm.geometry, cm.terrain, cm.params.replace(**contact_changes) if contact_changes else cm.params,
-            self_collision=cm.self_collision,
+            self_collision=cm.self_collision, unilateral=cm.unilateral,
         )
     if act_changes:
         changes["actuator"] = dataclasses.replace(sim.actuator, **act_changes)

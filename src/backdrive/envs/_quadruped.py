@@ -510,7 +510,7 @@ class QuadrupedWalk(DiffEnv):
                 if rows is not None:
                     fr, ks = fr[rows], ks[rows]
                 params = params.replace(friction=fr, stiffness=float(self.nominal_contact.stiffness) * ks)
-            cm = self._ContactModel(robot, self.geometry, params=params)
+            cm = self._ContactModel(robot, self.geometry, params=params, unilateral=self.contact.unilateral)
             out.append((rows, self._Simulator(robot, self.physics_dt, actuator=self._actuator, contact=cm)))
         return out
 

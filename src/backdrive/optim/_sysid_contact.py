@@ -341,7 +341,7 @@ class _ContactParametrisation:
         sim, c = self.sim, self.sim.contact
         changes = {field_: ex[p] for p, field_ in _CONTACT_FIELDS.items() if p in ex}
         cp = c.params.replace(**changes) if changes else c.params
-        contact = ContactModel(robot, c.geometry, c.terrain, cp, c.self_collision)
+        contact = ContactModel(robot, c.geometry, c.terrain, cp, c.self_collision, unilateral=c.unilateral)
         act, scale = sim.actuator, None
         strength = ex.get("motor_strength")
         if isinstance(act, PDActuator):
@@ -636,7 +636,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         options=opts,
         simulator=sim_fit.replace(robot=fitted_robot, contact=ContactModel(
             fitted_robot, sim_fit.contact.geometry, sim_fit.contact.terrain,
-            _detached(sim_fit.contact.params), sim_fit.contact.self_collision),
+            _detached(sim_fit.contact.params), sim_fit.contact.self_collision, unilateral=sim_fit.contact.unilateral),
             actuator=_detached_actuator(sim_fit.actuator)),
         delay=delay,
         delay_losses={d: l / count for d, l in delay_losses.items()},
