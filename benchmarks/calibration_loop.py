@@ -87,6 +87,7 @@ import calibration as CAL  # noqa: E402
 import locomotion_transfer as LT  # noqa: E402
 
 from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
+from backdrive.contact._model import masked_terms  # noqa: E402
 from backdrive.envs import QuadrupedWalk  # noqa: E402
 from backdrive.optim import (  # noqa: E402
     GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, ContactFit, PolicyTrainer, SolverOptions, identify)
@@ -134,26 +135,13 @@ class DelayedWalk(QuadrupedWalk):
             del self._substep
 
 
-def _masked_terms(terms, keep: torch.Tensor):
-    """``ContactModel.implicit_terms``'s ``terms`` with the contact points where ``keep`` ``(..., points)`` is 0
-    taken out of the step (no force, no implicit damping or stiffness): those feet are off the floor."""
-    res = terms.result
-    J = res.jacobian  # (..., points, 3, nv)
-    batch = J.shape[:-3]
-    Jf = J.reshape(*batch, -1, J.shape[-1])
-    CK = terms._CK * keep[..., None, None]
-    CKJ = (CK.unsqueeze(-1) * J.unsqueeze(-3)).sum(-2).reshape(Jf.shape)
-    pred = terms._pred * keep[..., None]
-    f0 = res.force * keep[..., None]
-    force = (Jf * (f0 - pred).reshape(*batch, -1, 1)).sum(-2)
-    return dataclasses.replace(terms, result=dataclasses.replace(res, force=f0), force=force,
-                               matrix=Jf.transpose(-1, -2) @ CKJ, _CK=CK, _pred=pred)
-
-
 class NoAdhesionSimulator(Simulator):
     """``Simulator`` whose implicit contact step never pulls a foot onto the floor (12th session).
 
-    The library's implicit step (``Simulator(joint_forces="implicit")``, the env's) linearises each
+    Since the 13th session the library's own step does this by default (``ContactModel(...,
+    unilateral=True)``, :func:`backdrive.contact._model.unilateral_step`; the two agree to about
+    1e-11, ``benchmarks/calibration_noadh_check.py``); this stand-in, on the joint-solve step, is kept
+    so that the 12th- and 13th-session runs that name it re-run unchanged. Before, the library's implicit step (``Simulator(joint_forces="implicit")``, the env's) linearises each
     contact's force in the new velocity, ``f' = f - (C + dt K) J dt a - ...``, and applies ``f'`` as
     solved: where a loaded foot starts to lift off in the step, the normal damping (1e4 N s/m) makes
     ``f'`` negative, an adhesion of up to ~90 N (the shipped Go1 walk: 1-2 % of foot-substeps, mean
@@ -195,7 +183,7 @@ class NoAdhesionSimulator(Simulator):
             if k == self.passes or not bool(neg.any()):
                 break
             keep = (~neg).to(q.dtype) if keep is None else keep * (~neg).to(q.dtype)
-            terms = _masked_terms(first, keep)
+            terms = masked_terms(first, keep)
         q1, v1 = integrate_world(robot, q, v, a, dt)
         return q1, v1, effort, res
 
