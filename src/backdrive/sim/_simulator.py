@@ -336,10 +336,10 @@ class Simulator:
             # mass matrix and Cholesky at every batch size. Kept for the tests
             # (Simulator._joint_solve_contact) and for compiled steps.
             # Without adhesion as every implicit contact step (unilateral_step).
-            # The mass matrix and the bias forces once for every pass
-            # (ImplicitJointForces.solve: velocity()'s operations).
+            # The mass matrix (the contact terms' own) and the bias forces once
+            # for every pass (ImplicitJointForces.solve: velocity()'s operations).
             terms = self.contact.implicit_terms(robot, q, v, dt)
-            M, h = mass_matrix(robot, q), bias_forces(robot, q, v)
+            M, h = terms._M, bias_forces(robot, q, v)
 
             def solve(t):
                 extra = t.matrix if damping is None else t.matrix + torch.diag_embed(damping)
