@@ -32,12 +32,13 @@ see :func:`measure`), so that freed arrays leave the resident set. Times are
 the process's CPU time (user + system, one thread), which a loaded shared
 machine disturbs less than wall time.
 
-The graph of a plain rollout saves about 49 kB per sample and step in float32
-(98 kB in float64; counted with ``torch.autograd.graph.saved_tensors_hooks``,
-``--saved``), so the plain gradient of 1,000 steps at batch 256 would need
-about 12.6 GB in float32 by that count (7.3 GB measured by extrapolation):
-more than this shared machine can spare. Its row is extrapolated from the
-measured short rows (memory grows linearly with the horizon) and marked so.
+The graph of a plain rollout on the default (fast) contact step saves about
+23.5 kB per sample and step in float32 (46.9 kB in float64; counted with
+``torch.autograd.graph.saved_tensors_hooks``, ``--saved``, which counts
+arrays sharing storage more than once); measured, the plain gradient of 1,000
+steps at batch 256 grows the peak by 2.2 GB. To keep a shared machine's
+memory free, the default run extrapolates the long plain rows from the
+measured short ones (memory grows linearly with the horizon) and marks them.
 The default run measures the plain rollout at ``T/8`` and ``T/4`` steps
 (extrapolating to ``T/2`` and ``T``), ``checkpoint_every=10`` at ``T/4``,
 ``T/2`` and ``T`` steps, with and without the contact record,
