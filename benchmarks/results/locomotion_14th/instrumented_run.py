@@ -5,7 +5,8 @@ episode. Usage, from the repository root:
     PYTHONPATH=src python benchmarks/results/locomotion_14th/instrumented_run.py SEED OUT.json 10 15 20 ... -- KEY=JSON ...
 It saves the policy at each evaluation (OUT.uK.pt, for ../locomotion_13th/fall_times.py)
 (the KEY=JSON settings as --shac-set, applied to QUADRUPED_WALK_SHAC). The curve is in --reach-table's format;
-the training CPU (train_cpu_s) counts trainer.train only, as --reach does (the logging is outside it)."""
+train_cpu_s is, as in --reach's output, the env and trainer build (setup_cpu_s, which --reach-table takes off again)
+plus trainer.train (the logging is outside it)."""
 import json, sys, time
 from pathlib import Path
 import torch
@@ -24,7 +25,7 @@ cpu0 = time.process_time()
 env = preset.make_env()
 trainer = train_policy(env, preset=preset, updates=0, seed=seed, num_threads=1)
 setup = time.process_time() - cpu0
-cpu = 0.0
+cpu = setup  # --reach's convention: the curve's train_cpu_s includes setup_cpu_s
 rows, curve = [], []
 for k in range(1, max(evals) + 1):
     t0 = time.process_time()
