@@ -417,8 +417,9 @@ __all__.append("GO1_WALK_SHAC_DR")
 #: the setting of issue 12's reach comparison (docs/locomotion.md, *14th
 #: session*): on the step without adhesion it first evaluates above the
 #: 15-CPU-minute PPO's final return on seeds 0-2 (updates 15 / 50 / 10).
-#: It is not fully steady (seed 2: 0 of 16 evaluation robots up at update
-#: 35); for a walking policy use ``QUADRUPED_WALK_SHAC``. The 13th session's
+#: It is not fully steady (seed 2: 0 and 5 of 16 evaluation robots up at
+#: updates 35 and 70; seed 1: 0 at update 120, past the preset's 80); for a
+#: walking policy use ``QUADRUPED_WALK_SHAC``. The 13th session's
 #: setting (10-s episodes started together) is this one with
 #: ``max_episode_steps=500, random_episode_start=False``.
 QUADRUPED_WALK_SHAC_FEW = dataclasses.replace(
@@ -429,7 +430,10 @@ QUADRUPED_WALK_SHAC_FEW = dataclasses.replace(
         lr=2e-3, lr_decay_updates=200, max_action_change=0.015, random_episode_start=True
     ),
     updates=80,
-    summary="SUMMARY",
+    summary="step without adhesion, seeds 0-2: first evaluation above the 15-CPU-minute PPO's final return after "
+    "3,840 / 12,800 / 2,560 env steps (updates 15 / 50 / 10; 46-149x fewer env steps, 5.3-16x less CPU); not fully "
+    "steady (seed 2: 0 and 5 of 16 robots up at updates 35 and 70; seed 1: 0 at update 120) "
+    "(docs/locomotion.md, 14th session)",
 )
 PRESETS[QUADRUPED_WALK_SHAC_FEW.name] = QUADRUPED_WALK_SHAC_FEW
 __all__.append("QUADRUPED_WALK_SHAC_FEW")
