@@ -271,14 +271,27 @@ def test_evaluate_reports_the_yaw_rate(monkeypatch):
     assert m["yaw_rate"] == -0.13 and m["return"] == 5.0 and m["forward_speed"] == 0.4
 
 
+#: The 13th session's QUADRUPED_WALK_SHAC_FEW config (its runs: docs/locomotion.md, 13th session).
+QUADRUPED_WALK_SHAC_13TH_CONFIG = loco.QUADRUPED_WALK_SHAC.config.replace(
+    lr=2e-3, lr_decay_updates=200, max_action_change=0.015
+)
+
+
 def test_few_copy_preset_is_the_reach_setting():
-    # QUADRUPED_WALK_SHAC_FEW is exactly the --shac-set variant of the 13th session's reach runs.
+    # QUADRUPED_WALK_SHAC_FEW is exactly the --shac-set variant of the 14th session's reach runs (2-s training
+    # episodes started at random steps); the 13th session's is it with 10-s episodes started together.
     from backdrive.optim._policy.presets import get_preset
 
     few = loco.SHAC_PRESETS["quadruped_walk_shac_few"]
     assert get_preset("quadruped_walk_shac_few") is few
     v = loco.shac_variant(loco.QUADRUPED_WALK_SHAC, loco.parse_settings(
-        ["num_envs=32", "lr=0.002", "lr_decay_updates=200", "max_action_change=0.015"]))
+        ["num_envs=32", "lr=0.002", "lr_decay_updates=200", "max_action_change=0.015", "random_episode_start=true",
+         "max_episode_steps=100"]))
     assert few.config == v.config and dict(few.env_kwargs) == dict(v.env_kwargs)
     assert few.env_kwargs["num_envs"] == 32 and few.config.critic_lr == loco.QUADRUPED_WALK_SHAC.config.critic_lr
-    assert loco.env_kwargs(few) == loco.env_kwargs(loco.QUADRUPED_WALK_SHAC)  # same evaluation env
+    assert few.make_env(num_envs=2).max_episode_steps == 100 and few.config.random_episode_start
+    old = loco.shac_variant(few, loco.parse_settings(["max_episode_steps=500", "random_episode_start=false"]))
+    assert old.config == QUADRUPED_WALK_SHAC_13TH_CONFIG and old.make_env(num_envs=2).max_episode_steps == 500
+    # the training env differs from the shipped preset's in the episode length only (the evaluation runs its
+    # EVAL_SECONDS with autoreset off, whatever the episode length)
+    assert loco.env_kwargs(few) == {**loco.env_kwargs(loco.QUADRUPED_WALK_SHAC), "max_episode_steps": 100}

@@ -630,6 +630,66 @@ def test_max_action_change_must_be_positive(bad):
         train_policy(Pendulum(2), "shac", updates=1, horizon=4, max_action_change=bad)
 
 
+def test_action_change_memory_caps_the_step_on_past_observations_too():
+    # Pendulum, a large lr: every step hits the cap. With a memory of 64 past observations the step is
+    # scaled back until the RMS action change is within the cap on the window AND on the memory.
+    kw = dict(horizon=8, lr=0.05, seed=4, max_action_change=0.02, critic_replay=100)
+    t = train_policy(Pendulum(8), "shac", updates=3, action_change_memory=64, **kw)
+    assert t._memory.shape == (64, t.env.obs_dim) and t._memory_seen == 3 * 8 * 8
+    # every remembered observation is one of the windows' (all kept: critic_replay=100)
+    seen = torch.cat([w["obs"].reshape(-1, t.env.obs_dim) for w in t._replay])
+    assert all(bool((seen == m).all(1).any()) for m in t._memory)
+    before, memory = copy.deepcopy(t.policy), t._memory.clone()
+    t.train(4)
+    window = t._replay[-1]["obs"].reshape(-1, t.env.obs_dim)
+    half = (t.env.action_high - t.env.action_low) / 2
+    after = copy.deepcopy(t.policy)
+    # the cap is measured before this window enters the observation statistics
+    after.normalizer.load_state_dict(before.normalizer.state_dict())
+    with torch.no_grad():
+        rms = [float(((after(x) - before(x)) / half).pow(2).mean().sqrt()) for x in (window, memory)]
+    assert max(rms) <= 0.02 * (1 + 1e-6) and max(rms) == pytest.approx(t.history[-1]["action_change"], rel=1e-5)
+    # the same run without the memory takes other steps (the memory's change was the larger one here)
+    plain = train_policy(Pendulum(8), "shac", updates=4, **kw)
+    assert not _same(_params(plain.policy), _params(t.policy))
+
+
+def test_action_change_memory_is_a_uniform_sample_and_resumes_exactly(tmp_path):
+    t = train_policy(Pendulum(2), "shac", updates=0, horizon=4, max_action_change=0.1, action_change_memory=500, seed=0)
+    # offer 20,000 numbered observations in batches of 256: a reservoir keeps each with probability 500 / 20,000
+    n = 20_000
+    marks = torch.arange(n, dtype=t.env.dtype)[:, None].expand(n, t.env.obs_dim)
+    for i in range(0, n, 256):
+        t._remember(marks[i : i + 256])
+    kept = t._memory[:, 0]
+    assert t._memory_seen == n and len(set(kept.tolist())) == 500
+    # uniform over [0, n): mean n/2 (sd of the mean about n / sqrt(12 * 500) = 258), a quarter in each quarter
+    assert abs(float(kept.mean()) - n / 2) < 1000
+    counts = torch.histc(kept, bins=4, min=0, max=n)
+    assert bool((counts > 90).all()) and bool((counts < 160).all())
+    kw = dict(horizon=8, lr=0.05, seed=1, max_action_change=0.02, action_change_memory=40, max_episode_steps=48)
+    env_kw = {k: kw.pop(k) for k in ("max_episode_steps",)}
+    straight = train_policy(Pendulum(4, **env_kw), "shac", updates=6, **kw)
+    path = tmp_path / "ckpt.pt"
+    train_policy(Pendulum(4, **env_kw), "shac", updates=3, checkpoint=path, **kw)
+    resumed = train_policy(Pendulum(4, **env_kw), "shac", updates=6, resume=path, **kw)
+    assert torch.equal(straight._memory, resumed._memory) and straight._memory_seen == resumed._memory_seen
+    assert _same(_params(straight.policy), _params(resumed.policy))
+
+
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        ({"action_change_memory": -1, "max_action_change": 0.1}, "action_change_memory must be a non-negative int"),
+        ({"action_change_memory": 1.5, "max_action_change": 0.1}, "action_change_memory must be a non-negative int"),
+        ({"action_change_memory": 64}, "action_change_memory needs max_action_change"),
+    ],
+)
+def test_action_change_memory_is_checked(settings, match):
+    with pytest.raises(PolicyConfigError, match=match):
+        train_policy(Pendulum(2), "shac", updates=1, horizon=4, **settings)
+
+
 def test_random_episode_start_staggers_the_truncations():
     # Pendulum episodes of 48 steps, 4-step windows: without it every copy truncates at step 48 together
     # (update 12); with it the step counters start spread over [0, 48), the state is the usual initial one.

@@ -118,6 +118,14 @@ class PolicyTrainerConfig:
             half-range. A step that moves them more is scaled back (the
             parameters move part of the way from the old to the new ones)
             until it does not; Adam's moments keep the full step.
+        action_change_memory: with ``max_action_change``, also cap the change
+            on this many past observations (per process; 0: the window's
+            only): a uniform random sample of every window seen so far
+            (reservoir sampling, the trainer's stream). The step is scaled
+            back until the RMS change is within the cap on the window *and*
+            on the memory, so states the current windows no longer visit
+            (e.g. the episode starts, once every copy is past them) are not
+            moved further than the window's.
         random_episode_start: start each copy's first episode at a random
             step in ``[0, max_episode_steps)`` of its step counter (the state
             is the env's usual initial one), so the copies truncate at
@@ -152,6 +160,7 @@ class PolicyTrainerConfig:
     normalize_obs: bool = True
     lr_decay_updates: int | None = None
     max_action_change: float | None = None
+    action_change_memory: int = 0
     random_episode_start: bool = False
     seed: int = 0
 
@@ -201,6 +210,11 @@ class PolicyTrainerConfig:
                 raise PolicyConfigError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _positive_int("lr_decay_updates", self.lr_decay_updates, none=True)
         _positive_real("max_action_change", self.max_action_change, none=True)
+        m = self.action_change_memory
+        if not _is_int(m) or m < 0:
+            raise PolicyConfigError(f"action_change_memory must be a non-negative int (observations), got {m!r}")
+        if m > 0 and self.max_action_change is None:
+            raise PolicyConfigError("action_change_memory needs max_action_change (the cap it applies)")
         if not _is_int(self.seed) or self.seed < 0:
             raise PolicyConfigError(f"seed must be a non-negative int, got {self.seed!r}")
 

@@ -182,6 +182,9 @@ class PolicyTrainer:
         self._last_train_return = math.nan
         self._last_eval = math.nan
         self._replay: list[dict[str, torch.Tensor]] = []
+        # Past observations for action_change_memory (reservoir sample) and how many were offered.
+        self._memory = torch.zeros(0, env.obs_dim, dtype=dtype, device=device)
+        self._memory_seen = 0
         #: The evaluation ``train(keep_best=True)`` kept (``{"update", "eval_return"}``), else ``None``.
         self.best: dict[str, float] | None = None
 
@@ -382,25 +385,30 @@ class PolicyTrainer:
 
         The change is the root-mean-square difference of the policy's actions
         on the window's observations ``obs`` (every rank's, averaged), in
-        units of the action half-range. A step beyond the cap moves the
-        parameters ``s`` of the way, ``s = cap / change`` (repeated, at most
-        8 times, as the actions are not linear in the parameters), so a small
-        step is left exactly as Adam made it. Returns the change after the cap.
+        units of the action half-range; with ``action_change_memory`` also on
+        the memory of past observations, and the larger of the two counts. A
+        step beyond the cap moves the parameters ``s`` of the way,
+        ``s = cap / change`` (repeated, at most 8 times, as the actions are
+        not linear in the parameters), so a small step is left exactly as
+        Adam made it. Returns the change after the cap (the larger one).
         """
         cap, dp = self.config.max_action_change, self.data_parallel
         params = list(self.policy.parameters())
         obs = obs.reshape(-1, obs.shape[-1])
+        sets = [obs]
+        if self.config.action_change_memory > 0 and self._memory.shape[0] > 0:
+            sets.append(self._memory)
         half = (self.env.action_high - self.env.action_low).to(obs.dtype) / 2
         with torch.no_grad():
-            before = self.policy(obs)
+            before = [self.policy(x) for x in sets]
             old = [p.detach().clone() for p in params]
         self.actor_opt.step()
         with torch.no_grad():
             new = [p.detach().clone() for p in params]
 
             def change() -> float:
-                d = ((self.policy(obs) - before) / half).pow(2).mean()
-                return math.sqrt(float(dp.mean_(d)))
+                d = torch.stack([((self.policy(x) - b) / half).pow(2).mean() for x, b in zip(sets, before)])
+                return math.sqrt(float(dp.mean_(d).max()))
 
             moved, scale = change(), 1.0
             for _ in range(8):
@@ -410,7 +418,29 @@ class PolicyTrainer:
                 for p, a, b in zip(params, old, new):
                     p.copy_(a + scale * (b - a))
                 moved = change()
+        if self.config.action_change_memory > 0:
+            self._remember(obs)
         return moved
+
+    @torch.no_grad()
+    def _remember(self, obs: torch.Tensor) -> None:
+        """Offer a window's observations ``(B, obs_dim)`` to the memory (reservoir sampling: after
+        ``n`` offered, each is kept with probability ``capacity / n``)."""
+        size = self.config.action_change_memory
+        fill = min(size - self._memory.shape[0], obs.shape[0])
+        if fill > 0:
+            self._memory = torch.cat([self._memory, obs[:fill]])
+        seen = self._memory_seen + fill
+        rest = obs[fill:]
+        if rest.shape[0] > 0:
+            # The j-th of the rest is observation number seen + j + 1: it replaces slot u * (seen + j + 1)
+            # when that is below the capacity (in order, so a later one wins a slot drawn twice).
+            u = torch.rand(rest.shape[0], generator=self.generator, dtype=torch.float64, device=rest.device)
+            slot = (u * torch.arange(seen + 1, seen + 1 + rest.shape[0], dtype=torch.float64, device=rest.device)).long()
+            keep = (slot < size).nonzero().flatten().tolist()
+            for j in keep:
+                self._memory[int(slot[j])] = rest[j]
+        self._memory_seen = seen + rest.shape[0]
 
     def _action_jacobians(self, roll: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """Derivatives of each transition's (scaled) reward and final observation w.r.t. its action.
@@ -687,6 +717,9 @@ class PolicyTrainer:
             "history": [dict(row) for row in self.history],
             # Windows are (H, N, ...): the env axis is 1.
             "replay": [{key: dp.gather(val, 1) for key, val in w.items()} for w in self._replay],
+            # Every rank's memory of past observations (action_change_memory), stacked in rank order.
+            "action_memory": dp.gather(self._memory, 0),
+            "action_memory_seen": self._memory_seen,
         }
         if hasattr(self, "_own_normalizer"):
             state["normalizer"] = self._own_normalizer.state_dict()
@@ -776,6 +809,11 @@ class PolicyTrainer:
         self._last_eval = ckpt["last_eval"]
         self.history = [dict(row) for row in ckpt["history"]]
         self._replay = [{key: dp.local_slice(val, 1) for key, val in w.items()} for w in ckpt["replay"]]
+        if "action_memory" in ckpt and ckpt["action_memory"].shape[0] > 0:
+            memory = ckpt["action_memory"].to(device=self.env.device, dtype=self.env.dtype)
+            self._memory = memory.view(saved_world, -1, memory.shape[-1])[dp.rank % saved_world].clone() \
+                if saved_world == dp.world_size else memory[: self.config.action_change_memory].clone()
+            self._memory_seen = int(ckpt["action_memory_seen"])
         self._last_checkpoint = str(path)
         self._last_checkpoint_update = self.updates_done
         return self
