@@ -590,14 +590,19 @@ def masked_terms(terms: ImplicitContact, keep: torch.Tensor) -> ImplicitContact:
     if J.shape[:-3] != batch:
         J = J.expand(*batch, *J.shape[-3:])
     Jf = J.reshape(*batch, -1, J.shape[-1])
-    CK = terms._CK * keep[..., None, None]
+    CK, pred, f0 = masked_rows(keep, terms._CK, terms._pred, res.force)
     CKJ = (CK.unsqueeze(-1) * J.unsqueeze(-3)).sum(-2).reshape(Jf.shape)
-    pred = terms._pred * keep[..., None]
-    f0 = res.force * keep[..., None]
     force = (Jf * (f0 - pred).reshape(*batch, -1, 1)).sum(-2)
     return dataclasses.replace(
         terms, result=dataclasses.replace(res, force=f0), force=force, matrix=Jf.transpose(-1, -2) @ CKJ, _CK=CK, _pred=pred
     )
+
+
+def masked_rows(keep: torch.Tensor, CK: torch.Tensor, pred: torch.Tensor, force: torch.Tensor):
+    """The rows' ``C + dt K`` ``(..., r, 3, 3)``, prediction and force ``(..., r, 3)``
+    with the rows where ``keep (..., r)`` is 0 zeroed (:func:`masked_terms`,
+    the pair rows of ``Scene.step``)."""
+    return CK * keep[..., None, None], pred * keep[..., None], force * keep[..., None]
 
 
 def unilateral_step(contact, robot: RobotModel, terms: ImplicitContact, solve, dt: float):
@@ -629,24 +634,55 @@ def unilateral_step(contact, robot: RobotModel, terms: ImplicitContact, solve, d
     res = contact.applied(robot, terms, a, dt)
     if not contact.unilateral or terms.result.penetration.shape[-1] == 0:
         return a, res
-    # Under torch.compile and torch.func transforms every pass runs (no data-dependent branch).
+
+    def resolve(keep):
+        t = masked_terms(terms, keep)
+        a_k = solve(t)
+        return a_k, contact.applied(robot, t, a_k, dt)
+
+    return active_set_passes(a, res, lambda r: r.normal_force, resolve, _select)
+
+
+def active_set_passes(a, out, normal_force, resolve, select, droppable=None):
+    """The passes of a unilateral step after its first solve (:func:`unilateral_step`, ``Scene.step``).
+
+    Args:
+        a: ``(..., nv)`` the first solve's acceleration; out: its applied
+            forces (any object ``normal_force`` and ``select`` read).
+        normal_force: ``normal_force(out) -> (..., r)`` every row's applied
+            normal force.
+        resolve: ``resolve(keep) -> (a, out)``: the step solved again
+            without the rows where ``keep (..., r)`` (0/1, ``a``'s dtype) is 0.
+        select: ``select(mask, new, old) -> out``: ``old`` with ``new``'s
+            forces in the samples where ``mask (...)``.
+        droppable: optional ``(r,)`` bool, the rows that may leave the step
+            (default: all).
+
+    A row whose applied normal force is negative is dropped, and the step
+    solved again, at most :data:`UNILATERAL_PASSES` times while new rows
+    turn negative; dropped rows stay dropped. Samples without a dropped row
+    keep ``a`` and ``out`` bit for bit; the others take the last re-solve
+    (whose gradient has the dropped rows fixed). One host synchronisation
+    per pass; under ``torch.compile`` and ``torch.func`` transforms every
+    pass runs (no data-dependent branch), with the same result.
+    """
     compiling = torch.compiler.is_compiling() or transforms_active()
     keep = None
     for _ in range(UNILATERAL_PASSES):
         with torch.no_grad():
-            neg = res.normal_force.detach() < 0
+            neg = normal_force(out).detach() < 0
+            if droppable is not None:
+                neg = neg & droppable
             if keep is not None:
                 neg = neg & keep
             if not compiling and not bool(neg.any()):
                 break
             keep = ~neg if keep is None else keep & ~neg
-        t = masked_terms(terms, keep.to(a.dtype))
-        a_k = solve(t)
-        res_k = contact.applied(robot, t, a_k, dt)
+        a_k, out_k = resolve(keep.to(a.dtype))
         dropped = (~keep).any(-1)  # (...) samples with a dropped row: they take the re-solve
         a = torch.where(dropped[..., None], a_k, a)
-        res = _select(dropped, res_k, res)
-    return a, res
+        out = select(dropped, out_k, out)
+    return a, out
 
 
 def _select(mask: torch.Tensor, new: ContactResult, old: ContactResult) -> ContactResult:
