@@ -866,6 +866,8 @@ def _body_wrenches(robot: RobotModel, Rb, pb, point, force, point_body) -> torch
     """Sum point forces into ``(..., nb, 6)`` body-frame wrenches at the body origins."""
     Rp = Rb.index_select(-3, point_body)
     r = point - pb.index_select(-2, point_body)
+    if r.shape != force.shape:  # e.g. an unbatched state with batched forces (torch.cross does not broadcast)
+        r, force = torch.broadcast_tensors(r, force)
     torque = torch.cross(r, force, dim=-1)
     RT = Rp.transpose(-1, -2)
     w = torch.cat([(RT @ force[..., None])[..., 0], (RT @ torque[..., None])[..., 0]], -1)
