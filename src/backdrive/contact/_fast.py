@@ -69,6 +69,7 @@ from ..dynamics._tree import broadcast_batch, gravity_vector
 from ..kinematics._kernels import cross, rot, rot_t
 from ..kinematics._schedule import tree_schedule, up
 from ..model import RobotModel
+from ._model import friction_blend
 from ._terrain import GroundPlane
 
 __all__ = [
@@ -264,10 +265,7 @@ def _blend_scalars(law, v_t, f_n, s, inv_mass, dt):
     ``gamma / s^2`` with ``gamma = |v_t|^2 / (|v_t|^2 + v*^2)``, ``v* = dt mu
     f_n+ inv_mass``, from the effective mass ``inv_mass (N, np)``."""
     mu = torch.broadcast_to(law["friction"], f_n.shape)
-    fn_plus = torch.clamp_min(f_n, 0.0)
-    vstar = dt * mu * fn_plus * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
-    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
+    fn_plus, _, _, _, gamma = friction_blend(mu, f_n, v_t, inv_mass, dt)
     return mu, law["friction"] * fn_plus / s, gamma / (s * s)
 
 
@@ -745,12 +743,8 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     n, v_t, v_c, v_n, x = S.n, S.v_t, S.v_c, S.v_n, S.x
     c_n, k_n, mfs, s, mu, f_n = S.c_n, S.k_n, S.mu_fn_s, S.s, S.mu, S.f_n
     # ---- the applied force f0 - coef_n n - mfs x + mfs g2 (v_t . x) v_t, f0 = f_n n - mfs v_t
-    fn_plus = torch.clamp_min(f_n, 0.0)
-    vstar = dt * mu * fn_plus * S.inv_mass
-    vt2 = _dot(v_t, v_t)
-    den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
+    fn_plus, vstar, vt2, den, gamma = friction_blend(mu, f_n, v_t, S.inv_mass, dt)
     s2 = s * s
-    gamma = vt2 / den
     g2 = gamma / s2
     nx = _dot(n, x)
     nvx = nx + v_n

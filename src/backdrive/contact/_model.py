@@ -726,12 +726,8 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = Fa
     """
     nnT = n[..., :, None] * n[..., None, :]
     inv_mass = _inverse_masses(M, Jf, n.shape[:-1])
-    fn_pos = torch.clamp_min(f_n, 0.0)
-    mu_fn = mu * fn_pos
-    vstar = dt * mu_fn * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
-    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
-    a = mu_fn / s
+    fn_pos, _, _, _, gamma = friction_blend(mu, f_n, v_t, inv_mass, dt)
+    a = mu * fn_pos / s
     coef = torch.stack([(c_n + dt * k_n if combined else c_n) - a, a, -a * gamma / (s * s)], -1)
     vvT = v_t.unsqueeze(-1) * v_t.unsqueeze(-2)
     shape = broadcast_shapes(nnT.shape, vvT.shape)
@@ -741,6 +737,28 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = Fa
     if combined:
         return C
     return C, k_n[..., None, None] * nnT
+
+
+def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
+    """The friction blend's weight per row, in one place for the reference
+    step (:func:`row_matrices`) and the fast step (``_fast._blend_scalars``
+    and its written-out backward ``_fast._contact_vjp``).
+
+    Args:
+        mu, f_n: ``(..., r)`` friction coefficient and normal force.
+        v_t: ``(..., r, 3)`` slip. inv_mass: ``(..., r)`` ``1 / m_eff``. dt: s.
+
+    Returns:
+        ``(fn_plus, vstar, vt2, den, gamma)``: ``f_n+ = max(f_n, 0)``, the
+        one-step stopping speed ``v* = dt mu f_n+ / m_eff``, ``|v_t|^2``,
+        ``den = |v_t|^2 + v*^2`` (plus the smallest normal number, so that
+        ``gamma`` is 0, not NaN, at rest) and ``gamma = |v_t|^2 / den``.
+    """
+    fn_plus = torch.clamp_min(f_n, 0.0)
+    vstar = dt * mu * fn_plus * inv_mass
+    vt2 = (v_t * v_t).sum(-1)
+    den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
+    return fn_plus, vstar, vt2, den, vt2 / den
 
 
 def _inverse_masses(M: torch.Tensor, Jf: torch.Tensor, rows: torch.Size) -> torch.Tensor:
