@@ -19,9 +19,19 @@ with respect to all PD targets. On and off alternate within each repeat; CPU
 time of this process, minimum over the repeats, one thread. Prints the
 on/off ratios and each one's gradient/forward ratio.
 
+``mujoco`` (14th session): the MuJoCo standing agreement of
+``tests/test_contact_mujoco.py`` (the robot dropped ``--drops`` m onto the
+floor, PD-held, 3 s of 2 ms steps, MuJoCo with the matched contact law of
+``benchmarks/_mujoco_contact.py``) with backdrive's switch on and off: base
+height and foot centres apart (mm), both engines' ground reaction / weight
+at the end, the base heights' largest difference over the run (the
+landing), and over the run the foot-steps dropped (on) or pulling (off)
+with the most negative applied normal force.
+
     python benchmarks/contact_unilateral.py effect [--robots quadruped,go1]
     python benchmarks/contact_unilateral.py cost [--robots quadruped,go1] [--batches 1,1024] \\
         [--dtypes float32,float64] [--repeats 3]
+    python benchmarks/contact_unilateral.py mujoco [--robots quadruped,go1] [--drops 0.01,0.05]
 """
 
 from __future__ import annotations
@@ -161,9 +171,61 @@ def cost(args) -> dict:
     return out
 
 
+def mujoco_agreement(args) -> dict:
+    """The MuJoCo standing comparison (``tests/test_contact_mujoco.py``) with the switch on and off."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _mujoco_contact as mc
+    import contact as bench
+
+    torch.set_num_threads(1)
+    dt, duration = 2e-3, 3.0
+    out = {}
+    for robot in args.robots.split(","):
+        model = mc.build_model(robot, dt=dt, stiction_width=bench.CONTACT["stiction_width"], kp=bench.KP, kd=bench.KD)
+        for drop in (float(d) for d in args.drops.split(",")):
+            ref = mc.settle(model, robot, drop=drop, duration=duration)
+            for uni in (True, False):
+                bd, contact, step = bench._backdrive_setup(robot)
+                contact.unilateral = uni
+                qpos, ctrl = mc.drop_state(model, robot, drop)
+                q, v, target = bench.to_backdrive_state(model, bd, qpos, np.zeros(model.nv), ctrl)
+                dropped = pulling = 0
+                fmin = 0.0
+                heights = [float(q[2])]
+                with torch.no_grad():
+                    for _ in range(int(round(duration / dt))):
+                        q, v, res = step(q, v, target, dt, result=True)
+                        heights.append(float(q[2]))
+                        active = res._c_n > 0  # the law's damping acts: the foot is in contact
+                        dropped += int(((res.normal_force == 0) & active).sum())
+                        pulling += int((res.normal_force < 0).sum())
+                        fmin = min(fmin, float(res.normal_force.min()))
+                    res = contact.forces(bd, q, v)
+                weight = float(bd.total_mass) * mc.GRAVITY
+                centres = (res.point + mc.ROBOTS[robot].foot_radius * res.normal).numpy()
+                order = [int(np.argmin(np.linalg.norm(ref.feet[-1] - c, axis=-1))) for c in centres]
+                row = {
+                    "base height apart (mm)": 1e3 * abs(float(q[2]) - ref.base_height[-1]),
+                    "base height apart, most over the run (mm)": 1e3 * float(np.abs(np.array(heights) - ref.base_height).max()),
+                    "feet apart (mm)": 1e3 * float(np.abs(ref.feet[-1][order] - centres).max()),
+                    "GRF/weight mujoco": float(ref.normal_force[-1] / ref.weight),
+                    "GRF/weight backdrive": float(res.normal_force.sum()) / weight,
+                    "foot-steps dropped": dropped, "foot-steps pulling": pulling, "min applied f_n (N)": fmin,
+                    "foot-steps": 4 * int(round(duration / dt)),
+                }
+                key = f"{robot} drop {drop} m, switch {'on' if uni else 'off'}"
+                out[key] = row
+                print(key, json.dumps({k: round(x, 6) if isinstance(x, float) else x for k, x in row.items()}), flush=True)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=("effect", "cost"))
+    ap.add_argument("what", choices=("effect", "cost", "mujoco"))
     ap.add_argument("--robots", default="quadruped,go1")
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=6.0)
@@ -172,9 +234,10 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--drops", default="0.01,0.05")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    result = effect(args) if args.what == "effect" else cost(args)
+    result = {"effect": effect, "cost": cost, "mujoco": mujoco_agreement}[args.what](args)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"args": vars(args), "rows": result}, indent=1))

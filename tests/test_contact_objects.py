@@ -134,8 +134,15 @@ def test_pushed_box_slides_at_mu_m_g_and_stops_as_mu_g_predicts():
     assert torch.allclose(qs[:, [5, 7]], torch.zeros(451, 2, dtype=F64), atol=1e-12)
 
 
-def test_head_on_spheres_exchange_momentum_with_the_spring_damper_restitution():
+@pytest.mark.parametrize("unilateral", [False, True])
+def test_head_on_spheres_exchange_momentum_with_the_spring_damper_restitution(unilateral):
     # Two free spheres (no gravity, no ground): 1 kg at 1 m/s hits 2 kg at rest.
+    # A linear spring-damper (clamp_normal=False). With adhesion (unilateral
+    # False) the force turns negative at the end of the contact, as in the
+    # textbook closed form e = exp(-zeta pi / sqrt(1 - zeta^2)) over pi / omega_d.
+    # Without (the default) the contact ends where k x + c x' = 0, at
+    # omega_d t_c = pi - atan(2 beta omega_d / (omega_d^2 - beta^2)), beta = c / (2 m_red),
+    # and e = exp(-beta t_c) (Schwager & Poeschel, Granular Matter 2008): 0.572 here.
     k, zeta = 1e4, 0.2
     m1, m2 = 1.0, 2.0
     m_red = m1 * m2 / (m1 + m2)
@@ -143,7 +150,7 @@ def test_head_on_spheres_exchange_momentum_with_the_spring_damper_restitution():
         stiffness=k, damping=2 * zeta * math.sqrt(k * m_red), friction=0.3, normal_width=1e-8, clamp_normal=False
     )
     a, b = free_body("a", "sphere", (0.05,), m1), free_body("b", "sphere", (0.05,), m2)
-    scene = Scene([(a, None), (b, None)], params=P)
+    scene = Scene([(a, None), (b, None)], params=P, unilateral=unilateral)
     qa, qb = a.neutral(), b.neutral()
     qb[0] = 0.1 + 1e-4
     va = torch.zeros(6, dtype=F64)
@@ -151,7 +158,19 @@ def test_head_on_spheres_exchange_momentum_with_the_spring_damper_restitution():
     q, v = scene.initial((qa, va), (qb, torch.zeros(6, dtype=F64)))
     dt = 5e-5
     qs, vs, res = scene.rollout(q, v, 700, dt, gravity=torch.zeros(3, dtype=F64))
-    e = restitution(zeta)
+    omega = math.sqrt(k / m_red)
+    omega_d = omega * math.sqrt(1 - zeta**2)
+    if unilateral:
+        beta = zeta * omega
+        t_c = (math.pi - math.atan(2 * beta * omega_d / (omega_d**2 - beta**2))) / omega_d
+        e = math.exp(-beta * t_c)
+        assert e == pytest.approx(0.5717, abs=1e-4) and e > restitution(zeta)
+        fn = torch.stack([r.pairs.normal_force[0] for r in res])
+        assert float(fn.min()) >= 0.0 and int((fn == 0).sum()) > 0  # never pulls; released rows
+    else:
+        e, t_c = restitution(zeta), math.pi / omega_d
+        fn = torch.stack([r.pairs.normal_force[0] for r in res])
+        assert float(fn.min()) < -1.0  # the linear damper pulls at the end
     v1 = (m1 * 1.0 - m2 * e * 1.0) / (m1 + m2)
     v2 = (m1 * 1.0 + m1 * e * 1.0) / (m1 + m2)
     # contact is over (the spheres separate), momentum is conserved to rounding
@@ -163,10 +182,10 @@ def test_head_on_spheres_exchange_momentum_with_the_spring_damper_restitution():
     # the measured restitution: separation speed over approach speed
     e_meas = float(vs[-1, 6] - vs[-1, 0])
     assert e_meas == pytest.approx(e, rel=0.02)
-    # contact time pi / omega_d
-    touching = torch.tensor([float(r.pairs.penetration[0]) > 0 for r in res])
-    omega = math.sqrt(k / m_red)
-    assert float(touching.sum()) * dt == pytest.approx(math.pi / (omega * math.sqrt(1 - zeta**2)), rel=0.01)
+    # contact time: pi / omega_d; without adhesion the time the force acts
+    # (the spheres overlap a little longer, flying apart force-free)
+    touching = torch.tensor([float(r.pairs.normal_force[0] if unilateral else r.pairs.penetration[0]) > 0 for r in res])
+    assert float(touching.sum()) * dt == pytest.approx(t_c, rel=0.01)
     # a head-on hit turns neither sphere
     assert float(vs[-1, [3, 4, 5, 9, 10, 11]].abs().max()) < 1e-12
 

@@ -69,6 +69,7 @@ from ..dynamics._tree import broadcast_batch, gravity_vector
 from ..kinematics._kernels import cross, rot, rot_t
 from ..kinematics._schedule import tree_schedule, up
 from ..model import RobotModel
+from ._model import friction_blend
 from ._terrain import GroundPlane
 
 __all__ = [
@@ -264,10 +265,7 @@ def _blend_scalars(law, v_t, f_n, s, inv_mass, dt):
     ``gamma / s^2`` with ``gamma = |v_t|^2 / (|v_t|^2 + v*^2)``, ``v* = dt mu
     f_n+ inv_mass``, from the effective mass ``inv_mass (N, np)``."""
     mu = torch.broadcast_to(law["friction"], f_n.shape)
-    fn_plus = torch.clamp_min(f_n, 0.0)
-    vstar = dt * mu * fn_plus * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
-    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
+    fn_plus, _, _, _, gamma = friction_blend(mu, f_n, v_t, inv_mass, dt)
     return mu, law["friction"] * fn_plus / s, gamma / (s * s)
 
 
@@ -395,7 +393,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     # with Z = L^-T J^T. Z keeps the support of J (the sweep runs from a
     # coordinate to its ancestors), so it is swept along each point's
     # chain of columns, deepest first.
-    FM = LTDLFactor(sp, topo, E.clone())
+    FM = LTDLFactor(sp, topo, E)  # (E not modified: the factor works on its own copy)
     Lpk = E.new_zeros(sp.nnz, N)
     for lv, Lk in zip(sp.levels, FM.Ls):
         Lpk.index_copy_(0, lv.xpos, Lk)
@@ -408,13 +406,16 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     Dg = torch.cat([FM.D, FM.D.new_ones(1, N)], 0).index_select(0, P.sup_flat).view(P.ns, 1, npnt, N)
     inv_mass = (Z * Z).div_(Dg).sum(0).mean(0).T  # (N, np)
 
-    EM = E.clone() if contact.unilateral else None  # M's entries, for a re-solve without some points
     b = _base_turn(vt, R0, dt)
 
-    def solve(E, f_n, f_t, c_n, k_n):
+    def solve(E, f_n, f_t, c_n, k_n, prev=None):
         """The step with the law's per-point outputs given: ``(C, Kst, mu,
-        mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn)``; ``E`` (M's packed
-        entries) gets the contact's matrix added in place."""
+        mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals)``. ``E`` (M's
+        packed entries) gets the contact's matrix ``dt vals`` and the extra
+        damping added in place; a re-solve passes the previous solve's
+        ``E`` and ``prev`` (its ``vals``): then only ``dt (vals - prev)`` is
+        added, exactly zero in a sample whose points all stay (no copy of
+        ``M``'s entries is kept for a re-solve that may not come)."""
         C, Kst, mu, mu_fn_s = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
         CK = C + dt * Kst  # (N, np, 3, 3)
 
@@ -431,8 +432,8 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             k0 += a + 1
         if P.pmask is not None:
             vals.mul_(P.pmask)
-        E.index_add_(0, P.tgt, vals.view(-1, N), alpha=dt)
-        if extra_damping is not None:
+        E.index_add_(0, P.tgt, (vals if prev is None else vals - prev).view(-1, N), alpha=dt)
+        if extra_damping is not None and prev is None:
             D = _to_internal(topo, extra_damping.expand(*batch, nv).reshape(N, nv))
             E.index_add_(0, sp.dpos, D, alpha=dt)
 
@@ -452,9 +453,9 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
         x = _point_velocity(P, Jc, at).mul_(dt)
         force = force0 - pred - (CK @ x[..., None])[..., 0]
         f_nn = (force * n).sum(-1)
-        return C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn
+        return C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals
 
-    C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn = solve(E, f_n, f_t, c_n, k_n)
+    C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(E, f_n, f_t, c_n, k_n)
     fields_law = (c_n, k_n, mu_fn_s)
     active = None
     if contact.unilateral:
@@ -473,7 +474,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             active = (~neg).to(f_nn.dtype) if active is None else active * (~neg).to(f_nn.dtype)
             f_n, c_n, k_n = f_n0 * active, c_n0 * active, k_n0 * active
             f_t = f_t0 * active[..., None]
-            C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn = solve(EM.clone(), f_n, f_t, c_n, k_n)
+            C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(E, f_n, f_t, c_n, k_n, vals)
     Jd = _dense_rows(P, Jc, nv)
     fields = {
         "point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t,
@@ -742,12 +743,8 @@ def _contact_vjp(contact, robot, topo, P: _Plan, S: _Saved, kin, G, D: dict, lam
     n, v_t, v_c, v_n, x = S.n, S.v_t, S.v_c, S.v_n, S.x
     c_n, k_n, mfs, s, mu, f_n = S.c_n, S.k_n, S.mu_fn_s, S.s, S.mu, S.f_n
     # ---- the applied force f0 - coef_n n - mfs x + mfs g2 (v_t . x) v_t, f0 = f_n n - mfs v_t
-    fn_plus = torch.clamp_min(f_n, 0.0)
-    vstar = dt * mu * fn_plus * S.inv_mass
-    vt2 = _dot(v_t, v_t)
-    den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
+    fn_plus, vstar, vt2, den, gamma = friction_blend(mu, f_n, v_t, S.inv_mass, dt)
     s2 = s * s
-    gamma = vt2 / den
     g2 = gamma / s2
     nx = _dot(n, x)
     nvx = nx + v_n

@@ -590,14 +590,19 @@ def masked_terms(terms: ImplicitContact, keep: torch.Tensor) -> ImplicitContact:
     if J.shape[:-3] != batch:
         J = J.expand(*batch, *J.shape[-3:])
     Jf = J.reshape(*batch, -1, J.shape[-1])
-    CK = terms._CK * keep[..., None, None]
+    CK, pred, f0 = masked_rows(keep, terms._CK, terms._pred, res.force)
     CKJ = (CK.unsqueeze(-1) * J.unsqueeze(-3)).sum(-2).reshape(Jf.shape)
-    pred = terms._pred * keep[..., None]
-    f0 = res.force * keep[..., None]
     force = (Jf * (f0 - pred).reshape(*batch, -1, 1)).sum(-2)
     return dataclasses.replace(
         terms, result=dataclasses.replace(res, force=f0), force=force, matrix=Jf.transpose(-1, -2) @ CKJ, _CK=CK, _pred=pred
     )
+
+
+def masked_rows(keep: torch.Tensor, CK: torch.Tensor, pred: torch.Tensor, force: torch.Tensor):
+    """The rows' ``C + dt K`` ``(..., r, 3, 3)``, prediction and force ``(..., r, 3)``
+    with the rows where ``keep (..., r)`` is 0 zeroed (:func:`masked_terms`,
+    the pair rows of ``Scene.step``)."""
+    return CK * keep[..., None, None], pred * keep[..., None], force * keep[..., None]
 
 
 def unilateral_step(contact, robot: RobotModel, terms: ImplicitContact, solve, dt: float):
@@ -629,24 +634,55 @@ def unilateral_step(contact, robot: RobotModel, terms: ImplicitContact, solve, d
     res = contact.applied(robot, terms, a, dt)
     if not contact.unilateral or terms.result.penetration.shape[-1] == 0:
         return a, res
-    # Under torch.compile and torch.func transforms every pass runs (no data-dependent branch).
+
+    def resolve(keep):
+        t = masked_terms(terms, keep)
+        a_k = solve(t)
+        return a_k, contact.applied(robot, t, a_k, dt)
+
+    return active_set_passes(a, res, lambda r: r.normal_force, resolve, _select)
+
+
+def active_set_passes(a, out, normal_force, resolve, select, droppable=None):
+    """The passes of a unilateral step after its first solve (:func:`unilateral_step`, ``Scene.step``).
+
+    Args:
+        a: ``(..., nv)`` the first solve's acceleration; out: its applied
+            forces (any object ``normal_force`` and ``select`` read).
+        normal_force: ``normal_force(out) -> (..., r)`` every row's applied
+            normal force.
+        resolve: ``resolve(keep) -> (a, out)``: the step solved again
+            without the rows where ``keep (..., r)`` (0/1, ``a``'s dtype) is 0.
+        select: ``select(mask, new, old) -> out``: ``old`` with ``new``'s
+            forces in the samples where ``mask (...)``.
+        droppable: optional ``(r,)`` bool, the rows that may leave the step
+            (default: all).
+
+    A row whose applied normal force is negative is dropped, and the step
+    solved again, at most :data:`UNILATERAL_PASSES` times while new rows
+    turn negative; dropped rows stay dropped. Samples without a dropped row
+    keep ``a`` and ``out`` bit for bit; the others take the last re-solve
+    (whose gradient has the dropped rows fixed). One host synchronisation
+    per pass; under ``torch.compile`` and ``torch.func`` transforms every
+    pass runs (no data-dependent branch), with the same result.
+    """
     compiling = torch.compiler.is_compiling() or transforms_active()
     keep = None
     for _ in range(UNILATERAL_PASSES):
         with torch.no_grad():
-            neg = res.normal_force.detach() < 0
+            neg = normal_force(out).detach() < 0
+            if droppable is not None:
+                neg = neg & droppable
             if keep is not None:
                 neg = neg & keep
             if not compiling and not bool(neg.any()):
                 break
             keep = ~neg if keep is None else keep & ~neg
-        t = masked_terms(terms, keep.to(a.dtype))
-        a_k = solve(t)
-        res_k = contact.applied(robot, t, a_k, dt)
+        a_k, out_k = resolve(keep.to(a.dtype))
         dropped = (~keep).any(-1)  # (...) samples with a dropped row: they take the re-solve
         a = torch.where(dropped[..., None], a_k, a)
-        res = _select(dropped, res_k, res)
-    return a, res
+        out = select(dropped, out_k, out)
+    return a, out
 
 
 def _select(mask: torch.Tensor, new: ContactResult, old: ContactResult) -> ContactResult:
@@ -690,12 +726,8 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = Fa
     """
     nnT = n[..., :, None] * n[..., None, :]
     inv_mass = _inverse_masses(M, Jf, n.shape[:-1])
-    fn_pos = torch.clamp_min(f_n, 0.0)
-    mu_fn = mu * fn_pos
-    vstar = dt * mu_fn * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
-    gamma = vt2 / (vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny)
-    a = mu_fn / s
+    fn_pos, _, _, _, gamma = friction_blend(mu, f_n, v_t, inv_mass, dt)
+    a = mu * fn_pos / s
     coef = torch.stack([(c_n + dt * k_n if combined else c_n) - a, a, -a * gamma / (s * s)], -1)
     vvT = v_t.unsqueeze(-1) * v_t.unsqueeze(-2)
     shape = broadcast_shapes(nnT.shape, vvT.shape)
@@ -705,6 +737,28 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = Fa
     if combined:
         return C
     return C, k_n[..., None, None] * nnT
+
+
+def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
+    """The friction blend's weight per row, in one place for the reference
+    step (:func:`row_matrices`) and the fast step (``_fast._blend_scalars``
+    and its written-out backward ``_fast._contact_vjp``).
+
+    Args:
+        mu, f_n: ``(..., r)`` friction coefficient and normal force.
+        v_t: ``(..., r, 3)`` slip. inv_mass: ``(..., r)`` ``1 / m_eff``. dt: s.
+
+    Returns:
+        ``(fn_plus, vstar, vt2, den, gamma)``: ``f_n+ = max(f_n, 0)``, the
+        one-step stopping speed ``v* = dt mu f_n+ / m_eff``, ``|v_t|^2``,
+        ``den = |v_t|^2 + v*^2`` (plus the smallest normal number, so that
+        ``gamma`` is 0, not NaN, at rest) and ``gamma = |v_t|^2 / den``.
+    """
+    fn_plus = torch.clamp_min(f_n, 0.0)
+    vstar = dt * mu * fn_plus * inv_mass
+    vt2 = (v_t * v_t).sum(-1)
+    den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
+    return fn_plus, vstar, vt2, den, vt2 / den
 
 
 def _inverse_masses(M: torch.Tensor, Jf: torch.Tensor, rows: torch.Size) -> torch.Tensor:
@@ -830,6 +884,8 @@ def _body_wrenches(robot: RobotModel, Rb, pb, point, force, point_body) -> torch
     """Sum point forces into ``(..., nb, 6)`` body-frame wrenches at the body origins."""
     Rp = Rb.index_select(-3, point_body)
     r = point - pb.index_select(-2, point_body)
+    if r.shape != force.shape:  # e.g. an unbatched state with batched forces (torch.cross does not broadcast)
+        r, force = torch.broadcast_tensors(r, force)
     torque = torch.cross(r, force, dim=-1)
     RT = Rp.transpose(-1, -2)
     w = torch.cat([(RT @ force[..., None])[..., 0], (RT @ torque[..., None])[..., 0]], -1)

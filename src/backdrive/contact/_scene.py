@@ -21,7 +21,9 @@ where ``s`` runs over the systems (their ground and self contact, from
 :meth:`ContactModel.implicit_terms`) and ``p`` over the pair rows, whose
 Jacobian ``J_p = [.., J_a, .., -J_b, ..]`` acts on the relative velocity of
 the point on the first shape's body (system of ``a``) and on the second's.
-Each system then moves by :func:`integrate_world`.
+Each system then moves by :func:`integrate_world`. As every implicit
+contact step, the scene's never pulls (``unilateral``: rows whose applied
+normal force comes out negative leave the step, which is solved again).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from ..model import RobotModel
 from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
 from ..kinematics._fk import point_jacobians, point_support
-from ._model import ContactModel, row_matrices, spd_solve
+from ._model import ContactModel, _select, active_set_passes, masked_rows, masked_terms, row_matrices, spd_solve
 from ._pairs import BOX_MODES, ShapePairs, _local_shape
 from ._step import integrate_world
 from ._terrain import GroundPlane, Terrain
@@ -179,6 +181,12 @@ class Scene:
             contact geometry.
         exclude: link-name pairs never to test.
         boxes: ``"exact"`` or ``"capsule"`` (see :class:`SelfCollision`).
+        unilateral: the switch of the pair rows (``True``, default: no
+            adhesion, as :class:`ContactModel`'s ``unilateral``; ``False``:
+            the pair rows' linearised forces are applied as solved). Each
+            system's own rows (ground, self-collision) follow its
+            :class:`ContactModel`'s ``unilateral``; the step before the 14th
+            session is ``unilateral=False`` here and on every contact model.
 
     Every shape of one system is paired with every shape of every other
     (robot-object and object-object); link names must be unique across the
@@ -198,7 +206,10 @@ class Scene:
         geometry: dict | None = None,
         exclude: Iterable[Sequence[str]] = (),
         boxes: str = "exact",
+        unilateral: bool = True,
     ):
+        if not isinstance(unilateral, bool):
+            raise InputError(f"unilateral must be True or False, got {unilateral!r}")
         if boxes not in BOX_MODES:
             raise InputError(f"unknown boxes mode {boxes!r}; valid: {', '.join(BOX_MODES)}")
         systems = list(systems)
@@ -285,6 +296,14 @@ class Scene:
                         labels_all += list(sp.labels)
         self.pair_labels = tuple(labels_all)
         self._pp = resolve_parameters(self.params, [f"{a}/{b}" for a, b in labels_all], dt, dev)
+        self.unilateral = unilateral
+        # The rows the unilateral step may drop, in the order of the step's rows:
+        # each system's (that has a contact model), then the pairs'.
+        parts = [[c.unilateral] * c.num_rows for c in contacts if c is not None]
+        if self._links:
+            parts.append([unilateral] * len(labels_all))
+        flags = [x for p in parts for x in p]
+        self._droppable = torch.tensor(flags, dtype=torch.bool, device=dev) if any(flags) else None
 
     # ------------------------------------------------------------ helpers
 
@@ -357,53 +376,101 @@ class Scene:
             gravity: optional ``(..., 3)`` for every system (default: each
                 model's own).
 
+        Without adhesion (the rows whose switch is on: each system's
+        :class:`ContactModel` ``unilateral`` for its rows, the scene's
+        ``unilateral`` for the pair rows): after the solve, every row whose
+        applied normal force is negative leaves the step (its force,
+        friction, damping, stiffness and prediction are zero) and the step
+        is solved again, at most :data:`~backdrive.contact._model.UNILATERAL_PASSES`
+        more times while new rows turn negative; dropped rows stay dropped
+        (``_model.unilateral_step``'s passes, :func:`~backdrive.contact._model.active_set_passes`).
+        Samples without a dropped row get the single solve bit for bit; the
+        gradient is that of the last solve with its dropped rows fixed.
+
         Returns:
             ``q1 (..., nq)``, ``v1 (..., nv)`` and the :class:`SceneResult`
-            with the forces the step applied.
+            with the forces the step applied (exactly zero at dropped rows).
         """
         if not (isinstance(dt, (int, float)) and dt > 0):
             raise InputError(f"the scene step needs dt > 0, got {dt!r}")
         self._check_state(q, v, tau)
         qs, vs, taus = self.split_q(q), self.split_v(v), self.split_v(tau)
         batch = torch.broadcast_shapes(q.shape[:-1], v.shape[:-1], tau.shape[:-1])
-        blocks, rhs, terms, kin, Ms = [], [], [], [], []
+        terms, kin, Ms, base = [], [], [], []
         for m, c, qi, vi, ti in zip(self.models, self.contacts, qs, vs, taus):
             if c is not None:
                 t = c.implicit_terms(m, qi, vi, dt, gravity=gravity)
-                M, A, F = t._M, t._M + dt * t.matrix, t.force
+                M = t._M
             else:
                 t, M = None, mass_matrix(m, qi)
-                A, F = M, 0.0
             h = bias_forces(m, qi, vi, gravity=gravity)
             terms.append(t)
             Ms.append(M.expand(*batch, *M.shape[-2:]))
-            blocks.append(A.expand(*batch, *A.shape[-2:]))
-            rhs.append((ti + joint_forces(m, vi) - h + F).expand(*batch, m.nv))
+            base.append(ti + joint_forces(m, vi) - h)
             kin.append(body_transforms(m, qi))
-        A = _block_diag(blocks)
-        b = torch.cat(rhs, -1)
         pair = None
         if self._links:
-            pair_terms = self._pair_terms(qs, vs, v, kin, _block_diag(Ms), dt, batch)
-            Jf, CK, f, pred, res = pair_terms
-            A = A + dt * (Jf.transpose(-1, -2) @ (CK @ res["J"]).reshape(Jf.shape))
-            b = b + (Jf.transpose(-1, -2) @ (f - pred).reshape(*Jf.shape[:-2], -1, 1))[..., 0]
-        if extra_damping is not None:
-            A = A + dt * torch.diag_embed(extra_damping)
-        a = spd_solve(A, b)
-        a_s = self.split_v(a)
-        q1s, v1s, results = [], [], []
-        for m, c, t, qi, vi, ai in zip(self.models, self.contacts, terms, qs, vs, a_s):
+            Jf, CK, f, pred, res = self._pair_terms(qs, vs, v, kin, _block_diag(Ms), dt, batch)
+            J = res["J"]
+        else:
+            CK = f = pred = None
+
+        def solve(ts, CK, f, pred):
+            """The step's acceleration with the systems' terms ``ts`` and the pair rows' ``CK``, ``f``, ``pred``."""
+            blocks, rhs = [], []
+            for m, t, M, bs in zip(self.models, ts, Ms, base):
+                A, F = (t._M + dt * t.matrix, t.force) if t is not None else (M, 0.0)
+                blocks.append(A.expand(*batch, *A.shape[-2:]))
+                rhs.append((bs + F).expand(*batch, m.nv))
+            A = _block_diag(blocks)
+            b = torch.cat(rhs, -1)
+            if CK is not None:
+                A = A + dt * (Jf.transpose(-1, -2) @ (CK @ J).reshape(Jf.shape))
+                b = b + (Jf.transpose(-1, -2) @ (f - pred).reshape(*Jf.shape[:-2], -1, 1))[..., 0]
+            if extra_damping is not None:
+                A = A + dt * torch.diag_embed(extra_damping)
+            return spd_solve(A, b)
+
+        def applied(ts, CK, f, pred, a):
+            """``(system results, pair forces)``: the forces the step with acceleration ``a`` applied."""
+            results = tuple(
+                c.applied(m, t, ai, dt) if c is not None else None
+                for m, c, t, ai in zip(self.models, self.contacts, ts, self.split_v(a))
+            )
+            if CK is None:
+                return results, None
+            Ja = (J @ (dt * a)[..., None, :, None])[..., 0]
+            force = f - pred - (CK @ Ja[..., None])[..., 0]
+            f_n = (force * res["normal"]).sum(-1)
+            return results, (force, f_n)
+
+        a = solve(terms, CK, f, pred)
+        out = applied(terms, CK, f, pred, a)
+        if self._droppable is not None:
+            # Without adhesion: rows whose applied normal force is negative
+            # leave the step, which is solved again (_model.unilateral_step's passes).
+            sizes = [r.normal_force.shape[-1] for r in out[0] if r is not None] + ([f.shape[-2]] if CK is not None else [])
+
+            def resolve(keep):
+                parts = iter(keep.split(sizes, -1))
+                ts = []
+                for c, t in zip(self.contacts, terms):
+                    k = next(parts) if t is not None else None
+                    ts.append(masked_terms(t, k) if t is not None and c.unilateral else t)
+                ck = (CK, f, pred) if CK is None else _mask_pairs(next(parts), CK, f, pred)
+                a_k = solve(ts, *ck)
+                return a_k, applied(ts, *ck, a_k)
+
+            a, out = active_set_passes(a, out, _normal_forces, resolve, _select_scene, self._droppable)
+        results, forces = out
+        q1s, v1s = [], []
+        for m, qi, vi, ai in zip(self.models, qs, vs, self.split_v(a)):
             qi1, vi1 = integrate_world(m, qi, vi, ai, dt)
             q1s.append(qi1.expand(*batch, m.nq))
             v1s.append(vi1.expand(*batch, m.nv))
-            results.append(c.applied(m, t, ai, dt) if c is not None else None)
-        if self._links:
-            J = res["J"]
-            Ja = (J @ (dt * a)[..., None, :, None])[..., 0]
-            force = f - pred - (CK @ Ja[..., None])[..., 0]
+        if forces is not None:
+            force, f_n = forces
             n = res["normal"]
-            f_n = (force * n).sum(-1)
             pair = PairResult(
                 labels=self.pair_labels,
                 point=res["point"],
@@ -415,7 +482,7 @@ class Scene:
                 friction_force=force - f_n[..., None] * n,
                 force=force,
             )
-        return torch.cat(q1s, -1), torch.cat(v1s, -1), SceneResult(systems=tuple(results), pairs=pair)
+        return torch.cat(q1s, -1), torch.cat(v1s, -1), SceneResult(systems=results, pairs=pair)
 
     def _pair_terms(self, qs, vs, v, kin, M, dt, batch):
         """Detection, force law and implicit terms of the rows between systems."""
@@ -512,7 +579,8 @@ class Scene:
         return torch.stack(qs, axis), torch.stack(vs, axis), results
 
     def __repr__(self) -> str:
-        return f"Scene({', '.join(m.name for m in self.models)}; {self.num_pair_rows} pair rows)"
+        extra = "" if self.unilateral else ", unilateral=False"
+        return f"Scene({', '.join(m.name for m in self.models)}; {self.num_pair_rows} pair rows{extra})"
 
 
 def _block_diag(blocks: list[torch.Tensor]) -> torch.Tensor:
@@ -527,3 +595,27 @@ def _block_diag(blocks: list[torch.Tensor]) -> torch.Tensor:
         rows.append(torch.cat([left, b, right], -1))
         off += k
     return torch.cat(rows, -2)
+
+
+def _mask_pairs(keep, CK, f, pred):
+    """The pair rows' ``(CK, f, pred)`` without the rows where ``keep`` is 0 (:func:`masked_rows`)."""
+    CK, pred, f = masked_rows(keep, CK, pred, f)
+    return CK, f, pred
+
+
+def _normal_forces(out) -> torch.Tensor:
+    """``(..., r)`` the applied normal forces of every row of a scene step: each
+    system's (with a contact model), then the pairs'."""
+    results, forces = out
+    parts = [r.normal_force for r in results if r is not None] + ([forces[1]] if forces is not None else [])
+    return torch.cat(parts, -1)
+
+
+def _select_scene(mask, new, old):
+    """``old`` with ``new``'s applied forces in the samples where ``mask (...)``."""
+    results = tuple(None if o is None else _select(mask, n, o) for n, o in zip(new[0], old[0]))
+    forces = None
+    if old[1] is not None:
+        m = mask[..., None]
+        forces = (torch.where(m[..., None], new[1][0], old[1][0]), torch.where(m, new[1][1], old[1][1]))
+    return results, forces
