@@ -1,4 +1,4 @@
-"""Collect the fine-tuning arms of the calibration loop (13th session) into one JSON and a markdown table.
+"""Collect the fine-tuning arms of the calibration loop (13th and 14th sessions) into one JSON and a markdown table.
 
 Each arm is a ``calibration_loop_overshoot.py --branches recipe --save-policies DIR/ARM_sS`` run
 (``DIR/ARM_sS.json``) and its deployment ``calibration_loop.py --deploy-only --nominal-policy
@@ -7,6 +7,7 @@ DIR/ARM_sS_recipe.pt --out DIR/deploy_ARM_sS.json``. Per arm and seed: the own-s
 error; per arm the mean and the spread (max - min) over seeds.
 
     python benchmarks/calibration_arms_table.py --dir outputs/benchmarks/c4 --out benchmarks/results/go1_calib_arms_13th.json
+    python benchmarks/calibration_arms_table.py --dir outputs/benchmarks/c5 --seeds 0,1,2 --out benchmarks/results/go1_calib_arms_14th.json
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def main(argv=None):
             r, p, k = json.loads(run.read_text()), json.loads(dep.read_text()), json.loads(rec.read_text())
             own = [x["forward_speed"] for x in r["branches"]["recipe"]]
             real = p["rows"]["nominal"]
-            rows[s] = {"own_sim": own, "kept": k["selection"]["kept"], "sim": k["sim"],
+            kept = next(x["forward_speed"] for x in r["branches"]["recipe"] if x["update"] == k["selection"]["kept"])
+            rows[s] = {"own_sim": own, "kept": k["selection"]["kept"], "kept_own_sim": kept, "sim": k["sim"],
                        "real_speed": real["forward_speed"], "real_error": real["speed_error"],
                        "upright": real["upright"], "shipped_real": [p["rows"]["shipped"]["forward_speed"],
                                                                      p["rows"]["shipped"]["speed_error"]]}
@@ -50,6 +52,13 @@ def main(argv=None):
                                 "mean_speed": sum(v) / len(v), "speed_spread": max(v) - min(v)}
             print(f"| {arm}: mean over {len(e)} seeds | | | | {sum(v) / len(v):.3f} ({sum(e) / len(e):.3f}); "
                   f"spread {max(v) - min(v):.3f} ({max(e) - min(e):.3f}) |")
+    a = res["arms"]
+    if "nominal" in a and "calibrated" in a:
+        # "Measurably better": the difference of the mean errors against the seed spreads.
+        diff = a["calibrated"]["mean_error"] - a["nominal"]["mean_error"]
+        res["calibrated_minus_nominal_error"] = diff
+        print(f"\ncalibrated - nominal mean error {diff:+.3f} m/s; seed spreads (max - min) nominal "
+              f"{a['nominal']['error_spread']:.3f}, calibrated {a['calibrated']['error_spread']:.3f}")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
 

@@ -22,7 +22,8 @@ policy (``--episodes`` x ``--seconds`` at the 0.5 m/s command, reset seed
   (friction: the row's).
 
 ``--law 1.3e4,500`` runs the backdrive columns with that contact law
-(stiffness N/m, damping N s/m; friction the row's). ``--calibration JSON`` adds the row ``calibrated``: the sim of the JSON's
+(stiffness N/m, damping N s/m; friction the row's); ``--joint-friction 0``
+with joints free of Coulomb friction, as the MuJoCo reality's (14th session). ``--calibration JSON`` adds the row ``calibrated``: the sim of the JSON's
 ``"calibrated"`` parameters (backdrive columns only).
 
     python benchmarks/calibration_gap.py --engines mujoco,backdrive,no_adhesion,matched \
@@ -92,6 +93,8 @@ def speed(engine: str, t: dict, policy, args) -> dict:
     else:
         law = None if args.law is None else ContactParameters(stiffness=args.law[0], damping=args.law[1])
         p = CL.truth_params(t, law) | {"armature": float(t["armature"]), "no_adhesion": engine == "no_adhesion"}
+        if args.joint_friction is not None:
+            p["joint_friction"] = args.joint_friction
         m = CL.make_env(p, n, robot_name="go1").evaluate(policy, LT.COMMAND, seconds=sec, seed=seed,
                                                          settle=LT.SETTLE)
     return {"forward_speed": float(m["forward_speed"]), "upright": float(m["upright"])}
@@ -109,6 +112,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--law", default=None, type=lambda x: tuple(float(v) for v in x.split(",")),
                     help="STIFFNESS,DAMPING (N/m, N s/m): backdrive's contact law in the backdrive columns "
                          "(default: ContactParameters(), 4e4, 1e4)")
+    ap.add_argument("--joint-friction", type=float, default=None, metavar="NM",
+                    help="joint Coulomb friction (N m) of the backdrive columns (default the URDF's, Go1 0.2; the "
+                         "MuJoCo reality has none)")
     ap.add_argument("--calibration", default=None,
                     help="a calibration_loop JSON: adds the row 'calibrated' (its sim, backdrive engines only)")
     ap.add_argument("--out", default="outputs/benchmarks/calibration_gap.json")

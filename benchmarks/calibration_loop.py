@@ -430,6 +430,8 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
             p["stiffness"], p["contact_damping"] = (float(x) for x in args.start_law.split(","))
         if args.no_adhesion:
             p["no_adhesion"] = True
+        if args.joint_friction is not None:
+            p["joint_friction"] = args.joint_friction
         return p
 
     nominal = with_law(nominal_params(env_n.robot))
@@ -457,6 +459,8 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
                   "friction": float(cp.friction), "delay": int(cal.delay)}
     if args.no_adhesion:
         calibrated["no_adhesion"] = True
+    if args.joint_friction is not None:
+        calibrated["joint_friction"] = args.joint_friction
     result["nominal"] = nominal
     result["calibrated"] = calibrated
     result["fit"] = {"params": list(params), "seconds": t_fit, "message": cal.message,
@@ -522,6 +526,10 @@ def main(argv=None):
     ap.add_argument("--no-adhesion", action="store_true",
                     help="calibrate (and step the calibrated sim) with NoAdhesionSimulator: no foot is pulled "
                          "onto the floor (the calibration's JSON gets \"no_adhesion\": true)")
+    ap.add_argument("--joint-friction", type=float, default=None, metavar="NM",
+                    help="the sims' joint Coulomb friction, N m, in the fit, its start and the calibrated and "
+                         "true-parameter sims (default the URDF's, Go1 0.2 N m; the MuJoCo reality has none: 0 "
+                         "removes that mismatch, 14th session)")
     ap.add_argument("--delays", default="0,1,2,3,4",
                     help="candidate control delays, 5 ms steps, comma-separated, or 'truth'")
     ap.add_argument("--calibrate-only", action="store_true",

@@ -298,6 +298,35 @@ def test_quadruped_trunk_mass_friction_and_motor_strength_from_encoders_and_imu(
     assert torch.equal(fit.params["body_mass"][1:], robot.body_mass[1:])
 
 
+def test_joint_damping_with_the_contact_law_and_strength(sled):
+    """Joint damping (the Go1 calibration's ``"damping"``) through the contact
+    route, fitted with the contact friction and the motor strength (which also
+    scales the servo's ``kd``, another velocity damping): the ram's damping
+    (start 1, truth 4 N s/m) comes back within 1e-4, identified and inside
+    its 95 % interval, and the fitted simulator carries it."""
+    robot, _, u = sled
+    truth = robot.replace(body_mass=torch.tensor(TRUTH["mass"], dtype=F64), damping=torch.tensor([4.0], dtype=F64))
+    sim = sled_sim(truth, TRUTH["stiffness"], TRUTH["damping"], TRUTH["friction"], TRUTH["strength"])
+    q0 = robot.neutral().expand(2, -1).clone()
+    q0[:, 2] = 0.06 - 3e-4
+    v0 = torch.zeros(2, robot.nv, dtype=F64)
+    v0[:, 0] = torch.tensor([0.5, 0.8], dtype=F64)
+    traj = sim.rollout(State(q0, v0), u[:, :60])
+    start = truth.replace(damping=torch.tensor([1.0], dtype=F64))
+    fit = fit_quiet(start, traj.q, traj.v, dt=DT, params=("damping", "contact_friction", "motor_strength"),
+                    method=ContactFit(sled_sim(start, TRUTH["stiffness"], TRUTH["damping"], 0.7), u[:, :60],
+                                      segment=10, observe=ALL_CHANNELS, jacobian="differences"),
+                    options=SolverOptions("gauss_newton", iterations=8, progress=False))
+    assert rel(fit.params["damping"][0], 4.0) < 1e-4, fit.params["damping"]
+    assert rel(fit.params["motor_strength"], TRUTH["strength"]) < 1e-4
+    assert rel(fit.params["contact_friction"], TRUTH["friction"]) < 1e-4
+    assert fit.not_identified == [] and bool(fit.identified["damping"].all())
+    lo, hi = float(fit.lower["damping"][0]), float(fit.upper["damping"][0])
+    assert lo - 1e-9 <= 4.0 <= hi + 1e-9 and hi - lo < 1e-2
+    # The fitted simulator carries the damping (the calibration loop reads it from there).
+    assert float(fit.simulator.robot.damping[0]) == float(fit.params["damping"][0])
+
+
 def test_recording_joint_order_by_name(quadruped):
     """A recording whose joint columns come in another order, named by
     ContactFit.joint_names, gives the same residual as the model's order."""
