@@ -51,13 +51,16 @@ COMMAND = (0.5, 0.0, 0.0)
 TEST_EPISODES, TEST_SEED = 16, 999
 
 
-def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict) -> None:
-    """The policy part of a training checkpoint, with the env keywords and the measured gait."""
+def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict, preset: str | None = None) -> None:
+    """The policy part of a training checkpoint, with the env keywords, the measured gait and the
+    name of the preset that trained it."""
     ckpt = read_checkpoint(src)
     keep = {k: ckpt[k] for k in ("format", "config", "policy")}
     keep["env_kwargs"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in env_kwargs.items()
                           if k != "num_envs"}
     keep["metrics"] = {k: float(v) for k, v in metrics.items() if isinstance(v, float)}
+    if preset is not None:
+        keep["preset"] = preset
     write_checkpoint(keep, dst)
 
 
@@ -84,8 +87,6 @@ def main() -> None:
         args.updates = preset.updates
     robot = args.robot or preset.env_kwargs.get("robot") or "quadruped"
     shipped = DATA / QuadrupedWalk.SHIPPED_POLICIES[robot]
-    if args.ship and preset.env_kwargs.get("randomization") is not None:
-        parser.error("--ship writes the env keywords into the policy file; ship a preset without randomization")
     args.out.mkdir(parents=True, exist_ok=True)
 
     torch.set_num_threads(1)
@@ -152,9 +153,11 @@ def main() -> None:
           f"{m['distance']:.2f} m, upright {m['upright'] * 100:.0f}%")
     if args.ship:
         shipped.parent.mkdir(parents=True, exist_ok=True)
-        slim_checkpoint(ckpt, shipped, env_kwargs, {**m, "env_steps": float(trainer.env_steps),
+        # The file's env keywords build the env the policy runs in (pretrained()): the nominal physics,
+        # without the randomisation a preset may train under (its name records the training settings).
+        slim_checkpoint(ckpt, shipped, test_kwargs, {**m, "env_steps": float(trainer.env_steps),
                                                      "train_minutes": trainer.wall_s / 60,
-                                                     "train_cpu_minutes": (cpu - eval_cpu[0]) / 60})
+                                                     "train_cpu_minutes": (cpu - eval_cpu[0]) / 60}, preset.name)
         print(f"shipped policy: {shipped} ({shipped.stat().st_size / 1024:.0f} KiB)")
 
     import matplotlib
