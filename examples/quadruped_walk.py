@@ -13,13 +13,13 @@ forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
     python examples/quadruped_walk.py --ship           # also write the shipped policy file
     python examples/quadruped_walk.py --preset quadruped_walk_shac_dr --out outputs/examples/dr
                                                        # the same recipe under domain randomisation
-    python examples/quadruped_walk.py --preset go1_walk_shac --ship
+    python examples/quadruped_walk.py --preset go1_walk_shac_slip --ship
                                                        # Unitree Go1 (example-robot-data), 150 updates:
                                                        # writes .../policies/go1_walk.pt
 
 The shipped policy is this run with the defaults (seed 0, 420 updates);
 training on one thread is deterministic, so ``--ship`` reproduces it (and
-``--preset go1_walk_shac --ship`` Go1's, ``QuadrupedWalk.pretrained(robot="go1")``).
+``--preset go1_walk_shac_slip --ship`` Go1's, ``QuadrupedWalk.pretrained(robot="go1")``).
 ``--robot go1`` trains any of the presets on Go1; ``--compile`` steps the
 training env through ``torch.compile`` (its compile time counts as training).
 
