@@ -44,7 +44,7 @@ degrees off the base's -z axis, or the base below half the standing height).
 
     python benchmarks/locomotion_transfer.py                  # 16 x 10 s
     python benchmarks/locomotion_transfer.py --sweep          # + friction, stiffness, kp off nominal
-    python benchmarks/locomotion_transfer.py --robot go1      # the shipped Go1 policy (GO1_WALK_SHAC)
+    python benchmarks/locomotion_transfer.py --robot go1      # the shipped Go1 policy (GO1_WALK_SHAC_SLIP)
     python benchmarks/locomotion_transfer.py --sweep --checkpoint outputs/dr/quadruped_walk.pt \
         --preset quadruped_walk_shac_dr                       # a policy trained with domain randomisation
 

@@ -13,13 +13,13 @@ forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
     python examples/quadruped_walk.py --ship           # also write the shipped policy file
     python examples/quadruped_walk.py --preset quadruped_walk_shac_dr --out outputs/examples/dr
                                                        # the same recipe under domain randomisation
-    python examples/quadruped_walk.py --preset go1_walk_shac --ship
+    python examples/quadruped_walk.py --preset go1_walk_shac_slip --ship
                                                        # Unitree Go1 (example-robot-data), 150 updates:
                                                        # writes .../policies/go1_walk.pt
 
 The shipped policy is this run with the defaults (seed 0, 420 updates);
 training on one thread is deterministic, so ``--ship`` reproduces it (and
-``--preset go1_walk_shac --ship`` Go1's, ``QuadrupedWalk.pretrained(robot="go1")``).
+``--preset go1_walk_shac_slip --ship`` Go1's, ``QuadrupedWalk.pretrained(robot="go1")``).
 ``--robot go1`` trains any of the presets on Go1; ``--compile`` steps the
 training env through ``torch.compile`` (its compile time counts as training).
 
@@ -51,13 +51,16 @@ COMMAND = (0.5, 0.0, 0.0)
 TEST_EPISODES, TEST_SEED = 16, 999
 
 
-def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict) -> None:
-    """The policy part of a training checkpoint, with the env keywords and the measured gait."""
+def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict, preset: str | None = None) -> None:
+    """The policy part of a training checkpoint, with the env keywords, the measured gait and the
+    name of the preset that trained it."""
     ckpt = read_checkpoint(src)
     keep = {k: ckpt[k] for k in ("format", "config", "policy")}
     keep["env_kwargs"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in env_kwargs.items()
                           if k != "num_envs"}
     keep["metrics"] = {k: float(v) for k, v in metrics.items() if isinstance(v, float)}
+    if preset is not None:
+        keep["preset"] = preset
     write_checkpoint(keep, dst)
 
 
@@ -84,8 +87,6 @@ def main() -> None:
         args.updates = preset.updates
     robot = args.robot or preset.env_kwargs.get("robot") or "quadruped"
     shipped = DATA / QuadrupedWalk.SHIPPED_POLICIES[robot]
-    if args.ship and preset.env_kwargs.get("randomization") is not None:
-        parser.error("--ship writes the env keywords into the policy file; ship a preset without randomization")
     args.out.mkdir(parents=True, exist_ok=True)
 
     torch.set_num_threads(1)
@@ -152,9 +153,11 @@ def main() -> None:
           f"{m['distance']:.2f} m, upright {m['upright'] * 100:.0f}%")
     if args.ship:
         shipped.parent.mkdir(parents=True, exist_ok=True)
-        slim_checkpoint(ckpt, shipped, env_kwargs, {**m, "env_steps": float(trainer.env_steps),
+        # The file's env keywords build the env the policy runs in (pretrained()): the nominal physics,
+        # without the randomisation a preset may train under (its name records the training settings).
+        slim_checkpoint(ckpt, shipped, test_kwargs, {**m, "env_steps": float(trainer.env_steps),
                                                      "train_minutes": trainer.wall_s / 60,
-                                                     "train_cpu_minutes": (cpu - eval_cpu[0]) / 60})
+                                                     "train_cpu_minutes": (cpu - eval_cpu[0]) / 60}, preset.name)
         print(f"shipped policy: {shipped} ({shipped.stat().st_size / 1024:.0f} KiB)")
 
     import matplotlib

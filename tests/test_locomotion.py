@@ -10,6 +10,7 @@ import torch
 
 from backdrive import InputError
 from backdrive.envs import QuadrupedWalk, Randomization, to_gymnasium
+from backdrive.envs._quadruped import REWARD_WEIGHTS
 
 FORWARD = {"vx": (0.5, 0.5), "vy": (0.0, 0.0), "yaw": (0.0, 0.0)}
 
@@ -289,6 +290,13 @@ def test_go1_preset_builds_its_env():
     dr_env = dr.make_env(num_envs=2)
     assert dr_env.robot_name == "go1" and dr_env.randomization == Randomization()
     assert dr.mismatches(dr.make_env()) == [] and dr.mismatches(env) != []
+    # The shipped recipe on the step without adhesion: GO1_WALK_SHAC with a 10x foot-slip penalty.
+    slip = get_preset("go1_walk_shac_slip")
+    assert slip.config == GO1_WALK_SHAC.config and slip.updates == GO1_WALK_SHAC.updates
+    assert {k: v for k, v in slip.env_kwargs.items() if k != "reward_weights"} == GO1_WALK_SHAC.env_kwargs
+    slip_env = slip.make_env(num_envs=2)
+    assert slip_env.reward_weights == {**REWARD_WEIGHTS, "foot_slip": 0.5} and slip_env.randomization is None
+    assert slip.mismatches(slip.make_env()) == [] and slip.mismatches(env) != []
 
 
 def test_go1_shipped_policy_walks_forward():
@@ -300,6 +308,23 @@ def test_go1_shipped_policy_walks_forward():
     # (about -0.17 m/s); the shipped policy walks forward and stays upright.
     assert m["upright"] == 1.0
     assert 0.35 < m["forward_speed"] < 0.65, m["forward_speed"]
+    # The file is GO1_WALK_SHAC_SLIP's seed-0 run (examples/quadruped_walk.py --preset go1_walk_shac_slip
+    # --ship): its env keywords are the preset's, and the test numbers it records (16 episodes x 10 s,
+    # seed 999; docs/locomotion.md) meet issue 12's target.
+    from importlib.resources import as_file, files
+
+    from backdrive.optim._policy.checkpoints import read_checkpoint
+    from backdrive.optim._policy.presets import get_preset
+
+    with as_file(files("backdrive.data").joinpath(QuadrupedWalk.SHIPPED_POLICIES["go1"])) as path:
+        ckpt = read_checkpoint(path)
+    preset = get_preset(ckpt["preset"])
+    assert preset.name == "go1_walk_shac_slip"
+    assert ckpt["env_kwargs"] == {k: v for k, v in preset.env_kwargs.items() if k != "num_envs"}
+    assert env.reward_weights["foot_slip"] == 0.5
+    metrics = ckpt["metrics"]
+    assert metrics["upright"] == 1.0 and metrics["env_steps"] == 76_800
+    assert abs(metrics["forward_speed"] - 0.468) < 0.001 and metrics["speed_error"] < 0.1
     with pytest.raises(InputError, match="anymal"):
         QuadrupedWalk.pretrained(1, robot="anymal")
 

@@ -675,12 +675,12 @@ class QuadrupedWalk(DiffEnv):
         The file (in ``backdrive/data/policies``) holds the policy's weights,
         its training settings and the env keywords, read with
         ``torch.load(weights_only=True)``; ``examples/quadruped_walk.py
-        --ship`` (``--preset go1_walk_shac --ship`` for Go1) reproduces it.
+        --ship`` (``--preset go1_walk_shac_slip --ship`` for Go1) reproduces it.
 
         Args:
             num_envs: copies of the env.
             robot: ``"quadruped"`` (the shipped robot, ``QUADRUPED_WALK_SHAC``)
-                or ``"go1"`` (example-robot-data's Unitree Go1, ``GO1_WALK_SHAC``);
+                or ``"go1"`` (example-robot-data's Unitree Go1, ``GO1_WALK_SHAC_SLIP``);
                 or a ``RobotModel`` of one of them (e.g. with calibrated
                 parameters), which picks the policy by the model's name and
                 replaces the env's robot.
