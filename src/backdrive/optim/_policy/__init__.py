@@ -36,7 +36,7 @@ from .checkpoints import load_policy
 from .config import ALGOS, PolicyTrainerConfig
 from .networks import MLPPolicy, ObsNormalizer, ValueCritic
 from .presets import HUMANOID_BALANCE_SHAC, HUMANOID_CAPTURE_SHAC  # noqa: F401 (HumanoidBalance blocks)
-from .presets import GO1_WALK_SHAC  # noqa: F401 (the Go1 block)
+from .presets import GO1_WALK_SHAC, GO1_WALK_SHAC_SLIP  # noqa: F401 (the Go1 blocks)
 from .presets import QUADRUPED_WALK_SHAC_FEW  # noqa: F401 (the few-copy block)
 from .presets import CARTPOLE_SHAC, PANDA_REACH_APG, PENDULUM_APG, PENDULUM_SHAC, PRESETS, QUADRUPED_WALK_SHAC, Preset
 from .returns import evaluate_policy
@@ -54,6 +54,7 @@ __all__ = [
     "HUMANOID_BALANCE_SHAC",
     "HUMANOID_CAPTURE_SHAC",
     "GO1_WALK_SHAC",
+    "GO1_WALK_SHAC_SLIP",
     "QUADRUPED_WALK_SHAC_FEW",
     "PolicyTrainerConfig",
     "PolicyConfigError",
