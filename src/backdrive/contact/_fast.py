@@ -95,6 +95,8 @@ class _Plan(NamedTuple):
     chain_tgt: torch.Tensor  # packed entries (sup[a], sup[b]) for b < a, a-major then b, then the point
     chain_start: tuple  # where column a's block starts in chain_tgt
     dense_index: torch.Tensor  # (ns 3 np,) rows of the dense (nv + 1, 3, np) Jacobian of Jc's entries
+    dense_coord: torch.Tensor  # the same rows with the coordinates in coordinate order (the result's)
+    dense_zero: torch.Tensor  # the rows of that (nv + 1, 3, np) array that no entry of Jc writes
 
 
 def _build_plan(robot: RobotModel, point_body: torch.Tensor) -> _Plan:
@@ -138,6 +140,13 @@ def _build_plan(robot: RobotModel, point_body: torch.Tensor) -> _Plan:
                 tgt.append(entry[(s[a], s[b])])
                 pmask.append(1.0)
     dense = [sup[p][k] * 3 * npnt + i * npnt + p for k in range(ns) for i in range(3) for p in range(npnt)]
+    # The internal order's coordinate c is the robot's coordinate perm[c] (fast_topology's dof_perm).
+    perm = fast_topology(robot).dof_perm
+    perm = list(range(nv)) if perm is None else perm.tolist()
+    perm = perm + [nv]  # the padding row stays last
+    coord = [perm[sup[p][k]] * 3 * npnt + i * npnt + p for k in range(ns) for i in range(3) for p in range(npnt)]
+    written = set(coord)
+    zero = [r for r in range((nv + 1) * 3 * npnt) if r not in written]
     chain_tgt, chain_start = [], [0] * ns
     for a in range(ns - 1, 0, -1):
         chain_start[a] = len(chain_tgt)
@@ -157,6 +166,8 @@ def _build_plan(robot: RobotModel, point_body: torch.Tensor) -> _Plan:
         chain_tgt=t(chain_tgt),
         chain_start=tuple(chain_start),
         dense_index=t(dense),
+        dense_coord=t(coord),
+        dense_zero=t(zero),
         pa=t(pa),
         pb=t(pb),
         tgt=t(tgt),
@@ -304,18 +315,14 @@ def _wrenches(P: _Plan, Rp, pp, pt, force, nb: int) -> torch.Tensor:
     return w.new_zeros(6, nb, w.shape[-1]).index_add(1, P.body_pos, w).index_select(1, P.inv_order).permute(2, 1, 0)
 
 
-def _dense_rows(P: _Plan, Jc: torch.Tensor, nv: int) -> torch.Tensor:
-    """The dense Jacobian ``(nv, 3, np, N)`` (internal coordinate order) of the columns ``Jc``."""
+def _jacobian(P: _Plan, Jc: torch.Tensor, nv: int) -> torch.Tensor:
+    """The result's dense Jacobian ``(N, np, 3, nv)`` (coordinate order) of the
+    columns ``Jc``: one scatter into the rows in coordinate order, and zeros
+    written only where no column goes (no full zero fill, no reordering copy)."""
     _, _, npnt, N = Jc.shape
-    Jd = Jc.new_zeros((nv + 1) * 3 * npnt, N).index_copy(0, P.dense_index, Jc.reshape(-1, N))
-    return Jd.view(nv + 1, 3, npnt, N)[:nv]
-
-
-def _jacobian(topo, Jd: torch.Tensor) -> torch.Tensor:
-    """``(nv, 3, np, N)`` internal -> the result's ``(N, np, 3, nv)`` (coordinate order)."""
-    if topo.dof_inv is not None:
-        Jd = Jd.index_select(0, topo.dof_inv)
-    return Jd.permute(3, 2, 1, 0)
+    Jd = Jc.new_empty((nv + 1) * 3 * npnt, N)
+    Jd.index_fill_(0, P.dense_zero, 0.0).index_copy_(0, P.dense_coord, Jc.reshape(-1, N))
+    return Jd.view(nv + 1, 3, npnt, N)[:nv].permute(3, 2, 1, 0)
 
 
 #: The differentiable fields of the step's ContactResult, in the order of
@@ -475,11 +482,10 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             f_n, c_n, k_n = f_n0 * active, c_n0 * active, k_n0 * active
             f_t = f_t0 * active[..., None]
             C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(E, f_n, f_t, c_n, k_n, vals)
-    Jd = _dense_rows(P, Jc, nv)
     fields = {
         "point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t,
         "normal_force": f_nn, "friction_force": force - f_nn[..., None] * n, "force": force,
-        "f_ext": _wrenches(P, Rp, pp, pt, force, robot.num_bodies), "jacobian": _jacobian(topo, Jd),
+        "f_ext": _wrenches(P, Rp, pp, pt, force, robot.num_bodies), "jacobian": _jacobian(P, Jc, nv),
         "_c_n": fields_law[0], "_k_n": fields_law[1], "_mu_fn_over_s": fields_law[2], "_s": s, "_mu": mu,
     }
     B = tuple(batch)
@@ -680,10 +686,8 @@ def _field_grads(gf: dict, S: _Saved, P: _Plan, topo, contact, B, N: int):
         add("pp", -gd)
         add("Rp", cross(gl, f) + cross(ga, cross(d, f)))
     if "jacobian" in flat:  # (N, np, 3, nv) coordinate order -> the columns' layout
-        g = flat["jacobian"].permute(3, 2, 1, 0)  # (nv, 3, np, N)
-        if topo.dof_inv is not None:
-            g = torch.zeros_like(g).index_copy_(0, topo.dof_inv, g)
-        g = torch.cat([g, g.new_zeros(1, *g.shape[1:])], 0).reshape(-1, N).index_select(0, P.dense_index)
+        g = flat["jacobian"].permute(3, 2, 1, 0)  # (nv, 3, np, N), coordinate order
+        g = torch.cat([g, g.new_zeros(1, *g.shape[1:])], 0).reshape(-1, N).index_select(0, P.dense_coord)
         add("Jc", g.view(S.Jc.shape))
     return G, D
 
