@@ -193,3 +193,35 @@ def test_spd_solve_backward_gradcheck_and_double_backward():
     assert torch.autograd.gradcheck(f, (A[0].detach().clone().requires_grad_(True), b))
     x = f(A, b)
     torch.testing.assert_close(x, torch.linalg.solve(0.5 * (A + A.mT), b[..., None])[..., 0])
+
+
+def test_fast_result_builds_its_jacobian_on_first_read():
+    """Without gradient the fast step defers the dense Jacobian: nothing is
+    built until the field is read; then it equals the recorded step's (and the
+    reference's through _compare), survives pickling and dataclasses.replace,
+    and J^T f gives the generalised force."""
+    import pickle
+
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau = _states(robot, feet, (2, 100), seed=4)
+    with torch.no_grad(), use_path("fast"):
+        _, res = cm.acceleration(robot, q, v, tau, dt=DT)
+    assert callable(res.__dict__["_deferred_jacobian"])  # not built yet
+    tau_r = tau.clone().requires_grad_(True)
+    with use_path("fast"):
+        _, rec = cm.acceleration(robot, q, v, tau_r, dt=DT)
+    assert isinstance(rec.__dict__["_deferred_jacobian"], torch.Tensor)  # the recorded step's is an output
+    J = res.jacobian
+    assert J.shape == (2, 100, len(feet), 3, robot.nv)
+    assert torch.equal(J, rec.jacobian.detach())
+    assert res.jacobian is J  # built once
+    back = pickle.loads(pickle.dumps(res))
+    assert torch.equal(back.jacobian, J)
+    with torch.no_grad(), use_path("fast"):
+        _, res2 = cm.acceleration(robot, q, v, tau, dt=DT)
+    moved = dataclasses.replace(res2, force=2 * res2.force)
+    assert torch.equal(moved.jacobian, J)
+    gf = torch.einsum("...pin,...pi->...n", J, res.force)
+    assert torch.allclose(res.generalized_force(), gf)
+    assert float(gf.abs().max()) > 1.0

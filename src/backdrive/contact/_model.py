@@ -30,6 +30,27 @@ __all__ = ["ContactModel", "ContactResult", "ImplicitContact", "CONTACT_SCHEMES"
 CONTACT_SCHEMES = ("explicit", "implicit")
 
 
+class _Deferred:
+    """A field whose value may be given as a function of no arguments: it is
+    called on the first read, and its tensor kept (the fast step's dense
+    Jacobian, which a rollout without gradient rarely reads). Pickling and
+    :func:`dataclasses.replace` read it, so they see the tensor."""
+
+    def __set_name__(self, owner, name):
+        self.key = "_deferred_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:  # no class-level default (dataclasses asks)
+            raise AttributeError(self.key)
+        value = obj.__dict__[self.key]
+        if callable(value) and not isinstance(value, torch.Tensor):
+            value = obj.__dict__[self.key] = value()
+        return value
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.key] = value
+
+
 @dataclass(frozen=True, eq=False)
 class ContactResult:
     """Every contact point's state and force (``np`` points, world frame).
@@ -50,7 +71,8 @@ class ContactResult:
             :func:`backdrive.dynamics.forward_dynamics`).
         jacobian: ``(..., np, 3, nv)`` linear velocity Jacobian of each point
             (``v_point = J v``, world frame; floating base: base twist in the
-            base frame).
+            base frame). The fast step without gradient builds this dense
+            array on its first read (most rollouts never read it).
     """
 
     point: torch.Tensor
@@ -62,13 +84,17 @@ class ContactResult:
     friction_force: torch.Tensor
     force: torch.Tensor
     f_ext: torch.Tensor
-    jacobian: torch.Tensor
+    jacobian: torch.Tensor = _Deferred()
     _c_n: torch.Tensor
     _k_n: torch.Tensor
     _mu_fn_over_s: torch.Tensor
     _s: torch.Tensor
     _mu: torch.Tensor
     _bodies: tuple = ()
+
+    def __getstate__(self):
+        self.jacobian  # a deferred Jacobian is built: the state holds tensors only
+        return self.__dict__
 
     @property
     def total_force(self) -> torch.Tensor:
