@@ -97,6 +97,7 @@ class _Plan(NamedTuple):
     dense_index: torch.Tensor  # (ns 3 np,) rows of the dense (nv + 1, 3, np) Jacobian of Jc's entries
     dense_coord: torch.Tensor  # the same rows with the coordinates in coordinate order (the result's)
     dense_zero: torch.Tensor  # the rows of that (nv + 1, 3, np) array that no entry of Jc writes
+    cache: dict  # index arrays derived on first use (_chain_rows)
 
 
 def _build_plan(robot: RobotModel, point_body: torch.Tensor) -> _Plan:
@@ -168,6 +169,7 @@ def _build_plan(robot: RobotModel, point_body: torch.Tensor) -> _Plan:
         dense_index=t(dense),
         dense_coord=t(coord),
         dense_zero=t(zero),
+        cache={},
         pa=t(pa),
         pb=t(pb),
         tgt=t(tgt),
@@ -241,6 +243,21 @@ def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int):
         if P.jmask is not None:
             Jj.mul_(P.jmask)
     return Rp, pp, phi, n, point, pt, Jc, R0
+
+
+def _chain_rows(P: _Plan, sp, F: LTDLFactor) -> torch.Tensor:
+    """The rows of ``F.La`` (the factor's multipliers) that hold the packed
+    entries ``P.chain_tgt``: the effective-mass sweep reads them straight
+    from the factor. A padding pair (entry 0, a diagonal) reads row 0: its
+    column of ``Z`` is zero, so any finite value serves."""
+    rows = P.cache.get("chain_rows")
+    if rows is None:
+        where = torch.full((sp.nnz,), -1, dtype=torch.long, device=P.chain_tgt.device)
+        for lv, (lo, hi) in zip(sp.levels, F.prog.L_bounds):
+            where[lv.xpos] = torch.arange(lo, hi, device=where.device)
+        rows = where.index_select(0, P.chain_tgt)
+        P.cache["chain_rows"] = rows = rows.clamp_(min=0)
+    return rows
 
 
 def _gather(P: _Plan, x: torch.Tensor, npnt: int) -> torch.Tensor:
@@ -409,10 +426,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     # coordinate to its ancestors), so it is swept along each point's
     # chain of columns, deepest first.
     FM = LTDLFactor(sp, topo, E)  # (E not modified: the factor works on its own copy)
-    Lpk = E.new_zeros(sp.nnz, N)
-    for lv, Lk in zip(sp.levels, FM.Ls):
-        Lpk.index_copy_(0, lv.xpos, Lk)
-    Lp = Lpk.index_select(0, P.chain_tgt)  # (sum_a a np, N), a-major
+    Lp = FM.La.index_select(0, _chain_rows(P, sp, FM))  # (sum_a a np, N), a-major
     Z = Jc.clone()
     for a in range(P.ns - 1, 0, -1):
         k0 = P.chain_start[a]
