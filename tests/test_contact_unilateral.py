@@ -271,3 +271,39 @@ def test_go1_fast_friction_step_equals_reference_with_dropped_points():
     assert rows.numel() >= 190
     for x, y in zip(out["reference"], out["fast"]):
         _close(x[rows], y[rows], 1e-9)
+
+
+@pytest.mark.parametrize("name", ["quadruped", "example-robot-data:go1"])
+def test_fast_step_resolves_only_the_dropping_samples(name, monkeypatch):
+    """At 200 samples, a quarter dropping a foot, the fast step solves again
+    only those samples (``_merge_factor`` writes them back) and gives the
+    same step and gradient as re-solving the whole batch (``_SUBSET_MIN``
+    raised past the batch): bit for bit in the samples that dropped
+    nothing, to rounding in the others."""
+    from backdrive.contact import _fast
+    from backdrive.kinematics import use_path
+
+    robot, cm, sim, q, v, u = _batch(name, 200, seed=2)
+    merged = []
+    orig = _fast._merge_factor
+    monkeypatch.setattr(_fast, "_merge_factor", lambda F, part, rows: merged.append(rows.numel()) or orig(F, part, rows))
+
+    def run():
+        uu = u.clone().requires_grad_(True)
+        with use_path("fast"):
+            q1, v1, _, res = sim._advance_contact(q, v, uu)
+        w = torch.linspace(-1.0, 1.0, robot.nv, dtype=F64)
+        (gu,) = torch.autograd.grad((v1 * w).sum() + 1e-3 * res.normal_force.sum(), uu)
+        return v1.detach(), res.normal_force.detach(), res.force.detach(), gu
+
+    subset = run()
+    assert merged and 20 <= merged[0] <= 100  # the dropping samples only
+    monkeypatch.setattr(_fast, "_SUBSET_MIN", 10**9)
+    n = len(merged)
+    whole = run()
+    assert len(merged) == n  # no subset re-solve this time
+    assert int((whole[1] == 0).sum()) >= 20
+    for x, y in zip(whole, subset):
+        _close(x, y, 1e-13)  # the re-solved samples: rounding (a smaller batch's kernels)
+        same = (x == y).reshape(x.shape[0], -1).all(-1)
+        assert int(same.sum()) >= 100  # every sample that dropped nothing: bit for bit

@@ -245,6 +245,48 @@ def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int):
     return Rp, pp, phi, n, point, pt, Jc, R0
 
 
+#: From this many samples the unilateral step re-solves only the samples that
+#: dropped a point (when they are at most half of the batch); below it the
+#: rows' gathers cost about what they save.
+_SUBSET_MIN = 64
+
+
+class _Samples(NamedTuple):
+    """The per-sample inputs of the fast step's solve (:func:`_step`)."""
+
+    law: dict  # per-point parameters, (N, np) or broadcastable ((np,), (1,), ())
+    n: torch.Tensor  # (N, np, 3)
+    v_t: torch.Tensor  # (N, np, 3)
+    s: torch.Tensor  # (N, np)
+    inv_mass: torch.Tensor  # (N, np)
+    Jc: torch.Tensor  # (ns, 3, np, N)
+    v_c: torch.Tensor  # (N, np, 3)
+    b: torch.Tensor | None  # (N, 1, 3)
+    rhs: torch.Tensor  # (nv, N)
+    vt: torch.Tensor  # (nv, N)
+    N: int
+
+    def take(self, rows: torch.Tensor) -> "_Samples":
+        """The same for the samples ``rows`` (a copy of their rows)."""
+        N = self.N
+
+        def first(t):
+            return t if t is None or t.ndim < 2 or t.shape[0] != N else t.index_select(0, rows)
+
+        return _Samples(
+            {k: first(t) for k, t in self.law.items()}, first(self.n), first(self.v_t), first(self.s),
+            first(self.inv_mass), self.Jc.index_select(-1, rows), first(self.v_c), first(self.b),
+            self.rhs.index_select(-1, rows), self.vt.index_select(-1, rows), rows.numel())
+
+
+def _merge_factor(F: LTDLFactor, part: LTDLFactor, rows: torch.Tensor) -> LTDLFactor:
+    """``F`` with the samples ``rows`` replaced by ``part``'s (a factor of
+    those samples alone): its multipliers and pivots, in place."""
+    F.La.index_copy_(1, rows, part.La)
+    F.D.index_copy_(1, rows, part.D)
+    return F
+
+
 def _chain_rows(P: _Plan, sp, F: LTDLFactor) -> torch.Tensor:
     """The rows of ``F.La`` (the factor's multipliers) that hold the packed
     entries ``P.chain_tgt``: the effective-mass sweep reads them straight
@@ -437,15 +479,21 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
 
     b = _base_turn(vt, R0, dt)
 
-    def solve(E, f_n, f_t, c_n, k_n, prev=None):
+    # The step's per-sample inputs, sample axis first or last: a re-solve of
+    # some samples takes its rows of each (_Samples.take).
+    inputs = _Samples(law, n, v_t, s, inv_mass, Jc, v_c, b, rhs, vt, N)
+
+    def solve(X: _Samples, E, f_n, f_t, c_n, k_n, prev=None):
         """The step with the law's per-point outputs given: ``(C, Kst, mu,
-        mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals)``. ``E`` (M's
-        packed entries) gets the contact's matrix ``dt vals`` and the extra
-        damping added in place; a re-solve passes the previous solve's
-        ``E`` and ``prev`` (its ``vals``): then only ``dt (vals - prev)`` is
-        added, exactly zero in a sample whose points all stay (no copy of
-        ``M``'s entries is kept for a re-solve that may not come)."""
-        C, Kst, mu, mu_fn_s = _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt)
+        mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals)``, for the
+        samples of ``X``. ``E`` (M's packed entries) gets the contact's matrix
+        ``dt vals`` and the extra damping added in place; a re-solve passes
+        the previous solve's ``E`` and ``prev`` (its ``vals``): then only
+        ``dt (vals - prev)`` is added, exactly zero in a sample whose points
+        all stay (no copy of ``M``'s entries is kept for a re-solve that may
+        not come)."""
+        Nx, Jc, n = X.N, X.Jc, X.n
+        C, Kst, mu, mu_fn_s = _blend(X.law, n, X.v_t, f_n, c_n, k_n, X.s, X.inv_mass, dt)
         CK = C + dt * Kst  # (N, np, 3, 3)
 
         # dt J^T CK J into the packed entries of M, then the extra diagonal damping.
@@ -453,7 +501,7 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
         G = Jc[:, 0:1] * CKt[:, 0]
         G.addcmul_(Jc[:, 1:2], CKt[:, 1]).addcmul_(Jc[:, 2:3], CKt[:, 2])  # (CK J), (ns, 3, np, N)
         # Entries (sup[a], sup[b]), b <= a: J_a . (CK J)_b, one block of pairs per column a.
-        vals = G.new_empty(P.ns * (P.ns + 1) // 2, npnt, N)
+        vals = G.new_empty(P.ns * (P.ns + 1) // 2, npnt, Nx)
         k0 = 0
         for a in range(P.ns):
             out = vals[k0 : k0 + a + 1]
@@ -461,22 +509,22 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             k0 += a + 1
         if P.pmask is not None:
             vals.mul_(P.pmask)
-        E.index_add_(0, P.tgt, (vals if prev is None else vals - prev).view(-1, N), alpha=dt)
+        E.index_add_(0, P.tgt, (vals if prev is None else vals - prev).view(-1, Nx), alpha=dt)
         if extra_damping is not None and prev is None:
             D = _to_internal(topo, extra_damping.expand(*batch, nv).reshape(N, nv))
             E.index_add_(0, sp.dpos, D, alpha=dt)
 
         # Right-hand side: J^T (f - dt K J v - (C + dt K) b).
         force0 = f_n[..., None] * n + f_t
-        pred = _prediction(C, Kst, v_c, b, dt)
+        pred = _prediction(C, Kst, X.v_c, X.b, dt)
         x = (force0 - pred).permute(2, 1, 0)  # (3, np, N)
         JTx = (Jc * x).sum(1)  # (ns, np, N)
-        full = rhs.new_zeros(nv + 1, N).index_add_(0, P.sup_flat, JTx.view(-1, N))
+        full = X.rhs.new_zeros(nv + 1, Nx).index_add_(0, P.sup_flat, JTx.view(-1, Nx))
         FA = LTDLFactor(sp, topo, E)
-        at = FA.solve_fast(rhs + full[:nv])
+        at = FA.solve_fast(X.rhs + full[:nv])
         fr = None
         if friction is not None:
-            at, fr = _joint_friction(FA, topo, friction, fric, vt, at, dt)
+            at, fr = _joint_friction(FA, topo, friction, fric, X.vt, at, dt)
 
         # The forces the step applied: f - pred - CK J dt a = f - C x - dt K (J v + x), x = b + dt J a.
         x = _point_velocity(P, Jc, at).mul_(dt)
@@ -484,14 +532,17 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
         f_nn = (force * n).sum(-1)
         return C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals
 
-    C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(E, f_n, f_t, c_n, k_n)
+    C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(inputs, E, f_n, f_t, c_n, k_n)
     fields_law = (c_n, k_n, mu_fn_s)
     active = None
     if contact.unilateral:
         # Points whose applied normal force is negative leave the step, which
         # is solved again (_model.unilateral_step, the reference's): the law's
-        # outputs there are zero. On the whole batch: a sample without a
-        # dropped point repeats its first solve bit for bit (its mask is 1).
+        # outputs there are zero. A sample without a new dropped point keeps
+        # its solve bit for bit. When few samples drop a point, only those
+        # are solved again (their rows of every input, then of every output
+        # written back); else the whole batch, where the others repeat their
+        # solve exactly (mask 1).
         from ._model import UNILATERAL_PASSES
 
         for _ in range(UNILATERAL_PASSES):
@@ -503,7 +554,24 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             active = (~neg).to(f_nn.dtype) if active is None else active * (~neg).to(f_nn.dtype)
             f_n, c_n, k_n = f_n0 * active, c_n0 * active, k_n0 * active
             f_t = f_t0 * active[..., None]
-            C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(E, f_n, f_t, c_n, k_n, vals)
+            rows = neg.any(-1).nonzero()[:, 0] if N >= _SUBSET_MIN else None
+            if rows is None or 2 * rows.numel() > N:
+                C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(
+                    inputs, E, f_n, f_t, c_n, k_n, vals)
+                continue
+            # Only the samples with a new dropped point.
+            Er = E.index_select(1, rows)
+            sub = solve(inputs.take(rows), Er, f_n[rows], f_t[rows], c_n[rows], k_n[rows], vals.index_select(-1, rows))
+            E.index_copy_(1, rows, Er)
+            C, Kst, mu, mu_fn_s, CK, pred, x, force, f_nn = (
+                full.index_copy(0, rows, part)  # new arrays: the first solve's may be kept (fields_law)
+                for full, part in zip((C, Kst, mu, mu_fn_s, CK, pred, x, force, f_nn),
+                                      (sub[0], sub[1], sub[2], sub[3], sub[4], sub[5], sub[9], sub[10], sub[11])))
+            at = at.index_copy(1, rows, sub[7])
+            vals = vals.index_copy(-1, rows, sub[12])
+            FA = _merge_factor(FA, sub[6], rows)
+            if fr is not None:
+                fr = (fr[0], *(full.index_copy(0, rows, part) for full, part in zip(fr[1:], sub[8][1:])))
     fields = {
         "point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t,
         "normal_force": f_nn, "friction_force": force - f_nn[..., None] * n, "force": force,
