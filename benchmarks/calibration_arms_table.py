@@ -100,8 +100,12 @@ def main(argv=None):
             v = [x["real_speed"] for x in rows.values()]
             res["arms"][arm] = {"seeds": rows, "mean_error": sum(e) / len(e), "error_spread": max(e) - min(e),
                                 "mean_speed": sum(v) / len(v), "speed_spread": max(v) - min(v)}
+            b = [x["real_minus_own_sim"] for x in rows.values()]
+            res["arms"][arm].update(mean_real_minus_own_sim=sum(b) / len(b), real_minus_own_sim_range=[min(b), max(b)])
             print(f"| {arm}: mean over {len(e)} seeds | | | | {sum(v) / len(v):.3f} ({sum(e) / len(e):.3f}); "
                   f"spread {max(v) - min(v):.3f} ({max(e) - min(e):.3f}) |")
+            print(f"| {arm}: reality minus own sim at the kept policy | | | | mean {sum(b) / len(b):+.3f}, "
+                  f"range {min(b):+.3f} to {max(b):+.3f} |")
     a = res["arms"]
     if "nominal" in a and "calibrated" in a:
         # "Measurably better": the difference of the mean errors against the seed spreads.
