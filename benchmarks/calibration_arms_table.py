@@ -8,13 +8,48 @@ error; per arm the mean and the spread (max - min) over seeds.
 
     python benchmarks/calibration_arms_table.py --dir outputs/benchmarks/c4 --out benchmarks/results/go1_calib_arms_13th.json
     python benchmarks/calibration_arms_table.py --dir outputs/benchmarks/c5 --seeds 0,1,2 --out benchmarks/results/go1_calib_arms_14th.json
+    python benchmarks/calibration_arms_table.py --dir outputs/benchmarks/c6 --seeds 3,4,5 \
+        --merge benchmarks/results/go1_calib_arms_14th.json --out benchmarks/results/go1_calib_arms_15th.json
+
+``--merge`` adds the seeds of earlier runs of this script (their ``--out`` JSON) that ``--dir``
+lacks. ``--pair A,B`` (default ``nominal,calibrated``) compares two arms seed by seed over the
+seeds both have: the per-seed difference of the errors in reality (A - B), its mean and standard
+error, how many seeds B wins (lower error), and the two-sided exact sign test's p-value (ties
+dropped). The criterion for "B transfers measurably better" (15th session, fixed before its
+seeds ran): sign test p < 0.05 and the mean difference above twice its standard error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test: P(a split at least this uneven | each seed a fair coin), ties dropped."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired(a: dict, b: dict) -> dict:
+    """Arm ``a`` against arm ``b`` (each ``{seed: {"real_error": ...}}``) over their common seeds."""
+    seeds = sorted(set(a) & set(b), key=int)
+    d = [a[s]["real_error"] - b[s]["real_error"] for s in seeds]
+    n = len(d)
+    mean = sum(d) / n if n else float("nan")
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else float("nan")
+    se = sd / math.sqrt(n) if n > 1 else float("nan")
+    wins, losses = sum(x > 0 for x in d), sum(x < 0 for x in d)
+    p = sign_test(wins, losses)
+    return {"seeds": seeds, "difference": dict(zip(seeds, d)), "mean": mean, "sd": sd, "se": se,
+            "b_wins": wins, "b_losses": losses, "ties": n - wins - losses, "sign_test_p": p,
+            "measurably_better": bool(n > 1 and p < 0.05 and mean > 2 * se)}
 
 
 def main(argv=None):
@@ -23,13 +58,22 @@ def main(argv=None):
     ap.add_argument("--arms", default="nominal,calibrated,truth")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--merge", default=None, metavar="JSON[,JSON]",
+                    help="earlier --out files whose seeds are added where --dir lacks them")
+    ap.add_argument("--pair", default="nominal,calibrated", metavar="A,B",
+                    help="the seed-by-seed comparison of arm A's error in reality minus arm B's")
     args = ap.parse_args(argv)
     d = Path(args.dir)
     res = {"arms": {}}
+    earlier = [json.loads(Path(f).read_text())["arms"] for f in args.merge.split(",")] if args.merge else []
     print("| arm | seed | own sim after 0 / 5 / ... actor updates (m/s) | kept | in reality: speed (error), m/s |")
     print("| --- | ---: | --- | ---: | ---: |")
     for arm in args.arms.split(","):
         rows = {}
+        for e in earlier:
+            for s, row in e.get(arm, {}).get("seeds", {}).items():
+                rows.setdefault(s, {"real_minus_own_sim": row["real_speed"] - row["kept_own_sim"], **row,
+                                    "from": args.merge})
         for s in args.seeds.split(","):
             run, dep = d / f"{arm}_s{s}.json", d / f"deploy_{arm}_s{s}.json"
             rec = d / f"{arm}_s{s}_recipe.pt.json"
@@ -43,15 +87,25 @@ def main(argv=None):
                        "real_speed": real["forward_speed"], "real_error": real["speed_error"],
                        "upright": real["upright"], "shipped_real": [p["rows"]["shipped"]["forward_speed"],
                                                                      p["rows"]["shipped"]["speed_error"]]}
+            rows[s]["real_minus_own_sim"] = rows[s]["real_speed"] - kept
             print(f"| {arm} | {s} | {' / '.join(f'{x:.3f}' for x in own)} | {k['selection']['kept']} | "
                   f"{real['forward_speed']:.3f} ({real['speed_error']:.3f}) |")
+        rows = dict(sorted(rows.items(), key=lambda kv: int(kv[0])))
+        for s, x in rows.items():
+            if "from" in x:
+                print(f"| {arm} | {s} | {' / '.join(f'{v:.3f}' for v in x['own_sim'])} | {x['kept']} | "
+                      f"{x['real_speed']:.3f} ({x['real_error']:.3f}) | (from {x['from']})")
         if rows:
             e = [x["real_error"] for x in rows.values()]
             v = [x["real_speed"] for x in rows.values()]
             res["arms"][arm] = {"seeds": rows, "mean_error": sum(e) / len(e), "error_spread": max(e) - min(e),
                                 "mean_speed": sum(v) / len(v), "speed_spread": max(v) - min(v)}
+            b = [x["real_minus_own_sim"] for x in rows.values()]
+            res["arms"][arm].update(mean_real_minus_own_sim=sum(b) / len(b), real_minus_own_sim_range=[min(b), max(b)])
             print(f"| {arm}: mean over {len(e)} seeds | | | | {sum(v) / len(v):.3f} ({sum(e) / len(e):.3f}); "
                   f"spread {max(v) - min(v):.3f} ({max(e) - min(e):.3f}) |")
+            print(f"| {arm}: reality minus own sim at the kept policy | | | | mean {sum(b) / len(b):+.3f}, "
+                  f"range {min(b):+.3f} to {max(b):+.3f} |")
     a = res["arms"]
     if "nominal" in a and "calibrated" in a:
         # "Measurably better": the difference of the mean errors against the seed spreads.
@@ -59,6 +113,15 @@ def main(argv=None):
         res["calibrated_minus_nominal_error"] = diff
         print(f"\ncalibrated - nominal mean error {diff:+.3f} m/s; seed spreads (max - min) nominal "
               f"{a['nominal']['error_spread']:.3f}, calibrated {a['calibrated']['error_spread']:.3f}")
+    A, B = args.pair.split(",")
+    if A in a and B in a:
+        c = paired(a[A]["seeds"], a[B]["seeds"])
+        res["paired"] = {"a": A, "b": B, **c}
+        print(f"\n{A} - {B} error in reality, seeds {','.join(c['seeds'])}: "
+              + " / ".join(f"{x:+.3f}" for x in c["difference"].values())
+              + f"; mean {c['mean']:+.4f}, sd {c['sd']:.4f}, standard error {c['se']:.4f}; {B} lower on "
+              f"{c['b_wins']} of {len(c['seeds'])} (ties {c['ties']}); sign test p = {c['sign_test_p']:.3f}; "
+              f"measurably better (p < 0.05 and mean > 2 SE): {c['measurably_better']}")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
 
