@@ -19,12 +19,18 @@ The scenario, robots, contact law and servos are ``benchmarks/contact.py``'s
   iteration (``opt.iterations = 1``: MJX then calls the solver body once
   instead of a ``while_loop``, which JAX cannot transpose); the line search
   is a fixed-length scan of ``opt.ls_iterations`` (``--ls-iterations``).
+  ``--iterations N`` (N > 1) runs the solver's N iterations as a fixed-length
+  ``lax.scan`` that idles once converged (:class:`_fixed_iterations`), so
+  that reverse mode goes through all of them.
+
   One solver iteration per step (warm-started from the previous step's
   acceleration) is different physics from MuJoCo's default (up to 100
   iterations to tolerance 1e-8): the report shows how different (the
-  standing height after a 3 s settle and the ground reaction over the
-  weight, and the objective after the rollout, for MuJoCo's C engine at the
-  default solver and at the one-iteration solver, and for MJX).
+  objective after the rollout and the largest |qvel| along it, for MuJoCo's
+  C engine at the default and at the reduced solver and for MJX; and, from
+  the settled state held 3 s at the standing targets, the base height and
+  the ground reaction over the weight, where a warm-started iteration
+  suffices and the three agree).
 
   Timed: ``jax.jit(rollout)`` (forward) and ``jax.jit(jax.grad(loss))``,
   each compiled ahead of time (``.lower().compile()``, compile times
@@ -35,8 +41,10 @@ The scenario, robots, contact law and servos are ``benchmarks/contact.py``'s
   - against MuJoCo's central differences of whole rollouts at MuJoCo's
     default solver (``mujoco_fd_gradient``, eps 1e-6: the ``G_fd`` of
     ``contact.py``'s gradient table),
-  - against the same differences with MuJoCo's C solver at one iteration and
-    the same ``ls_iterations`` (the physics MJX differentiates, in C),
+  - against the same differences with MuJoCo's C solver at the same
+    ``iterations`` and ``ls_iterations`` (the reduced solver in C; C's loop
+    and line search are not MJX's, so this is the same physics only where
+    both converge),
   - against MJX's own central differences along ``--directions`` random
     unit directions ``d``: ``g . d`` vs ``(L(U + eps d) - L(U - eps d)) / (2 eps)``.
 
@@ -50,7 +58,8 @@ The scenario, robots, contact law and servos are ``benchmarks/contact.py``'s
 Run (one thread for XLA too, as the tables were made)::
 
     XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
-        python benchmarks/contact_mjx.py --robots quadruped go1
+        python benchmarks/contact_mjx.py --robots quadruped --iterations 1 --ls-iterations 4
+    python benchmarks/contact_mjx.py --robots quadruped --iterations 4 --ls-iterations 4
     python benchmarks/contact_mjx.py --no-gradient --throughput --batches 1 64
 
 Prints markdown tables, with the load average at the start and the end.
