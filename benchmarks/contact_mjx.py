@@ -358,7 +358,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dt", type=float, default=4e-3, help="step of the gradient scenario, s")
     ap.add_argument("--ls-iterations", type=int, default=4, help="MJX line-search iterations of the gradient run")
-    ap.add_argument("--iterations", type=int, default=1,
+    ap.add_argument("--iterations", type=int, default=4,
                     help="MJX solver iterations of the gradient run (above 1: a fixed-length scan)")
     ap.add_argument("--directions", type=int, default=3, help="random directions of MJX's own finite differences")
     ap.add_argument("--no-gradient", action="store_true")
