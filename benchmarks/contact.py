@@ -42,8 +42,9 @@ so that the elements differ), under constant standing targets, for
     by default: compiling takes about a minute per shape here, and batch
     1,024 did not finish compiling and running within 15 minutes on the
     shared 2-core machine), when ``mujoco-mjx`` and ``jax[cpu]`` are
-    installed (the ``bench`` extra). MJX's rollout gradient needs its solver
-    at one iteration (NOTES.md), which changes the physics: not timed here.
+    installed (the ``bench`` extra). MJX's rollout gradient (its solver at
+    one iteration, or a fixed number of them) is timed by
+    ``benchmarks/contact_mjx.py``.
   Every rollout starts from MuJoCo's settled state (at 2 ms for backdrive's
   rows, whose step may be beyond MuJoCo's stable range), checked (max
   |qvel| < 0.05, ground reaction within 2 % of the weight) before anything
