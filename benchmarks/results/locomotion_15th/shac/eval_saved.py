@@ -30,6 +30,9 @@ preset = loco.shac_variant(QUADRUPED_WALK_SHAC, run["settings"])
 c = preset.config
 env = QuadrupedWalk(loco.EVAL_EPISODES, **loco.env_kwargs())  # --reach's evaluation env (the shipped preset's keywords)
 policy = MLPPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation, c.squash)
+# As the trainer does (its policy.to(dtype=env.dtype)): that casts the normaliser's statistics to the env's
+# dtype too, so without it the loaded policy would normalise in float64 and act a rounding apart.
+policy = policy.to(dtype=env.dtype)
 results = json.loads(a.out.read_text()) if a.out.exists() else []
 for k in a.updates:
     policy.load_state_dict(run["policies"][k - 1])
