@@ -480,6 +480,32 @@ PPO_RECORDED = [
 REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 420)
 
 
+def provenance() -> dict:
+    """What a SHAC curve depends on besides its settings and seed: the source (git commit, and
+    whether the working tree differed from it), torch's version and the CPU kernels torch picked
+    (``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX2`` or ``AVX512``). The training is
+    deterministic on one machine and one source tree, but a change in rounding anywhere (a
+    refactor of the contact law that reassociates a product, or other vector kernels) changes the
+    curve from the first evaluation on (docs/locomotion.md, *15th session*), so curves are only
+    compared bit for bit when these agree."""
+    import platform
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*cmd) -> str | None:
+        try:
+            r = subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks/locomotion.py")
+    return {"git_commit": git("rev-parse", "HEAD"), "src_modified": None if status is None else bool(status),
+            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(), "threads": torch.get_num_threads()}
+
+
 def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | None = None,
                    compile: bool = False, start_eval: bool = True, preset=QUADRUPED_WALK_SHAC) -> dict:
     """SHAC's evaluation curve and the first point at or above ``target`` return.
@@ -498,6 +524,7 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
     # Building the env and the trainer (imports excluded; the compile is counted on its own): PPO's
     # training clock starts after its env is built, so reach_table leaves this out of SHAC's CPU too.
     setup_cpu = cpu - compile_cpu
+    source = provenance()
     curve = []
     for k in ((0,) if start_eval else ()) + tuple(updates):
         t0 = time.process_time()
@@ -512,12 +539,14 @@ def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | 
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"shac": [{"method": "shac", "seed": seed, "compile": compile,
-                                                  "preset": preset.name, "curve": curve}]}, indent=1))
+                                                  "preset": preset.name, "provenance": source, "curve": curve}]},
+                                      indent=1))
         if m["return"] >= target:
             break
     hit = next((c for c in curve if c["return"] >= target), None)
     return {"method": "shac", "seed": seed, "compile": compile, "compile_cpu_s": compile_cpu,
-            "setup_cpu_s": setup_cpu, "preset": preset.name, "num_envs": env.num_envs, "horizon": trainer.config.horizon,
+            "setup_cpu_s": setup_cpu, "preset": preset.name, "provenance": source, "num_envs": env.num_envs,
+            "horizon": trainer.config.horizon,
             "target_return": target, "curve": curve,
             "reached_at_update": None if hit is None else hit["update"],
             "env_steps_to_target": None if hit is None else hit["env_steps"],
