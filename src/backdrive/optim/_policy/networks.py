@@ -20,9 +20,12 @@ SQUASHES = ("tanh", "clip")
 class ObsNormalizer(nn.Module):
     """Running mean and variance of observations; ``forward`` standardises.
 
-    Statistics are kept in float64 (merged batch by batch with Chan's parallel
-    formula) so that long runs do not drift, and are buffers: they travel in
-    ``state_dict`` and checkpoints. ``forward`` is differentiable in ``obs``.
+    Statistics are created in float64 (merged batch by batch with Chan's
+    parallel formula) and are buffers: they travel in ``state_dict`` and
+    checkpoints. Being buffers, they follow the module's dtype: the trainer
+    moves the policy to the env's dtype, so with a float32 env they are
+    float32 (a policy rebuilt from a ``state_dict`` must be cast the same way
+    to act bit for bit as trained). ``forward`` is differentiable in ``obs``.
 
     Args:
         obs_dim: observation length.
