@@ -7,8 +7,8 @@ Three panels:
   against the training CPU minutes (``train_log`` of ``shac15_N.json``, written by
   ``benchmarks/locomotion.py --methods shac``);
 * evaluations (16 episodes of 10 s at the 0.5 m/s command, ``benchmarks/locomotion.py``'s
-  ``evaluate``): each SHAC run's final policy, and SB3 PPO's evaluations during its 15 CPU minutes
-  on the same step (``benchmarks/results/locomotion_13th/unilateral/ppo15_N.json``); an evaluation
+  ``evaluate``): each SHAC run's final policy, and SB3 PPO's evaluations (every 1.5 CPU minutes) during its 15 CPU
+  minutes on the same step (``benchmarks/results/locomotion_13th/unilateral/ppo15_N.json``); an evaluation
   in which every robot fell has no speed and is drawn as a cross at 0;
 * the shipped policy (``QuadrupedWalk.pretrained()``) at the 0.5 m/s command: which feet carry a
   normal force above 7 N (the env's contact state ``c = 1 - exp(-f / 10 N)`` above
@@ -99,14 +99,15 @@ def main() -> None:
         speed = np.array([c["forward_speed"] for c in curve], dtype=float)
         fell = ~np.isfinite(speed)
         ax.plot(steps[~fell], speed[~fell], "s-", color=color, ms=3, lw=0.7, alpha=0.6,
-                label=f"SB3 PPO seed {seed}, every 0.5 CPU min")
+                label=f"SB3 PPO seed {seed}, every 1.5 CPU min")
         ax.plot(steps[fell], np.zeros(fell.sum()), "x", color=color, ms=6)
     ax.plot([], [], "kx", label="PPO evaluation: every robot fell")
     ax.set_xscale("log")
     ax.set_xlabel("env steps")
     ax.set_ylabel("forward speed at a 0.5 m/s command, m/s")
-    ax.set_title("evaluations: 16 episodes of 10 s, 15 CPU min each")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title("evaluations: 16 episodes of 10 s at 0.5 m/s")
+    ax.set_ylim(-0.05, 1.45)
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
 
     ax = axes[2]
     t, flags, feet = footfalls()
