@@ -268,10 +268,16 @@ def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path
         return row["wall_s"] if budget == "wall" else time.process_time() - cpu0
 
     env, compile_cpu = make_shac_env(compile, preset)
+    cpu_at: list[float] = []  # the process's CPU seconds after each update (for ``train_log``)
+
+    def stop(row) -> bool:
+        cpu_at.append(time.process_time() - cpu0)
+        return spent(row) > 60.0 * minutes
+
     trainer = train_policy(
         env, preset=preset, updates=100_000 if updates is None else updates, seed=seed, num_threads=1,
         policy=blind_actor(env, preset) if blind else None, checkpoint=checkpoint, checkpoint_every=25,
-        callback=lambda row: spent(row) > 60.0 * minutes,
+        callback=stop,
     )
     cpu = time.process_time() - cpu0
     if checkpoint is not None:
@@ -291,7 +297,11 @@ def run_shac(seed: int, minutes: float, *, blind: bool = False, checkpoint: Path
         method += f", {preset.name}" + ("" if decay is None else f", lr decay to 0 at update {decay}")
     return {"method": method, "preset": preset.name, "lr_decay_updates": preset.config.lr_decay_updates,
             "seed": seed, "env_steps": trainer.env_steps, "train_wall_s": trainer.wall_s,
-            "train_cpu_s": cpu, "compile_cpu_s": compile_cpu, "updates": trainer.updates_done, **result}
+            "train_cpu_s": cpu, "compile_cpu_s": compile_cpu, "updates": trainer.updates_done, **result,
+            # The training curve, one entry per update: the trainer's log row (train_return: the mean
+            # return of the training episodes that ended in that update) and the CPU seconds until then.
+            "train_log": [{k: h[k] for k in ("update", "env_steps", "train_return", "window_reward", "grad_norm")}
+                          | {"cpu_s": c} for h, c in zip(trainer.history, cpu_at)]}
 
 
 #: SB3 PPO settings. ``sb3_small`` is the previous session's run (SB3's default
@@ -859,7 +869,7 @@ def main() -> None:
                               log_std_init=args.ppo_log_std, budget=args.budget,
                               max_wall_minutes=args.max_wall_minutes, keep_best=args.ppo_keep_best)
                 row["config"] = args.ppo_config + ("".join(f" {kv}" for kv in args.ppo_set))
-            print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("curve", "train_log")}), flush=True)
             rows.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
