@@ -298,6 +298,8 @@ def _chain_rows(P: _Plan, sp, F: LTDLFactor) -> torch.Tensor:
         for lv, (lo, hi) in zip(sp.levels, F.prog.L_bounds):
             where[lv.xpos] = torch.arange(lo, hi, device=where.device)
         rows = where.index_select(0, P.chain_tgt)
+        if bool(((rows < 0) & (P.chain_tgt != 0)).any()):  # only padding (entry 0) may be missing
+            raise RuntimeError("contact fast path: a chain entry is not a multiplier of the factor")
         P.cache["chain_rows"] = rows = rows.clamp_(min=0)
     return rows
 
