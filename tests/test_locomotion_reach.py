@@ -295,3 +295,21 @@ def test_few_copy_preset_is_the_reach_setting():
     # the training env differs from the shipped preset's in the episode length only (the evaluation runs its
     # EVAL_SECONDS with autoreset off, whatever the episode length)
     assert loco.env_kwargs(few) == {**loco.env_kwargs(loco.QUADRUPED_WALK_SHAC), "max_episode_steps": 100}
+
+
+def test_decay_preset_is_the_15th_session_table_setting():
+    # QUADRUPED_WALK_SHAC_DECAY is what the 15th session's 3-seed table ran: the shipped recipe with
+    # `--lr-decay-updates 420` (its last update); nothing else differs.
+    import dataclasses
+
+    from backdrive.optim import QUADRUPED_WALK_SHAC_DECAY
+    from backdrive.optim._policy.presets import get_preset
+
+    dec = loco.SHAC_PRESETS["quadruped_walk_shac_decay"]
+    assert dec is QUADRUPED_WALK_SHAC_DECAY and get_preset("quadruped_walk_shac_decay") is dec
+    ran = loco.shac_preset(loco.QUADRUPED_WALK_SHAC.name, 420)
+    assert dec.config == ran.config and dec.updates == ran.updates == 420
+    assert dec.config.lr_decay_updates == 420 and loco.QUADRUPED_WALK_SHAC.config.lr_decay_updates != 420
+    assert dataclasses.replace(dec.config, lr_decay_updates=loco.QUADRUPED_WALK_SHAC.config.lr_decay_updates) == \
+        loco.QUADRUPED_WALK_SHAC.config
+    assert dict(dec.env_kwargs) == dict(loco.QUADRUPED_WALK_SHAC.env_kwargs)
