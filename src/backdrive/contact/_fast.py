@@ -246,8 +246,9 @@ def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int):
 
 
 #: From this many samples the unilateral step re-solves only the samples that
-#: dropped a point (when they are at most half of the batch); below it the
-#: rows' gathers cost about what they save.
+#: dropped a point (when they are at most half of the batch). A chosen, not a
+#: measured, threshold: small batches cost per-operation overhead, which the
+#: rows' extra gathers would add to and a smaller solve would not cut.
 _SUBSET_MIN = 64
 
 
@@ -563,17 +564,18 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
                 continue
             # Only the samples with a new dropped point.
             Er = E.index_select(1, rows)
-            sub = solve(inputs.take(rows), Er, f_n[rows], f_t[rows], c_n[rows], k_n[rows], vals.index_select(-1, rows))
+            sC, sKst, smu, smu_fn_s, sCK, spred, sFA, sat, sfr, sx, sforce, sf_nn, svals = solve(
+                inputs.take(rows), Er, f_n[rows], f_t[rows], c_n[rows], k_n[rows], vals.index_select(-1, rows))
             E.index_copy_(1, rows, Er)
             C, Kst, mu, mu_fn_s, CK, pred, x, force, f_nn = (
                 full.index_copy(0, rows, part)  # new arrays: the first solve's may be kept (fields_law)
                 for full, part in zip((C, Kst, mu, mu_fn_s, CK, pred, x, force, f_nn),
-                                      (sub[0], sub[1], sub[2], sub[3], sub[4], sub[5], sub[9], sub[10], sub[11])))
-            at = at.index_copy(1, rows, sub[7])
-            vals = vals.index_copy(-1, rows, sub[12])
-            FA = _merge_factor(FA, sub[6], rows)
-            if fr is not None:
-                fr = (fr[0], *(full.index_copy(0, rows, part) for full, part in zip(fr[1:], sub[8][1:])))
+                                      (sC, sKst, smu, smu_fn_s, sCK, spred, sx, sforce, sf_nn)))
+            at = at.index_copy(1, rows, sat)
+            vals = vals.index_copy(-1, rows, svals)
+            FA = _merge_factor(FA, sFA, rows)
+            if fr is not None:  # (index, A_ff, g, c): the per-sample parts
+                fr = (fr[0], *(full.index_copy(0, rows, part) for full, part in zip(fr[1:], sfr[1:])))
     fields = {
         "point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t,
         "normal_force": f_nn, "friction_force": force - f_nn[..., None] * n, "force": force,
@@ -735,7 +737,7 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * b).sum(-1)
 
 
-def _field_grads(gf: dict, S: _Saved, P: _Plan, topo, contact, B, N: int):
+def _field_grads(gf: dict, S: _Saved, P: _Plan, contact, B, N: int):
     """The result fields' gradients ``gf`` (name -> gradient, batch shape
     first) as gradients of the step's own quantities: ``G (N, np, 3)`` on
     the applied force (``None`` when no field reads it) and a dict of direct
@@ -1020,7 +1022,7 @@ class _ImplicitStepFast(torch.autograd.Function):
         P = plan(contact, robot)
         nv, npnt = robot.nv, contact.geometry.num_points
         gat = at.new_zeros(nv, N) if ga is None else _to_internal(topo, ga.expand(*B, nv).reshape(N, nv))
-        G, D = _field_grads(gf, S, P, topo, contact, B, N) if gf else (None, {})
+        G, D = _field_grads(gf, S, P, contact, B, N) if gf else (None, {})
         if G is not None:  # the fields' part through a: f's is -dt CK J a, its adjoint -dt J^T CK G
             gx = _mv(S.CK, G).permute(2, 1, 0)  # (3, np, N)
             gat = gat - dt * _scatter(P, (S.Jc * gx[None]).sum(1), nv)
