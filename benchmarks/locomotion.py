@@ -492,29 +492,11 @@ REACH_UPDATES = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 80, 100, 150, 200, 300, 42
 
 
 def provenance() -> dict:
-    """What a SHAC curve depends on besides its settings and seed: the source (git commit, and
-    whether the working tree differed from it), torch's version and the CPU kernels torch picked
-    (``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX2`` or ``AVX512``). The training is
-    deterministic on one machine and one source tree, but a change in rounding anywhere (a
-    refactor of the contact law that reassociates a product, or other vector kernels) changes the
-    curve from the first evaluation on (docs/locomotion.md, *15th session*), so curves are only
-    compared bit for bit when these agree."""
-    import platform
-    import subprocess
+    """The source, torch, CPU kernels and threads a SHAC curve ran on (``backdrive.optim``'s
+    :func:`provenance`, with this script's own changes counted as source changes)."""
+    from backdrive.optim._policy.checkpoints import provenance as _provenance
 
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*cmd) -> str | None:
-        try:
-            r = subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return r.stdout.strip() if r.returncode == 0 else None
-
-    status = git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks/locomotion.py")
-    return {"git_commit": git("rev-parse", "HEAD"), "src_modified": None if status is None else bool(status),
-            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "machine": platform.machine(), "threads": torch.get_num_threads()}
+    return _provenance(("src", "benchmarks/locomotion.py"))
 
 
 def run_shac_reach(seed: int, target: float, updates=REACH_UPDATES, out: Path | None = None,

@@ -5,8 +5,9 @@
 targets, 4 physics substeps of 5 ms with the implicit contact step. Every
 step is differentiable, so SHAC back-propagates the return of short windows
 (plus a learned critic's value of where they end) through the contact
-forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
-(``docs/locomotion.md`` says why each one is there).
+forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC_DECAY``
+(``QUADRUPED_WALK_SHAC`` with both learning rates decaying to 0 at the last
+update; ``docs/locomotion.md`` says why each setting is there).
 
     python examples/quadruped_walk.py                  # the preset's run (420 updates, ~15 min)
     python examples/quadruped_walk.py --minutes 5      # stop after 5 min of training
@@ -18,8 +19,11 @@ forces into the policy. The settings are ``backdrive.optim.QUADRUPED_WALK_SHAC``
                                                        # writes .../policies/go1_walk.pt
 
 The shipped policy is this run with the defaults (seed 0, 420 updates);
-training on one thread is deterministic, so ``--ship`` reproduces it (and
-``--preset go1_walk_shac_slip --ship`` Go1's, ``QuadrupedWalk.pretrained(robot="go1")``).
+training on one thread is deterministic, so ``--ship`` reproduces it on the
+machine that made it (and ``--preset go1_walk_shac_slip --ship`` Go1's,
+``QuadrupedWalk.pretrained(robot="go1")``). Training is chaotic: another
+CPU's kernels act like a new seed, so the file records where it was made
+(``provenance``) and ``docs/locomotion.md`` gives the spread over seeds.
 ``--robot go1`` trains any of the presets on Go1; ``--compile`` steps the
 training env through ``torch.compile`` (its compile time counts as training).
 
@@ -42,9 +46,9 @@ from pathlib import Path
 import torch
 
 from backdrive.envs import QuadrupedWalk
-from backdrive.optim import QUADRUPED_WALK_SHAC, load_policy, train_policy
+from backdrive.optim import QUADRUPED_WALK_SHAC_DECAY, load_policy, train_policy
 from backdrive.optim._policy.presets import PRESETS
-from backdrive.optim._policy.checkpoints import read_checkpoint, write_checkpoint
+from backdrive.optim._policy.checkpoints import provenance, read_checkpoint, write_checkpoint
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "backdrive" / "data"
 COMMAND = (0.5, 0.0, 0.0)
@@ -52,8 +56,8 @@ TEST_EPISODES, TEST_SEED = 16, 999
 
 
 def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict, preset: str | None = None) -> None:
-    """The policy part of a training checkpoint, with the env keywords, the measured gait and the
-    name of the preset that trained it."""
+    """The policy part of a training checkpoint, with the env keywords, the measured gait, the
+    name of the preset that trained it and where it was trained (source commit, torch, CPU kernels)."""
     ckpt = read_checkpoint(src)
     keep = {k: ckpt[k] for k in ("format", "config", "policy")}
     keep["env_kwargs"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in env_kwargs.items()
@@ -61,12 +65,13 @@ def slim_checkpoint(src: Path, dst: Path, env_kwargs: dict, metrics: dict, prese
     keep["metrics"] = {k: float(v) for k, v in metrics.items() if isinstance(v, float)}
     if preset is not None:
         keep["preset"] = preset
+    keep["provenance"] = provenance(("src", "examples/quadruped_walk.py"))
     write_checkpoint(keep, dst)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default=QUADRUPED_WALK_SHAC.name,
+    parser.add_argument("--preset", default=QUADRUPED_WALK_SHAC_DECAY.name,
                         choices=[k for k, p in PRESETS.items() if p.env_type is QuadrupedWalk],
                         help="the training settings (evaluation always runs the nominal physics)")
     parser.add_argument("--updates", type=int, default=None, help="default: the preset's")

@@ -128,7 +128,7 @@ def test_demo_walking_stage_plays_the_chosen_robot(tmp_path, capsys, monkeypatch
     monkeypatch.setattr(QuadrupedWalk, "evaluate", short)
     text = "\n".join(stage_quadruped_walk(DemoContext(out=tmp_path, quick=True, robot="go1")))
     assert seen == [("go1", 19)]
-    assert "(Go1)" in text and "robot='go1'" in text and "--preset go1_walk_shac" in text
+    assert "(Go1)" in text and "robot='go1'" in text and "--preset go1_walk_shac_slip --ship" in text
     assert "upright 100%" in text
     assert (tmp_path / "quadruped_walk.html").stat().st_size > 1000
 

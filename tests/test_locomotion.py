@@ -142,6 +142,31 @@ def test_shipped_policy_walks_forward():
     assert m["upright"] == 1.0
     assert 0.35 < m["forward_speed"] < 0.65, m["forward_speed"]
     assert m["distance"] > 0.4  # along the start heading, in 2 s
+    # The file is QUADRUPED_WALK_SHAC_DECAY's seed-0 run (examples/quadruped_walk.py --ship, the example's
+    # default preset): it names the preset, its env keywords are the preset's, and the test numbers it
+    # records (16 episodes x 10 s, seed 999; docs/locomotion.md) meet issue 12's target.
+    ckpt = _shipped_checkpoint("quadruped")
+    preset = QuadrupedWalk.shipped_preset()
+    assert preset.name == ckpt["preset"] == "quadruped_walk_shac_decay"
+    assert ckpt["env_kwargs"] == _listed({k: v for k, v in preset.env_kwargs.items() if k != "num_envs"})
+    metrics = ckpt["metrics"]
+    assert metrics["upright"] == 1.0 and metrics["env_steps"] == 215_040
+    assert abs(metrics["forward_speed"] - 0.519) < 0.001 and metrics["speed_error"] < 0.1
+    assert metrics["train_cpu_minutes"] < 15.0
+
+
+def _shipped_checkpoint(robot: str) -> dict:
+    from importlib.resources import as_file, files
+
+    from backdrive.optim._policy.checkpoints import read_checkpoint
+
+    with as_file(files("backdrive.data").joinpath(QuadrupedWalk.SHIPPED_POLICIES[robot])) as path:
+        return read_checkpoint(path)
+
+
+def _listed(kwargs: dict) -> dict:
+    # The file keeps tuples as lists (examples/quadruped_walk.py's slim_checkpoint).
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
 
 
 def test_preset_builds_its_env():
@@ -311,15 +336,9 @@ def test_go1_shipped_policy_walks_forward():
     # The file is GO1_WALK_SHAC_SLIP's seed-0 run (examples/quadruped_walk.py --preset go1_walk_shac_slip
     # --ship): its env keywords are the preset's, and the test numbers it records (16 episodes x 10 s,
     # seed 999; docs/locomotion.md) meet issue 12's target.
-    from importlib.resources import as_file, files
-
-    from backdrive.optim._policy.checkpoints import read_checkpoint
-    from backdrive.optim._policy.presets import get_preset
-
-    with as_file(files("backdrive.data").joinpath(QuadrupedWalk.SHIPPED_POLICIES["go1"])) as path:
-        ckpt = read_checkpoint(path)
-    preset = get_preset(ckpt["preset"])
-    assert preset.name == "go1_walk_shac_slip"
+    ckpt = _shipped_checkpoint("go1")
+    preset = QuadrupedWalk.shipped_preset("go1")
+    assert preset.name == ckpt["preset"] == "go1_walk_shac_slip"
     assert ckpt["env_kwargs"] == {k: v for k, v in preset.env_kwargs.items() if k != "num_envs"}
     assert env.reward_weights["foot_slip"] == 0.5
     metrics = ckpt["metrics"]

@@ -313,3 +313,20 @@ def test_decay_preset_is_the_15th_session_table_setting():
     assert dataclasses.replace(dec.config, lr_decay_updates=loco.QUADRUPED_WALK_SHAC.config.lr_decay_updates) == \
         loco.QUADRUPED_WALK_SHAC.config
     assert dict(dec.env_kwargs) == dict(loco.QUADRUPED_WALK_SHAC.env_kwargs)
+
+
+def test_decay_dr_preset_is_the_decayed_recipe_under_randomization():
+    # QUADRUPED_WALK_SHAC_DECAY_DR differs from the decayed recipe by the env's default randomisation only,
+    # and the example (which lists the quadruped presets) can train it.
+    from backdrive.envs import Randomization
+    from backdrive.optim import QUADRUPED_WALK_SHAC_DECAY, QUADRUPED_WALK_SHAC_DECAY_DR
+    from backdrive.optim._policy.presets import get_preset
+
+    dr = get_preset("quadruped_walk_shac_decay_dr")
+    assert dr is QUADRUPED_WALK_SHAC_DECAY_DR
+    assert dr.config == QUADRUPED_WALK_SHAC_DECAY.config and dr.updates == QUADRUPED_WALK_SHAC_DECAY.updates
+    assert dr.env_kwargs["randomization"] == Randomization()
+    assert {k: v for k, v in dr.env_kwargs.items() if k != "randomization"} == dict(QUADRUPED_WALK_SHAC_DECAY.env_kwargs)
+    env = dr.make_env(num_envs=2)
+    assert env.randomization == Randomization() and dr.mismatches(dr.make_env()) == []
+    assert dr.env_type is QUADRUPED_WALK_SHAC_DECAY.env_type and dr.env_steps == QUADRUPED_WALK_SHAC_DECAY.env_steps

@@ -728,3 +728,25 @@ def test_keep_best_puts_back_the_best_evaluated_policy():
         train_policy(Pendulum(2), "shac", updates=1, horizon=4, keep_best=True)
     with pytest.raises(PolicyConfigError, match="keep_best must be a bool"):
         train_policy(Pendulum(2), "shac", updates=1, horizon=4, eval_fn=lambda p: 0.0, keep_best="yes")
+
+
+def test_provenance_names_the_source_torch_and_kernels(tmp_path, monkeypatch):
+    # What a trained policy records about where it was made (examples/quadruped_walk.py --ship).
+    import re
+    import subprocess
+
+    from backdrive.optim._policy import checkpoints
+
+    p = checkpoints.provenance()
+    assert set(p) == {"git_commit", "src_modified", "torch", "cpu_capability", "machine", "threads"}
+    assert p["torch"] == torch.__version__ and p["threads"] == torch.get_num_threads()
+    assert p["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    root = checkpoints.Path(checkpoints.__file__).resolve().parents[4]
+    if (root / ".git").exists():  # run from a checkout (the test suite is): the commit git reports
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+        assert re.fullmatch("[0-9a-f]{40}", p["git_commit"]) and p["git_commit"] == head
+        assert isinstance(p["src_modified"], bool)
+    # Not from a checkout (an installed package): no commit is claimed.
+    monkeypatch.setattr(checkpoints, "__file__", str(tmp_path / "a" / "b" / "c" / "d" / "checkpoints.py"))
+    p = checkpoints.provenance()
+    assert p["git_commit"] is None and p["src_modified"] is None

@@ -444,6 +444,7 @@ def stage_quadruped_walk(ctx: DemoContext) -> list[str]:
     seconds = 3.0 if ctx.quick else 10.0
     name = "Go1" if ctx.robot == "go1" else "quadruped"
     env, policy = QuadrupedWalk.pretrained(2 if ctx.quick else 4, robot=ctx.robot)
+    preset = QuadrupedWalk.shipped_preset(ctx.robot)
     t0 = time.perf_counter()
     m = env.evaluate(policy, (0.5, 0.0, 0.0), seconds=seconds, seed=0, settle=1.0)
     sim_s = time.perf_counter() - t0
@@ -454,7 +455,7 @@ def stage_quadruped_walk(ctx: DemoContext) -> list[str]:
     lines = [
         f"## Quadruped walking ({name}): a policy learnt through the contact simulator",
         f"The shipped policy (`QuadrupedWalk.pretrained(robot={ctx.robot!r})`, made by "
-        f"`examples/quadruped_walk.py{' --preset go1_walk_shac_slip' if ctx.robot == 'go1' else ''} --ship`) "
+        f"`examples/quadruped_walk.py --preset {preset.name} --ship`) "
         "commanded to walk forward at 0.5 m/s.",
         f"- {env.num_envs} robots for {seconds:g} s: forward speed {m['forward_speed']:.2f} m/s, "
         f"walked {m['distance']:.2f} m, upright {m['upright'] * 100:.0f}%",
@@ -463,10 +464,9 @@ def stage_quadruped_walk(ctx: DemoContext) -> list[str]:
     ]
     if not ctx.quick:
         # The full demo also trains briefly from scratch and plots the curve.
-        from ..optim import GO1_WALK_SHAC_SLIP, QUADRUPED_WALK_SHAC, train_policy
+        from ..optim import train_policy
 
-        preset, preset_name = (
-            (GO1_WALK_SHAC_SLIP, "GO1_WALK_SHAC_SLIP") if ctx.robot == "go1" else (QUADRUPED_WALK_SHAC, "QUADRUPED_WALK_SHAC"))
+        preset_name = preset.name.upper()
         updates = 30
         trainer = train_policy(preset.make_env(), preset=preset, updates=updates, num_threads=1)
         rewards = [row["window_reward"] for row in trainer.history]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .._errors import InputError, InvalidValueError
+from .._errors import InputError, InvalidValueError, PolicyConfigError
 from ..spatial import quat_apply, quat_conjugate
 from ._base import DiffEnv
 
@@ -675,11 +675,12 @@ class QuadrupedWalk(DiffEnv):
         The file (in ``backdrive/data/policies``) holds the policy's weights,
         its training settings and the env keywords, read with
         ``torch.load(weights_only=True)``; ``examples/quadruped_walk.py
-        --ship`` (``--preset go1_walk_shac_slip --ship`` for Go1) reproduces it.
+        --ship`` (``--preset go1_walk_shac_slip --ship`` for Go1) reproduces it
+        on the machine that made it (the file's ``provenance``).
 
         Args:
             num_envs: copies of the env.
-            robot: ``"quadruped"`` (the shipped robot, ``QUADRUPED_WALK_SHAC``)
+            robot: ``"quadruped"`` (the shipped robot, ``QUADRUPED_WALK_SHAC_DECAY``)
                 or ``"go1"`` (example-robot-data's Unitree Go1, ``GO1_WALK_SHAC_SLIP``);
                 or a ``RobotModel`` of one of them (e.g. with calibrated
                 parameters), which picks the policy by the model's name and
@@ -695,14 +696,38 @@ class QuadrupedWalk(DiffEnv):
         from ..model import RobotModel
 
         if isinstance(robot, RobotModel):
-            name = robot.name
             overrides = {**overrides, "robot": robot}
-        else:
-            name = robot
+        return load_shipped(cls, num_envs, overrides, cls._shipped_file(robot))
+
+    @classmethod
+    def _shipped_file(cls, robot) -> str:
+        from ..model import RobotModel
+
+        name = robot.name if isinstance(robot, RobotModel) else robot
         if not isinstance(name, str) or name not in cls.SHIPPED_POLICIES:
             raise InputError(f"no shipped policy for robot {name!r}; valid: "
                              f"{', '.join(map(repr, cls.SHIPPED_POLICIES))}")
-        return load_shipped(cls, num_envs, overrides, cls.SHIPPED_POLICIES[name])
+        return cls.SHIPPED_POLICIES[name]
+
+    @classmethod
+    def shipped_preset(cls, robot: str = "quadruped"):
+        """The training preset (:data:`backdrive.optim.PRESETS`) that made the shipped policy of ``robot``:
+        ``examples/quadruped_walk.py --preset NAME --ship`` (seed 0) writes the file.
+
+        Raises:
+            InputError: ``robot`` has no shipped policy.
+            PolicyConfigError: the file does not name a known preset.
+        """
+        from importlib.resources import as_file, files
+
+        from ..optim._policy.checkpoints import read_checkpoint
+        from ..optim._policy.presets import PRESETS
+
+        with as_file(files("backdrive.data").joinpath(cls._shipped_file(robot))) as path:
+            name = read_checkpoint(path).get("preset")
+        if name not in PRESETS:
+            raise PolicyConfigError(f"the shipped policy of {robot!r} names no known training preset ({name!r})")
+        return PRESETS[name]
 
     # ---------------------------------------------------------- evaluation
     @torch.no_grad()

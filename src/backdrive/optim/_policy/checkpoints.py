@@ -31,7 +31,7 @@ from ..._errors import PolicyConfigError
 from .config import PolicyTrainerConfig
 from .networks import MLPPolicy
 
-__all__ = ["FORMAT", "read_checkpoint", "write_checkpoint", "checkpoint_config", "load_policy"]
+__all__ = ["FORMAT", "read_checkpoint", "write_checkpoint", "checkpoint_config", "load_policy", "provenance"]
 
 FORMAT = "backdrive.policy/1"
 
@@ -150,3 +150,38 @@ def load_policy(path: str | os.PathLike, *, device: torch.device | str | None = 
     ).to(dtype=centre.dtype, device=centre.device)
     policy.load_state_dict(weights)
     return policy.eval()
+
+
+def provenance(paths: tuple[str, ...] = ("src",)) -> dict[str, Any]:
+    """Where a trained policy (or a training curve) came from, besides its settings and seed.
+
+    Returns the git commit of the source checkout backdrive runs from, whether
+    the files under ``paths`` (relative to the checkout) differed from it,
+    torch's version, the CPU kernels torch picked
+    (``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX2``), the machine
+    and the thread count. Training through contact is deterministic on one
+    machine and one source tree, but chaotic: a change of rounding anywhere (a
+    reassociated product, other vector kernels) acts like a new seed
+    (docs/locomotion.md, *15th session*), so runs only compare bit for bit
+    when these agree. ``git_commit`` and ``src_modified`` are ``None`` when
+    backdrive is not run from a git checkout (an installed wheel)."""
+    import platform
+    import subprocess
+
+    here = Path(__file__).resolve()
+    root = here.parents[4]  # <root>/src/backdrive/optim/_policy/checkpoints.py
+    from_checkout = (root / "src" / "backdrive").is_dir() and (root / ".git").exists()
+
+    def git(*cmd: str) -> str | None:
+        if not from_checkout:
+            return None
+        try:
+            r = subprocess.run(["git", *cmd], cwd=root, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no", "--", *paths)
+    return {"git_commit": git("rev-parse", "HEAD"), "src_modified": None if status is None else bool(status),
+            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(), "threads": torch.get_num_threads()}

@@ -476,8 +476,9 @@ __all__.append("GO1_WALK_SHAC_SLIP")
 #: undecayed recipe met issue 12's speed target on 1 seed of 3 (errors 0.238,
 #: 0.133, 0.046 m/s): its policy is whatever the last, still large, steps
 #: left. With the decay all three seeds meet it (docs/locomotion.md,
-#: *Results*, 15th session). The shipped quadruped policy is still
-#: ``QUADRUPED_WALK_SHAC``'s.
+#: *Results*, 15th session). Its seed 0 is the shipped quadruped policy since
+#: the 16th session (``examples/quadruped_walk.py --ship``, the example's
+#: default preset; ``QuadrupedWalk.pretrained()``).
 QUADRUPED_WALK_SHAC_DECAY = dataclasses.replace(
     QUADRUPED_WALK_SHAC,
     name="quadruped_walk_shac_decay",
@@ -488,3 +489,17 @@ QUADRUPED_WALK_SHAC_DECAY = dataclasses.replace(
 )
 PRESETS[QUADRUPED_WALK_SHAC_DECAY.name] = QUADRUPED_WALK_SHAC_DECAY
 __all__.append("QUADRUPED_WALK_SHAC_DECAY")
+
+#: ``QUADRUPED_WALK_SHAC_DECAY`` trained under the env's domain randomisation
+#: (:class:`~backdrive.envs.Randomization` defaults, as ``QUADRUPED_WALK_SHAC_DR``
+#: for the undecayed recipe); every other setting is the decayed preset's.
+#: ``examples/quadruped_walk.py --preset quadruped_walk_shac_decay_dr`` runs it;
+#: ``docs/locomotion.md`` (*Transfer to MuJoCo*, 16th session) gives what it does to the transfer gap.
+QUADRUPED_WALK_SHAC_DECAY_DR = dataclasses.replace(
+    QUADRUPED_WALK_SHAC_DECAY,
+    name="quadruped_walk_shac_decay_dr",
+    env_kwargs={**QUADRUPED_WALK_SHAC_DECAY.env_kwargs, "randomization": Randomization()},
+    summary="QUADRUPED_WALK_SHAC_DECAY under Randomization() during training (docs/locomotion.md, 16th session)",
+)
+PRESETS[QUADRUPED_WALK_SHAC_DECAY_DR.name] = QUADRUPED_WALK_SHAC_DECAY_DR
+__all__.append("QUADRUPED_WALK_SHAC_DECAY_DR")
