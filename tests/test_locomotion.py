@@ -153,6 +153,9 @@ def test_shipped_policy_walks_forward():
     assert metrics["upright"] == 1.0 and metrics["env_steps"] == 215_040
     assert abs(metrics["forward_speed"] - 0.519) < 0.001 and metrics["speed_error"] < 0.1
     assert metrics["train_cpu_minutes"] < 15.0
+    # Where it was made (training is chaotic across machines): a commit of this repository, unmodified sources.
+    prov = ckpt["provenance"]
+    assert len(prov["git_commit"]) == 40 and prov["src_modified"] is False and prov["threads"] == 1
 
 
 def _shipped_checkpoint(robot: str) -> dict:

@@ -739,6 +739,10 @@ def test_provenance_names_the_source_torch_and_kernels(tmp_path, monkeypatch):
 
     p = checkpoints.provenance()
     assert set(p) == {"git_commit", "src_modified", "torch", "cpu_capability", "machine", "threads"}
+    # It goes into policy files, which are read with weights_only=True: plain types only.
+    checkpoints.write_checkpoint({"format": checkpoints.FORMAT, "provenance": p}, tmp_path / "p.pt")
+    assert checkpoints.read_checkpoint(tmp_path / "p.pt")["provenance"] == p
+    assert type(p["torch"]) is str
     assert p["torch"] == torch.__version__ and p["threads"] == torch.get_num_threads()
     assert p["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     root = checkpoints.Path(checkpoints.__file__).resolve().parents[4]

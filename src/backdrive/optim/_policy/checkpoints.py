@@ -182,6 +182,7 @@ def provenance(paths: tuple[str, ...] = ("src",)) -> dict[str, Any]:
         return r.stdout.strip() if r.returncode == 0 else None
 
     status = git("status", "--porcelain", "--untracked-files=no", "--", *paths)
+    # Plain str: torch.__version__ is a TorchVersion, which weights_only loading refuses.
     return {"git_commit": git("rev-parse", "HEAD"), "src_modified": None if status is None else bool(status),
-            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "machine": platform.machine(), "threads": torch.get_num_threads()}
+            "torch": str(torch.__version__), "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+            "machine": platform.machine(), "threads": int(torch.get_num_threads())}
