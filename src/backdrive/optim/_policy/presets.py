@@ -499,7 +499,9 @@ QUADRUPED_WALK_SHAC_DECAY_DR = dataclasses.replace(
     QUADRUPED_WALK_SHAC_DECAY,
     name="quadruped_walk_shac_decay_dr",
     env_kwargs={**QUADRUPED_WALK_SHAC_DECAY.env_kwargs, "randomization": Randomization()},
-    summary="QUADRUPED_WALK_SHAC_DECAY under Randomization() during training (docs/locomotion.md, 16th session)",
+    summary="seed 0: 0.423 m/s at a 0.5 m/s command in nominal backdrive (error 0.077 m/s), 16/16 upright, 9.1 min of "
+    "training CPU; 14/16 with Randomization() on (the nominally trained shipped policy: 15/16); in MuJoCo -24.1 to "
+    "+1.8 % of its backdrive speed (shipped: -8.4 to +11.2 %); not shipped (docs/locomotion.md, 16th session)",
 )
 PRESETS[QUADRUPED_WALK_SHAC_DECAY_DR.name] = QUADRUPED_WALK_SHAC_DECAY_DR
 __all__.append("QUADRUPED_WALK_SHAC_DECAY_DR")
