@@ -14,7 +14,9 @@ Three panels:
   normal force above 7 N (the env's contact state ``c = 1 - exp(-f / 10 N)`` above
   ``1 - exp(-0.7)``) between 2 and 3 s of one episode (reset seed 999).
 
-    PYTHONPATH=src python benchmarks/results/locomotion_15th/walk/plot.py            # writes docs/img/locomotion.png
+    PYTHONPATH=src python benchmarks/results/locomotion_15th/walk/plot.py            # the undecayed runs
+    PYTHONPATH=src python benchmarks/results/locomotion_15th/walk/plot.py --runs lrdecay   # the decayed runs
+                                                                                     # (docs/img/locomotion.png since the 16th session)
 
 About 5 CPU s (the footfall episode) on the development machine.
 """
@@ -59,10 +61,19 @@ def footfalls(seconds: float = 3.0, seed: int = 999) -> tuple[np.ndarray, np.nda
     return t, np.stack(flags), tuple(f.removesuffix("_foot") for f in env.feet)
 
 
+#: ``--runs``: the directory and file names of the three seeds' ``benchmarks/locomotion.py`` JSON, and the preset.
+RUNS = {"walk": (HERE, "shac15_{seed}.json", "QUADRUPED_WALK_SHAC"),
+        "lrdecay": (HERE.parent / "lrdecay", "shac15_decay_{seed}.json", "QUADRUPED_WALK_SHAC_DECAY")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs/img/locomotion.png")
+    parser.add_argument("--runs", choices=sorted(RUNS), default="walk",
+                        help="the 15th session's 3-seed runs to draw: the shipped recipe before (walk) or with "
+                        "(lrdecay) its learning-rate decay")
     args = parser.parse_args()
+    runs_dir, pattern, preset = RUNS[args.runs]
     torch.set_num_threads(1)
 
     import matplotlib
@@ -75,7 +86,7 @@ def main() -> None:
 
     ax = axes[0]
     for seed, color in zip(range(3), colors):
-        row = load_rows(HERE / f"shac15_{seed}.json")[0]
+        row = load_rows(runs_dir / pattern.format(seed=seed))[0]
         log = row["train_log"]
         cpu = np.array([r["cpu_s"] for r in log]) / 60
         reward = np.array([r["window_reward"] for r in log])
@@ -83,14 +94,14 @@ def main() -> None:
         ax.plot(cpu[9:], smooth, color=color, label=f"SHAC seed {seed} ({row['updates']} updates)")
     ax.set_xlabel("training CPU, min (one thread)")
     ax.set_ylabel("mean reward per env step (10-update average)")
-    ax.set_title("SHAC learning curves, default step (no adhesion)")
+    ax.set_title(f"SHAC ({preset}) learning curves, default step", fontsize=10)
     ax.legend(fontsize=8)
 
     ax = axes[1]
     ax.axhspan(COMMAND - 0.1, COMMAND + 0.1, color="C2", alpha=0.12, label="target: 0.5 +- 0.1 m/s")
     ax.axhline(COMMAND, color="k", lw=0.8, ls="--")
     for seed, color in zip(range(3), colors):
-        row = load_rows(HERE / f"shac15_{seed}.json")[0]
+        row = load_rows(runs_dir / pattern.format(seed=seed))[0]
         ax.plot([row["env_steps"]], [row["forward_speed"]], "o", color=color, ms=8,
                 label=f"SHAC seed {seed}, final ({row['upright'] * 16:.0f}/16 up)")
         ppo = next(r for r in load_rows(PPO / f"ppo15_{seed}.json") if r["method"] == "ppo")
