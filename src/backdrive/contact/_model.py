@@ -33,7 +33,7 @@ CONTACT_SCHEMES = ("explicit", "implicit")
 class _Deferred:
     """A field whose value may be given as a function of no arguments: it is
     called on the first read, and its tensor kept (the fast step's dense
-    Jacobian, which a rollout without gradient rarely reads). Pickling and
+    Jacobian and body wrenches, which a rollout without gradient rarely reads). Pickling and
     :func:`dataclasses.replace` read it, so they see the tensor."""
 
     def __set_name__(self, owner, name):
@@ -68,7 +68,8 @@ class ContactResult:
         force: ``(..., np, 3)`` N, total force on the robot at ``point``.
         f_ext: ``(..., nb, 6)`` the same forces as body wrenches, body frame at
             the body origin, ``[force; torque]`` (the ``f_ext`` of
-            :func:`backdrive.dynamics.forward_dynamics`).
+            :func:`backdrive.dynamics.forward_dynamics`). The fast step
+            without gradient builds it on its first read, as ``jacobian``.
         jacobian: ``(..., np, 3, nv)`` linear velocity Jacobian of each point
             (``v_point = J v``, world frame; floating base: base twist in the
             base frame). The fast step without gradient builds this dense
@@ -83,7 +84,7 @@ class ContactResult:
     normal_force: torch.Tensor
     friction_force: torch.Tensor
     force: torch.Tensor
-    f_ext: torch.Tensor
+    f_ext: torch.Tensor = _Deferred()
     jacobian: torch.Tensor = _Deferred()
     _c_n: torch.Tensor
     _k_n: torch.Tensor
@@ -93,7 +94,7 @@ class ContactResult:
     _bodies: tuple = ()
 
     def __getstate__(self):
-        self.jacobian  # a deferred Jacobian is built: the state holds tensors only
+        self.f_ext, self.jacobian  # deferred fields are built: the state holds tensors only
         return self.__dict__
 
     @property
