@@ -766,7 +766,7 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = Fa
     return C, k_n[..., None, None] * nnT
 
 
-def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
+def friction_blend(mu, f_n, v_t, inv_mass, dt: float, vt2=None):
     """The friction blend's weight per row, in one place for the reference
     step (:func:`row_matrices`) and the fast step (``_fast._blend_scalars``
     and its written-out backward ``_fast._contact_vjp``).
@@ -774,6 +774,7 @@ def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
     Args:
         mu, f_n: ``(..., r)`` friction coefficient and normal force.
         v_t: ``(..., r, 3)`` slip. inv_mass: ``(..., r)`` ``1 / m_eff``. dt: s.
+        vt2: ``(..., r)`` ``|v_t|^2`` where the caller has it (``None``: from ``v_t``).
 
     Returns:
         ``(fn_plus, vstar, vt2, den, gamma)``: ``f_n+ = max(f_n, 0)``, the
@@ -783,7 +784,8 @@ def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
     """
     fn_plus = torch.clamp_min(f_n, 0.0)
     vstar = dt * mu * fn_plus * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
+    if vt2 is None:
+        vt2 = (v_t * v_t).sum(-1)
     den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
     return fn_plus, vstar, vt2, den, vt2 / den
 
