@@ -91,7 +91,6 @@ class _Plan(NamedTuple):
     tgt: torch.Tensor  # (ne * np,) packed entry of M of each pair, pair-major
     pmask: torch.Tensor | None  # (ne, np, 1): 0 for pairs with a padding column
     ns: int
-    inv_order: torch.Tensor  # (nb,) level position of each body
     chain_tgt: torch.Tensor  # packed entries (sup[a], sup[b]) for b < a, a-major then b, then the point
     chain_start: tuple  # where column a's block starts in chain_tgt
     dense_index: torch.Tensor  # (ns 3 np,) rows of the dense (nv + 1, 3, np) Jacobian of Jc's entries
@@ -175,7 +174,6 @@ def _build_plan(robot: RobotModel, point_body: torch.Tensor) -> _Plan:
         tgt=t(tgt),
         pmask=f(pmask).view(-1, npnt)[:, :, None] if padded else None,
         ns=ns,
-        inv_order=t([pos[b] for b in range(len(order))]),
     )
 
 
@@ -427,7 +425,7 @@ def _prediction(C, Kst, v_c3, b3, dt):
     return _mv3(Kst, dt * v_c3)
 
 
-def _wrenches(P: _Plan, Rp, pp, pt, force3, point_body, nb: int) -> torch.Tensor:
+def _wrenches(Rp, pp, pt, force3, point_body, nb: int) -> torch.Tensor:
     """Body wrenches ``(N, nb, 6)`` (body frame at the origin) of the point
     forces ``force3 (3, np, N)``: summed straight into body order
     (``point_body``, the points' bodies), the points in order."""
@@ -547,8 +545,9 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
         mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals)``, for the
         samples of ``X``; batch last: ``C``, ``Kst``, ``CK`` ``(3, 3, np,
         N)``, ``pred``, ``x`` (``dt J a``), ``force`` ``(3, np, N)``, ``f_nn``
-        ``(N, np)`` (a view of ``(np, N)``), ``mu``, ``mu_fn_s`` ``(N, np)``. ``E`` (M's packed entries) gets the contact's matrix
-        ``dt vals`` and the extra damping added in place; a re-solve passes
+        ``(N, np)`` (a view of ``(np, N)``), ``mu``, ``mu_fn_s`` ``(N, np)``.
+        ``E`` (M's packed entries) gets the contact's matrix ``dt vals`` and
+        the extra damping added in place; a re-solve passes
         the previous solve's ``E`` and ``prev`` (its ``vals``): then only
         ``dt (vals - prev)`` is added, exactly zero in a sample whose points
         all stay (no copy of ``M``'s entries is kept for a re-solve that may
@@ -651,8 +650,8 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     # 2 %) are outputs of the recorded step; without a record each is built when the result's field is
     # first read (ContactResult). Their inputs are not modified after this point (the closures hold them).
     jac = lambda: _jacobian(P, Jc, nv).reshape(*B, npnt, 3, nv)  # noqa: E731
-    wrench = lambda: _wrenches(P, Rp, pp, pt, force, contact.geometry.point_body, robot.num_bodies).reshape(  # noqa: E731
-        *B, robot.num_bodies, 6)
+    nb = robot.num_bodies
+    wrench = lambda: _wrenches(Rp, pp, pt, force, contact.geometry.point_body, nb).reshape(*B, nb, 6)  # noqa: E731
     fields["jacobian"] = jac() if record else jac
     fields["f_ext"] = wrench() if record else wrench
     a = _from_internal(topo, at).reshape(*B, nv)

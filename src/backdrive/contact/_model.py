@@ -33,8 +33,9 @@ CONTACT_SCHEMES = ("explicit", "implicit")
 class _Deferred:
     """A field whose value may be given as a function of no arguments: it is
     called on the first read, and its tensor kept (the fast step's dense
-    Jacobian and body wrenches, which a rollout without gradient rarely reads). Pickling and
-    :func:`dataclasses.replace` read it, so they see the tensor."""
+    Jacobian and body wrenches, which a rollout without gradient rarely
+    reads). Pickling and :func:`dataclasses.replace` read it, so they see
+    the tensor."""
 
     def __set_name__(self, owner, name):
         self.key = "_deferred_" + name
