@@ -225,3 +225,41 @@ def test_fast_result_builds_its_jacobian_on_first_read():
     gf = torch.einsum("...pin,...pi->...n", J, res.force)
     assert torch.allclose(res.generalized_force(), gf)
     assert float(gf.abs().max()) > 1.0
+
+
+def test_fast_result_builds_its_wrenches_on_first_read():
+    """Without gradient the fast step defers the body wrenches ``f_ext`` as
+    it does the Jacobian: nothing is built until the field is read; a result
+    kept while later steps run (other states, another batch) still gives its
+    own step's wrenches, equal bit for bit to the recorded step's output
+    (which builds them at once) and to the reference path's to rounding;
+    pickling and ``dataclasses.replace`` see the tensor."""
+    import pickle
+
+    robot, feet = _quadruped()
+    cm = ContactModel(robot, ContactGeometry.from_model(robot, links=feet))
+    q, v, tau = _states(robot, feet, (3, 70), seed=7)
+    with torch.no_grad(), use_path("fast"):
+        _, res = cm.acceleration(robot, q, v, tau, dt=DT)
+        assert callable(res.__dict__["_deferred_f_ext"])  # not built yet
+        q2, v2, tau2 = _states(robot, feet, (150,), seed=8)
+        _, later = cm.acceleration(robot, q2, v2, tau2, dt=DT)  # another step before the first result is read
+    tau_r = tau.clone().requires_grad_(True)
+    with use_path("fast"):
+        _, rec = cm.acceleration(robot, q, v, tau_r, dt=DT)
+    assert isinstance(rec.__dict__["_deferred_f_ext"], torch.Tensor)  # the recorded step's is an output
+    W = res.f_ext
+    assert W.shape == (3, 70, robot.num_bodies, 6)
+    assert torch.equal(W, rec.f_ext.detach())
+    assert res.f_ext is W  # built once
+    with torch.no_grad(), use_path("reference"):
+        _, ref = cm.acceleration(robot, q, v, tau, dt=DT)  # per body from the points (_model._body_wrenches)
+    assert float((W - ref.f_ext).abs().max()) <= 1e-9 * float(ref.f_ext.abs().max())
+    assert float(W.abs().max()) > 1.0
+    assert later.f_ext.shape == (150, robot.num_bodies, 6)
+    back = pickle.loads(pickle.dumps(res))
+    assert torch.equal(back.f_ext, W)
+    with torch.no_grad(), use_path("fast"):
+        _, res2 = cm.acceleration(robot, q, v, tau, dt=DT)
+    moved = dataclasses.replace(res2, force=2 * res2.force)
+    assert torch.equal(moved.f_ext, W)

@@ -91,7 +91,6 @@ class _Plan(NamedTuple):
     tgt: torch.Tensor  # (ne * np,) packed entry of M of each pair, pair-major
     pmask: torch.Tensor | None  # (ne, np, 1): 0 for pairs with a padding column
     ns: int
-    inv_order: torch.Tensor  # (nb,) level position of each body
     chain_tgt: torch.Tensor  # packed entries (sup[a], sup[b]) for b < a, a-major then b, then the point
     chain_start: tuple  # where column a's block starts in chain_tgt
     dense_index: torch.Tensor  # (ns 3 np,) rows of the dense (nv + 1, 3, np) Jacobian of Jc's entries
@@ -175,7 +174,6 @@ def _build_plan(robot: RobotModel, point_body: torch.Tensor) -> _Plan:
         tgt=t(tgt),
         pmask=f(pmask).view(-1, npnt)[:, :, None] if padded else None,
         ns=ns,
-        inv_order=t([pos[b] for b in range(len(order))]),
     )
 
 
@@ -236,13 +234,27 @@ def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int):
     Jc = pt.new_empty(P.ns, 3, npnt, N)
     if fb:
         r = pt - p[:, 0:1]  # (3, np, N)
-        Jc[:3].copy_(R0.transpose(0, 1)[:, :, None])
-        Jc[3:6].copy_(cross(R0.transpose(0, 1)[:, :, None], r[None], dim=1))  # R0 e_i x r
+        e = R0.transpose(0, 1)[:, :, None]  # (3 columns, 3, 1, N): R0 e_i
+        Jc[:3].copy_(e)
+        _cross_into(Jc[3:6], e, r[None])  # R0 e_i x r
     if nsj:
-        Jj = torch.add(cross(Sa_, pt[None], dim=1), Sl_, out=Jc[P.ns - nsj :])
+        Jj = _cross_into(Jc[P.ns - nsj :], Sa_, pt[None]).add_(Sl_)
         if P.jmask is not None:
             Jj.mul_(P.jmask)
     return Rp, pp, phi, n, point, pt, Jc, R0
+
+
+def _cross_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a x b`` along dim 1 (``(k, 3, ...)`` arrays, broadcasting) written
+    into ``out``: the operations of :func:`~backdrive.kinematics._kernels.cross`
+    (so the same values, bit for bit) without its stacked copy."""
+    a0, a1, a2 = a.unbind(1)
+    b0, b1, b2 = b.unbind(1)
+    o0, o1, o2 = out.unbind(1)
+    torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
+    torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
+    torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
+    return out
 
 
 #: From this many samples the unilateral step re-solves only the samples that
@@ -317,11 +329,20 @@ def _point_velocity(P: _Plan, Jc: torch.Tensor, x: torch.Tensor) -> torch.Tensor
     return (Jc * _gather(P, x, Jc.shape[2])).sum(0).permute(2, 1, 0)
 
 
+def _sq3(v: torch.Tensor) -> torch.Tensor:
+    """``(v * v).sum(-1)`` of ``v (N, np, 3)`` summed over the first axis of
+    its batch-last view ``(3, np, N)`` (a view of ``(np, N)``): the same
+    values (the three terms in order), several times faster than a sum over
+    the last axis of this layout."""
+    v3 = v.permute(2, 1, 0)
+    return (v3 * v3).sum(0).T
+
+
 def _law(contact, batch, N: int, phi, n, v_c, dt):
     """The force law at the points: ``v_n, v_t, law, f_n, f_t, c_n, k_n, s``."""
     from ._law import contact_law, per_point
 
-    v_n = (v_c * n).sum(-1)
+    v_n = (v_c.permute(2, 1, 0) * n.permute(2, 1, 0)).sum(0).T  # (v_c * n).sum(-1), summed batch last
     v_t = v_c - v_n[..., None] * n
     p = contact._p
     shape = contact.geometry.point_shape
@@ -329,7 +350,7 @@ def _law(contact, batch, N: int, phi, n, v_c, dt):
         k: _flat(per_point(p[k], shape), batch, N)
         for k in ("stiffness", "damping", "friction", "normal_width", "stiction_width")
     }
-    f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], dt=dt, **law)
+    f_n, f_t, c_n, k_n, s = contact_law(phi, v_n, v_t, clamp_normal=p["clamp_normal"], dt=dt, slip2=_sq3(v_t), **law)
     return v_n, v_t, law, f_n, f_t, c_n, k_n, s
 
 
@@ -338,19 +359,37 @@ def _blend_scalars(law, v_t, f_n, s, inv_mass, dt):
     ``gamma / s^2`` with ``gamma = |v_t|^2 / (|v_t|^2 + v*^2)``, ``v* = dt mu
     f_n+ inv_mass``, from the effective mass ``inv_mass (N, np)``."""
     mu = torch.broadcast_to(law["friction"], f_n.shape)
-    fn_plus, _, _, _, gamma = friction_blend(mu, f_n, v_t, inv_mass, dt)
+    fn_plus, _, _, _, gamma = friction_blend(mu, f_n, v_t, inv_mass, dt, _sq3(v_t))
     return mu, law["friction"] * fn_plus / s, gamma / (s * s)
 
 
-def _blend(law, n, v_t, f_n, c_n, k_n, s, inv_mass, dt):
-    """Per-point damping ``C`` and stiffness ``K`` (3x3, world), as
-    :func:`~backdrive.contact._model.row_matrices` on the reference path,
-    from the effective mass ``inv_mass (N, np)``; also ``mu`` and ``mu f_n+ / s``."""
+def _last(t: torch.Tensor) -> torch.Tensor:
+    """A per-point scalar ``(N, np)`` as a contiguous ``(np, N)`` (no copy when its memory already is)."""
+    return t.T.contiguous()
+
+
+def _blend(law, n3, v_t, f_n, c_n, k_n, s, inv_mass, dt):
+    """Per-point damping ``C``, stiffness ``K`` and ``CK = C + dt K`` (3x3,
+    world), as :func:`~backdrive.contact._model.row_matrices` on the
+    reference path, from the effective mass ``inv_mass (N, np)``; also ``mu``
+    and ``mu f_n+ / s`` ``(N, np)``. Batch last: ``n3 (3, np, N)`` (the
+    normals) in, ``C``, ``K``, ``CK`` ``(3, 3, np, N)`` contiguous out (row,
+    column, point, sample), so that the step's products with the Jacobian
+    columns read them in order; ``v_t (N, np, 3)``. The operations are those of
+    the batch-first formula ``mu f_n+ / s (I - n n^T - gamma / s^2 v_t v_t^T)
+    + c_n n n^T`` element for element (the same values, bit for bit)."""
     mu, mu_fn_s, g2 = _blend_scalars(law, v_t, f_n, s, inv_mass, dt)
-    nnT = n[..., :, None] * n[..., None, :]
-    eye = torch.eye(3, dtype=n.dtype, device=n.device)
-    fric = mu_fn_s[..., None, None] * (eye - nnT - g2[..., None, None] * v_t[..., :, None] * v_t[..., None, :])
-    return c_n[..., None, None] * nnT + fric, k_n[..., None, None] * nnT, mu, mu_fn_s
+    if n3.stride(1) == 0 and n3.stride(2) == 0:  # one normal for all (a plane): n n^T once
+        n3 = n3[:, :1, :1]
+    nnT = n3[:, None] * n3[None]  # (3, 3, np, N) or (3, 3, 1, 1)
+    vt3 = v_t.permute(2, 1, 0)
+    fric = (_last(g2) * vt3)[:, None] * vt3[None]  # gamma / s^2 v_t v_t^T
+    eye = torch.eye(3, dtype=nnT.dtype, device=nnT.device)[:, :, None, None]
+    torch.sub(eye - nnT, fric, out=fric).mul_(_last(mu_fn_s))
+    C = (_last(c_n) * nnT).add_(fric)
+    Kst = _last(k_n) * nnT
+    CK = (Kst * dt).add_(C)
+    return C, Kst, CK, mu, mu_fn_s
 
 
 def _base_turn(vt, R0, dt):
@@ -370,19 +409,30 @@ def _mv(A: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return out.addcmul_(A[..., 1], x[..., 1:2]).addcmul_(A[..., 2], x[..., 2:3])
 
 
-def _prediction(C, Kst, v_c, b, dt):
+def _mv3(A: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """:func:`_mv` batch last: ``A x`` for ``A (3, 3, ...)`` and ``x (3, ...)``
+    (broadcast; ``A`` of the result's full shape), the same operations."""
+    out = A[:, 0] * x[0:1]
+    return out.addcmul_(A[:, 1], x[1:2]).addcmul_(A[:, 2], x[2:3])
+
+
+def _prediction(C, Kst, v_c3, b3, dt):
     """The forces' predicted change beyond ``CK J dt a``: ``K dt (J v + b) + C b``
-    with ``b`` the base frame's turn (:func:`_base_turn`; ``None``: fixed base)."""
-    if b is not None:
-        return _mv(C, b).add_(_mv(Kst, dt * (v_c + b)))
-    return _mv(Kst, dt * v_c)
+    with ``b`` the base frame's turn (:func:`_base_turn`; ``None``: fixed base).
+    Batch last: ``C``, ``Kst`` ``(3, 3, np, N)``, ``v_c3 (3, np, N)``, ``b3 (3, 1, N)``."""
+    if b3 is not None:
+        return _mv3(C, b3).add_(_mv3(Kst, dt * (v_c3 + b3)))
+    return _mv3(Kst, dt * v_c3)
 
 
-def _wrenches(P: _Plan, Rp, pp, pt, force, nb: int) -> torch.Tensor:
-    """Body wrenches ``(N, nb, 6)`` (body frame at the origin) of the point forces ``(N, np, 3)``."""
-    fbl = force.permute(2, 1, 0)
-    w = torch.cat([rot_t(Rp, fbl), rot_t(Rp, cross(pt - pp, fbl))], 0)  # (6, np, N)
-    return w.new_zeros(6, nb, w.shape[-1]).index_add(1, P.body_pos, w).index_select(1, P.inv_order).permute(2, 1, 0)
+def _wrenches(Rp, pp, pt, force3, point_body, nb: int) -> torch.Tensor:
+    """Body wrenches ``(N, nb, 6)`` (body frame at the origin) of the point
+    forces ``force3 (3, np, N)``: summed straight into body order
+    (``point_body``, the points' bodies), the points in order."""
+    w = force3.new_empty(6, *force3.shape[1:])
+    rot_t(Rp, force3, out=w[:3])
+    rot_t(Rp, cross(pt - pp, force3), out=w[3:])
+    return w.new_zeros(6, nb, w.shape[-1]).index_add_(1, point_body, w).permute(2, 1, 0)
 
 
 def _jacobian(P: _Plan, Jc: torch.Tensor, nv: int) -> torch.Tensor:
@@ -472,13 +522,17 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     # chain of columns, deepest first.
     FM = LTDLFactor(sp, topo, E)  # (E not modified: the factor works on its own copy)
     Lp = FM.La.index_select(0, _chain_rows(P, sp, FM))  # (sum_a a np, N), a-major
-    Z = Jc.clone()
+    Z = torch.empty_like(Jc)  # the deepest column's update reads Jc and writes Z (no copy of Jc first)
+    Z[-1].copy_(Jc[-1])
+    src = Jc
     for a in range(P.ns - 1, 0, -1):
         k0 = P.chain_start[a]
         La = Lp[k0 : k0 + a * npnt].view(a, 1, npnt, N)
-        Z[:a].addcmul_(La, Z[a : a + 1], value=-1.0)
+        torch.addcmul(src[:a], La, Z[a : a + 1], value=-1.0, out=Z[:a])
+        src = Z
     Dg = torch.cat([FM.D, FM.D.new_ones(1, N)], 0).index_select(0, P.sup_flat).view(P.ns, 1, npnt, N)
-    inv_mass = (Z * Z).div_(Dg).sum(0).mean(0).T  # (N, np)
+    Z2 = Z * Z if record else torch.mul(Z, Z, out=Z)  # Z is kept for the backward only with a record
+    inv_mass = Z2.div_(Dg).sum(0).mean(0).T  # (N, np)
 
     b = _base_turn(vt, R0, dt)
 
@@ -489,20 +543,22 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
     def solve(X: _Samples, E, f_n, f_t, c_n, k_n, prev=None):
         """The step with the law's per-point outputs given: ``(C, Kst, mu,
         mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals)``, for the
-        samples of ``X``. ``E`` (M's packed entries) gets the contact's matrix
-        ``dt vals`` and the extra damping added in place; a re-solve passes
+        samples of ``X``; batch last: ``C``, ``Kst``, ``CK`` ``(3, 3, np,
+        N)``, ``pred``, ``x`` (``dt J a``), ``force`` ``(3, np, N)``, ``f_nn``
+        ``(N, np)`` (a view of ``(np, N)``), ``mu``, ``mu_fn_s`` ``(N, np)``.
+        ``E`` (M's packed entries) gets the contact's matrix ``dt vals`` and
+        the extra damping added in place; a re-solve passes
         the previous solve's ``E`` and ``prev`` (its ``vals``): then only
         ``dt (vals - prev)`` is added, exactly zero in a sample whose points
         all stay (no copy of ``M``'s entries is kept for a re-solve that may
         not come)."""
-        Nx, Jc, n = X.N, X.Jc, X.n
-        C, Kst, mu, mu_fn_s = _blend(X.law, n, X.v_t, f_n, c_n, k_n, X.s, X.inv_mass, dt)
-        CK = C + dt * Kst  # (N, np, 3, 3)
+        Nx, Jc = X.N, X.Jc
+        n3 = X.n.permute(2, 1, 0)  # (3, np, N)
+        C, Kst, CK, mu, mu_fn_s = _blend(X.law, n3, X.v_t, f_n, c_n, k_n, X.s, X.inv_mass, dt)  # (3, 3, np, N)
 
         # dt J^T CK J into the packed entries of M, then the extra diagonal damping.
-        CKt = CK.permute(2, 3, 1, 0)  # (3, 3, np, N)
-        G = Jc[:, 0:1] * CKt[:, 0]
-        G.addcmul_(Jc[:, 1:2], CKt[:, 1]).addcmul_(Jc[:, 2:3], CKt[:, 2])  # (CK J), (ns, 3, np, N)
+        G = Jc[:, 0:1] * CK[:, 0]
+        G.addcmul_(Jc[:, 1:2], CK[:, 1]).addcmul_(Jc[:, 2:3], CK[:, 2])  # (CK J), (ns, 3, np, N)
         # Entries (sup[a], sup[b]), b <= a: J_a . (CK J)_b, one block of pairs per column a.
         vals = G.new_empty(P.ns * (P.ns + 1) // 2, npnt, Nx)
         k0 = 0
@@ -518,11 +574,15 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             E.index_add_(0, sp.dpos, D, alpha=dt)
 
         # Right-hand side: J^T (f - dt K J v - (C + dt K) b).
-        force0 = f_n[..., None] * n + f_t
-        pred = _prediction(C, Kst, X.v_c, X.b, dt)
-        x = (force0 - pred).permute(2, 1, 0)  # (3, np, N)
-        JTx = (Jc * x).sum(1)  # (ns, np, N)
+        force0 = _last(f_n) * n3 + f_t.permute(2, 1, 0)  # (3, np, N)
+        pred = _prediction(C, Kst, X.v_c.permute(2, 1, 0), None if X.b is None else X.b.permute(2, 1, 0), dt)
+        free = force0 - pred  # (3, np, N)
+        JTx = (Jc * free).sum(1)  # (ns, np, N)
         full = X.rhs.new_zeros(nv + 1, Nx).index_add_(0, P.sup_flat, JTx.view(-1, Nx))
+        # (LTDLFactor(sp, topo, E, rhs) would carry the forward substitution along the factorisation, one
+        # sweep less, about 2.5 % of the step at 4,096 samples in float64; its updates are fused
+        # multiply-adds, so the step would differ from this one in the last bits: 1e-13 relative in
+        # float64, 3e-5 in float32 where many points drop. Not taken: this step stays bit for bit.)
         FA = LTDLFactor(sp, topo, E)
         at = FA.solve_fast(X.rhs + full[:nv])
         fr = None
@@ -530,9 +590,9 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             at, fr = _joint_friction(FA, topo, friction, fric, X.vt, at, dt)
 
         # The forces the step applied: f - pred - CK J dt a = f - C x - dt K (J v + x), x = b + dt J a.
-        x = _point_velocity(P, Jc, at).mul_(dt)
-        force = force0 - pred - _mv(CK, x)
-        f_nn = (force * n).sum(-1)
+        x = (Jc * _gather(P, at, Jc.shape[2])).sum(0).mul_(dt)  # (3, np, N)
+        force = free.sub_(_mv3(CK, x))
+        f_nn = (force * n3).sum(0).T  # (N, np)
         return C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals
 
     C, Kst, mu, mu_fn_s, CK, pred, FA, at, fr, x, force, f_nn, vals = solve(inputs, E, f_n, f_t, c_n, k_n)
@@ -567,10 +627,12 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
             sC, sKst, smu, smu_fn_s, sCK, spred, sFA, sat, sfr, sx, sforce, sf_nn, svals = solve(
                 inputs.take(rows), Er, f_n[rows], f_t[rows], c_n[rows], k_n[rows], vals.index_select(-1, rows))
             E.index_copy_(1, rows, Er)
-            C, Kst, mu, mu_fn_s, CK, pred, x, force, f_nn = (
+            C, Kst, CK, pred, x, force = (
+                full.index_copy(-1, rows, part)  # new arrays (batch last)
+                for full, part in zip((C, Kst, CK, pred, x, force), (sC, sKst, sCK, spred, sx, sforce)))
+            mu, mu_fn_s, f_nn = (
                 full.index_copy(0, rows, part)  # new arrays: the first solve's may be kept (fields_law)
-                for full, part in zip((C, Kst, mu, mu_fn_s, CK, pred, x, force, f_nn),
-                                      (sC, sKst, smu, smu_fn_s, sCK, spred, sx, sforce, sf_nn)))
+                for full, part in zip((mu, mu_fn_s, f_nn), (smu, smu_fn_s, sf_nn)))
             at = at.index_copy(1, rows, sat)
             vals = vals.index_copy(-1, rows, svals)
             FA = _merge_factor(FA, sFA, rows)
@@ -578,23 +640,28 @@ def _step(contact, robot, q, v, tau, dt, gravity, extra_damping, record: bool = 
                 fr = (fr[0], *(full.index_copy(0, rows, part) for full, part in zip(fr[1:], sfr[1:])))
     fields = {
         "point": point, "normal": n, "penetration": phi, "normal_velocity": v_n, "slip_velocity": v_t,
-        "normal_force": f_nn, "friction_force": force - f_nn[..., None] * n, "force": force,
-        "f_ext": _wrenches(P, Rp, pp, pt, force, robot.num_bodies),
+        "normal_force": f_nn, "friction_force": (force - f_nn.T * n.permute(2, 1, 0)).permute(2, 1, 0),
+        "force": force.permute(2, 1, 0),
         "_c_n": fields_law[0], "_k_n": fields_law[1], "_mu_fn_over_s": fields_law[2], "_s": s, "_mu": mu,
     }
     B = tuple(batch)
     fields = {k: t.reshape(*B, *t.shape[1:]) for k, t in fields.items()}
-    # The dense Jacobian (about 7 % of the step at 4,096 samples in float64) is an output of the recorded
-    # step; without a record it is built when the result's field is first read (ContactResult).
+    # The dense Jacobian (about 7 % of the step at 4,096 samples in float64) and the body wrenches (about
+    # 2 %) are outputs of the recorded step; without a record each is built when the result's field is
+    # first read (ContactResult). Their inputs are not modified after this point (the closures hold them).
     jac = lambda: _jacobian(P, Jc, nv).reshape(*B, npnt, 3, nv)  # noqa: E731
+    nb = robot.num_bodies
+    wrench = lambda: _wrenches(Rp, pp, pt, force, contact.geometry.point_body, nb).reshape(*B, nb, 6)  # noqa: E731
     fields["jacobian"] = jac() if record else jac
+    fields["f_ext"] = wrench() if record else wrench
     a = _from_internal(topo, at).reshape(*B, nv)
     if not record:
         return a, fields, None
     if b is not None:
-        x += b
-    S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b, x, force, CK,
-               active)
+        x += b.permute(2, 1, 0)
+    # The backward reads the points' arrays batch first (views of the batch-last ones).
+    S = _Saved(Rp, pp, pt, n, phi, v_c, v_n, v_t, f_n, c_n, k_n, s, mu, mu_fn_s, inv_mass, law, Jc, R0, b,
+               x.permute(2, 1, 0), force.permute(2, 1, 0), CK.permute(3, 2, 0, 1), active)
     V = keep.get("V")  # halves of a (3, 2, na, N) pair with the accelerations when stacked: a copy holds half
     kin = (K.R, K.p, K.Sl, K.Sa, None if V is None else tuple(x.clone() for x in V), inertias)
     return a, fields, (B, N, g, FM, FA, at, vt, Z, Dg, kin, S, fr)

@@ -150,6 +150,7 @@ def contact_law(
     stiction_width,
     clamp_normal: bool = True,
     dt: float | None = None,
+    slip2: torch.Tensor | None = None,
 ):
     """Forces of the law in the module docstring.
 
@@ -161,6 +162,9 @@ def contact_law(
             ``()`` or ``(..., np)`` tensors.
         dt: the implicit step's length, for the secant in ``k_n`` (see the
             comment there); ``None`` gives the derivative.
+        slip2: ``(..., np)`` ``|v_t|^2`` where the caller has it (the fast
+            step sums it in its batch-last layout, the same values); ``None``:
+            from ``v_t``.
 
     Returns:
         ``f_n (..., np)`` normal force magnitude (N), ``f_t (..., np, 3)``
@@ -194,7 +198,7 @@ def contact_law(
         c_n = torch.where(on, c_n, torch.zeros_like(c_n))
         k_n = torch.where(on, k_n, torch.zeros_like(k_n))
     # sqrt(|v_t|^2 + w^2) >= w > 0: finite value and gradient at zero slip.
-    s = torch.sqrt((v_t * v_t).sum(-1) + stiction_width * stiction_width)
+    s = torch.sqrt(((v_t * v_t).sum(-1) if slip2 is None else slip2) + stiction_width * stiction_width)
     # Friction is bounded by the compressive part only (also when unclamped).
     f_t = (-friction * torch.clamp_min(f_n, 0.0) / s).unsqueeze(-1) * v_t
     return f_n, f_t, c_n, k_n, s

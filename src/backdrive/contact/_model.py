@@ -33,8 +33,9 @@ CONTACT_SCHEMES = ("explicit", "implicit")
 class _Deferred:
     """A field whose value may be given as a function of no arguments: it is
     called on the first read, and its tensor kept (the fast step's dense
-    Jacobian, which a rollout without gradient rarely reads). Pickling and
-    :func:`dataclasses.replace` read it, so they see the tensor."""
+    Jacobian and body wrenches, which a rollout without gradient rarely
+    reads). Pickling and :func:`dataclasses.replace` read it, so they see
+    the tensor."""
 
     def __set_name__(self, owner, name):
         self.key = "_deferred_" + name
@@ -68,7 +69,8 @@ class ContactResult:
         force: ``(..., np, 3)`` N, total force on the robot at ``point``.
         f_ext: ``(..., nb, 6)`` the same forces as body wrenches, body frame at
             the body origin, ``[force; torque]`` (the ``f_ext`` of
-            :func:`backdrive.dynamics.forward_dynamics`).
+            :func:`backdrive.dynamics.forward_dynamics`). The fast step
+            without gradient builds it on its first read, as ``jacobian``.
         jacobian: ``(..., np, 3, nv)`` linear velocity Jacobian of each point
             (``v_point = J v``, world frame; floating base: base twist in the
             base frame). The fast step without gradient builds this dense
@@ -83,7 +85,7 @@ class ContactResult:
     normal_force: torch.Tensor
     friction_force: torch.Tensor
     force: torch.Tensor
-    f_ext: torch.Tensor
+    f_ext: torch.Tensor = _Deferred()
     jacobian: torch.Tensor = _Deferred()
     _c_n: torch.Tensor
     _k_n: torch.Tensor
@@ -93,7 +95,7 @@ class ContactResult:
     _bodies: tuple = ()
 
     def __getstate__(self):
-        self.jacobian  # a deferred Jacobian is built: the state holds tensors only
+        self.f_ext, self.jacobian  # deferred fields are built: the state holds tensors only
         return self.__dict__
 
     @property
@@ -765,7 +767,7 @@ def row_matrices(n, v_t, s, mu, f_n, c_n, k_n, Jf, M, dt, *, combined: bool = Fa
     return C, k_n[..., None, None] * nnT
 
 
-def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
+def friction_blend(mu, f_n, v_t, inv_mass, dt: float, vt2=None):
     """The friction blend's weight per row, in one place for the reference
     step (:func:`row_matrices`) and the fast step (``_fast._blend_scalars``
     and its written-out backward ``_fast._contact_vjp``).
@@ -773,6 +775,7 @@ def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
     Args:
         mu, f_n: ``(..., r)`` friction coefficient and normal force.
         v_t: ``(..., r, 3)`` slip. inv_mass: ``(..., r)`` ``1 / m_eff``. dt: s.
+        vt2: ``(..., r)`` ``|v_t|^2`` where the caller has it (``None``: from ``v_t``).
 
     Returns:
         ``(fn_plus, vstar, vt2, den, gamma)``: ``f_n+ = max(f_n, 0)``, the
@@ -782,7 +785,8 @@ def friction_blend(mu, f_n, v_t, inv_mass, dt: float):
     """
     fn_plus = torch.clamp_min(f_n, 0.0)
     vstar = dt * mu * fn_plus * inv_mass
-    vt2 = (v_t * v_t).sum(-1)
+    if vt2 is None:
+        vt2 = (v_t * v_t).sum(-1)
     den = vt2 + vstar * vstar + torch.finfo(v_t.dtype).tiny
     return fn_plus, vstar, vt2, den, vt2 / den
 
