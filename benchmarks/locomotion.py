@@ -113,15 +113,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backdrive.envs import QuadrupedWalk  # noqa: E402
 from backdrive.optim import GO1_WALK_SHAC, QUADRUPED_WALK_SHAC, train_policy  # noqa: E402
 from backdrive.optim._policy import QUADRUPED_WALK_SHAC_DECAY, QUADRUPED_WALK_SHAC_FEW  # noqa: E402
+from backdrive.optim._policy.presets import GO1_WALK_SHAC_LONG  # noqa: E402
 
 COMMAND = (0.5, 0.0, 0.0)
 EVAL_EPISODES, EVAL_SEED, EVAL_SECONDS = 16, 999, 10.0
 
 
 #: The SHAC presets ``--preset`` accepts (SHAC rows only): the shipped quadruped's, its few-copy
-#: variant (the 13th session's reach setting) and Go1's.
+#: variant (the 13th session's reach setting) and Go1's (``go1_walk_shac_long``: the 16th session's).
 SHAC_PRESETS = {p.name: p for p in (QUADRUPED_WALK_SHAC, QUADRUPED_WALK_SHAC_FEW, QUADRUPED_WALK_SHAC_DECAY,
-                                     GO1_WALK_SHAC)}
+                                     GO1_WALK_SHAC, GO1_WALK_SHAC_LONG)}
 
 
 def shac_preset(name: str = QUADRUPED_WALK_SHAC.name, lr_decay_updates: int | None = None):

@@ -37,7 +37,7 @@ from .config import ALGOS, PolicyTrainerConfig
 from .networks import MLPPolicy, ObsNormalizer, ValueCritic
 from .presets import HUMANOID_BALANCE_SHAC, HUMANOID_CAPTURE_SHAC  # noqa: F401 (HumanoidBalance blocks)
 from .presets import GO1_WALK_SHAC, GO1_WALK_SHAC_SLIP  # noqa: F401 (the Go1 blocks)
-from .presets import QUADRUPED_WALK_SHAC_DECAY, QUADRUPED_WALK_SHAC_DECAY_DR, QUADRUPED_WALK_SHAC_FEW  # noqa: F401 (appended blocks)
+from .presets import GO1_WALK_SHAC_LONG, QUADRUPED_WALK_SHAC_DECAY, QUADRUPED_WALK_SHAC_DECAY_DR, QUADRUPED_WALK_SHAC_FEW  # noqa: F401 (appended blocks)
 from .presets import CARTPOLE_SHAC, PANDA_REACH_APG, PENDULUM_APG, PENDULUM_SHAC, PRESETS, QUADRUPED_WALK_SHAC, Preset
 from .returns import evaluate_policy
 from .trainer import PolicyTrainer, train_policy
@@ -58,6 +58,7 @@ __all__ = [
     "QUADRUPED_WALK_SHAC_FEW",
     "QUADRUPED_WALK_SHAC_DECAY",
     "QUADRUPED_WALK_SHAC_DECAY_DR",
+    "GO1_WALK_SHAC_LONG",
     "PolicyTrainerConfig",
     "PolicyConfigError",
     "TrainingDivergedError",
