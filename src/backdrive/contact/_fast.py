@@ -53,6 +53,7 @@ from ..dynamics._fast import (
     rnea_vjp_fast,
     LTDLFactor,
     _active,
+    _cross_into,
     _coordinate_forces,
     _from_internal,
     _sparsity,
@@ -236,25 +237,12 @@ def _points(contact, P: _Plan, R, p, Sl, Sa, fb: bool, N: int):
         r = pt - p[:, 0:1]  # (3, np, N)
         e = R0.transpose(0, 1)[:, :, None]  # (3 columns, 3, 1, N): R0 e_i
         Jc[:3].copy_(e)
-        _cross_into(Jc[3:6], e, r[None])  # R0 e_i x r
+        _cross_into(Jc[3:6], e, r[None], dim=1)  # R0 e_i x r
     if nsj:
-        Jj = _cross_into(Jc[P.ns - nsj :], Sa_, pt[None]).add_(Sl_)
+        Jj = _cross_into(Jc[P.ns - nsj :], Sa_, pt[None], dim=1).add_(Sl_)
         if P.jmask is not None:
             Jj.mul_(P.jmask)
     return Rp, pp, phi, n, point, pt, Jc, R0
-
-
-def _cross_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a x b`` along dim 1 (``(k, 3, ...)`` arrays, broadcasting) written
-    into ``out``: the operations of :func:`~backdrive.kinematics._kernels.cross`
-    (so the same values, bit for bit) without its stacked copy."""
-    a0, a1, a2 = a.unbind(1)
-    b0, b1, b2 = b.unbind(1)
-    o0, o1, o2 = out.unbind(1)
-    torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
-    torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
-    torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
-    return out
 
 
 #: From this many samples the unilateral step re-solves only the samples that

@@ -531,11 +531,14 @@ def _velocities(topo: FastTopo, K: FastKin, vt: torch.Tensor, fb: bool, out=None
     return qd, (Jl, Ja), (Vl, Va)
 
 
-def _cross_into(out, a, b):
-    """``a x b`` into ``out`` for ``(3, ...)`` arrays (no autograd)."""
-    a0, a1, a2 = a.unbind(0)
-    b0, b1, b2 = b.unbind(0)
-    o0, o1, o2 = out.unbind(0)
+def _cross_into(out, a, b, dim: int = 0):
+    """``a x b`` into ``out`` along ``dim`` (``(3, ...)`` arrays by default,
+    broadcasting; no autograd): the operations of
+    :func:`~backdrive.kinematics._kernels.cross` (so the same values, bit for
+    bit) without its stacked copy."""
+    a0, a1, a2 = a.unbind(dim)
+    b0, b1, b2 = b.unbind(dim)
+    o0, o1, o2 = out.unbind(dim)
     torch.mul(a1, b2, out=o0).addcmul_(a2, b1, value=-1.0)
     torch.mul(a2, b0, out=o1).addcmul_(a0, b2, value=-1.0)
     torch.mul(a0, b1, out=o2).addcmul_(a1, b0, value=-1.0)
