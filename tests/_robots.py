@@ -227,3 +227,16 @@ def hopper_robot(dtype=torch.float64):
 
 # One copy, in the env module (backdrive.envs._humanoid); re-exported for the contact tests.
 from backdrive.envs._humanoid import g1_contact_geometry  # noqa: E402,F401
+
+
+def go1_robot(dtype=torch.float32):
+    """example-robot-data's Go1 (floating base); the test is skipped where that
+    optional data package is not installed."""
+    import pytest
+
+    from backdrive.data import load
+
+    try:
+        return load("example-robot-data:go1", floating_base=True, dtype=dtype)
+    except Exception as exc:  # noqa: BLE001 - example-robot-data is an optional install
+        pytest.skip(f"example-robot-data's Go1 is not installed: {exc}")

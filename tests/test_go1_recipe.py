@@ -11,19 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
+from _robots import go1_robot  # shared fixture
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _go1():
-    from backdrive.data import load
-
-    try:
-        return load("example-robot-data:go1", floating_base=True, dtype=torch.float32)
-    except Exception as exc:  # example-robot-data is an optional install
-        pytest.skip(f"example-robot-data's Go1 is not installed: {exc}")
 
 
 def test_long_preset_is_the_slip_recipe_run_longer_with_the_decay_ending_at_its_last_update():
@@ -51,7 +43,7 @@ def test_long_preset_builds_its_go1_env():
     from backdrive.optim import GO1_WALK_SHAC_SLIP, QUADRUPED_WALK_SHAC
     from backdrive.optim._policy.presets import GO1_WALK_SHAC_LONG as long
 
-    _go1()
+    go1_robot()
     env = long.make_env(num_envs=2)
     assert isinstance(env, QuadrupedWalk) and env.num_envs == 2
     assert env.robot_name == "go1" and env.privileged and env.gait_frequency == 3.0

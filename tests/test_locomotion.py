@@ -11,6 +11,7 @@ import torch
 from backdrive import InputError
 from backdrive.envs import QuadrupedWalk, Randomization, to_gymnasium
 from backdrive.envs._quadruped import REWARD_WEIGHTS
+from _robots import go1_robot  # shared fixture
 
 FORWARD = {"vx": (0.5, 0.5), "vy": (0.0, 0.0), "yaw": (0.0, 0.0)}
 
@@ -145,7 +146,7 @@ def test_shipped_policy_walks_forward():
     # The file is QUADRUPED_WALK_SHAC_DECAY's seed-0 run (examples/quadruped_walk.py --ship, the example's
     # default preset): it names the preset, its env keywords are the preset's, and the test numbers it
     # records (16 episodes x 10 s, seed 999; docs/locomotion.md) meet issue 12's target.
-    ckpt = _shipped_checkpoint("quadruped")
+    ckpt = QuadrupedWalk.shipped_checkpoint("quadruped")
     preset = QuadrupedWalk.shipped_preset()
     assert preset.name == ckpt["preset"] == "quadruped_walk_shac_decay"
     assert ckpt["env_kwargs"] == _listed({k: v for k, v in preset.env_kwargs.items() if k != "num_envs"})
@@ -156,15 +157,6 @@ def test_shipped_policy_walks_forward():
     # Where it was made (training is chaotic across machines): a commit of this repository, unmodified sources.
     prov = ckpt["provenance"]
     assert len(prov["git_commit"]) == 40 and prov["src_modified"] is False and prov["threads"] == 1
-
-
-def _shipped_checkpoint(robot: str) -> dict:
-    from importlib.resources import as_file, files
-
-    from backdrive.optim._policy.checkpoints import read_checkpoint
-
-    with as_file(files("backdrive.data").joinpath(QuadrupedWalk.SHIPPED_POLICIES[robot])) as path:
-        return read_checkpoint(path)
 
 
 def _listed(kwargs: dict) -> dict:
@@ -188,19 +180,10 @@ def test_preset_builds_its_env():
     assert dr_env.randomization == Randomization() and dr.mismatches(dr.make_env()) == []
 
 
-def _go1():
-    from backdrive.data import load
-
-    try:
-        return load("example-robot-data:go1", floating_base=True, dtype=torch.float32)
-    except Exception as exc:  # example-robot-data is an optional install
-        pytest.skip(f"example-robot-data's Go1 is not installed: {exc}")
-
-
 def test_go1_legs_are_mapped_by_joint_name_and_it_stands():
     from backdrive.data import load
 
-    go1 = _go1()
+    go1 = go1_robot()
     assert go1.joint_names[:3] == ("FR_hip_joint", "FR_thigh_joint", "FR_calf_joint")  # the URDF's order
     env = QuadrupedWalk(2, robot=go1, command_ranges=FORWARD, init_noise=0.0, autoreset=False)
     assert env.feet == ("FL_foot", "FR_foot", "RL_foot", "RR_foot")
@@ -301,7 +284,7 @@ def test_go1_preset_builds_its_env():
     from backdrive.optim import GO1_WALK_SHAC, QUADRUPED_WALK_SHAC
     from backdrive.optim._policy.presets import get_preset
 
-    _go1()
+    go1_robot()
     assert get_preset("go1_walk_shac") is GO1_WALK_SHAC
     # The quadruped recipe with a linear learning-rate decay to 0.1x at its last update.
     assert GO1_WALK_SHAC.config == QUADRUPED_WALK_SHAC.config.replace(lr_decay_updates=167)
@@ -328,7 +311,7 @@ def test_go1_preset_builds_its_env():
 
 
 def test_go1_shipped_policy_walks_forward():
-    _go1()
+    go1_robot()
     env, policy = QuadrupedWalk.pretrained(2, robot="go1")
     assert env.robot_name == "go1" and env.privileged and env.obs_dim == 51
     m = env.evaluate(policy, (0.5, 0.0, 0.0), seconds=2.0, seed=5, settle=0.5)
@@ -339,7 +322,7 @@ def test_go1_shipped_policy_walks_forward():
     # The file is GO1_WALK_SHAC_SLIP's seed-0 run (examples/quadruped_walk.py --preset go1_walk_shac_slip
     # --ship): its env keywords are the preset's, and the test numbers it records (16 episodes x 10 s,
     # seed 999; docs/locomotion.md) meet issue 12's target.
-    ckpt = _shipped_checkpoint("go1")
+    ckpt = QuadrupedWalk.shipped_checkpoint("go1")
     preset = QuadrupedWalk.shipped_preset("go1")
     assert preset.name == ckpt["preset"] == "go1_walk_shac_slip"
     assert ckpt["env_kwargs"] == {k: v for k, v in preset.env_kwargs.items() if k != "num_envs"}

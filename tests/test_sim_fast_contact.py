@@ -20,6 +20,7 @@ from backdrive.contact import ContactGeometry, ContactModel, ContactParameters
 from backdrive.contact import _fast
 from backdrive.data import load
 from backdrive.sim import PDActuator, Simulator, State
+from _robots import go1_robot  # shared fixture
 
 DT = 2e-3
 TOL = 1e-10  # relative to the largest entry
@@ -117,13 +118,6 @@ def test_contact_parameter_gradient_equals_the_joint_solve_step():
     _assert_same(old, new)
 
 
-def _go1():
-    try:
-        load("example-robot-data:go1", floating_base=True)
-    except Exception as exc:  # noqa: BLE001 - the data package is optional
-        pytest.skip(f"example-robot-data Go1 not available: {exc}")
-
-
 def _converged_rows(sim, q, v, u):
     """The samples whose friction solve ended consistent in every step of
     the old step's rollout. The reference iteration stops after
@@ -161,7 +155,7 @@ def test_go1_friction_on_the_fast_step(batch, monkeypatch):
     the fast step gives the old step's states at every sample, and its
     gradients (also with respect to the friction levels) wherever the old
     active-set iteration converged."""
-    _go1()
+    go1_robot()
     F = torch.full((12,), 0.2, dtype=torch.float64, requires_grad=True)
     robot, sim, q, v, u = _setup("example-robot-data:go1", batch, friction=F)
     count = _Count(monkeypatch)
@@ -184,7 +178,7 @@ def test_go1_fast_friction_step_against_finite_differences():
     """The fast step with friction, one step at 160 samples: its gradient
     with respect to the control matches central differences of the step
     itself (float64) in a converged sample."""
-    _go1()
+    go1_robot()
     robot, sim, q, v, u = _setup("example-robot-data:go1", 160, seed=3)
     rows = _converged_rows(sim, q, v, u[:, :1])
     i = int(rows[0])

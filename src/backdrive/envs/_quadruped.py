@@ -87,17 +87,24 @@ def gravity_in_base(state: torch.Tensor) -> torch.Tensor:
     return quat_apply(quat_conjugate(quat), down)
 
 
-def load_shipped(cls, num_envs: int, overrides: dict, policy_file: str | None = None):
-    """``(env, policy)`` from the policy file ``policy_file`` (default
-    ``cls.SHIPPED_POLICY``) in ``backdrive.data``, the env built with the
-    checkpoint's keywords and ``overrides``."""
+def read_shipped(policy_file: str, with_policy: bool = False):
+    """The checkpoint dict of the policy file ``policy_file`` in
+    ``backdrive.data`` (read with ``weights_only=True``); with
+    ``with_policy``, ``(checkpoint, policy)``."""
     from importlib.resources import as_file, files
 
     from ..optim._policy.checkpoints import load_policy, read_checkpoint
 
-    with as_file(files("backdrive.data").joinpath(policy_file or cls.SHIPPED_POLICY)) as path:
+    with as_file(files("backdrive.data").joinpath(policy_file)) as path:
         ckpt = read_checkpoint(path)
-        policy = load_policy(path)
+        return (ckpt, load_policy(path)) if with_policy else ckpt
+
+
+def load_shipped(cls, num_envs: int, overrides: dict, policy_file: str | None = None):
+    """``(env, policy)`` from the policy file ``policy_file`` (default
+    ``cls.SHIPPED_POLICY``) in ``backdrive.data``, the env built with the
+    checkpoint's keywords and ``overrides``."""
+    ckpt, policy = read_shipped(policy_file or cls.SHIPPED_POLICY, with_policy=True)
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ckpt.get("env_kwargs", {}).items()}
     if "command_ranges" in kwargs:
         kwargs["command_ranges"] = {k: tuple(v) for k, v in kwargs["command_ranges"].items()}
@@ -710,6 +717,18 @@ class QuadrupedWalk(DiffEnv):
         return cls.SHIPPED_POLICIES[name]
 
     @classmethod
+    def shipped_checkpoint(cls, robot: str = "quadruped") -> dict:
+        """The shipped policy file of ``robot`` as a dict: besides the weights and
+        settings, ``env_kwargs``, ``metrics`` (its test numbers when it was made),
+        ``preset`` (the training preset's name) and ``provenance`` (commit, torch,
+        CPU kernels), where the file has them.
+
+        Raises:
+            InputError: ``robot`` has no shipped policy.
+        """
+        return read_shipped(cls._shipped_file(robot))
+
+    @classmethod
     def shipped_preset(cls, robot: str = "quadruped"):
         """The training preset (:data:`backdrive.optim.PRESETS`) that made the shipped policy of ``robot``:
         ``examples/quadruped_walk.py --preset NAME --ship`` (seed 0) writes the file.
@@ -718,13 +737,9 @@ class QuadrupedWalk(DiffEnv):
             InputError: ``robot`` has no shipped policy.
             PolicyConfigError: the file does not name a known preset.
         """
-        from importlib.resources import as_file, files
-
-        from ..optim._policy.checkpoints import read_checkpoint
         from ..optim._policy.presets import PRESETS
 
-        with as_file(files("backdrive.data").joinpath(cls._shipped_file(robot))) as path:
-            name = read_checkpoint(path).get("preset")
+        name = cls.shipped_checkpoint(robot).get("preset")
         if name not in PRESETS:
             raise PolicyConfigError(f"the shipped policy of {robot!r} names no known training preset ({name!r})")
         return PRESETS[name]
