@@ -38,6 +38,11 @@ so that the elements differ), under constant standing targets, for
     path) in float32 and float64, torch on 1 and 2 threads, with freed
     memory kept for reuse (``backdrive.runtime.retain_freed_memory``, as in
     ``benchmarks/dynamics.py``; ``--no-retain`` to skip),
+  - the same step with the batch split over ``--processes`` processes (2
+    by default), one torch thread each, each simulating its share of the
+    robots from the same start states (``backdrive_process_rows``): the way
+    backdrive uses several cores (``docs/scaling.md``), since torch threads
+    inside one process barely speed up a step of small operations,
   - MJX on the CPU in float64 (``--mjx-robots``, none by default, batch 64
     by default: compiling takes about a minute per shape here, and batch
     1,024 did not finish compiling and running within 15 minutes on the
@@ -757,6 +762,86 @@ def backdrive_rows(robot: str, dt: float, nstep: int, repeats: int, batches, dty
     return rows
 
 
+def _process_worker(rank, robot, dt, nstep, dtype, x0, ctrl, repeats, barrier, results):
+    """One process of :func:`backdrive_process_rows`: its share ``x0`` of the
+    batch on one torch thread, timed between the parent's barriers; puts
+    ``(rank, CPU seconds of its fastest repeat or an error message)``."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        from backdrive.runtime import retain_freed_memory
+
+        retain_freed_memory()
+        model = mc.build_model(robot, dt=START_DT, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
+        run = backdrive_rollout_runner(robot, dt, len(x0), nstep, dtype, mj_model=model, x0=x0, ctrl=ctrl)
+        run()  # warm-up: the model's caches, the workspaces
+    except Exception as e:  # reported by the parent as the row's result
+        results.put((rank, f"fails: {type(e).__name__}: {e}"))
+        barrier.abort()
+        return
+    cpu = float("inf")
+    for _ in range(repeats):
+        barrier.wait()
+        c = time.process_time()
+        run()
+        cpu = min(cpu, time.process_time() - c)
+        barrier.wait()
+    results.put((rank, cpu))
+
+
+def backdrive_process_rows(robot: str, dt: float, nstep: int, repeats: int, batch: int, dtype: str,
+                           nproc: int = 2, timeout: float = 1800.0):
+    """backdrive's rows with the batch split over ``nproc`` processes, torch
+    on one thread in each (the data-parallel split of ``docs/scaling.md``:
+    each process simulates ``batch / nproc`` robots): the same scenario and
+    start states as :func:`backdrive_rows`, wall time from the moment every
+    process starts its share to the moment the last one finishes (minimum
+    over ``repeats``, after one warm-up rollout each). Threads inside one
+    process do not scale the step: its ~2,000 small operations each pass the
+    Python lock back and forth (``docs/contact.md``, *Speed*)."""
+    import multiprocessing as mp
+    import threading
+
+    if batch % nproc:
+        return [(f"backdrive {dtype}", f"implicit contact step, {nproc} processes", batch, nproc, dt,
+                 f"skipped: batch {batch} does not split into {nproc}", None)]
+    model = mc.build_model(robot, dt=START_DT, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
+    qpos, qvel, ctrl = settled_state(model, robot)
+    x0 = initial_states(model, qpos, qvel, batch)
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(nproc + 1), ctx.Queue()
+    share = batch // nproc
+    procs = [ctx.Process(target=_process_worker, daemon=True,
+                         args=(r, robot, dt, nstep, dtype, x0[r * share:(r + 1) * share], ctrl, repeats, barrier,
+                               results)) for r in range(nproc)]
+    for p in procs:
+        p.start()
+    label, runner = f"backdrive {dtype}", f"implicit contact step, {nproc} processes"
+    best = float("inf")
+    try:
+        for _ in range(repeats):
+            barrier.wait(timeout)
+            t = time.perf_counter()
+            barrier.wait(timeout)
+            best = min(best, time.perf_counter() - t)
+    except threading.BrokenBarrierError:
+        best = None
+    out = dict(results.get(timeout=60) for _ in procs) if best is not None else {}
+    if best is None:
+        while not results.empty():
+            r, msg = results.get()
+            out[r] = msg
+    for p in procs:
+        p.join(60)
+        if p.is_alive():
+            p.terminate()
+    errors = [v for v in out.values() if isinstance(v, str)]
+    if best is None or errors:
+        return [(label, runner, batch, nproc, dt, errors[0] if errors else "fails: a process did not finish", None)]
+    return [(label, runner, batch, nproc, dt, batch * nstep / best, batch * nstep / sum(out.values()))]
+
+
 def gradient_report(robot: str, dt: float, T: int, repeats: int, amplitude: float = WIGGLE) -> dict:
     model = mc.build_model(robot, dt=dt, integrator=INTEGRATOR, stiction_width=CONTACT["stiction_width"])
     qpos, qvel, ctrl = settled_state(model, robot)
@@ -826,6 +911,9 @@ def main(argv=None) -> None:
     ap.add_argument("--robots", nargs="+", default=list(ROBOTS), choices=ROBOTS)
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"], choices=["float32", "float64"])
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="backdrive's torch threads")
+    ap.add_argument("--processes", nargs="*", type=int, default=[2],
+                    help="backdrive rows with the batch split over this many processes (one torch thread each); "
+                         "none: skip")
     ap.add_argument("--no-gradient", action="store_true")
     ap.add_argument("--gradient-profile", nargs="+", type=int, default=None, metavar="BATCH",
                     help="only the gradient's time split (forward, recording, backward) at these batch sizes")
@@ -926,7 +1014,9 @@ def main(argv=None) -> None:
                 print(f"| {robot} | {label} | {runner} | {batch} | {nthread} | {dt * 1e3:g} | {sps:,.0f} | {rs:,.1f} "
                       f"| {ratio} | {cps:,.0f} |", flush=True)
                 if label.startswith("backdrive") and batch == max(batches) and ratio:
-                    summary.append((robot, label, nthread, rs / base[batch]))
+                    how = f"{nthread} processes" if "processes" in runner else \
+                        f"{nthread} thread{'s' if nthread > 1 else ''}"
+                    summary.append((robot, label, how, rs / base[batch]))
 
         if steps.get("mujoco"):
             show(mujoco_rows(robot, steps["mujoco"], args.steps, repeats, batches))
@@ -937,6 +1027,8 @@ def main(argv=None) -> None:
                 for b in batches:
                     show(backdrive_rows(robot, steps[f"backdrive_{d}"], args.steps, repeats, (b,), d,
                                         tuple(args.threads)))
+                    for n in args.processes if b > 1 else ():
+                        show(backdrive_process_rows(robot, steps[f"backdrive_{d}"], args.steps, repeats, b, d, n))
         print()
     for robot in args.mjx_robots:
         for batch in args.mjx_batches:
@@ -950,7 +1042,7 @@ def main(argv=None) -> None:
                   f"| {dt * 1e3:g} | {sps:,.0f} | {sps * dt:,.1f} | |")
     if summary:
         print("\nAt the largest batch, robot-seconds per wall-second against MuJoCo's 2-thread rollout: "
-              + "; ".join(f"{r} {lab} {nt} thread{'s' if nt > 1 else ''} {x:.2f}x" for r, lab, nt, x in summary))
+              + "; ".join(f"{r} {lab} {how} {x:.2f}x" for r, lab, how, x in summary))
     if args.no_gradient:
         print(f"\n{_load()} at the end")
         return
