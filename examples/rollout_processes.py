@@ -29,6 +29,7 @@ import torch.distributed as dist
 from backdrive.contact import ContactGeometry, ContactModel
 from backdrive.data import load
 from backdrive.kinematics import forward_kinematics
+from backdrive.runtime import retain_freed_memory
 from backdrive.sim import PDActuator, Simulator, State
 
 STAND = (0.0, 0.7, -1.4)
@@ -84,6 +85,7 @@ def main(argv=None) -> dict:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if world > 1 else 0
     torch.set_num_threads(1)
+    retain_freed_memory()  # large batches: reuse freed memory instead of page-faulting it back in
     sim = build(getattr(torch, args.dtype))
     simulate(sim, 2 * world, 2)  # warm-up: the model's caches
     if world > 1:
