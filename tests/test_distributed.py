@@ -28,6 +28,8 @@ from backdrive.optim import PolicyTrainer, train_policy
 from backdrive.optim._policy import checkpoints as ckpt_mod
 from backdrive.optim._policy.distributed import DataParallel, rank_seed, shard_env
 
+from _torchrun import run_torchrun
+
 B = 8  # global env batch
 # SHAC with every random choice that depends on how the batch is split made
 # irrelevant: no action noise, one full-batch critic minibatch (its mean is
@@ -453,29 +455,7 @@ def _torchrun_job(out_dir: str) -> None:
 
 @pytest.mark.slow
 def test_torchrun_two_processes_match_one_process(tmp_path):
-    import signal
-    import subprocess
-    import sys
-
-    import backdrive
-
-    src = os.path.dirname(os.path.dirname(backdrive.__file__))
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(var, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "--max-restarts", "0", os.path.abspath(__file__), "--torchrun-job", str(tmp_path)]
-    # A session of its own, so a hung run is killed with every worker.
-    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=TORCHRUN_DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"torchrun still running after {TORCHRUN_DEADLINE_S} s:\n{output.decode()[-3000:]}")
-    assert proc.returncode == 0, output.decode()[-3000:]
+    run_torchrun(__file__, ["--torchrun-job", str(tmp_path)], tmp_path, deadline_s=TORCHRUN_DEADLINE_S)
     r0, r1 = (torch.load(tmp_path / f"result{r}.pt", weights_only=False) for r in range(2))
     assert (r0["rank"], r1["rank"]) == (0, 1)
     assert r0["world"] == r1["world"] == 2 and r0["local_envs"] == r1["local_envs"] == B // 2

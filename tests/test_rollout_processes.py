@@ -9,14 +9,12 @@ test instead of blocking the suite.
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from _torchrun import run_torchrun
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rollout_processes.py"
 DEADLINE_S = 180
@@ -32,25 +30,9 @@ def _example():
 
 @pytest.mark.slow
 def test_two_processes_give_the_one_process_rollout(tmp_path):
-    import backdrive
-
-    src = os.path.dirname(os.path.dirname(backdrive.__file__))
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([src] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(var, None)
     out = tmp_path / "two.pt"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "--max-restarts", "0", str(EXAMPLE), "--batch", str(BATCH), "--steps", str(STEPS), "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"torchrun still running after {DEADLINE_S} s:\n{output.decode()[-3000:]}")
-    assert proc.returncode == 0, output.decode()[-3000:]
+    output = run_torchrun(str(EXAMPLE), ["--batch", str(BATCH), "--steps", str(STEPS), "--out", str(out)], tmp_path,
+                          deadline_s=DEADLINE_S)
     assert b"on 2 process(es)" in output
     two = torch.load(out, weights_only=True)
     one = _example().main(["--batch", str(BATCH), "--steps", str(STEPS)])
