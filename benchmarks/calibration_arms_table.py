@@ -75,13 +75,14 @@ def paired(a: dict, b: dict) -> dict:
     se = sd / math.sqrt(n) if n > 1 else float("nan")
     wins, losses = sum(x > 0 for x in d), sum(x < 0 for x in d)
     p = sign_test(wins, losses)
-    t = mean / se if n > 1 and se > 0 else float("nan")
-    pt = t_upper_tail(t, n - 1) if t == t else float("nan")
+    # Undefined (None) when every difference is the same, e.g. all zero: both arms deployed one policy.
+    t = mean / se if n > 1 and se > 0 else None
+    pt = t_upper_tail(t, n - 1) if t is not None else None
     return {"seeds": seeds, "difference": dict(zip(seeds, d)), "mean": mean, "sd": sd, "se": se,
             "b_wins": wins, "b_losses": losses, "ties": n - wins - losses, "sign_test_p": p,
             "t": t, "df": n - 1, "t_test_p_one_sided": pt,
             "measurably_better": bool(n > 1 and p < 0.05 and mean > 2 * se),
-            "t_test_met": bool(pt < 0.05)}
+            "t_test_met": bool(pt is not None and pt < 0.05)}
 
 
 def main(argv=None):
@@ -157,8 +158,9 @@ def main(argv=None):
               + " / ".join(f"{x:+.3f}" for x in c["difference"].values())
               + f"; mean {c['mean']:+.4f}, sd {c['sd']:.4f}, standard error {c['se']:.4f}; {B} lower on "
               f"{c['b_wins']} of {len(c['seeds'])} (ties {c['ties']}); sign test p = {c['sign_test_p']:.3f}; "
-              f"sign test p < 0.05 and mean > 2 SE: {c['measurably_better']}; one-sided paired t-test t = {c['t']:.3f}, "
-              f"{c['df']} degrees of freedom, p = {c['t_test_p_one_sided']:.4f}")
+              f"sign test p < 0.05 and mean > 2 SE: {c['measurably_better']}; one-sided paired t-test "
+              + (f"t = {c['t']:.3f}, {c['df']} degrees of freedom, p = {c['t_test_p_one_sided']:.4f}"
+                 if c["t"] is not None else "undefined (the differences have no spread)"))
         print(f"criterion ({args.criterion}): {'met' if res['paired']['criterion_met'] else 'not met'}")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))

@@ -45,3 +45,12 @@ def test_paired_reports_the_t_test_and_the_sign_test():
     assert r["t"] == pytest.approx(-c["t"])
     assert r["t_test_p_one_sided"] == pytest.approx(1 - c["t_test_p_one_sided"])
     assert not r["t_test_met"]
+
+
+def test_paired_with_identical_arms_has_no_t_statistic_and_fails_the_criterion():
+    a = {str(s): {"real_error": 0.058} for s in range(6)}
+    c = T.paired(a, dict(a))
+    assert c["mean"] == 0.0 and c["se"] == 0.0 and c["ties"] == 6
+    assert c["t"] is None and c["t_test_p_one_sided"] is None
+    assert c["sign_test_p"] == 1.0
+    assert not c["t_test_met"] and not c["measurably_better"]
