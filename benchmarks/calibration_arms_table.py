@@ -23,6 +23,8 @@ t-test of the differences (A - B > 0) with p < 0.05 as the criterion; the sign t
 
     python benchmarks/calibration_arms_table.py --dir outputs/benchmarks/c8 --seeds 0,1,2,3,4,5 --criterion ttest \
         --out benchmarks/results/go1_calib_arms_17th.json
+
+``--candidates`` lists instead every candidate a ``--save-candidates`` run saved and deployed.
 """
 
 from __future__ import annotations
@@ -85,6 +87,37 @@ def paired(a: dict, b: dict) -> dict:
             "t_test_met": bool(pt is not None and pt < 0.05)}
 
 
+def candidates(d: Path, arms: list[str], seeds: list[str]) -> dict:
+    """Every saved candidate (``calibration_loop_overshoot.py --save-candidates``, deployed as
+    ``DIR/deploy_ARM_sS_uK.json``): its own-sim speed, its speed and error in reality, and the difference."""
+    out = {}
+    print("| arm | seed | actor updates | own sim (m/s) | in reality: speed (error), m/s | reality minus own sim |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for arm in arms:
+        for s in seeds:
+            run = d / f"{arm}_s{s}.json"
+            if not run.exists():
+                continue
+            for row in json.loads(run.read_text())["branches"]["recipe"]:
+                k = row["update"]
+                dep = d / f"deploy_{arm}_s{s}_u{k}.json"
+                if not dep.exists():
+                    continue
+                real = json.loads(dep.read_text())["rows"]["nominal"]
+                x = {"own_sim": row["forward_speed"], "own_sim_error": row["speed_error"],
+                     "real_speed": real["forward_speed"], "real_error": real["speed_error"],
+                     "upright": real["upright"], "real_minus_own_sim": real["forward_speed"] - row["forward_speed"]}
+                out.setdefault(arm, {}).setdefault(s, {})[str(k)] = x
+                print(f"| {arm} | {s} | {k} | {x['own_sim']:.3f} | {x['real_speed']:.3f} ({x['real_error']:.3f}) | "
+                      f"{x['real_minus_own_sim']:+.3f} |")
+        b = [x["real_minus_own_sim"] for v in out.get(arm, {}).values() for x in v.values()]
+        if b:
+            print(f"| {arm}: reality minus own sim over {len(b)} candidates | | | | | mean {sum(b) / len(b):+.3f}, "
+                  f"range {min(b):+.3f} to {max(b):+.3f} |")
+            out[arm]["mean_real_minus_own_sim"] = sum(b) / len(b)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default="outputs/benchmarks/c4")
@@ -98,8 +131,16 @@ def main(argv=None):
     ap.add_argument("--criterion", choices=("sign", "ttest"), default="sign",
                     help="sign: the 15th session's (sign test p < 0.05 and mean > 2 SE); ttest: the 17th "
                          "session's (one-sided paired t-test of A - B > 0, p < 0.05)")
+    ap.add_argument("--candidates", action="store_true",
+                    help="instead: every candidate saved with --save-candidates and deployed as "
+                         "DIR/deploy_ARM_sS_uK.json (own sim, reality, their difference)")
     args = ap.parse_args(argv)
     d = Path(args.dir)
+    if args.candidates:
+        res = {"candidates": candidates(d, args.arms.split(","), args.seeds.split(","))}
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=1))
+        return
     res = {"arms": {}}
     earlier = [json.loads(Path(f).read_text())["arms"] for f in args.merge.split(",")] if args.merge else []
     print("| arm | seed | own sim after 0 / 5 / ... actor updates (m/s) | kept | in reality: speed (error), m/s |")

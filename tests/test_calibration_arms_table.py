@@ -1,6 +1,7 @@
 """The paired comparison of ``benchmarks/calibration_arms_table.py``: sign test and one-sided t-test."""
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -54,3 +55,17 @@ def test_paired_with_identical_arms_has_no_t_statistic_and_fails_the_criterion()
     assert c["t"] is None and c["t_test_p_one_sided"] is None
     assert c["sign_test_p"] == 1.0
     assert not c["t_test_met"] and not c["measurably_better"]
+
+
+def test_candidates_pairs_each_saved_candidate_with_its_deployment(tmp_path):
+    rows = [{"update": 0, "forward_speed": 0.53, "speed_error": 0.03},
+            {"update": 5, "forward_speed": 0.58, "speed_error": 0.08},
+            {"update": 10, "forward_speed": 0.61, "speed_error": 0.11}]
+    (tmp_path / "nominal_s0.json").write_text(json.dumps({"branches": {"recipe": rows}}))
+    for k, v in ((5, 0.62), (10, 0.66)):  # update 0 not deployed: left out
+        (tmp_path / f"deploy_nominal_s0_u{k}.json").write_text(json.dumps(
+            {"rows": {"nominal": {"forward_speed": v, "speed_error": v - 0.5, "upright": 1.0}}}))
+    out = T.candidates(tmp_path, ["nominal", "calibrated"], ["0", "1"])
+    assert set(out) == {"nominal"} and set(out["nominal"]["0"]) == {"5", "10"}
+    assert out["nominal"]["0"]["10"]["real_minus_own_sim"] == pytest.approx(0.05)
+    assert out["nominal"]["mean_real_minus_own_sim"] == pytest.approx((0.04 + 0.05) / 2)
