@@ -186,6 +186,9 @@ def main(argv=None):
     ap.add_argument("--save-policies", default=None, metavar="PREFIX",
                     help="save each branch's best own-sim candidate (the shipped one included) as PREFIX_<branch>.pt "
                          "(+ .json), calibration_loop.py --nominal-only's format")
+    ap.add_argument("--save-candidates", action="store_true",
+                    help="with --save-policies: also save every evaluated candidate as PREFIX_<branch>_uK.pt (+ .json, "
+                         "kept = K), K = --every, 2 --every, ...: for deploying the policies the selection passed over")
     ap.add_argument("--profile", nargs="*", default=None, metavar="PT",
                     help="only the forward speed per second of the shipped policy and these state dicts "
                          "(8 x --profile-seconds at 0.5 m/s, seed 123) in the sim, written to --out")
@@ -276,6 +279,14 @@ def main(argv=None):
                 row = {"update": k, **speed_eval(tr.policy, ev), "window_reward": h["window_reward"]}
                 rows.append(row)
                 log(f"  {name}: after {k} actor updates {row}  ({time.perf_counter() - t0:.0f} s)")
+                if args.save_policies and args.save_candidates:
+                    path = f"{args.save_policies}_{name}_u{k}.pt"
+                    torch.save(tr.policy.state_dict(), path)
+                    Path(path + ".json").write_text(json.dumps({
+                        "robot": "go1", "updates": args.warmup + k, "warmup": args.warmup, "lr": args.lr,
+                        "seed": args.seed, "branch": name, "sim": args.calibration or "nominal",
+                        "selection": {"kept": k, "candidates": [row], **CL.SELECT},
+                        "from": "benchmarks/calibration_loop_overshoot.py --save-candidates"}))
                 if row["upright"] == 1.0 and row["speed_error"] < best[0]:
                     best = (row["speed_error"], k, copy.deepcopy(tr.policy.state_dict()))
         res["branches"][name] = rows
