@@ -63,11 +63,17 @@ Run (one thread for XLA too, as the tables were made)::
     python benchmarks/contact_mjx.py --no-gradient --throughput --batches 1 64
 
 Prints markdown tables, with the load average at the start and the end.
+``--json PATH`` also appends this run to ``PATH`` (a json file with a list
+``runs``), rewritten after every throughput row: a run stopped from outside
+(e.g. ``timeout 2700``) while MJX compiles keeps the rows before, and its
+``in_progress`` entry says which batch was compiling since when.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import platform
 import sys
@@ -327,27 +333,78 @@ def print_gradient(g: dict) -> None:
     print(flush=True)
 
 
-def throughput(robot: str, dt: float, nstep: int, batches, repeats: int) -> None:
+class RunLog:
+    """This run's entry in a json file of runs (``--json``), rewritten whole
+    after every change; a no-op without a path."""
+
+    def __init__(self, path: str | None, header: dict):
+        self.path = Path(path) if path else None
+        self.run = dict(header, started_utc=_utc(), rows=[], in_progress=None, finished=False)
+        if self.path is None:
+            return
+        runs = json.loads(self.path.read_text())["runs"] if self.path.exists() else []
+        self.index = len(runs)
+        runs.append(self.run)
+        self._write(runs)
+
+    def _write(self, runs) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+        tmp.replace(self.path)
+
+    def update(self, **kw) -> None:
+        self.run.update(kw)
+        if self.path is None:
+            return
+        runs = json.loads(self.path.read_text())["runs"]
+        runs[self.index] = self.run
+        self._write(runs)
+
+    def row(self, **row) -> None:
+        self.run["rows"].append(row)
+        self.update()
+
+
+def _utc() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def throughput(robot: str, dt: float, nstep: int, batches, repeats: int, log: RunLog | None = None) -> None:
+    log = log or RunLog(None, {})
     print(f"## {robot}: MJX throughput beside MuJoCo ({nstep} steps of {dt * 1e3:g} ms, matched law)\n")
     print("| engine | runner | batch | threads | steps/s | robot-s per wall-s | vs MuJoCo rollout, 1 thread "
-          "| vs MuJoCo rollout, 2 threads | steps per CPU-s | compile (s) | final base-height spread (m) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| vs MuJoCo rollout, 2 threads | steps per CPU-s | CPU-time vs MuJoCo rollout, 1 thread | compile (s) "
+          "| final base-height spread (m) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     rows = cb.mujoco_rows(robot, dt, nstep, repeats, batches)
     base1 = {b: s for lab, run, b, nt, _, s, _ in rows if run == "rollout" and nt == 1}
     base2 = {b: s for lab, run, b, nt, _, s, _ in rows if run == "rollout" and (nt == 2 or b == 1)}
+    cpu1 = {b: c for lab, run, b, nt, _, _, c in rows if run == "rollout" and nt == 1}
     for lab, run, b, nt, _, s, c in rows:
         print(f"| {lab} | {run} | {b} | {nt} | {s:,.0f} | {s * dt:,.1f} | {s / base1[b]:.2f}x | {s / base2[b]:.2f}x "
-              f"| {c:,.0f} | | |", flush=True)
+              f"| {c:,.0f} | {c / cpu1[b]:.2f}x | | |", flush=True)
+        log.row(robot=robot, engine=lab, runner=run, batch=b, threads=nt, dt=dt, steps=nstep, steps_per_s=s,
+                steps_per_cpu_s=c, load=_load())
     for b in batches:
         print(f"# {robot}: MJX batch {b} compiling ({_load()})", file=sys.stderr, flush=True)
+        log.update(in_progress={"robot": robot, "batch": b, "since_utc": _utc(), "load": _load()})
+        t0, c0 = time.perf_counter(), time.process_time()
         r = cb.mjx_throughput(robot, dt, nstep, b, repeats)
         if r is None:
-            print(f"| MJX | not installed (pip install mujoco-mjx 'jax[cpu]') | {b} | | | | | | | | |")
+            print(f"| MJX | not installed (pip install mujoco-mjx 'jax[cpu]') | {b} | | | | | | | | | |")
+            log.update(in_progress=None)
             return
         sps, comp, spread = r
         cps = b * nstep / cb.LAST_CPU[0]
+        log.row(robot=robot, engine="MJX float64, default solver", runner="jit(vmap(scan(step)))", batch=b,
+                threads="1 (XLA)", dt=dt, steps=nstep, steps_per_s=sps, steps_per_cpu_s=cps, compile_s=comp,
+                base_height_spread=spread, vs_rollout_1thread=sps / base1[b], vs_rollout_2threads=sps / base2[b],
+                cpu_vs_rollout_1thread=cps / cpu1[b], total_wall_s=time.perf_counter() - t0,
+                total_cpu_s=time.process_time() - c0, load=_load())
+        log.update(in_progress=None)
         print(f"| MJX float64, default solver | jit(vmap(scan(step))) | {b} | 1 (XLA) | {sps:,.0f} | {sps * dt:,.1f} "
-              f"| {sps / base1[b]:.3f}x | {sps / base2[b]:.3f}x | {cps:,.0f} | {comp:.0f} | {spread:.2e} |", flush=True)
+              f"| {sps / base1[b]:.3f}x | {sps / base2[b]:.3f}x | {cps:,.0f} | {cps / cpu1[b]:.3f}x | {comp:.0f} "
+              f"| {spread:.2e} |", flush=True)
     print()
 
 
@@ -366,6 +423,7 @@ def main(argv=None) -> None:
     ap.add_argument("--throughput-dt", type=float, default=5e-3,
                     help="step of the throughput rows, s (the matched law's largest accurate step)")
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 64])
+    ap.add_argument("--json", help="append this run to this json file of runs (rewritten after every row)")
     args = ap.parse_args(argv)
     import mujoco
 
@@ -374,6 +432,9 @@ def main(argv=None) -> None:
     print(f"# MJX on the CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"MuJoCo {mujoco.__version__}, jax {jv}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; "
           f"{_load()} at the start\n", flush=True)
+    log = RunLog(args.json, {"argv": sys.argv[1:] if argv is None else list(argv), "cpu": platform.processor()
+                             or platform.machine(), "cores": os.cpu_count(), "mujoco": mujoco.__version__, "jax": jv,
+                             "xla_flags": os.environ.get("XLA_FLAGS", ""), "load_start": _load()})
     if not args.no_gradient:
         for robot in args.robots:
             g = mjx_gradient_report(robot, args.dt, args.steps, args.ls_iterations, args.repeats, args.directions,
@@ -384,8 +445,9 @@ def main(argv=None) -> None:
             print_gradient(g)
     if args.throughput:
         for robot in args.robots:
-            throughput(robot, args.throughput_dt, args.steps, args.batches, args.repeats)
+            throughput(robot, args.throughput_dt, args.steps, args.batches, args.repeats, log)
     print(f"{_load()} at the end")
+    log.update(finished=True, finished_utc=_utc(), load_end=_load())
 
 
 if __name__ == "__main__":
