@@ -380,9 +380,12 @@ def throughput(robot: str, dt: float, nstep: int, batches, repeats: int, log: Ru
     base1 = {b: s for lab, run, b, nt, _, s, _ in rows if run == "rollout" and nt == 1}
     base2 = {b: s for lab, run, b, nt, _, s, _ in rows if run == "rollout" and (nt == 2 or b == 1)}
     cpu1 = {b: c for lab, run, b, nt, _, _, c in rows if run == "rollout" and nt == 1}
+    def ratio(x, base, b):  # the step loop's batch 1 has no rollout row unless 1 is among --batches
+        return f"{x / base[b]:.2f}x" if b in base else ""
+
     for lab, run, b, nt, _, s, c in rows:
-        print(f"| {lab} | {run} | {b} | {nt} | {s:,.0f} | {s * dt:,.1f} | {s / base1[b]:.2f}x | {s / base2[b]:.2f}x "
-              f"| {c:,.0f} | {c / cpu1[b]:.2f}x | | |", flush=True)
+        print(f"| {lab} | {run} | {b} | {nt} | {s:,.0f} | {s * dt:,.1f} | {ratio(s, base1, b)} | {ratio(s, base2, b)} "
+              f"| {c:,.0f} | {ratio(c, cpu1, b)} | | |", flush=True)
         log.row(robot=robot, engine=lab, runner=run, batch=b, threads=nt, dt=dt, steps=nstep, steps_per_s=s,
                 steps_per_cpu_s=c, load=_load())
     for b in batches:
@@ -445,7 +448,11 @@ def main(argv=None) -> None:
             print_gradient(g)
     if args.throughput:
         for robot in args.robots:
-            throughput(robot, args.throughput_dt, args.steps, args.batches, args.repeats, log)
+            try:
+                throughput(robot, args.throughput_dt, args.steps, args.batches, args.repeats, log)
+            except Exception as e:
+                log.update(error=f"{type(e).__name__}: {e}", error_utc=_utc())
+                raise
     print(f"{_load()} at the end")
     log.update(finished=True, finished_utc=_utc(), load_end=_load())
 
