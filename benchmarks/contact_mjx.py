@@ -61,13 +61,30 @@ Run (one thread for XLA too, as the tables were made)::
         python benchmarks/contact_mjx.py --robots quadruped --iterations 1 --ls-iterations 4
     python benchmarks/contact_mjx.py --robots quadruped --iterations 4 --ls-iterations 4
     python benchmarks/contact_mjx.py --no-gradient --throughput --batches 1 64
+    python benchmarks/contact_mjx.py --no-gradient --throughput --batches 1024 --linalg xla
 
 Prints markdown tables, with the load average at the start and the end.
+``--linalg xla`` lowers JAX's Cholesky factorisation and triangular solve
+on the CPU to XLA's own expansions instead of jaxlib's LAPACK calls
+(``lapack_dpotrf_ffi``, ``lapack_dtrsm_ffi``; the Newton solver and the
+``implicitfast`` step factor with them). With jax 0.10.2 on a 2-core
+machine, MJX at batch 1,024 (Go1) never returns with the LAPACK calls: the
+batched factorisation splits its batch over XLA's intra-op thread pool and
+waits for the pieces from inside that pool's threads, and with every pool
+thread waiting nobody runs them (no CPU time used after the compile). The
+two lowerings agree to 6e-17 on a batch of 18 x 18 solves.
+
+``--json PATH`` also appends this run to ``PATH`` (a json file with a list
+``runs``), rewritten after every throughput row: a run stopped from outside
+(e.g. ``timeout 2700``) while MJX compiles keeps the rows before, and its
+``in_progress`` entry says which batch was compiling since when.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import platform
 import sys
@@ -92,6 +109,17 @@ def _jax():
     except ImportError:
         return None
     return jax, jp, mjx
+
+
+def xla_linalg() -> None:
+    """Lower JAX's Cholesky and triangular solve on the CPU to XLA's own
+    expansions (the lowering JAX uses off the CPU) instead of jaxlib's LAPACK
+    custom calls; before anything is traced."""
+    from jax._src.interpreters import mlir
+    from jax._src.lax import linalg
+
+    mlir.register_lowering(linalg.cholesky_p, linalg._cholesky_lowering, platform="cpu")
+    mlir.register_lowering(linalg.triangular_solve_p, linalg._triangular_solve_lowering, platform="cpu")
 
 
 def one_iteration(model, ls_iterations: int, iterations: int = 1):
@@ -327,27 +355,90 @@ def print_gradient(g: dict) -> None:
     print(flush=True)
 
 
-def throughput(robot: str, dt: float, nstep: int, batches, repeats: int) -> None:
+class RunLog:
+    """This run's entry in a json file of runs (``--json``), rewritten whole
+    after every change; a no-op without a path."""
+
+    def __init__(self, path: str | None, header: dict):
+        self.path = Path(path) if path else None
+        self.run = dict(header, started_utc=_utc(), rows=[], in_progress=None, finished=False)
+        if self.path is None:
+            return
+        with self._locked():
+            runs = json.loads(self.path.read_text())["runs"] if self.path.exists() else []
+            self.index = len(runs)
+            runs.append(self.run)
+            self._write(runs)
+
+    def _write(self, runs) -> None:
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+        tmp.replace(self.path)
+
+    def _locked(self):
+        import fcntl
+
+        f = open(self.path.with_suffix(".lock"), "w")
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when f is closed
+        return f
+
+    def update(self, **kw) -> None:
+        self.run.update(kw)
+        if self.path is None:
+            return
+        with self._locked():
+            runs = json.loads(self.path.read_text())["runs"]
+            runs[self.index] = self.run
+            self._write(runs)
+
+    def row(self, **row) -> None:
+        self.run["rows"].append(row)
+        self.update()
+
+
+def _utc() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def throughput(robot: str, dt: float, nstep: int, batches, repeats: int, log: RunLog | None = None) -> None:
+    log = log or RunLog(None, {})
     print(f"## {robot}: MJX throughput beside MuJoCo ({nstep} steps of {dt * 1e3:g} ms, matched law)\n")
     print("| engine | runner | batch | threads | steps/s | robot-s per wall-s | vs MuJoCo rollout, 1 thread "
-          "| vs MuJoCo rollout, 2 threads | steps per CPU-s | compile (s) | final base-height spread (m) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| vs MuJoCo rollout, 2 threads | steps per CPU-s | CPU-time vs MuJoCo rollout, 1 thread | compile (s) "
+          "| final base-height spread (m) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     rows = cb.mujoco_rows(robot, dt, nstep, repeats, batches)
     base1 = {b: s for lab, run, b, nt, _, s, _ in rows if run == "rollout" and nt == 1}
     base2 = {b: s for lab, run, b, nt, _, s, _ in rows if run == "rollout" and (nt == 2 or b == 1)}
+    cpu1 = {b: c for lab, run, b, nt, _, _, c in rows if run == "rollout" and nt == 1}
+    def ratio(x, base, b):  # the step loop's batch 1 has no rollout row unless 1 is among --batches
+        return f"{x / base[b]:.2f}x" if b in base else ""
+
     for lab, run, b, nt, _, s, c in rows:
-        print(f"| {lab} | {run} | {b} | {nt} | {s:,.0f} | {s * dt:,.1f} | {s / base1[b]:.2f}x | {s / base2[b]:.2f}x "
-              f"| {c:,.0f} | | |", flush=True)
+        print(f"| {lab} | {run} | {b} | {nt} | {s:,.0f} | {s * dt:,.1f} | {ratio(s, base1, b)} | {ratio(s, base2, b)} "
+              f"| {c:,.0f} | {ratio(c, cpu1, b)} | | |", flush=True)
+        log.row(robot=robot, engine=lab, runner=run, batch=b, threads=nt, dt=dt, steps=nstep, steps_per_s=s,
+                steps_per_cpu_s=c, load=_load())
     for b in batches:
         print(f"# {robot}: MJX batch {b} compiling ({_load()})", file=sys.stderr, flush=True)
+        log.update(in_progress={"robot": robot, "batch": b, "since_utc": _utc(), "load": _load()})
+        t0, c0 = time.perf_counter(), time.process_time()
         r = cb.mjx_throughput(robot, dt, nstep, b, repeats)
         if r is None:
-            print(f"| MJX | not installed (pip install mujoco-mjx 'jax[cpu]') | {b} | | | | | | | | |")
+            print(f"| MJX | not installed (pip install mujoco-mjx 'jax[cpu]') | {b} | | | | | | | | | |")
+            log.update(in_progress=None)
             return
         sps, comp, spread = r
         cps = b * nstep / cb.LAST_CPU[0]
+        log.row(robot=robot, engine="MJX float64, default solver", runner="jit(vmap(scan(step)))", batch=b,
+                threads="1 (XLA)", dt=dt, steps=nstep, steps_per_s=sps, steps_per_cpu_s=cps, compile_s=comp,
+                base_height_spread=spread, vs_rollout_1thread=sps / base1[b], vs_rollout_2threads=sps / base2[b],
+                cpu_vs_rollout_1thread=cps / cpu1[b], total_wall_s=time.perf_counter() - t0,
+                total_cpu_s=time.process_time() - c0, load=_load())
+        log.update(in_progress=None)
         print(f"| MJX float64, default solver | jit(vmap(scan(step))) | {b} | 1 (XLA) | {sps:,.0f} | {sps * dt:,.1f} "
-              f"| {sps / base1[b]:.3f}x | {sps / base2[b]:.3f}x | {cps:,.0f} | {comp:.0f} | {spread:.2e} |", flush=True)
+              f"| {sps / base1[b]:.3f}x | {sps / base2[b]:.3f}x | {cps:,.0f} | {cps / cpu1[b]:.3f}x | {comp:.0f} "
+              f"| {spread:.2e} |", flush=True)
     print()
 
 
@@ -366,14 +457,24 @@ def main(argv=None) -> None:
     ap.add_argument("--throughput-dt", type=float, default=5e-3,
                     help="step of the throughput rows, s (the matched law's largest accurate step)")
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 64])
+    ap.add_argument("--linalg", choices=("lapack", "xla"), default="lapack",
+                    help="CPU lowering of JAX's Cholesky and triangular solve (module docstring)")
+    ap.add_argument("--json", help="append this run to this json file of runs (rewritten after every row)")
     args = ap.parse_args(argv)
     import mujoco
 
     J = _jax()
     jv = "missing" if J is None else J[0].__version__
+    if J is not None and args.linalg == "xla":
+        xla_linalg()
     print(f"# MJX on the CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"MuJoCo {mujoco.__version__}, jax {jv}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; "
+          f"MuJoCo {mujoco.__version__}, jax {jv}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
+          f"linalg {args.linalg}; "
           f"{_load()} at the start\n", flush=True)
+    log = RunLog(args.json, {"argv": sys.argv[1:] if argv is None else list(argv), "cpu": platform.processor()
+                             or platform.machine(), "cores": os.cpu_count(), "mujoco": mujoco.__version__, "jax": jv,
+                             "xla_flags": os.environ.get("XLA_FLAGS", ""), "linalg": args.linalg,
+                             "load_start": _load()})
     if not args.no_gradient:
         for robot in args.robots:
             g = mjx_gradient_report(robot, args.dt, args.steps, args.ls_iterations, args.repeats, args.directions,
@@ -384,8 +485,13 @@ def main(argv=None) -> None:
             print_gradient(g)
     if args.throughput:
         for robot in args.robots:
-            throughput(robot, args.throughput_dt, args.steps, args.batches, args.repeats)
+            try:
+                throughput(robot, args.throughput_dt, args.steps, args.batches, args.repeats, log)
+            except Exception as e:
+                log.update(error=f"{type(e).__name__}: {e}", error_utc=_utc())
+                raise
     print(f"{_load()} at the end")
+    log.update(finished=True, finished_utc=_utc(), load_end=_load())
 
 
 if __name__ == "__main__":
