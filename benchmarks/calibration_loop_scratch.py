@@ -24,6 +24,9 @@ and the trainer checkpoint. Deploy in draw 3's reality with
     python benchmarks/calibration_loop.py --robot go1 --seed 3 --deploy-only --nominal-policy OUT.pt --out DEPLOY.json
 
     python benchmarks/calibration_loop_scratch.py --sim SIM.json --seed S --out outputs/benchmarks/c13/ARM_sS
+    python benchmarks/calibration_loop_scratch.py --collect outputs/benchmarks/c13 --out benchmarks/results/go1_calib_scratch_17th.json
+
+``--collect`` evaluates the pre-registered criterion only once every seed of both arms is deployed.
 """
 
 from __future__ import annotations
@@ -158,15 +161,64 @@ def walk(env, policy, **kw) -> dict:
             "upright": float(m["upright"])}
 
 
+ARMS = ("nominal", "calibrated")
+SEEDS = ("0", "1", "2", "3", "4", "5")  # the pre-registered seeds
+
+
+def collect(d: Path, seeds=SEEDS, arms=ARMS) -> dict:
+    """Every finished run in ``d`` (``ARM_sS.pt.json`` with its ``deploy_ARM_sS.json``), per arm and seed,
+    and, only when every one of ``seeds`` is deployed for both arms, the paired comparison
+    (``calibration_arms_table.paired``: the one-sided paired t-test is the criterion)."""
+    import calibration_arms_table as TAB
+
+    out = {"arms": {a: {} for a in arms}, "missing": []}
+    for a in arms:
+        for s in seeds:
+            rec, dep = d / f"{a}_s{s}.pt.json", d / f"deploy_{a}_s{s}.json"
+            if not (rec.exists() and dep.exists()):
+                out["missing"].append(f"{a}_s{s}")
+                continue
+            r, p = json.loads(rec.read_text()), json.loads(dep.read_text())
+            real = p["rows"]["nominal"]  # calibration_loop.py --deploy-only's row of the policy it was given
+            n = p["args"]["episodes"]
+            out["arms"][a][s] = {
+                "sim": r["sim"], "updates": r["updates"], "own_sim_speed": r["own_sim"]["forward_speed"],
+                "own_sim_error": r["own_sim"]["speed_error"], "own_sim_upright": r["own_sim"]["upright"],
+                "real_speed": real["forward_speed"], "real_error": real["speed_error"],
+                "real_upright": f"{round(real['upright'] * n)}/{n}",
+                "reality_minus_own_sim": real["forward_speed"] - r["own_sim"]["forward_speed"],
+                "train_cpu_minutes": r["train_cpu_minutes"], "wall_minutes": r["wall_minutes"],
+                "validation": r["validation"], "deploy_wall_s": real.get("wall_s")}
+    if out["missing"]:
+        out["criterion"] = "not evaluated: the seeds above are not all deployed"
+    else:
+        out["paired"] = TAB.paired(out["arms"]["nominal"], out["arms"]["calibrated"])
+        out["criterion"] = "one-sided paired t-test of nominal error - calibrated error, p < 0.05"
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sim", required=True, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
+    ap.add_argument("--collect", default=None, metavar="DIR",
+                    help="only collect DIR's finished runs and deployments into --out (a JSON)")
+    ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
     ap.add_argument("--validate-every", type=int, default=50, help="updates between own-sim validation walks")
     ap.add_argument("--check-only", action="store_true", help="build and check the env, print the comparison, stop")
     ap.add_argument("--out", required=True, help="path stem: writes STEM.pt, STEM.pt.json, STEM.csv, STEM_ckpt.pt")
     args = ap.parse_args(argv)
+    if args.collect:
+        res = collect(Path(args.collect))
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        for a, rows in res["arms"].items():
+            for sd, x in rows.items():
+                print(f"| {a} | {sd} | {x['own_sim_speed']:.3f} | {x['real_speed']:.3f} ({x['real_error']:.3f}) | "
+                      f"{x['real_upright']} | {x['train_cpu_minutes']:.2f} |")
+        print(f"missing: {', '.join(res['missing']) or 'none'}; wrote {args.out}")
+        return res
+    if not args.sim:
+        ap.error("--sim is needed (or --collect)")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
     preset = GO1_WALK_SHAC_LONG
