@@ -189,7 +189,9 @@ def collect(d: Path, seeds=SEEDS, arms=ARMS) -> dict:
                 "real_upright": f"{round(real['upright'] * n)}/{n}",
                 "reality_minus_own_sim": real["forward_speed"] - r["own_sim"]["forward_speed"],
                 "train_cpu_minutes": r["train_cpu_minutes"], "wall_minutes": r["wall_minutes"],
-                "validation": r["validation"], "deploy_wall_s": real.get("wall_s")}
+                "validation": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+                               for row in r["validation"]],  # NaN (every robot fell) as null
+                "deploy_wall_s": real.get("wall_s")}
     if out["missing"]:
         out["criterion"] = "not evaluated: the seeds above are not all deployed"
     else:
