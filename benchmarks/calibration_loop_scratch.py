@@ -1,0 +1,287 @@
+"""Issue 13's closed loop with Go1 policies trained from scratch in each sim (17th session).
+
+Trains ``GO1_WALK_SHAC_LONG`` (300 updates, the Go1 command-following recipe)
+from a fresh policy in one of the two sims of ``calibration_loop.py``: the
+nominal guess (``--sim benchmarks/results/go1_soft_nominal_s0_13th.json``) or
+the calibration (``--sim benchmarks/results/calibration_loop_go1_soft_s3_14th.json``);
+``--sim nominal`` is the library's default physics (the preset's own env).
+
+The training env is the preset's: :func:`arm_env` builds it from
+``preset.env_kwargs`` (commands, reward weights, gait, episode length, number
+of copies) and changes only the physics (link masses, joint damping and
+armature, servo strength, contact law, the step without adhesion, the control
+delay), as ``calibration_loop.make_env`` does for the fine-tuning arms.
+:func:`check_env` enforces this before training: every setting in
+:func:`env_settings` equals ``preset.make_env()``'s, and every physical
+quantity in :func:`env_physics` equals ``calibration_loop.make_env``'s for
+the same sim (the sim the earlier sessions' arms were fine-tuned in).
+
+Writes ``OUT.pt`` (the final policy's state dict, loadable into the shipped
+policy's network) with ``OUT.pt.json`` (its record: own-sim walk at 0.5 m/s,
+16 x 10 s, seed 999; training CPU; validation curve; the checks), the CSV log
+and the trainer checkpoint. Deploy in draw 3's reality with
+
+    python benchmarks/calibration_loop.py --robot go1 --seed 3 --deploy-only --nominal-policy OUT.pt --out DEPLOY.json
+
+    python benchmarks/calibration_loop_scratch.py --sim SIM.json --seed S --out outputs/benchmarks/c13/ARM_sS
+    python benchmarks/calibration_loop_scratch.py --collect outputs/benchmarks/c13 --out benchmarks/results/go1_calib_scratch_17th.json
+
+``--collect`` evaluates the pre-registered criterion only once every seed of both arms is deployed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import calibration_loop as CL  # noqa: E402
+import locomotion_transfer as LT  # noqa: E402
+
+from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
+from backdrive.optim import GO1_WALK_SHAC_LONG, load_policy, train_policy  # noqa: E402
+from backdrive.sim import Simulator  # noqa: E402
+
+VALIDATE = {"episodes": 8, "seconds": 4.0, "seed": 123, "settle": 1.0}  # the example's validation walk
+
+
+def sim_params(sim: str) -> dict | None:
+    """The physics of ``sim``: ``None`` for ``"nominal"`` (the library's default), else a JSON's
+    ``"calibrated"`` entry (``calibration_loop.make_env``'s ``params``)."""
+    if sim == "nominal":
+        return None
+    return json.loads(Path(sim).read_text())["calibrated"]
+
+
+def arm_env(params: dict | None, num_envs: int, preset=GO1_WALK_SHAC_LONG, dtype=torch.float32):
+    """``preset.make_env(num_envs=num_envs)`` with the physics of ``params`` (``None``: unchanged)."""
+    kwargs = {**preset.env_kwargs, "num_envs": num_envs, "dtype": dtype}
+    if params is None:
+        return CL.DelayedWalk(**kwargs)
+    base = CL.DelayedWalk(**kwargs)
+    r, nj = base.robot, base.robot.num_joints
+    kw = {"dtype": base.dtype}
+    robot = r.replace(body_mass=torch.tensor(params["body_mass"], **kw), damping=torch.tensor(params["damping"], **kw),
+                      armature=torch.full((nj,), float(params.get("armature", CL.ARMATURE)), **kw))
+    if "joint_friction" in params:
+        robot = robot.replace(friction=torch.as_tensor(params["joint_friction"], **kw).expand(nj).clone())
+    s = float(params["motor_strength"])
+    env = CL.DelayedWalk(**{**kwargs, "robot": robot, "kp": base.kp * s, "kd": base.kd * s})
+    env.nominal_contact = ContactParameters(stiffness=float(params["stiffness"]),
+                                            damping=float(params["contact_damping"]),
+                                            friction=float(params["friction"]))
+    env.contact = ContactModel(env.robot, env.geometry, params=env.nominal_contact)
+    sim_class = CL.NoAdhesionSimulator if params.get("no_adhesion") else Simulator
+    env.sim = sim_class(env.robot, env.physics_dt, actuator=env._actuator, contact=env.contact)
+    env.delay = int(params.get("delay", 0))
+    return env
+
+
+def _plain(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().double().flatten().tolist()
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (tuple, list)):
+        return [_plain(v) for v in x]
+    return x
+
+
+def env_settings(env) -> dict:
+    """Everything of ``env`` that is not physics: the task, reward, observation, action and episode settings."""
+    keys = ("num_envs", "robot_name", "dt", "substeps", "physics_dt", "action_scale", "command_ranges", "reward_weights",
+            "randomization", "privileged", "init_noise", "gait_frequency", "gait_amplitude", "max_episode_steps",
+            "obs_dim", "feet", "q_stand", "stand_height", "joint_index", "mass_levels", "autoreset")
+    out = {k: _plain(getattr(env, k)) for k in keys}
+    out["randomization"] = repr(env.randomization)
+    out["dtype"] = str(env.dtype)
+    out["compiled"] = env.compiled_step is not None
+    out["contact_unilateral"] = bool(env.contact.unilateral)
+    out["robot_structure"] = {"joints": list(env.robot.joint_names), "links": list(env.robot.link_names),
+                              "body_inertia": _plain(env.robot.body_inertia), "body_com": _plain(env.robot.body_com)}
+    return out
+
+
+def env_physics(env) -> dict:
+    """The physical quantities the two arms' sims differ in."""
+    r, c = env.robot, env.nominal_contact
+    return {"body_mass": _plain(r.body_mass), "damping": _plain(r.damping), "armature": _plain(r.armature),
+            "joint_friction": _plain(r.friction), "kp": env.kp, "kd": env.kd,
+            "contact": {"stiffness": float(c.stiffness), "damping": float(c.damping), "friction": float(c.friction)},
+            "simulator": type(env.sim).__name__, "delay": int(getattr(env, "delay", 0))}
+
+
+def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _diff(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def check_env(env, params: dict | None, preset=GO1_WALK_SHAC_LONG) -> dict:
+    """Raise ``ValueError`` unless ``env`` is ``preset.make_env()`` in every setting and
+    ``calibration_loop.make_env(params)`` in every physical quantity; return what was compared."""
+    ref = preset.make_env(num_envs=env.num_envs)
+    bad = _diff(env_settings(env), env_settings(ref))
+    if bad or not isinstance(env, type(ref)):
+        raise ValueError(f"the arm's env differs from {preset.name}'s in settings: {', '.join(bad)}")
+    other = [m for m in preset.mismatches(env) if not m.startswith("num_envs=")]  # num_envs: compared above
+    if other:
+        raise ValueError(f"{preset.name}.mismatches: {other}")
+    if params is None:  # the preset's own physics
+        bad = _diff(env_physics(env), env_physics(ref))
+        if bad:
+            raise ValueError(f"the env's physics differ from {preset.name}'s: {', '.join(bad)}")
+    else:  # the sim calibration_loop.make_env builds from the same params (the fine-tuning arms')
+        loop = CL.make_env(params, env.num_envs, robot_name=env.robot_name)
+        bad = _diff(env_physics(env), env_physics(loop))
+        if bad:
+            raise ValueError(f"the arm's physics differ from calibration_loop.make_env's: {', '.join(bad)}")
+        if _diff(env_settings(loop), env_settings(ref)):
+            # Not an error here (this env is built from the preset), but worth knowing.
+            warnings.warn("calibration_loop.make_env's settings differ from the preset's: "
+                          + ", ".join(_diff(env_settings(loop), env_settings(ref))))
+    return {"settings_equal_to_preset": True, "physics_equal_to_calibration_loop": params is not None,
+            "physics_changed_from_preset": _diff(env_physics(env), env_physics(ref)),
+            "physics": env_physics(env)}
+
+
+def walk(env, policy, **kw) -> dict:
+    m = env.evaluate(policy, LT.COMMAND, **kw)
+    return {"forward_speed": float(m["forward_speed"]), "speed_error": float(m["speed_error"]),
+            "upright": float(m["upright"])}
+
+
+ARMS = ("nominal", "calibrated")
+SEEDS = ("0", "1", "2", "3", "4", "5")  # the pre-registered seeds
+
+
+def collect(d: Path, seeds=SEEDS, arms=ARMS) -> dict:
+    """Every finished run in ``d`` (``ARM_sS.pt.json`` with its ``deploy_ARM_sS.json``), per arm and seed,
+    and, only when every one of ``seeds`` is deployed for both arms, the paired comparison
+    (``calibration_arms_table.paired``: the one-sided paired t-test is the criterion)."""
+    import calibration_arms_table as TAB
+
+    out = {"arms": {a: {} for a in arms}, "missing": []}
+    for a in arms:
+        for s in seeds:
+            rec, dep = d / f"{a}_s{s}.pt.json", d / f"deploy_{a}_s{s}.json"
+            if not (rec.exists() and dep.exists()):
+                out["missing"].append(f"{a}_s{s}")
+                continue
+            r, p = json.loads(rec.read_text()), json.loads(dep.read_text())
+            real = p["rows"]["nominal"]  # calibration_loop.py --deploy-only's row of the policy it was given
+            n = p["args"]["episodes"]
+            out["arms"][a][s] = {
+                "sim": r["sim"], "updates": r["updates"], "own_sim_speed": r["own_sim"]["forward_speed"],
+                "own_sim_error": r["own_sim"]["speed_error"], "own_sim_upright": r["own_sim"]["upright"],
+                "real_speed": real["forward_speed"], "real_error": real["speed_error"],
+                "real_upright": f"{round(real['upright'] * n)}/{n}",
+                "reality_minus_own_sim": real["forward_speed"] - r["own_sim"]["forward_speed"],
+                "train_cpu_minutes": r["train_cpu_minutes"], "wall_minutes": r["wall_minutes"],
+                "validation": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+                               for row in r["validation"]],  # NaN (every robot fell) as null
+                "deploy_wall_s": real.get("wall_s")}
+    if out["missing"]:
+        out["criterion"] = "not evaluated: the seeds above are not all deployed"
+    else:
+        out["paired"] = TAB.paired(out["arms"]["nominal"], out["arms"]["calibrated"])
+        out["criterion"] = "one-sided paired t-test of nominal error - calibrated error, p < 0.05"
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--collect", default=None, metavar="DIR",
+                    help="only collect DIR's finished runs and deployments into --out (a JSON)")
+    ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
+    ap.add_argument("--seed", type=int, default=0, help="the training seed")
+    ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
+    ap.add_argument("--validate-every", type=int, default=50, help="updates between own-sim validation walks")
+    ap.add_argument("--check-only", action="store_true", help="build and check the env, print the comparison, stop")
+    ap.add_argument("--out", required=True, help="path stem: writes STEM.pt, STEM.pt.json, STEM.csv, STEM_ckpt.pt")
+    args = ap.parse_args(argv)
+    if args.collect:
+        res = collect(Path(args.collect))
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        for a, rows in res["arms"].items():
+            for sd, x in rows.items():
+                print(f"| {a} | {sd} | {x['own_sim_speed']:.3f} | {x['real_speed']:.3f} ({x['real_error']:.3f}) | "
+                      f"{x['real_upright']} | {x['train_cpu_minutes']:.2f} |")
+        print(f"missing: {', '.join(res['missing']) or 'none'}; wrote {args.out}")
+        return res
+    if not args.sim:
+        ap.error("--sim is needed (or --collect)")
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
+    preset = GO1_WALK_SHAC_LONG
+    updates = args.updates or preset.updates
+    params = sim_params(args.sim)
+    env = arm_env(params, int(preset.env_kwargs["num_envs"]), preset)
+    checked = check_env(env, params, preset)
+    print(f"env: {preset.name}'s settings; physics changed: {', '.join(checked['physics_changed_from_preset']) or 'none'}",
+          flush=True)
+    if args.check_only:
+        short = {k: v for k, v in checked["physics"].items() if not isinstance(v, list)}
+        print(json.dumps(short))
+        return checked
+    stem = Path(args.out)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    val_env = arm_env(params, VALIDATE["episodes"], preset)
+    curve, eval_cpu, steps = [], [0.0], [0]
+
+    def eval_fn(policy) -> float:
+        c0 = time.process_time()
+        m = val_env.evaluate(policy, LT.COMMAND, seconds=VALIDATE["seconds"], seed=VALIDATE["seed"],
+                             settle=VALIDATE["settle"])
+        row = {"update": steps[0] + 1, "forward_speed": float(m["forward_speed"]), "upright": float(m["upright"])}
+        curve.append(row)
+        print(f"  own sim after update {row['update']}: {row['forward_speed']:.3f} m/s, upright {row['upright']:.2f}",
+              flush=True)
+        eval_cpu[0] += time.process_time() - c0
+        return float(m["rewards"].sum(0).mean())
+
+    def callback(row) -> bool:
+        steps[0] = int(row["update"]) if "update" in row else steps[0] + 1
+        return False
+
+    ckpt = Path(f"{stem}_ckpt.pt")
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    trainer = train_policy(env, preset=preset, updates=updates, seed=args.seed, eval_fn=eval_fn,
+                           eval_every=args.validate_every, log_csv=f"{stem}.csv", checkpoint=ckpt,
+                           checkpoint_every=25, callback=callback, num_threads=1)
+    trainer.save(ckpt)
+    cpu = time.process_time() - cpu0
+    wall = time.perf_counter() - t0
+    policy = load_policy(ckpt)
+    own = walk(arm_env(params, 16, preset), policy, seconds=10.0, seed=LT.SEED, settle=LT.SETTLE)
+    pt = Path(f"{stem}.pt")
+    torch.save(policy.state_dict(), pt)
+    record = {"robot": "go1", "preset": preset.name, "updates": trainer.updates_done, "seed": args.seed,
+              "sim": args.sim, "env_steps": trainer.env_steps, "train_cpu_minutes": (cpu - eval_cpu[0]) / 60,
+              "cpu_minutes_with_validation": cpu / 60, "wall_minutes": wall / 60, "validation": curve,
+              "validation_settings": VALIDATE, "own_sim": own,
+              "own_sim_settings": {"episodes": 16, "seconds": 10.0, "seed": LT.SEED, "settle": LT.SETTLE,
+                                   "command": list(LT.COMMAND)},
+              "env_check": {k: v for k, v in checked.items() if k != "physics"},
+              "from": "benchmarks/calibration_loop_scratch.py"}
+    Path(f"{pt}.json").write_text(json.dumps(record, indent=1))
+    print(f"trained from scratch in {args.sim}: {trainer.updates_done} updates, seed {args.seed}, "
+          f"{record['train_cpu_minutes']:.2f} training CPU min ({wall / 60:.1f} min wall); in its own sim "
+          f"{own['forward_speed']:.3f} m/s, error {own['speed_error']:.3f}, upright {own['upright']:.2f}; wrote {pt}",
+          flush=True)
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""``benchmarks/calibration_loop_scratch.py``: the from-scratch arms train in GO1_WALK_SHAC_LONG's env with only
+the physics changed, and the check refuses an env that differs in anything else."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("mujoco")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import calibration_loop_scratch as S  # noqa: E402
+
+from backdrive.optim import GO1_WALK_SHAC_LONG  # noqa: E402
+
+NOMINAL = ROOT / "benchmarks/results/go1_soft_nominal_s0_13th.json"
+CALIBRATED = ROOT / "benchmarks/results/calibration_loop_go1_soft_s3_14th.json"
+
+
+@pytest.mark.parametrize("sim", [NOMINAL, CALIBRATED])
+def test_arm_env_is_the_preset_env_with_the_arm_physics(sim):
+    params = S.sim_params(str(sim))
+    env = S.arm_env(params, 2)
+    checked = S.check_env(env, params)
+    assert checked["settings_equal_to_preset"] and checked["physics_equal_to_calibration_loop"]
+    phys = checked["physics"]
+    assert phys["contact"]["stiffness"] == pytest.approx(params["stiffness"])
+    assert phys["contact"]["damping"] == pytest.approx(params["contact_damping"])
+    assert phys["kp"] == pytest.approx(40.0 * params["motor_strength"])
+    assert phys["delay"] == params.get("delay", 0)
+    assert phys["simulator"] == ("NoAdhesionSimulator" if params.get("no_adhesion") else "Simulator")
+    assert "contact.stiffness" in checked["physics_changed_from_preset"]
+    # The settings that define the task are the preset's.
+    ref = GO1_WALK_SHAC_LONG.make_env(num_envs=2)
+    assert env.reward_weights == ref.reward_weights and env.reward_weights["foot_slip"] == 0.5
+    assert env.command_ranges == ref.command_ranges
+
+
+def test_nominal_keyword_is_the_preset_physics():
+    env = S.arm_env(None, 2)
+    checked = S.check_env(env, None)
+    assert checked["physics_changed_from_preset"] == []
+
+
+def test_check_refuses_changed_settings():
+    params = S.sim_params(str(CALIBRATED))
+    env = S.arm_env(params, 2)
+    env.reward_weights = {**env.reward_weights, "foot_slip": 0.05}
+    with pytest.raises(ValueError, match="reward_weights"):
+        S.check_env(env, params)
+    env = S.arm_env(params, 2)
+    env.command_ranges = {**env.command_ranges, "vx": (0.5, 0.5)}
+    with pytest.raises(ValueError, match="command_ranges"):
+        S.check_env(env, params)
+
+
+def test_check_refuses_other_physics():
+    params = S.sim_params(str(CALIBRATED))
+    env = S.arm_env(params, 2)
+    env.delay = 0
+    with pytest.raises(ValueError, match="delay"):
+        S.check_env(env, params)
+    env = S.arm_env({**params, "motor_strength": 1.0}, 2)
+    with pytest.raises(ValueError, match="kp"):
+        S.check_env(env, params)
+
+
+def test_collect_evaluates_the_criterion_only_with_every_seed(tmp_path):
+    def write(arm, seed, real_error):
+        rec = {"sim": arm, "updates": 300, "own_sim": {"forward_speed": 0.5, "speed_error": 0.02, "upright": 1.0},
+               "train_cpu_minutes": 9.0, "wall_minutes": 30.0, "validation": []}
+        dep = {"args": {"episodes": 16},
+               "rows": {"shipped": {}, "nominal": {"forward_speed": 0.5 + real_error, "speed_error": real_error,
+                                                   "upright": 1.0, "wall_s": 5.0}}}
+        (tmp_path / f"{arm}_s{seed}.pt.json").write_text(json.dumps(rec))
+        (tmp_path / f"deploy_{arm}_s{seed}.json").write_text(json.dumps(dep))
+
+    for s in range(5):
+        write("nominal", s, 0.10 + 0.01 * s)
+        write("calibrated", s, 0.05)
+    part = S.collect(tmp_path)
+    assert part["missing"] == ["nominal_s5", "calibrated_s5"] and "paired" not in part
+    assert part["arms"]["nominal"]["2"]["real_error"] == pytest.approx(0.12)
+    assert part["arms"]["nominal"]["2"]["real_upright"] == "16/16"
+    write("nominal", 5, 0.06)
+    write("calibrated", 5, 0.05)
+    full = S.collect(tmp_path)
+    assert full["missing"] == [] and full["paired"]["seeds"] == ["0", "1", "2", "3", "4", "5"]
+    assert full["paired"]["t_test_met"] and full["paired"]["mean"] > 0
+
+
+def test_saved_policy_loads_into_the_shipped_network(tmp_path):
+    # The deployment (calibration_loop.load_nominal) loads the state dict into a copy of the shipped policy.
+    import copy
+
+    from backdrive.envs import QuadrupedWalk
+    from backdrive.optim import PolicyTrainer, load_policy
+
+    env = GO1_WALK_SHAC_LONG.make_env(num_envs=2)
+    trainer = PolicyTrainer(env, config=GO1_WALK_SHAC_LONG.config)
+    trainer.save(tmp_path / "ckpt.pt")
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    policy = copy.deepcopy(shipped)
+    state = load_policy(tmp_path / "ckpt.pt").state_dict()
+    policy.load_state_dict(state)  # strict: the same keys and shapes
+    for k, v in state.items():
+        assert torch.equal(policy.state_dict()[k], v)
