@@ -827,8 +827,10 @@ def backdrive_process_rows(robot: str, dt: float, nstep: int, repeats: int, batc
             best = min(best, time.perf_counter() - t)
     except threading.BrokenBarrierError:
         best = None
-    out = dict(results.get(timeout=60) for _ in procs) if best is not None else {}
-    if best is None:
+    if best is not None:  # every process finished its repeats: one result each
+        out = dict(results.get(timeout=60) for _ in procs)
+    else:  # a process failed (and broke the barrier): whatever messages came
+        out = {}
         while not results.empty():
             r, msg = results.get()
             out[r] = msg
