@@ -26,6 +26,9 @@ and the trainer checkpoint. Deploy in draw 3's reality with
     python benchmarks/calibration_loop_scratch.py --sim SIM.json --seed S --out outputs/benchmarks/c13/ARM_sS
     python benchmarks/calibration_loop_scratch.py --collect outputs/benchmarks/c13 --out benchmarks/results/go1_calib_scratch_17th.json
 
+The run directory is not kept between sessions: ``--previous RESULTS.json`` takes the runs missing from DIR
+from an earlier ``--collect`` result, as recorded.
+
 ``--collect`` evaluates the pre-registered criterion only once every seed of both arms is deployed.
 """
 
@@ -166,18 +169,28 @@ ARMS = ("nominal", "calibrated")
 SEEDS = ("0", "1", "2", "3", "4", "5")  # the pre-registered seeds
 
 
-def collect(d: Path, seeds=SEEDS, arms=ARMS) -> dict:
+def collect(d: Path, seeds=SEEDS, arms=ARMS, previous: dict | None = None) -> dict:
     """Every finished run in ``d`` (``ARM_sS.pt.json`` with its ``deploy_ARM_sS.json``), per arm and seed,
     and, only when every one of ``seeds`` is deployed for both arms, the paired comparison
-    (``calibration_arms_table.paired``: the one-sided paired t-test is the criterion)."""
+    (``calibration_arms_table.paired``: the one-sided paired t-test is the criterion).
+
+    ``previous`` is an earlier ``collect`` result (the test spans sessions and the run directory is not kept):
+    a run missing from ``d`` is taken from it, as it was recorded (and listed in ``from_previous``). A run in
+    both must be the same run: a different deployed error there means a run was repeated, which the protocol
+    forbids, and is refused with ``ValueError``."""
     import calibration_arms_table as TAB
 
     out = {"arms": {a: {} for a in arms}, "missing": []}
+    earlier = (previous or {}).get("arms", {})
     for a in arms:
         for s in seeds:
             rec, dep = d / f"{a}_s{s}.pt.json", d / f"deploy_{a}_s{s}.json"
             if not (rec.exists() and dep.exists()):
-                out["missing"].append(f"{a}_s{s}")
+                if s in earlier.get(a, {}):
+                    out["arms"][a][s] = earlier[a][s]
+                    out.setdefault("from_previous", []).append(f"{a}_s{s}")
+                else:
+                    out["missing"].append(f"{a}_s{s}")
                 continue
             r, p = json.loads(rec.read_text()), json.loads(dep.read_text())
             real = p["rows"]["nominal"]  # calibration_loop.py --deploy-only's row of the policy it was given
@@ -192,6 +205,11 @@ def collect(d: Path, seeds=SEEDS, arms=ARMS) -> dict:
                 "validation": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
                                for row in r["validation"]],  # NaN (every robot fell) as null
                 "deploy_wall_s": real.get("wall_s")}
+            old = earlier.get(a, {}).get(s)
+            if old is not None and old["real_error"] != out["arms"][a][s]["real_error"]:
+                raise ValueError(f"{a} seed {s} is in {d} and in the earlier record with different deployed errors "
+                                 f"({out['arms'][a][s]['real_error']} vs {old['real_error']}): a repeated run")
+    out["arms"] = {a: dict(sorted(rows.items())) for a, rows in out["arms"].items()}
     if out["missing"]:
         out["criterion"] = "not evaluated: the seeds above are not all deployed"
     else:
@@ -204,6 +222,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collect", default=None, metavar="DIR",
                     help="only collect DIR's finished runs and deployments into --out (a JSON)")
+    ap.add_argument("--previous", default=None, metavar="JSON",
+                    help="with --collect: an earlier --collect result; runs missing from DIR are taken from it")
     ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
@@ -212,7 +232,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="path stem: writes STEM.pt, STEM.pt.json, STEM.csv, STEM_ckpt.pt")
     args = ap.parse_args(argv)
     if args.collect:
-        res = collect(Path(args.collect))
+        prev = json.loads(Path(args.previous).read_text()) if args.previous else None
+        res = collect(Path(args.collect), previous=prev)
         Path(args.out).write_text(json.dumps(res, indent=1))
         for a, rows in res["arms"].items():
             for sd, x in rows.items():

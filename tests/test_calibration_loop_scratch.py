@@ -92,6 +92,19 @@ def test_collect_evaluates_the_criterion_only_with_every_seed(tmp_path):
     assert full["missing"] == [] and full["paired"]["seeds"] == ["0", "1", "2", "3", "4", "5"]
     assert full["paired"]["t_test_met"] and full["paired"]["mean"] > 0
 
+    # Across sessions: runs missing from the directory come from the earlier record, as recorded.
+    later = tmp_path / "later"
+    later.mkdir()
+    for name in ("nominal_s5.pt.json", "deploy_nominal_s5.json", "calibrated_s5.pt.json", "deploy_calibrated_s5.json"):
+        (later / name).write_text((tmp_path / name).read_text())
+    merged = S.collect(later, previous=part)
+    assert merged["missing"] == [] and len(merged["from_previous"]) == 10
+    assert merged["paired"] == full["paired"] and list(merged["arms"]["nominal"]) == list(S.SEEDS)
+    # A run in both places with another result is a repeated run, and is refused.
+    write("nominal", 2, 0.5)
+    with pytest.raises(ValueError, match="nominal seed 2 .* repeated run"):
+        S.collect(tmp_path, previous=part)
+
 
 def test_saved_policy_loads_into_the_shipped_network(tmp_path):
     # The deployment (calibration_loop.load_nominal) loads the state dict into a copy of the shipped policy.
