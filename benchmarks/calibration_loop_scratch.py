@@ -218,12 +218,48 @@ def collect(d: Path, seeds=SEEDS, arms=ARMS, previous: dict | None = None) -> di
     return out
 
 
+SIMS = {"nominal": "benchmarks/results/go1_soft_nominal_s0_13th.json",
+        "calibrated": "benchmarks/results/calibration_loop_go1_soft_s3_14th.json"}  # the arms' sims
+
+
+def cross(d: Path, seeds=SEEDS, arms=ARMS, sims=SIMS, episodes: int = 16, seconds: float = 10.0) -> dict:
+    """A diagnostic, not part of the criterion: every finished and deployed policy in ``d`` walked in each
+    arm's sim with the own-sim settings (16 x 10 s at 0.5 m/s, seed 999), beside its speed in reality.
+    ``|reality - sim|`` per sim says which sim predicts the speed of that policy better."""
+    from backdrive.envs import QuadrupedWalk
+
+    root = Path(__file__).resolve().parents[1]
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    envs = {name: arm_env(sim_params(str(root / path)), episodes) for name, path in sims.items()}
+    out = {"settings": {"episodes": episodes, "seconds": seconds, "seed": LT.SEED, "settle": LT.SETTLE,
+                        "command": list(LT.COMMAND)}, "sims": dict(sims), "rows": []}
+    for a in arms:
+        for sd in seeds:
+            pt, dep = d / f"{a}_s{sd}.pt", d / f"deploy_{a}_s{sd}.json"
+            if not (pt.exists() and dep.exists()):
+                continue
+            policy, _ = CL.load_nominal(shipped, pt, robot="go1")
+            real = json.loads(dep.read_text())["rows"]["nominal"]["forward_speed"]
+            row = {"arm": a, "seed": sd, "real_speed": real}
+            for name, env in envs.items():
+                m = walk(env, policy, seconds=seconds, seed=LT.SEED, settle=LT.SETTLE)
+                row[f"{name}_sim_speed"] = m["forward_speed"]
+                row[f"{name}_sim_upright"] = m["upright"]
+                row[f"{name}_sim_miss"] = abs(real - m["forward_speed"])
+            out["rows"].append(row)
+            print(f"| {a} | {sd} | {real:.3f} | " + " | ".join(
+                f"{row[f'{n}_sim_speed']:.3f} ({row[f'{n}_sim_miss']:.3f})" for n in envs) + " |", flush=True)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collect", default=None, metavar="DIR",
                     help="only collect DIR's finished runs and deployments into --out (a JSON)")
     ap.add_argument("--previous", default=None, metavar="JSON",
                     help="with --collect: an earlier --collect result; runs missing from DIR are taken from it")
+    ap.add_argument("--cross", default=None, metavar="DIR",
+                    help="a diagnostic: walk DIR's deployed policies in both arms' sims, write --out (a JSON)")
     ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
@@ -240,6 +276,11 @@ def main(argv=None):
                 print(f"| {a} | {sd} | {x['own_sim_speed']:.3f} | {x['real_speed']:.3f} ({x['real_error']:.3f}) | "
                       f"{x['real_upright']} | {x['train_cpu_minutes']:.2f} |")
         print(f"missing: {', '.join(res['missing']) or 'none'}; wrote {args.out}")
+        return res
+    if args.cross:
+        torch.set_num_threads(1)
+        res = cross(Path(args.cross))
+        Path(args.out).write_text(json.dumps(res, indent=1))
         return res
     if not args.sim:
         ap.error("--sim is needed (or --collect)")

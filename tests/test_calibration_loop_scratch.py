@@ -106,6 +106,24 @@ def test_collect_evaluates_the_criterion_only_with_every_seed(tmp_path):
         S.collect(tmp_path, previous=part)
 
 
+def test_cross_walks_each_deployed_policy_in_both_sims(tmp_path):
+    from backdrive.envs import QuadrupedWalk
+
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    torch.save(shipped.state_dict(), tmp_path / "calibrated_s4.pt")
+    (tmp_path / "calibrated_s4.pt.json").write_text(json.dumps({"robot": "go1"}))
+    (tmp_path / "nominal_s4.pt").write_bytes(b"")  # not deployed: left out
+    (tmp_path / "deploy_calibrated_s4.json").write_text(json.dumps({"rows": {"nominal": {"forward_speed": 0.55}}}))
+    res = S.cross(tmp_path, episodes=2, seconds=2.5)
+    (row,) = res["rows"]
+    assert (row["arm"], row["seed"], row["real_speed"]) == ("calibrated", "4", 0.55)
+    for sim in ("nominal", "calibrated"):
+        assert row[f"{sim}_sim_miss"] == pytest.approx(abs(0.55 - row[f"{sim}_sim_speed"]))
+        assert 0.0 <= row[f"{sim}_sim_upright"] <= 1.0
+    # The two sims differ in physics, so the same policy walks at other speeds in them.
+    assert row["nominal_sim_speed"] != row["calibrated_sim_speed"]
+
+
 def test_saved_policy_loads_into_the_shipped_network(tmp_path):
     # The deployment (calibration_loop.load_nominal) loads the state dict into a copy of the shipped policy.
     import copy
