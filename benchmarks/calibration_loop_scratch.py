@@ -252,6 +252,22 @@ def cross(d: Path, seeds=SEEDS, arms=ARMS, sims=SIMS, episodes: int = 16, second
     return out
 
 
+def truth_sim(sims=SIMS) -> dict:
+    """A sim for a diagnostic arm: draw 3's hidden parameters (masses, joint damping, motor strength, foot
+    friction, delay; from the calibration JSON's ``truth``) with the nominal arm's contact law and step,
+    in the ``{"calibrated": params}`` form that ``--sim`` reads. It differs from the nominal arm only in
+    the parameters the calibration fits, so an arm trained in it bounds what a perfect fit of those
+    parameters could give under the nominal law."""
+    root = Path(__file__).resolve().parents[1]
+    truth = json.loads((root / sims["calibrated"]).read_text())["truth"]
+    law = json.loads((root / sims["nominal"]).read_text())["calibrated"]
+    params = CL.truth_params(truth, ContactParameters(stiffness=law["stiffness"], damping=law["contact_damping"]))
+    params["no_adhesion"] = bool(law.get("no_adhesion", False))
+    params["armature"] = truth.get("armature", CL.ARMATURE)
+    return {"calibrated": params, "truth": truth, "sims": dict(sims),
+            "from": "benchmarks/calibration_loop_scratch.py --truth-sim"}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collect", default=None, metavar="DIR",
@@ -260,6 +276,8 @@ def main(argv=None):
                     help="with --collect: an earlier --collect result; runs missing from DIR are taken from it")
     ap.add_argument("--cross", default=None, metavar="DIR",
                     help="a diagnostic: walk DIR's deployed policies in both arms' sims, write --out (a JSON)")
+    ap.add_argument("--truth-sim", action="store_true",
+                    help="write --out (a JSON for --sim): draw 3's hidden parameters with the nominal arm's law")
     ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
@@ -280,6 +298,10 @@ def main(argv=None):
     if args.cross:
         torch.set_num_threads(1)
         res = cross(Path(args.cross))
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        return res
+    if args.truth_sim:
+        res = truth_sim()
         Path(args.out).write_text(json.dumps(res, indent=1))
         return res
     if not args.sim:

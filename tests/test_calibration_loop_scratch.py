@@ -40,6 +40,21 @@ def test_arm_env_is_the_preset_env_with_the_arm_physics(sim):
     assert env.command_ranges == ref.command_ranges
 
 
+def test_truth_sim_is_the_hidden_draw_under_the_nominal_law():
+    out = S.truth_sim()
+    params, truth = out["calibrated"], json.loads(CALIBRATED.read_text())["truth"]
+    nominal = S.sim_params(str(NOMINAL))
+    assert params["body_mass"] == truth["mass"] and params["damping"] == truth["damping"]
+    assert (params["motor_strength"], params["friction"], params["delay"]) == (
+        truth["strength"], truth["friction"], truth["delay"])
+    assert (params["stiffness"], params["contact_damping"], params["no_adhesion"]) == (
+        nominal["stiffness"], nominal["contact_damping"], nominal["no_adhesion"])
+    env = S.arm_env(params, 2)
+    checked = S.check_env(env, params)
+    assert checked["physics"]["simulator"] == "NoAdhesionSimulator" and checked["physics"]["delay"] == 2
+    assert checked["physics"]["contact"]["friction"] == pytest.approx(truth["friction"])
+
+
 def test_nominal_keyword_is_the_preset_physics():
     env = S.arm_env(None, 2)
     checked = S.check_env(env, None)
