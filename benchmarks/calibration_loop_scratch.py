@@ -169,6 +169,23 @@ ARMS = ("nominal", "calibrated")
 SEEDS = ("0", "1", "2", "3", "4", "5")  # the pre-registered seeds
 
 
+def _record(rec: Path, dep: Path) -> dict:
+    """One finished run: its training record ``rec`` (``ARM_sS.pt.json``) and deployment ``dep``."""
+    r, p = json.loads(rec.read_text()), json.loads(dep.read_text())
+    real = p["rows"]["nominal"]  # calibration_loop.py --deploy-only's row of the policy it was given
+    n = p["args"]["episodes"]
+    return {
+        "sim": r["sim"], "updates": r["updates"], "own_sim_speed": r["own_sim"]["forward_speed"],
+        "own_sim_error": r["own_sim"]["speed_error"], "own_sim_upright": r["own_sim"]["upright"],
+        "real_speed": real["forward_speed"], "real_error": real["speed_error"],
+        "real_upright": f"{round(real['upright'] * n)}/{n}",
+        "reality_minus_own_sim": real["forward_speed"] - r["own_sim"]["forward_speed"],
+        "train_cpu_minutes": r["train_cpu_minutes"], "wall_minutes": r["wall_minutes"],
+        "validation": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+                       for row in r["validation"]],  # NaN (every robot fell) as null
+        "deploy_wall_s": real.get("wall_s")}
+
+
 def collect(d: Path, seeds=SEEDS, arms=ARMS, previous: dict | None = None) -> dict:
     """Every finished run in ``d`` (``ARM_sS.pt.json`` with its ``deploy_ARM_sS.json``), per arm and seed,
     and, only when every one of ``seeds`` is deployed for both arms, the paired comparison
@@ -192,19 +209,7 @@ def collect(d: Path, seeds=SEEDS, arms=ARMS, previous: dict | None = None) -> di
                 else:
                     out["missing"].append(f"{a}_s{s}")
                 continue
-            r, p = json.loads(rec.read_text()), json.loads(dep.read_text())
-            real = p["rows"]["nominal"]  # calibration_loop.py --deploy-only's row of the policy it was given
-            n = p["args"]["episodes"]
-            out["arms"][a][s] = {
-                "sim": r["sim"], "updates": r["updates"], "own_sim_speed": r["own_sim"]["forward_speed"],
-                "own_sim_error": r["own_sim"]["speed_error"], "own_sim_upright": r["own_sim"]["upright"],
-                "real_speed": real["forward_speed"], "real_error": real["speed_error"],
-                "real_upright": f"{round(real['upright'] * n)}/{n}",
-                "reality_minus_own_sim": real["forward_speed"] - r["own_sim"]["forward_speed"],
-                "train_cpu_minutes": r["train_cpu_minutes"], "wall_minutes": r["wall_minutes"],
-                "validation": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
-                               for row in r["validation"]],  # NaN (every robot fell) as null
-                "deploy_wall_s": real.get("wall_s")}
+            out["arms"][a][s] = _record(rec, dep)
             old = earlier.get(a, {}).get(s)
             if old is not None and old["real_error"] != out["arms"][a][s]["real_error"]:
                 raise ValueError(f"{a} seed {s} is in {d} and in the earlier record with different deployed errors "
@@ -213,18 +218,21 @@ def collect(d: Path, seeds=SEEDS, arms=ARMS, previous: dict | None = None) -> di
     if out["missing"]:
         out["criterion"] = "not evaluated: the seeds above are not all deployed"
     else:
-        out["paired"] = TAB.paired(out["arms"]["nominal"], out["arms"]["calibrated"])
-        out["criterion"] = "one-sided paired t-test of nominal error - calibrated error, p < 0.05"
+        out["paired"] = TAB.paired(out["arms"][arms[0]], out["arms"][arms[1]])
+        out["criterion"] = (f"one-sided paired t-test of {arms[0]} error - {arms[1]} error, p < 0.05"
+                            + ("" if tuple(arms) == ARMS else " (a diagnostic, not the pre-registered criterion)"))
     return out
 
 
 SIMS = {"nominal": "benchmarks/results/go1_soft_nominal_s0_13th.json",
         "calibrated": "benchmarks/results/calibration_loop_go1_soft_s3_14th.json"}  # the arms' sims
+# With the diagnostic arm's sim (``--truth-sim``, 18th session): draw 3's hidden parameters, the nominal law.
+CROSS_SIMS = {**SIMS, "truth": "benchmarks/results/go1_true_params_s3_18th.json"}
 
 
-def cross(d: Path, seeds=SEEDS, arms=ARMS, sims=SIMS, episodes: int = 16, seconds: float = 10.0) -> dict:
+def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth"), sims=CROSS_SIMS, episodes: int = 16, seconds: float = 10.0) -> dict:
     """A diagnostic, not part of the criterion: every finished and deployed policy in ``d`` walked in each
-    arm's sim with the own-sim settings (16 x 10 s at 0.5 m/s, seed 999), beside its speed in reality.
+    of ``sims`` with the own-sim settings (16 x 10 s at 0.5 m/s, seed 999), beside its speed in reality.
     ``|reality - sim|`` per sim says which sim predicts the speed of that policy better."""
     from backdrive.envs import QuadrupedWalk
 
@@ -272,6 +280,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collect", default=None, metavar="DIR",
                     help="only collect DIR's finished runs and deployments into --out (a JSON)")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help="with --collect: two arms to pair, A,B (the test's: nominal,calibrated; "
+                         "a diagnostic pair, e.g. nominal,truth, is marked as such)")
     ap.add_argument("--previous", default=None, metavar="JSON",
                     help="with --collect: an earlier --collect result; runs missing from DIR are taken from it")
     ap.add_argument("--cross", default=None, metavar="DIR",
@@ -287,7 +298,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.collect:
         prev = json.loads(Path(args.previous).read_text()) if args.previous else None
-        res = collect(Path(args.collect), previous=prev)
+        arms = tuple(args.arms.split(","))
+        if len(arms) != 2:
+            ap.error(f"--arms needs two arms, A,B; got {args.arms!r}")
+        res = collect(Path(args.collect), arms=arms, previous=prev)
         Path(args.out).write_text(json.dumps(res, indent=1))
         for a, rows in res["arms"].items():
             for sd, x in rows.items():

@@ -106,6 +106,10 @@ def test_collect_evaluates_the_criterion_only_with_every_seed(tmp_path):
     full = S.collect(tmp_path)
     assert full["missing"] == [] and full["paired"]["seeds"] == ["0", "1", "2", "3", "4", "5"]
     assert full["paired"]["t_test_met"] and full["paired"]["mean"] > 0
+    assert "diagnostic" not in full["criterion"]
+    # Another pairing is reported as a diagnostic, never as the pre-registered criterion.
+    swapped = S.collect(tmp_path, arms=("calibrated", "nominal"))
+    assert swapped["paired"]["mean"] == pytest.approx(-full["paired"]["mean"]) and "diagnostic" in swapped["criterion"]
 
     # Across sessions: runs missing from the directory come from the earlier record, as recorded.
     later = tmp_path / "later"
