@@ -438,10 +438,16 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
     sim0 = make_env(nominal, 1, F64, args.robot).sim
     true_total = float(np.sum(truth["mass"]))
 
+    # The channels compared (default ContactFit's: encoders and IMU); the base's position and velocity
+    # carry the state estimator's noise (calibration.ESTIMATOR), as the recording does.
+    observe = tuple(c.strip() for c in args.observe.split(",")) if args.observe else None
+    noise = {**CAL.NOISE, "base_position": CAL.ESTIMATOR[0], "base_linear_velocity": CAL.ESTIMATOR[1]}
+
     def fit(start_sim, params, delays, total=None):
         t0 = time.perf_counter()
         f = identify(start_sim.robot, Qn, Vn, dt=dt, params=params,
-                     method=ContactFit(start_sim, U, segment=args.segment, noise=CAL.NOISE, delays=delays,
+                     method=ContactFit(start_sim, U, segment=args.segment, noise=noise, delays=delays,
+                                       observe=observe,
                                        delay_iterations=1, total_mass=total,
                                        total_mass_std=args.total_mass_std if total is not None else None),
                      options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
@@ -530,6 +536,10 @@ def main(argv=None):
                     help="the sims' joint Coulomb friction, N m, in the fit, its start and the calibrated and "
                          "true-parameter sims (default the URDF's, Go1 0.2 N m; the MuJoCo reality has none: 0 "
                          "removes that mismatch, 14th session)")
+    ap.add_argument("--observe", default=None, metavar="CHANNELS",
+                    help="comma-separated channels the fit compares (ContactFit.observe; default encoders and IMU: "
+                         "joint_position,joint_velocity,base_orientation,base_angular_velocity); add "
+                         "base_linear_velocity for a state estimator's base velocity (18th session)")
     ap.add_argument("--delays", default="0,1,2,3,4",
                     help="candidate control delays, 5 ms steps, comma-separated, or 'truth'")
     ap.add_argument("--calibrate-only", action="store_true",

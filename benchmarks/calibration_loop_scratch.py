@@ -289,6 +289,8 @@ def main(argv=None):
                     help="a diagnostic: walk DIR's deployed policies in both arms' sims, write --out (a JSON)")
     ap.add_argument("--truth-sim", action="store_true",
                     help="write --out (a JSON for --sim): draw 3's hidden parameters with the nominal arm's law")
+    ap.add_argument("--sims", default=None, metavar="NAME=JSON,...",
+                    help="with --cross: the sims to walk in (default the nominal, calibrated and truth sims)")
     ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
@@ -311,7 +313,8 @@ def main(argv=None):
         return res
     if args.cross:
         torch.set_num_threads(1)
-        res = cross(Path(args.cross))
+        sims = dict(x.split("=", 1) for x in args.sims.split(",")) if args.sims else CROSS_SIMS
+        res = cross(Path(args.cross), sims=sims)
         Path(args.out).write_text(json.dumps(res, indent=1))
         return res
     if args.truth_sim:

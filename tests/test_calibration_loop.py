@@ -108,3 +108,27 @@ def test_go1_mujoco_targets_follow_the_env_joint_layout():
     # The robot's order in place of the env's (the quadruped's harness as it was) gives other targets on Go1.
     a_wrong, _ = cl.policy_targets(env, policy, qpos, qvel, perm, n["last_action"], n["command"], n["phase"])
     assert np.abs(a_wrong - action.numpy()).max() > 1e-2
+
+
+@pytest.mark.parametrize("observe", [None, "joint_position,base_orientation,base_linear_velocity"])
+def test_observe_reaches_the_fit_with_the_estimators_noise(monkeypatch, tmp_path, observe):
+    # The calibration passes --observe to ContactFit; the base velocity is weighed by the noise the
+    # recording's state estimator adds (calibration.ESTIMATOR), the encoders and IMU by calibration.NOISE.
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def identify(robot, q, v, **kw):
+        seen["method"] = kw["method"]
+        raise Stop
+
+    monkeypatch.setattr(cl, "identify", identify)
+    argv = ["--robot", "go1", "--seed", "3", "--calibrate-only", "--windows", "4", "--record", "2",
+            "--out", str(tmp_path / "c.json")] + (["--observe", observe] if observe else [])
+    with pytest.raises(Stop):
+        cl.main(argv)
+    method = seen["method"]
+    assert method.observe == (tuple(observe.split(",")) if observe else None)
+    assert method.noise["base_linear_velocity"] == cl.CAL.ESTIMATOR[1]
+    assert method.noise["joint_position"] == cl.CAL.NOISE["joint_position"]
