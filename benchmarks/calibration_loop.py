@@ -413,6 +413,11 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
     settle = int(round(SETTLE / dt))
     train = pieces(recs[:args.robots], 4 * args.segment, sub, settle)
     held = pieces(recs[args.robots:], args.horizon, sub, settle)
+    for name, got, steps in (("calibration", train, 4 * args.segment), ("held-out", held, args.horizon)):
+        if not got:
+            raise SystemExit(f"no push-free {name} piece of {steps} steps ({steps * dt:g} s) in the recording: "
+                             f"the recording pushes the trunk every {PUSH_EVERY:g} s and a piece starts {SETTLE:g} s after a "
+                             f"push; lower --segment (a calibration piece is 4 x segment steps) or --horizon")
     print(f"recorded {args.robots + 2} x {args.record:g} s of walking ({alive.sum()} stayed up) in "
           f"{time.perf_counter() - t0:.0f} s; {len(train[0])} calibration pieces of {4 * args.segment} steps, "
           f"{len(held[0])} held-out pieces of {args.horizon}", flush=True)

@@ -132,3 +132,9 @@ def test_observe_reaches_the_fit_with_the_estimators_noise(monkeypatch, tmp_path
     assert method.observe == (tuple(observe.split(",")) if observe else None)
     assert method.noise["base_linear_velocity"] == cl.CAL.ESTIMATOR[1]
     assert method.noise["joint_position"] == cl.CAL.NOISE["joint_position"]
+
+
+def test_windows_longer_than_the_push_free_stretches_are_refused_clearly(tmp_path):
+    with pytest.raises(SystemExit, match="no push-free calibration piece of 200 steps .* pushes the trunk every 1 s"):
+        cl.main(["--robot", "go1", "--seed", "3", "--calibrate-only", "--segment", "50", "--record", "3",
+                 "--out", str(tmp_path / "c.json")])
