@@ -230,6 +230,21 @@ SIMS = {"nominal": "benchmarks/results/go1_soft_nominal_s0_13th.json",
 CROSS_SIMS = {**SIMS, "truth": "benchmarks/results/go1_true_params_s3_18th.json"}
 
 
+def cross_summary(rows: list[dict], sims) -> dict:
+    """Per sim, over ``rows`` (``cross``'s): the mean |reality - sim| speed, the mean and standard deviation
+    of reality - sim, and on how many policies reality was the faster."""
+    out = {}
+    for name in sims:
+        b = [r["real_speed"] - r[f"{name}_sim_speed"] for r in rows]
+        n = len(b)
+        mean = sum(b) / n if n else float("nan")
+        sd = (sum((x - mean) ** 2 for x in b) / (n - 1)) ** 0.5 if n > 1 else float("nan")
+        out[name] = {"policies": n, "mean_miss": sum(abs(x) for x in b) / n if n else float("nan"),
+                     "mean_reality_minus_sim": mean, "sd_reality_minus_sim": sd,
+                     "reality_faster": sum(x > 0 for x in b)}
+    return out
+
+
 def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth"), sims=CROSS_SIMS, episodes: int = 16, seconds: float = 10.0) -> dict:
     """A diagnostic, not part of the criterion: every finished and deployed policy in ``d`` walked in each
     of ``sims`` with the own-sim settings (16 x 10 s at 0.5 m/s, seed 999), beside its speed in reality.
@@ -257,6 +272,10 @@ def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth"), sims=CROSS_SIMS, episodes
             out["rows"].append(row)
             print(f"| {a} | {sd} | {real:.3f} | " + " | ".join(
                 f"{row[f'{n}_sim_speed']:.3f} ({row[f'{n}_sim_miss']:.3f})" for n in envs) + " |", flush=True)
+    out["summary"] = cross_summary(out["rows"], envs)
+    for name, x in out["summary"].items():
+        print(f"{name} sim: mean miss {x['mean_miss']:.4f}, reality - sim {x['mean_reality_minus_sim']:+.4f} "
+              f"(sd {x['sd_reality_minus_sim']:.4f}), reality faster on {x['reality_faster']} of {x['policies']}")
     return out
 
 

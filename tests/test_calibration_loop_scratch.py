@@ -141,6 +141,9 @@ def test_cross_walks_each_deployed_policy_in_both_sims(tmp_path):
         assert 0.0 <= row[f"{sim}_sim_upright"] <= 1.0
     # The two sims differ in physics, so the same policy walks at other speeds in them.
     assert row["nominal_sim_speed"] != row["calibrated_sim_speed"]
+    summary = res["summary"]["calibrated"]
+    assert summary["policies"] == 1 and summary["mean_miss"] == pytest.approx(row["calibrated_sim_miss"])
+    assert summary["reality_faster"] == int(0.55 > row["calibrated_sim_speed"])
 
 
 def test_saved_policy_loads_into_the_shipped_network(tmp_path):
