@@ -99,6 +99,8 @@ OFFSETS = {"hip": 0.05, "thigh": 0.1, "calf": 0.1}  # random PD-target offsets, 
 KNOT = 0.2  # s between offset knots
 COMMAND_EVERY = 2.5  # s between new random forward commands
 PUSH_EVERY, PUSH_LENGTH, SETTLE = CAL.PUSH_EVERY, CAL.PUSH_LENGTH, CAL.SETTLE
+#: The sims' friction slip-speed scale, m/s, unless ``params`` has ``"stiction_width"`` (the library's default).
+STICTION = ContactParameters().stiction_width
 PRESETS = {"quadruped": QUADRUPED_WALK_SHAC, "go1": GO1_WALK_SHAC}  # each robot's shipped training settings
 FIT_PARAMS = ("body_mass", "damping", "contact_stiffness", "contact_damping", "contact_friction", "motor_strength")
 
@@ -194,7 +196,8 @@ def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name
     the physics of ``params`` (``None``: the calibration's nominal guess) and its delay;
     ``vx_range``: the forward commands drawn per episode (default the training's, 0.2-0.8 m/s).
     Optional keys of ``params``: ``armature`` (kg m^2 per joint, default :data:`ARMATURE`),
-    ``joint_friction`` (N m), ``no_adhesion`` (true: step with :class:`NoAdhesionSimulator`)."""
+    ``joint_friction`` (N m), ``no_adhesion`` (true: step with :class:`NoAdhesionSimulator`),
+    ``stiction_width`` (m/s, the regularised friction's slip-speed scale; default :data:`STICTION`)."""
     env, _ = DelayedWalk.pretrained(num_envs, robot=robot_name, dtype=dtype)
     r = env.robot
     nj = r.num_joints
@@ -214,7 +217,8 @@ def make_env(params: dict | None, num_envs: int, dtype=torch.float32, robot_name
     # fitted law replaces it (no randomisation, so `env.sim` is the one used).
     env.nominal_contact = ContactParameters(stiffness=float(params["stiffness"]),
                                             damping=float(params["contact_damping"]),
-                                            friction=float(params["friction"]))
+                                            friction=float(params["friction"]),
+                                            stiction_width=float(params.get("stiction_width", STICTION)))
     env.contact = ContactModel(env.robot, env.geometry, params=env.nominal_contact)
     sim_class = NoAdhesionSimulator if params.get("no_adhesion") else Simulator
     env.sim = sim_class(env.robot, env.physics_dt, actuator=env._actuator, contact=env.contact)

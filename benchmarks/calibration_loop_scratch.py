@@ -51,6 +51,7 @@ from backdrive.contact import ContactModel, ContactParameters  # noqa: E402
 from backdrive.optim import GO1_WALK_SHAC_LONG, load_policy, train_policy  # noqa: E402
 from backdrive.sim import Simulator  # noqa: E402
 
+STICTION = CL.STICTION
 VALIDATE = {"episodes": 8, "seconds": 4.0, "seed": 123, "settle": 1.0}  # the example's validation walk
 
 
@@ -78,7 +79,8 @@ def arm_env(params: dict | None, num_envs: int, preset=GO1_WALK_SHAC_LONG, dtype
     env = CL.DelayedWalk(**{**kwargs, "robot": robot, "kp": base.kp * s, "kd": base.kd * s})
     env.nominal_contact = ContactParameters(stiffness=float(params["stiffness"]),
                                             damping=float(params["contact_damping"]),
-                                            friction=float(params["friction"]))
+                                            friction=float(params["friction"]),
+                                            stiction_width=float(params.get("stiction_width", STICTION)))
     env.contact = ContactModel(env.robot, env.geometry, params=env.nominal_contact)
     sim_class = CL.NoAdhesionSimulator if params.get("no_adhesion") else Simulator
     env.sim = sim_class(env.robot, env.physics_dt, actuator=env._actuator, contact=env.contact)
@@ -116,7 +118,8 @@ def env_physics(env) -> dict:
     r, c = env.robot, env.nominal_contact
     return {"body_mass": _plain(r.body_mass), "damping": _plain(r.damping), "armature": _plain(r.armature),
             "joint_friction": _plain(r.friction), "kp": env.kp, "kd": env.kd,
-            "contact": {"stiffness": float(c.stiffness), "damping": float(c.damping), "friction": float(c.friction)},
+            "contact": {"stiffness": float(c.stiffness), "damping": float(c.damping), "friction": float(c.friction),
+                        "stiction_width": float(c.stiction_width)},
             "simulator": type(env.sim).__name__, "delay": int(getattr(env, "delay", 0))}
 
 
