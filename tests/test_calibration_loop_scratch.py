@@ -55,6 +55,18 @@ def test_truth_sim_is_the_hidden_draw_under_the_nominal_law():
     assert checked["physics"]["contact"]["friction"] == pytest.approx(truth["friction"])
 
 
+def test_stiction_width_is_a_physical_setting_of_both_builders():
+    params = {**S.truth_sim()["calibrated"], "stiction_width": 0.002}
+    env = S.arm_env(params, 2)
+    checked = S.check_env(env, params)  # the same sim as calibration_loop.make_env builds from params
+    assert env.nominal_contact.stiction_width == 0.002 and checked["physics"]["contact"]["stiction_width"] == 0.002
+    assert "contact.stiction_width" in checked["physics_changed_from_preset"]
+    plain = S.arm_env(S.truth_sim()["calibrated"], 2)
+    assert plain.nominal_contact.stiction_width == S.STICTION
+    with pytest.raises(ValueError, match="stiction_width"):
+        S.check_env(plain, params)
+
+
 def test_nominal_keyword_is_the_preset_physics():
     env = S.arm_env(None, 2)
     checked = S.check_env(env, None)
