@@ -285,14 +285,16 @@ def to_ctrl(target: np.ndarray, eperm: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay: int):
+def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay: int,
+                push_every: float = PUSH_EVERY):
     """Walk ``env.num_envs`` robots in MuJoCo (``mj = (model, perm)``, time
     step ``env.physics_dt``) with the policy, random commands, PD-target
     offsets and pushes. Returns per robot ``(q (T+1, 19), v (T+1, 18),
     targets (T, 12) as sent, invalid (T+1,))`` in the robot's joint order
     (the simulator's; base linear velocity in the base frame); ``invalid``
     marks pushed steps and everything from a fall on. The policy sees and
-    acts in the env's joint order (:func:`policy_targets`, :func:`to_ctrl`)."""
+    acts in the env's joint order (:func:`policy_targets`, :func:`to_ctrl`).
+    ``push_every``: seconds between pushes (``0``: no pushes)."""
     import mujoco
 
     model, perm = mj
@@ -345,7 +347,8 @@ def record_walk(mj, env: QuadrupedWalk, policy, seconds: float, seed: int, delay
         for k in range(sub):
             if k:
                 qb, vb, R, qpos = snapshot()
-            pushed = (t + k * env.physics_dt) % PUSH_EVERY >= PUSH_EVERY - PUSH_LENGTH and t > 0
+            pushed = (push_every > 0 and t > 0
+                      and (t + k * env.physics_dt) % push_every >= push_every - PUSH_LENGTH)
             for i, d in enumerate(datas):
                 if not alive[i]:
                     continue
@@ -413,15 +416,16 @@ def calibrate(args, env_n, truth: dict, result: dict) -> dict:
 
     # 1. Record walking in reality.
     t0 = time.perf_counter()
-    recs, alive = record_walk(mj, env_n, shipped, args.record, args.seed + 1, truth["delay"])
+    recs, alive = record_walk(mj, env_n, shipped, args.record, args.seed + 1, truth["delay"], args.push_every)
     settle = int(round(SETTLE / dt))
     train = pieces(recs[:args.robots], 4 * args.segment, sub, settle)
     held = pieces(recs[args.robots:], args.horizon, sub, settle)
     for name, got, steps in (("calibration", train, 4 * args.segment), ("held-out", held, args.horizon)):
         if not got:
             raise SystemExit(f"no push-free {name} piece of {steps} steps ({steps * dt:g} s) in the recording: "
-                             f"the recording pushes the trunk every {PUSH_EVERY:g} s and a piece starts {SETTLE:g} s after a "
-                             f"push; lower --segment (a calibration piece is 4 x segment steps) or --horizon")
+                             f"the recording pushes the trunk every {args.push_every:g} s and a piece starts {SETTLE:g} s after "
+                             f"a push; lower --segment (a calibration piece is 4 x segment steps) or --horizon, or "
+                             f"push less often (--push-every)")
     print(f"recorded {args.robots + 2} x {args.record:g} s of walking ({alive.sum()} stayed up) in "
           f"{time.perf_counter() - t0:.0f} s; {len(train[0])} calibration pieces of {4 * args.segment} steps, "
           f"{len(held[0])} held-out pieces of {args.horizon}", flush=True)
@@ -545,6 +549,9 @@ def main(argv=None):
                     help="the sims' joint Coulomb friction, N m, in the fit, its start and the calibrated and "
                          "true-parameter sims (default the URDF's, Go1 0.2 N m; the MuJoCo reality has none: 0 "
                          "removes that mismatch, 14th session)")
+    ap.add_argument("--push-every", type=float, default=PUSH_EVERY, metavar="S",
+                    help="seconds between the recording's pushes on the trunk (default %(default)g; 0: none); "
+                         "calibration pieces lie between pushes, so longer windows need rarer pushes")
     ap.add_argument("--observe", default=None, metavar="CHANNELS",
                     help="comma-separated channels the fit compares (ContactFit.observe; default encoders and IMU: "
                          "joint_position,joint_velocity,base_orientation,base_angular_velocity); add "

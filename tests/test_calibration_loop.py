@@ -134,7 +134,20 @@ def test_observe_reaches_the_fit_with_the_estimators_noise(monkeypatch, tmp_path
     assert method.noise["joint_position"] == cl.CAL.NOISE["joint_position"]
 
 
-def test_windows_longer_than_the_push_free_stretches_are_refused_clearly(tmp_path):
+def test_windows_longer_than_the_push_free_stretches_are_refused_clearly(monkeypatch, tmp_path):
+    argv = ["--robot", "go1", "--seed", "3", "--calibrate-only", "--segment", "50", "--record", "3",
+            "--out", str(tmp_path / "c.json")]
     with pytest.raises(SystemExit, match="no push-free calibration piece of 200 steps .* pushes the trunk every 1 s"):
-        cl.main(["--robot", "go1", "--seed", "3", "--calibrate-only", "--segment", "50", "--record", "3",
-                 "--out", str(tmp_path / "c.json")])
+        cl.main(argv)
+
+    # Without pushes the same windows fit in the recording and reach the fit.
+    class Stop(Exception):
+        pass
+
+    def identify(robot, q, v, **kw):
+        assert kw["method"].segment == 50 and q.shape[-2] == 4 * 50 + 1
+        raise Stop
+
+    monkeypatch.setattr(cl, "identify", identify)
+    with pytest.raises(Stop):
+        cl.main(argv + ["--push-every", "0"])
