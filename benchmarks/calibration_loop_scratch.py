@@ -30,6 +30,10 @@ The run directory is not kept between sessions: ``--previous RESULTS.json`` take
 from an earlier ``--collect`` result, as recorded.
 
 ``--collect`` evaluates the pre-registered criterion only once every seed of both arms is deployed.
+
+The 19th session's test (``--trim STEM``): the command of ``STEM.pt`` is trimmed in its own training sim
+until it walks 0.5 m/s there (:func:`trim_command`), then the policy is deployed in draw 3's reality at that
+command and at 0.5 m/s, both errors measured against 0.5 m/s; ``--collect-trim DIR`` pairs the arms.
 """
 
 from __future__ import annotations
@@ -162,8 +166,8 @@ def check_env(env, params: dict | None, preset=GO1_WALK_SHAC_LONG) -> dict:
             "physics": env_physics(env)}
 
 
-def walk(env, policy, **kw) -> dict:
-    m = env.evaluate(policy, LT.COMMAND, **kw)
+def walk(env, policy, command=LT.COMMAND, **kw) -> dict:
+    m = env.evaluate(policy, command, **kw)
     return {"forward_speed": float(m["forward_speed"]), "speed_error": float(m["speed_error"]),
             "upright": float(m["upright"])}
 
@@ -285,6 +289,115 @@ def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth", "nopush"), sims=CROSS_SIMS
     return out
 
 
+# The 19th session's pre-registered test (docs/simulation.md, "the command trimmed in each arm's own sim").
+TRIM = {"target": 0.5, "tolerance": 0.003, "max_walks": 6, "low": 0.2, "high": 0.8, "min_slope": 0.2}
+TRIM_ARMS = ("nominal", "nopush")
+TRIM_SEEDS = ("6", "7", "8", "9", "10", "11")
+TRIM_SIMS = {"nominal": SIMS["nominal"],
+             "nopush": "benchmarks/results/calibration_loop_go1_soft_s3_18th_nopush_w64.json"}
+
+
+def trim_command(speed_of, target: float = TRIM["target"], tolerance: float = TRIM["tolerance"],
+                 max_walks: int = TRIM["max_walks"], low: float = TRIM["low"], high: float = TRIM["high"],
+                 min_slope: float = TRIM["min_slope"]) -> dict:
+    """The forward command at which ``speed_of(c)`` (a walk's mean forward speed) comes closest to
+    ``target``: first ``c = target``, then ``c + (target - speed)``, then secant steps through the last two
+    walks (slope 1 where the secant's is below ``min_slope`` or not finite), every ``c`` clipped to
+    ``[low, high]``; stops within ``tolerance`` or after ``max_walks`` walks. Returns the chosen command,
+    its speed and every walk."""
+    walks: list[tuple[float, float]] = []
+    c = float(target)
+    for _ in range(max_walks):
+        v = float(speed_of(c))
+        walks.append((c, v))
+        if abs(v - target) <= tolerance or v != v:
+            break
+        slope = 1.0
+        if len(walks) > 1:
+            (c0, v0), (c1, v1) = walks[-2], walks[-1]
+            slope = (v1 - v0) / (c1 - c0) if c1 != c0 else float("nan")
+            if not (slope == slope and abs(slope) != float("inf")) or slope < min_slope:
+                slope = 1.0
+        c = min(max(c + (target - v) / slope, low), high)
+    finite = [w for w in walks if w[1] == w[1]]
+    best = min(finite, key=lambda w: abs(w[1] - target)) if finite else walks[0]
+    return {"command": best[0], "own_sim_speed": best[1], "walks": [{"command": c, "speed": v} for c, v in walks]}
+
+
+def reality(episodes: int = 16):
+    """Draw 3's reality for Go1, as ``calibration_loop.py --robot go1 --seed 3 --deploy-only`` builds it:
+    a function ``(policy, command, target) -> metrics`` (16 x 10 s from seed 999, 2 s settling)."""
+    from backdrive.envs import QuadrupedWalk
+
+    env_n = CL.make_env(None, 6, robot_name="go1")
+    truth = CL.hidden_truth(3, env_n.robot, "go1")
+    dt = env_n.physics_dt
+
+    def run(policy, command, target):
+        env, _ = QuadrupedWalk.pretrained(episodes, robot="go1")
+        return LT.run_mujoco(env, policy, dt=dt, seconds=10.0, seed=LT.SEED, settle=LT.SETTLE,
+                             model=LT.build_hidden(env, truth, dt), delay=truth["delay"],
+                             command=command, target_speed=target)
+    return run
+
+
+def trim(stem: Path, episodes: int = 16) -> dict:
+    """The 19th session's test for one trained policy ``STEM.pt``: its command trimmed in its own training
+    sim (:func:`trim_command`, own-sim walks as the training record's), then deployed in draw 3's reality at
+    the trimmed command and at 0.5 m/s, both errors against 0.5 m/s."""
+    from backdrive.envs import QuadrupedWalk
+
+    record = json.loads(Path(f"{stem}.pt.json").read_text())
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    policy, _ = CL.load_nominal(shipped, Path(f"{stem}.pt"), robot="go1")
+    env = arm_env(sim_params(record["sim"]), episodes)
+    target = TRIM["target"]
+    t = trim_command(lambda c: walk(env, policy, (c, 0.0, 0.0), seconds=10.0, seed=LT.SEED,
+                                    settle=LT.SETTLE)["forward_speed"])
+    first = t["walks"][0]["speed"]
+    if abs(first - record["own_sim"]["forward_speed"]) > 1e-5:
+        raise SystemExit(f"{stem}: the first trimming walk ({first:.6f} m/s) does not reproduce the training "
+                         f"record's own-sim walk ({record['own_sim']['forward_speed']:.6f}): another sim or policy")
+    run = reality(episodes)
+    c = t["command"]
+    trimmed = run(policy, (c, 0.0, 0.0), target)
+    plain = run(policy, LT.COMMAND, target)
+    return {"sim": record["sim"], "seed": record["seed"], "updates": record["updates"], "trim": t,
+            "trim_settings": TRIM, "trimmed_command": c,
+            "real_speed": trimmed["forward_speed"], "real_error": trimmed["speed_error"],
+            "real_upright": f"{round(trimmed['upright'] * episodes)}/{episodes}",
+            "reality_minus_own_sim": trimmed["forward_speed"] - t["own_sim_speed"],
+            "untrimmed": {"own_sim_speed": first, "real_speed": plain["forward_speed"],
+                          "real_error": plain["speed_error"], "real_upright": plain["upright"]},
+            "train_cpu_minutes": record["train_cpu_minutes"], "wall_minutes": record["wall_minutes"],
+            "from": "benchmarks/calibration_loop_scratch.py --trim"}
+
+
+def collect_trim(d: Path, seeds=TRIM_SEEDS, arms=TRIM_ARMS) -> dict:
+    """Every trimmed and deployed run in ``d`` (``ARM_sS_trim.json``) per arm and seed and, once every seed
+    of both arms is in, the pre-registered paired comparison of the trimmed errors."""
+    import calibration_arms_table as TAB
+
+    out = {"arms": {a: {} for a in arms}, "missing": []}
+    for a in arms:
+        for sd in seeds:
+            f = d / f"{a}_s{sd}_trim.json"
+            if f.exists():
+                out["arms"][a][sd] = json.loads(f.read_text())
+            else:
+                out["missing"].append(f"{a}_s{sd}")
+    if out["missing"]:
+        out["criterion"] = "not evaluated: the seeds above are not all trimmed and deployed"
+        return out
+    out["paired"] = TAB.paired(out["arms"][arms[0]], out["arms"][arms[1]])
+    out["paired_untrimmed"] = TAB.paired({s: x["untrimmed"] for s, x in out["arms"][arms[0]].items()},
+                                         {s: x["untrimmed"] for s, x in out["arms"][arms[1]].items()})
+    pre = tuple(arms) == TRIM_ARMS and tuple(seeds) == TRIM_SEEDS
+    out["criterion"] = (f"one-sided paired t-test of {arms[0]} trimmed error - {arms[1]} trimmed error, p < 0.05"
+                        + ("" if pre else " (a diagnostic, not the pre-registered criterion)"))
+    return out
+
+
 def truth_sim(sims=SIMS) -> dict:
     """A sim for a diagnostic arm: draw 3's hidden parameters (masses, joint damping, motor strength, foot
     friction, delay; from the calibration JSON's ``truth``) with the nominal arm's contact law and step,
@@ -316,13 +429,39 @@ def main(argv=None):
                     help="write --out (a JSON for --sim): draw 3's hidden parameters with the nominal arm's law")
     ap.add_argument("--sims", default=None, metavar="NAME=JSON,...",
                     help="with --cross: the sims to walk in (default the nominal, calibrated and truth sims)")
+    ap.add_argument("--trim", default=None, metavar="STEM",
+                    help="trim STEM.pt's command to 0.5 m/s in its own sim, deploy it, write STEM_trim.json")
+    ap.add_argument("--collect-trim", default=None, metavar="DIR",
+                    help="collect DIR's --trim results into --out (a JSON) with the paired test")
     ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
     ap.add_argument("--validate-every", type=int, default=50, help="updates between own-sim validation walks")
     ap.add_argument("--check-only", action="store_true", help="build and check the env, print the comparison, stop")
-    ap.add_argument("--out", required=True, help="path stem: writes STEM.pt, STEM.pt.json, STEM.csv, STEM_ckpt.pt")
+    ap.add_argument("--out", default=None, help="path stem: writes STEM.pt, STEM.pt.json, STEM.csv, STEM_ckpt.pt")
     args = ap.parse_args(argv)
+    if args.trim:
+        torch.set_num_threads(1)
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
+        res = trim(Path(args.trim))
+        Path(f"{args.trim}_trim.json").write_text(json.dumps(res, indent=1))
+        walks = ", ".join(f"{w['command']:.4f} -> {w['speed']:.4f}" for w in res["trim"]["walks"])
+        print(f"{args.trim}: own-sim walks {walks}; in reality at {res['trimmed_command']:.4f}: "
+              f"{res['real_speed']:.3f} m/s (error {res['real_error']:.3f}); wrote {args.trim}_trim.json")
+        return res
+    if args.out is None:
+        ap.error("--out is needed (except with --trim)")
+    if args.collect_trim:
+        arms = tuple(args.arms.split(",")) if args.arms != ",".join(ARMS) else TRIM_ARMS
+        res = collect_trim(Path(args.collect_trim), arms=arms)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        for a, rows in res["arms"].items():
+            for sd, x in rows.items():
+                print(f"| {a} | {sd} | {x['trimmed_command']:.3f} | {x['trim']['own_sim_speed']:.3f} | "
+                      f"{x['real_speed']:.3f} ({x['real_error']:.3f}) | {x['real_upright']} | "
+                      f"{x['untrimmed']['real_speed']:.3f} ({x['untrimmed']['real_error']:.3f}) |")
+        print(f"missing: {', '.join(res['missing']) or 'none'}; wrote {args.out}")
+        return res
     if args.collect:
         prev = json.loads(Path(args.previous).read_text()) if args.previous else None
         arms = tuple(args.arms.split(","))

@@ -207,7 +207,7 @@ def mujoco_observation(qpos: np.ndarray, qvel: np.ndarray, perm: np.ndarray, q_s
 @torch.no_grad()
 def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float = 0.005, *,
                seconds: float = SECONDS, seed: int = SEED, settle: float = SETTLE, model=None, delay: int = 0,
-               **physics) -> dict:
+               command=COMMAND, target_speed: float | None = None, **physics) -> dict:
     """``policy`` in MuJoCo from ``env``'s reset states (``seed``); metrics as ``env.evaluate``.
 
     Args:
@@ -216,6 +216,10 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         delay: control delay in MuJoCo steps, at most ``env.dt / dt``: each
             new servo target takes effect ``delay`` steps into its control
             period (the previous target holds until then).
+        command: the ``(vx, vy, yaw)`` command the policy is given.
+        target_speed: the forward speed ``speed_error`` is measured against
+            (default ``command[0]``; e.g. the wanted speed when ``command``
+            was trimmed to reach it in a simulator).
         physics: :func:`build`'s ``friction``, ``stiffness_scale``,
             ``motor_strength`` (not with ``model``).
     """
@@ -235,8 +239,10 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
         raise ValueError(f"env.dt {env.dt} is not a multiple of dt {dt}")
     if not (isinstance(delay, int) and 0 <= delay <= substeps):
         raise ValueError(f"delay must be a whole number of steps in [0, {substeps}], got {delay!r}")
+    command = tuple(float(c) for c in command)
+    wanted = command[0] if target_speed is None else float(target_speed)
     env.reset(seed=seed)
-    env.set_command(torch.as_tensor(COMMAND, dtype=env.dtype))
+    env.set_command(torch.as_tensor(command, dtype=env.dtype))
     parts = {k: t.double().numpy().copy() for k, t in env.split(env.state).items()}
     n = env.num_envs
     qpos0, qvel0 = to_mujoco(parts["q"], parts["v"], perm)
@@ -282,7 +288,7 @@ def run_mujoco(env: QuadrupedWalk, policy, contact: str = "matched", dt: float =
     per_env = np.nanmean(V, 0) if alive.any() else np.full(n, np.nan)
     return {
         "forward_speed": float(np.nanmean(V)) if np.isfinite(V).any() else math.nan,
-        "speed_error": float(np.nanmean(np.abs(per_env - COMMAND[0]))) if alive.any() else math.nan,
+        "speed_error": float(np.nanmean(np.abs(per_env - wanted))) if alive.any() else math.nan,
         "upright": float(alive.mean()),
         "mean_height": float(np.nanmean(np.array(heights))),
         "yaw_rate": float(np.nanmean(np.array(wz)[int(round(settle / env.dt)):])) if alive.any() else math.nan,

@@ -174,3 +174,64 @@ def test_saved_policy_loads_into_the_shipped_network(tmp_path):
     policy.load_state_dict(state)  # strict: the same keys and shapes
     for k, v in state.items():
         assert torch.equal(policy.state_dict()[k], v)
+
+
+def test_trim_command_finds_the_command_that_walks_the_target():
+    # A policy that walks 0.6 c + 0.15: c = 0.5833 gives 0.5; the secant on a line lands on it.
+    res = S.trim_command(lambda c: 0.6 * c + 0.15)
+    assert [w["command"] for w in res["walks"]] == pytest.approx([0.5, 0.55, 0.35 / 0.6])  # slope 1, then secant
+    assert res["command"] == pytest.approx(0.35 / 0.6) and res["own_sim_speed"] == pytest.approx(0.5)
+    # Already within tolerance: one walk.
+    assert len(S.trim_command(lambda c: c + 0.001)["walks"]) == 1
+    # A policy that cannot reach the target within the training range stops at the range, after 6 walks,
+    # and keeps the closest walk.
+    slow = S.trim_command(lambda c: 0.3 * c)
+    assert len(slow["walks"]) == S.TRIM["max_walks"]
+    assert slow["command"] == S.TRIM["high"] and slow["own_sim_speed"] == pytest.approx(0.24)
+    assert all(S.TRIM["low"] <= w["command"] <= S.TRIM["high"] for w in slow["walks"])
+    # A flat or falling response takes slope 1 instead of a wild secant step.
+    flat = S.trim_command(lambda c: 0.45)
+    assert [w["command"] for w in flat["walks"][:3]] == pytest.approx([0.5, 0.55, 0.6])
+    # A walk where every robot fell (NaN) stops the search; the closest finite walk is kept.
+    fall = S.trim_command(lambda c: 0.55 if c == 0.5 else float("nan"))
+    assert len(fall["walks"]) == 2 and fall["command"] == 0.5
+
+
+def test_collect_trim_evaluates_the_criterion_only_with_every_seed(tmp_path):
+    def write(arm, seed, err, plain):
+        rec = {"trimmed_command": 0.48, "trim": {"own_sim_speed": 0.5}, "real_speed": 0.5 + err,
+               "real_error": err, "real_upright": "16/16",
+               "untrimmed": {"real_speed": 0.5 + plain, "real_error": plain, "real_upright": 1.0}}
+        (tmp_path / f"{arm}_s{seed}_trim.json").write_text(json.dumps(rec))
+
+    for s in S.TRIM_SEEDS[:-1]:
+        write("nominal", s, 0.03 + 0.001 * int(s), 0.02)
+        write("nopush", s, 0.01, 0.02)
+    part = S.collect_trim(tmp_path)
+    assert part["missing"] == ["nominal_s11", "nopush_s11"] and "paired" not in part
+    write("nominal", "11", 0.02, 0.02)
+    write("nopush", "11", 0.01, 0.03)
+    full = S.collect_trim(tmp_path)
+    assert full["paired"]["seeds"] == list(S.TRIM_SEEDS) and full["paired"]["t_test_met"]
+    assert "diagnostic" not in full["criterion"]
+    assert full["paired_untrimmed"]["mean"] == pytest.approx(-0.01 / 6)
+    swapped = S.collect_trim(tmp_path, arms=("nopush", "nominal"))
+    assert "diagnostic" in swapped["criterion"]
+
+
+def test_mujoco_walk_takes_a_command_and_a_target_speed():
+    import locomotion_transfer as lt
+
+    from backdrive.envs import QuadrupedWalk
+
+    torch.set_num_threads(1)
+    env, policy = QuadrupedWalk.pretrained(2)
+    kw = {"seconds": 0.6, "settle": 0.2}
+    plain = lt.run_mujoco(env, policy, "matched", **kw)
+    same = lt.run_mujoco(env, policy, "matched", command=lt.COMMAND, target_speed=lt.COMMAND[0], **kw)
+    assert same == plain
+    other = lt.run_mujoco(env, policy, "matched", command=(0.3, 0.0, 0.0), target_speed=0.5, **kw)
+    assert other["forward_speed"] != plain["forward_speed"]  # the policy sees the command
+    own = lt.run_mujoco(env, policy, "matched", command=(0.3, 0.0, 0.0), **kw)
+    assert own["forward_speed"] == other["forward_speed"]
+    assert other["speed_error"] != own["speed_error"]  # measured against 0.5, not against 0.3
