@@ -4,7 +4,8 @@ Kinematics, rigid-body dynamics and simulation whose every output carries
 exact gradients. See ``README.md`` and ``docs/conventions.md``.
 """
 
-from ._errors import (
+from . import _errors
+from ._errors import (  # the names of _errors.CLASSES, for readers and IDEs
     BackdriveError,
     BackdriveWarning,
     ContactApproximationWarning,
@@ -62,26 +63,6 @@ __all__ = [
     "data",
     "cli",
     "runtime",
-    "BackdriveError",
-    "ModelError",
-    "URDFParseError",
-    "TopologyError",
-    "UnsupportedJointError",
-    "InvalidValueError",
-    "UnknownNameError",
-    "InputError",
-    "InputTypeError",
-    "ConfigError",
-    "PolicyConfigError",
-    "CheckpointMismatchError",
-    "UnknownRobotError",
-    "SimulationError",
-    "NonFiniteError",
-    "TrainingDivergedError",
-    "CompilerUnavailableError",
-    "MissingDependencyError",
-    "MissingExtraError",
-    "BrowserNotFoundError",
-    "BackdriveWarning",
-    "ContactApproximationWarning",
+    # The error and warning classes, as listed once in backdrive._errors.
+    *_errors.CLASSES,
 ]

@@ -63,6 +63,8 @@ __all__ = [
     "ContactApproximationWarning",
     "closest_names",
 ]
+#: The exception and warning classes, which ``backdrive`` exports at its top level.
+CLASSES = tuple(name for name in __all__ if name != "closest_names")
 
 
 class BackdriveError(Exception):

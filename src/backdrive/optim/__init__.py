@@ -67,6 +67,7 @@ from ._solvers import (
     levenberg_marquardt,
     minimize,
 )
+from . import _sysid
 from ._sysid import (
     CONTACT_PARAMETERS,
     IDENTIFIABLE_PARAMETERS,
@@ -113,16 +114,7 @@ __all__ = [
     "optimize_trajectory",
     "TrajectoryOptimizationResult",
     "OPTIMIZERS",
-    "identify",
-    "IdentificationResult",
-    "InverseDynamicsFit",
-    "SimulationFit",
-    "ContactFit",
-    "IDENTIFIABLE_PARAMETERS",
-    "CONTACT_PARAMETERS",
-    "inertia_from_cholesky",
-    "cholesky_from_inertia",
-    "physically_consistent",
+    *_sysid.__all__,  # identify, its fits and results, the inertia parametrisation
     "minimize",
     "SolverOptions",
     "DEFAULT_ITERATIONS",
