@@ -256,7 +256,8 @@ def cross_summary(rows: list[dict], sims) -> dict:
 
 
 def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth", "nopush"), sims=CROSS_SIMS, episodes: int = 16, seconds: float = 10.0) -> dict:
-    """A diagnostic, not part of the criterion: every finished and deployed policy in ``d`` walked in each
+    """A diagnostic, not part of the criterion: every finished and deployed policy in ``d`` (deployed by
+    ``calibration_loop.py --deploy-only``, or by ``--trim``: its deployment at 0.5 m/s) walked in each
     of ``sims`` with the own-sim settings (16 x 10 s at 0.5 m/s, seed 999), beside its speed in reality.
     ``|reality - sim|`` per sim says which sim predicts the speed of that policy better."""
     from backdrive.envs import QuadrupedWalk
@@ -268,11 +269,14 @@ def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth", "nopush"), sims=CROSS_SIMS
                         "command": list(LT.COMMAND)}, "sims": dict(sims), "rows": []}
     for a in arms:
         for sd in seeds:
-            pt, dep = d / f"{a}_s{sd}.pt", d / f"deploy_{a}_s{sd}.json"
-            if not (pt.exists() and dep.exists()):
+            pt, dep, trimmed = d / f"{a}_s{sd}.pt", d / f"deploy_{a}_s{sd}.json", d / f"{a}_s{sd}_trim.json"
+            if not (pt.exists() and (dep.exists() or trimmed.exists())):
                 continue
             policy, _ = CL.load_nominal(shipped, pt, robot="go1")
-            real = json.loads(dep.read_text())["rows"]["nominal"]["forward_speed"]
+            if dep.exists():
+                real = json.loads(dep.read_text())["rows"]["nominal"]["forward_speed"]
+            else:  # a --trim run's deployment at 0.5 m/s
+                real = json.loads(trimmed.read_text())["untrimmed"]["real_speed"]
             row = {"arm": a, "seed": sd, "real_speed": real}
             for name, env in envs.items():
                 m = walk(env, policy, seconds=seconds, seed=LT.SEED, settle=LT.SETTLE)
@@ -433,6 +437,8 @@ def main(argv=None):
                     help="trim STEM.pt's command to 0.5 m/s in its own sim, deploy it, write STEM_trim.json")
     ap.add_argument("--collect-trim", default=None, metavar="DIR",
                     help="collect DIR's --trim results into --out (a JSON) with the paired test")
+    ap.add_argument("--seeds", default=None, metavar="S,S,...",
+                    help="with --cross: the training seeds to look for (default 0-5)")
     ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
@@ -478,7 +484,8 @@ def main(argv=None):
     if args.cross:
         torch.set_num_threads(1)
         sims = dict(x.split("=", 1) for x in args.sims.split(",")) if args.sims else CROSS_SIMS
-        res = cross(Path(args.cross), sims=sims)
+        seeds = tuple(args.seeds.split(",")) if args.seeds else SEEDS
+        res = cross(Path(args.cross), seeds=seeds, sims=sims)
         Path(args.out).write_text(json.dumps(res, indent=1))
         return res
     if args.truth_sim:

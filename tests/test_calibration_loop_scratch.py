@@ -157,6 +157,15 @@ def test_cross_walks_each_deployed_policy_in_both_sims(tmp_path):
     assert summary["policies"] == 1 and summary["mean_miss"] == pytest.approx(row["calibrated_sim_miss"])
     assert summary["reality_faster"] == int(0.55 > row["calibrated_sim_speed"])
 
+    # A run deployed by --trim: its deployment at 0.5 m/s is the real speed; --seeds picks other seeds.
+    torch.save(shipped.state_dict(), tmp_path / "nopush_s7.pt")
+    (tmp_path / "nopush_s7.pt.json").write_text(json.dumps({"robot": "go1"}))
+    (tmp_path / "nopush_s7_trim.json").write_text(json.dumps({"untrimmed": {"real_speed": 0.47}}))
+    later = S.cross(tmp_path, seeds=("7",), sims={"nominal": S.SIMS["nominal"]}, episodes=2, seconds=2.5)
+    (row7,) = later["rows"]
+    assert (row7["arm"], row7["seed"], row7["real_speed"]) == ("nopush", "7", 0.47)
+    assert row7["nominal_sim_speed"] == pytest.approx(row["nominal_sim_speed"])  # the same policy and sim
+
 
 def test_saved_policy_loads_into_the_shipped_network(tmp_path):
     # The deployment (calibration_loop.load_nominal) loads the state dict into a copy of the shipped policy.
