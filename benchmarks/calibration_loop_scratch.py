@@ -328,13 +328,14 @@ def trim_command(speed_of, target: float = TRIM["target"], tolerance: float = TR
     return {"command": best[0], "own_sim_speed": best[1], "walks": [{"command": c, "speed": v} for c, v in walks]}
 
 
-def reality(episodes: int = 16):
-    """Draw 3's reality for Go1, as ``calibration_loop.py --robot go1 --seed 3 --deploy-only`` builds it:
-    a function ``(policy, command, target) -> metrics`` (16 x 10 s from seed 999, 2 s settling)."""
+def reality(episodes: int = 16, draw: int = 3):
+    """A hidden draw's reality for Go1 (default draw 3), as ``calibration_loop.py --robot go1 --seed DRAW
+    --deploy-only`` builds it: a function ``(policy, command, target) -> metrics`` (16 x 10 s from seed 999,
+    2 s settling)."""
     from backdrive.envs import QuadrupedWalk
 
     env_n = CL.make_env(None, 6, robot_name="go1")
-    truth = CL.hidden_truth(3, env_n.robot, "go1")
+    truth = CL.hidden_truth(draw, env_n.robot, "go1")
     dt = env_n.physics_dt
 
     def run(policy, command, target):
@@ -402,6 +403,45 @@ def collect_trim(d: Path, seeds=TRIM_SEEDS, arms=TRIM_ARMS) -> dict:
     return out
 
 
+def nominal_gap(d: Path, draws, arm: str = "nominal", seeds=TRIM_SEEDS, episodes: int = 16) -> dict:
+    """A diagnostic for choosing a future test's reality: each of ``arm``'s policies in ``d`` walked at 0.5
+    m/s in the nominal sim and deployed in each hidden draw's reality; per draw, the mean and standard
+    deviation over the policies of reality minus the nominal sim. A draw whose mean is far larger than the
+    standard deviation is one where a calibration has a gap to close that the policy-to-policy scatter does
+    not hide. Uses no calibrated arm's result."""
+    from backdrive.envs import QuadrupedWalk
+
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    root = Path(__file__).resolve().parents[1]
+    env = arm_env(sim_params(str(root / SIMS["nominal"])), episodes)
+    realities = {g: reality(episodes, g) for g in draws}
+    out = {"arm": arm, "settings": {"episodes": episodes, "seconds": 10.0, "seed": LT.SEED, "settle": LT.SETTLE,
+                                    "command": list(LT.COMMAND)}, "rows": [], "draws": {}}
+    for sd in seeds:
+        pt = d / f"{arm}_s{sd}.pt"
+        if not pt.exists():
+            continue
+        policy, _ = CL.load_nominal(shipped, pt, robot="go1")
+        sim = walk(env, policy, seconds=10.0, seed=LT.SEED, settle=LT.SETTLE)["forward_speed"]
+        row = {"seed": sd, "nominal_sim_speed": sim}
+        for g, run in realities.items():
+            m = run(policy, LT.COMMAND, LT.COMMAND[0])
+            row[f"draw_{g}"] = {"speed": m["forward_speed"], "upright": m["upright"],
+                                "reality_minus_sim": m["forward_speed"] - sim}
+        out["rows"].append(row)
+        print(f"{arm} s{sd}: nominal sim {sim:.3f}; " + ", ".join(
+            f"draw {g} {row[f'draw_{g}']['speed']:.3f}" for g in draws), flush=True)
+    for g in draws:
+        b = [r[f"draw_{g}"]["reality_minus_sim"] for r in out["rows"]]
+        n = len(b)
+        mean = sum(b) / n if n else float("nan")
+        sdv = (sum((x - mean) ** 2 for x in b) / (n - 1)) ** 0.5 if n > 1 else float("nan")
+        out["draws"][str(g)] = {"policies": n, "mean_reality_minus_sim": mean, "sd": sdv,
+                                "min_upright": min((r[f"draw_{g}"]["upright"] for r in out["rows"]), default=None)}
+        print(f"draw {g}: reality - nominal sim {mean:+.4f} (sd {sdv:.4f}) over {n} policies", flush=True)
+    return out
+
+
 def truth_sim(sims=SIMS) -> dict:
     """A sim for a diagnostic arm: draw 3's hidden parameters (masses, joint damping, motor strength, foot
     friction, delay; from the calibration JSON's ``truth``) with the nominal arm's contact law and step,
@@ -438,7 +478,11 @@ def main(argv=None):
     ap.add_argument("--collect-trim", default=None, metavar="DIR",
                     help="collect DIR's --trim results into --out (a JSON) with the paired test")
     ap.add_argument("--seeds", default=None, metavar="S,S,...",
-                    help="with --cross: the training seeds to look for (default 0-5)")
+                    help="with --cross: the training seeds to look for (default 0-5); with --nominal-gap: 6-11")
+    ap.add_argument("--nominal-gap", default=None, metavar="DIR",
+                    help="a diagnostic: DIR's nominal-arm policies in the nominal sim and in each of --draws' "
+                         "realities, write --out (a JSON)")
+    ap.add_argument("--draws", default="0,1,2,3,4,5,6,7,8,9", help="with --nominal-gap: the hidden draws")
     ap.add_argument("--sim", default=None, help="'nominal' or a calibration JSON (its \"calibrated\" entry)")
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
@@ -457,6 +501,13 @@ def main(argv=None):
         return res
     if args.out is None:
         ap.error("--out is needed (except with --trim)")
+    if args.nominal_gap:
+        torch.set_num_threads(1)
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
+        seeds = tuple(args.seeds.split(",")) if args.seeds else TRIM_SEEDS
+        res = nominal_gap(Path(args.nominal_gap), [int(g) for g in args.draws.split(",")], seeds=seeds)
+        Path(args.out).write_text(json.dumps(res, indent=1))
+        return res
     if args.collect_trim:
         arms = tuple(args.arms.split(",")) if args.arms != ",".join(ARMS) else TRIM_ARMS
         res = collect_trim(Path(args.collect_trim), arms=arms)

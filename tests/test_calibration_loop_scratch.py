@@ -244,3 +244,22 @@ def test_mujoco_walk_takes_a_command_and_a_target_speed():
     own = lt.run_mujoco(env, policy, "matched", command=(0.3, 0.0, 0.0), **kw)
     assert own["forward_speed"] == other["forward_speed"]
     assert other["speed_error"] != own["speed_error"]  # measured against 0.5, not against 0.3
+
+
+def test_nominal_gap_deploys_each_policy_in_each_draw(tmp_path):
+    from backdrive.envs import QuadrupedWalk
+
+    torch.set_num_threads(1)
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    torch.save(shipped.state_dict(), tmp_path / "nominal_s6.pt")
+    (tmp_path / "nominal_s6.pt.json").write_text(json.dumps({"robot": "go1"}))
+    res = S.nominal_gap(tmp_path, [1, 4], seeds=("6", "7"), episodes=2)
+    (row,) = res["rows"]  # seed 7 has no policy: left out
+    assert row["seed"] == "6"
+    for g in (1, 4):
+        x = row[f"draw_{g}"]
+        assert x["reality_minus_sim"] == pytest.approx(x["speed"] - row["nominal_sim_speed"])
+        assert res["draws"][str(g)]["mean_reality_minus_sim"] == pytest.approx(x["reality_minus_sim"])
+        assert res["draws"][str(g)]["policies"] == 1
+    # The draws hide other masses, friction and strength: the same policy walks at another speed.
+    assert row["draw_1"]["speed"] != row["draw_4"]["speed"]
