@@ -263,3 +263,22 @@ def test_nominal_gap_deploys_each_policy_in_each_draw(tmp_path):
         assert res["draws"][str(g)]["policies"] == 1
     # The draws hide other masses, friction and strength: the same policy walks at another speed.
     assert row["draw_1"]["speed"] != row["draw_4"]["speed"]
+
+
+def test_a_pairing_is_preregistered_only_with_its_own_seeds(tmp_path):
+    def write(arm, seed, err):
+        rec = {"sim": arm, "updates": 300, "own_sim": {"forward_speed": 0.5, "speed_error": 0.0, "upright": 1.0},
+               "train_cpu_minutes": 4.0, "wall_minutes": 5.0, "validation": []}
+        dep = {"args": {"episodes": 16}, "rows": {"nominal": {"forward_speed": 0.5 - err, "speed_error": err,
+                                                              "upright": 1.0}}}
+        (tmp_path / f"{arm}_s{seed}.pt.json").write_text(json.dumps(rec))
+        (tmp_path / f"deploy_{arm}_s{seed}.json").write_text(json.dumps(dep))
+
+    for s in range(12):
+        write("nominal", s, 0.07)
+        write("nopush4", s, 0.03 + 0.001 * s)
+    d4 = ("6", "7", "8", "9", "10", "11")
+    test = S.collect(tmp_path, seeds=d4, arms=("nominal", "nopush4"))
+    assert test["paired"]["seeds"] == list(d4) and "diagnostic" not in test["criterion"]
+    other = S.collect(tmp_path, seeds=S.SEEDS, arms=("nominal", "nopush4"))
+    assert "diagnostic" in other["criterion"]
