@@ -244,6 +244,13 @@ SIMS = {"nominal": "benchmarks/results/go1_soft_nominal_s0_13th.json",
 CROSS_SIMS = {**SIMS, "truth": "benchmarks/results/go1_true_params_s3_18th.json"}
 
 
+def _mean_sd(b: list[float]) -> tuple[float, float]:
+    """The mean and the sample standard deviation of ``b`` (NaN where undefined)."""
+    n = len(b)
+    mean = sum(b) / n if n else float("nan")
+    return mean, (sum((x - mean) ** 2 for x in b) / (n - 1)) ** 0.5 if n > 1 else float("nan")
+
+
 def cross_summary(rows: list[dict], sims) -> dict:
     """Per sim, over ``rows`` (``cross``'s): the mean |reality - sim| speed, the mean and standard deviation
     of reality - sim, and on how many policies reality was the faster."""
@@ -251,8 +258,7 @@ def cross_summary(rows: list[dict], sims) -> dict:
     for name in sims:
         b = [r["real_speed"] - r[f"{name}_sim_speed"] for r in rows]
         n = len(b)
-        mean = sum(b) / n if n else float("nan")
-        sd = (sum((x - mean) ** 2 for x in b) / (n - 1)) ** 0.5 if n > 1 else float("nan")
+        mean, sd = _mean_sd(b)
         out[name] = {"policies": n, "mean_miss": sum(abs(x) for x in b) / n if n else float("nan"),
                      "mean_reality_minus_sim": mean, "sd_reality_minus_sim": sd,
                      "reality_faster": sum(x > 0 for x in b)}
@@ -438,8 +444,7 @@ def nominal_gap(d: Path, draws, arm: str = "nominal", seeds=TRIM_SEEDS, episodes
     for g in draws:
         b = [r[f"draw_{g}"]["reality_minus_sim"] for r in out["rows"]]
         n = len(b)
-        mean = sum(b) / n if n else float("nan")
-        sdv = (sum((x - mean) ** 2 for x in b) / (n - 1)) ** 0.5 if n > 1 else float("nan")
+        mean, sdv = _mean_sd(b)
         out["draws"][str(g)] = {"policies": n, "mean_reality_minus_sim": mean, "sd": sdv,
                                 "min_upright": min((r[f"draw_{g}"]["upright"] for r in out["rows"]), default=None)}
         print(f"draw {g}: reality - nominal sim {mean:+.4f} (sd {sdv:.4f}) over {n} policies", flush=True)
