@@ -307,8 +307,6 @@ def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth", "nopush"), sims=CROSS_SIMS
 TRIM = {"target": 0.5, "tolerance": 0.003, "max_walks": 6, "low": 0.2, "high": 0.8, "min_slope": 0.2}
 TRIM_ARMS = ("nominal", "nopush")
 TRIM_SEEDS = ("6", "7", "8", "9", "10", "11")
-TRIM_SIMS = {"nominal": SIMS["nominal"],
-             "nopush": "benchmarks/results/calibration_loop_go1_soft_s3_18th_nopush_w64.json"}
 
 
 def trim_command(speed_of, target: float = TRIM["target"], tolerance: float = TRIM["tolerance"],
