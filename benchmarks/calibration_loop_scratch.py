@@ -166,6 +166,22 @@ def check_env(env, params: dict | None, preset=GO1_WALK_SHAC_LONG) -> dict:
             "physics": env_physics(env)}
 
 
+# The 20th session's test: the checkpoint kept is the one that tracks 0.5 m/s best in the arm's own sim.
+SELECT = {"from": 200, "every": 10, "episodes": 16, "seconds": 4.0, "seed": 7, "settle": 1.0}
+
+
+def selection_due(update: int, settings=SELECT) -> bool:
+    """Whether the policy after ``update`` is a selection candidate: every ``every`` updates from ``from``."""
+    return update >= settings["from"] and (update - settings["from"]) % settings["every"] == 0
+
+
+def selection_score(m: dict) -> float:
+    """Higher is better: more robots upright first, then the lower mean per-episode speed error (the rule of
+    ``calibration_loop.fine_tune_policy``'s selection, as one number for ``train_policy(keep_best=True)``)."""
+    err = float(m["speed_error"])
+    return 1000.0 * float(m["upright"]) - (err if err == err and err < 1000.0 else 999.0)
+
+
 def walk(env, policy, command=LT.COMMAND, **kw) -> dict:
     m = env.evaluate(policy, command, **kw)
     return {"forward_speed": float(m["forward_speed"]), "speed_error": float(m["speed_error"]),
@@ -178,8 +194,14 @@ ARMS = ("nominal", "calibrated")
 # The 19th session's fifth test: draw 4's reality, the push-free calibration on draw 4 (arm "nopush4") against
 # the nominal arm's policies of seeds 6-11.
 SEEDS = SEEDS_0_5 = ("0", "1", "2", "3", "4", "5")  # the pre-registered seeds of the first tests
+# The 20th session's sixth and seventh tests: fresh seeds 12-19, every arm trained with --select (arms
+# "nominalsel", "nopush4sel", "nopush9sel"; every run of such an arm must carry a selection). The sixth: draw 4's
+# reality and calibration, as the fifth; the seventh: draw 9's, with the same nominal policies.
+SELECT_ARMS = ("nominalsel", "nopush4sel", "nopush9sel")
+SELECT_SEEDS = tuple(str(s) for s in range(12, 20))
 PREREGISTERED = {ARMS: SEEDS_0_5, ("nominal", "nopush"): SEEDS_0_5,
-                 ("nominal", "nopush4"): ("6", "7", "8", "9", "10", "11")}
+                 ("nominal", "nopush4"): ("6", "7", "8", "9", "10", "11"),
+                 ("nominalsel", "nopush4sel"): SELECT_SEEDS, ("nominalsel", "nopush9sel"): SELECT_SEEDS}
 
 
 def _record(rec: Path, dep: Path) -> dict:
@@ -196,7 +218,8 @@ def _record(rec: Path, dep: Path) -> dict:
         "train_cpu_minutes": r["train_cpu_minutes"], "wall_minutes": r["wall_minutes"],
         "validation": [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
                        for row in r["validation"]],  # NaN (every robot fell) as null
-        "deploy_wall_s": real.get("wall_s")}
+        "deploy_wall_s": real.get("wall_s"),
+        "selected_update": r.get("selection", {}).get("kept")}
 
 
 def collect(d: Path, seeds=SEEDS, arms=ARMS, previous: dict | None = None) -> dict:
@@ -223,6 +246,8 @@ def collect(d: Path, seeds=SEEDS, arms=ARMS, previous: dict | None = None) -> di
                     out["missing"].append(f"{a}_s{s}")
                 continue
             out["arms"][a][s] = _record(rec, dep)
+            if a in SELECT_ARMS and out["arms"][a][s]["selected_update"] is None:
+                raise ValueError(f"{rec} has no selection: arm {a!r} is trained with --select")
             old = earlier.get(a, {}).get(s)
             if old is not None and old["real_error"] != out["arms"][a][s]["real_error"]:
                 raise ValueError(f"{a} seed {s} is in {d} and in the earlier record with different deployed errors "
@@ -494,6 +519,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="the training seed")
     ap.add_argument("--updates", type=int, default=None, help="default the preset's (300); fewer for a smoke run")
     ap.add_argument("--validate-every", type=int, default=50, help="updates between own-sim validation walks")
+    ap.add_argument("--select", action="store_true",
+                    help="keep the candidate (every 10 updates from 200) that tracks 0.5 m/s best in the arm's own sim "
+                         "(SELECT: 16 x 4 s, seed 7), not the last policy")
     ap.add_argument("--check-only", action="store_true", help="build and check the env, print the comparison, stop")
     ap.add_argument("--out", default=None, help="path stem: writes STEM.pt, STEM.pt.json, STEM.csv, STEM_ckpt.pt")
     args = ap.parse_args(argv)
@@ -569,18 +597,29 @@ def main(argv=None):
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
     val_env = arm_env(params, VALIDATE["episodes"], preset)
-    curve, eval_cpu, steps = [], [0.0], [0]
+    sel_env = arm_env(params, SELECT["episodes"], preset) if args.select else None
+    curve, candidates, eval_cpu, steps = [], [], [0.0], [0]
 
     def eval_fn(policy) -> float:
         c0 = time.process_time()
-        m = val_env.evaluate(policy, LT.COMMAND, seconds=VALIDATE["seconds"], seed=VALIDATE["seed"],
-                             settle=VALIDATE["settle"])
-        row = {"update": steps[0] + 1, "forward_speed": float(m["forward_speed"]), "upright": float(m["upright"])}
-        curve.append(row)
-        print(f"  own sim after update {row['update']}: {row['forward_speed']:.3f} m/s, upright {row['upright']:.2f}",
-              flush=True)
+        k, score = steps[0] + 1, float("-inf")
+        if k % args.validate_every == 0 or k == updates:
+            m = val_env.evaluate(policy, LT.COMMAND, seconds=VALIDATE["seconds"], seed=VALIDATE["seed"],
+                                 settle=VALIDATE["settle"])
+            row = {"update": k, "forward_speed": float(m["forward_speed"]), "upright": float(m["upright"])}
+            curve.append(row)
+            print(f"  own sim after update {k}: {row['forward_speed']:.3f} m/s, upright {row['upright']:.2f}", flush=True)
+            score = float(m["rewards"].sum(0).mean())
+        if sel_env is not None:
+            score = float("-inf")
+            if selection_due(k):
+                m = walk(sel_env, policy, seconds=SELECT["seconds"], seed=SELECT["seed"], settle=SELECT["settle"])
+                candidates.append({"update": k, **m})
+                score = selection_score(m)
+                print(f"  selection candidate {k}: {m['forward_speed']:.3f} m/s, error {m['speed_error']:.3f}, "
+                      f"upright {m['upright']:.2f}", flush=True)
         eval_cpu[0] += time.process_time() - c0
-        return float(m["rewards"].sum(0).mean())
+        return score
 
     def callback(row) -> bool:
         steps[0] = int(row["update"]) if "update" in row else steps[0] + 1
@@ -588,10 +627,15 @@ def main(argv=None):
 
     ckpt = Path(f"{stem}_ckpt.pt")
     cpu0, t0 = time.process_time(), time.perf_counter()
+    every = SELECT["every"] if args.select else args.validate_every
+    if args.select and args.validate_every % every:
+        ap.error(f"with --select, --validate-every must be a multiple of {every}")
     trainer = train_policy(env, preset=preset, updates=updates, seed=args.seed, eval_fn=eval_fn,
-                           eval_every=args.validate_every, log_csv=f"{stem}.csv", checkpoint=ckpt,
-                           checkpoint_every=25, callback=callback, num_threads=1)
-    trainer.save(ckpt)
+                           eval_every=every, log_csv=f"{stem}.csv", checkpoint=ckpt,
+                           checkpoint_every=25, callback=callback, num_threads=1, keep_best=args.select)
+    if args.select and not candidates:
+        raise SystemExit(f"--select: no candidate (selection starts at update {SELECT['from']}, the run has {updates})")
+    trainer.save(ckpt)  # with --select, the kept candidate's policy
     cpu = time.process_time() - cpu0
     wall = time.perf_counter() - t0
     policy = load_policy(ckpt)
@@ -605,6 +649,8 @@ def main(argv=None):
               "own_sim_settings": {"episodes": 16, "seconds": 10.0, "seed": LT.SEED, "settle": LT.SETTLE,
                                    "command": list(LT.COMMAND)},
               "env_check": {k: v for k, v in checked.items() if k != "physics"},
+              **({"selection": {"settings": SELECT, "candidates": candidates, "kept": trainer.best["update"]}}
+                 if args.select else {}),
               "from": "benchmarks/calibration_loop_scratch.py"}
     Path(f"{pt}.json").write_text(json.dumps(record, indent=1))
     print(f"trained from scratch in {args.sim}: {trainer.updates_done} updates, seed {args.seed}, "

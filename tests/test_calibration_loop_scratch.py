@@ -282,3 +282,66 @@ def test_a_pairing_is_preregistered_only_with_its_own_seeds(tmp_path):
     assert test["paired"]["seeds"] == list(d4) and "diagnostic" not in test["criterion"]
     other = S.collect(tmp_path, seeds=S.SEEDS, arms=("nominal", "nopush4"))
     assert "diagnostic" in other["criterion"]
+
+
+def test_selection_prefers_upright_then_the_smaller_speed_error():
+    due = [k for k in range(1, 301) if S.selection_due(k)]
+    assert due == list(range(200, 301, 10))
+    fell = {"forward_speed": 0.5, "speed_error": 0.001, "upright": 15 / 16}
+    slow = {"forward_speed": 0.45, "speed_error": 0.05, "upright": 1.0}
+    close = {"forward_speed": 0.49, "speed_error": 0.012, "upright": 1.0}
+    every_fell = {"forward_speed": float("nan"), "speed_error": float("nan"), "upright": 0.0}
+    scores = [S.selection_score(m) for m in (every_fell, fell, slow, close)]
+    assert scores == sorted(scores) and len(set(scores)) == 4
+
+
+def test_selection_keeps_the_best_tracking_candidate(tmp_path, monkeypatch):
+    """A short run with --select: the kept policy is the candidate with the best own-sim score, and it is
+    the policy saved and walked for the record."""
+    monkeypatch.setitem(S.SELECT, "from", 2)
+    monkeypatch.setitem(S.SELECT, "every", 2)
+    monkeypatch.setitem(S.SELECT, "episodes", 2)
+    monkeypatch.setitem(S.SELECT, "seconds", 0.5)
+    monkeypatch.setitem(S.SELECT, "settle", 0.2)
+    monkeypatch.setattr(S, "VALIDATE", {**S.VALIDATE, "episodes": 2, "seconds": 0.5, "settle": 0.2})
+    monkeypatch.setattr(S.LT, "SEED", 5)
+    stem = tmp_path / "nominalsel_s0"
+
+    def short_walk(env, policy, command=S.LT.COMMAND, **kw):  # the record's own-sim walk, shortened
+        m = env.evaluate(policy, command, **{**kw, "seconds": 0.5, "settle": 0.2})
+        return {"forward_speed": float(m["forward_speed"]), "speed_error": float(m["speed_error"]),
+                "upright": float(m["upright"])}
+
+    monkeypatch.setattr(S, "walk", short_walk)
+    rec = S.main(["--sim", "nominal", "--seed", "0", "--updates", "6", "--validate-every", "4", "--select",
+                  "--out", str(stem)])
+    sel = rec["selection"]
+    assert [c["update"] for c in sel["candidates"]] == [2, 4, 6]
+    best = max(sel["candidates"], key=S.selection_score)
+    assert sel["kept"] == best["update"]
+    assert [v["update"] for v in rec["validation"]] == [4, 6]
+    # The saved policy is the kept one: walked again with the selection's settings it scores the same.
+    from backdrive.envs import QuadrupedWalk
+
+    _, shipped = QuadrupedWalk.pretrained(1, robot="go1")
+    policy, _ = S.CL.load_nominal(shipped, Path(f"{stem}.pt"), robot="go1")
+    again = short_walk(S.arm_env(None, 2), policy, seed=S.SELECT["seed"], settle=S.SELECT["settle"])
+    assert again["forward_speed"] == pytest.approx(best["forward_speed"], abs=1e-5)
+
+
+def test_a_select_arm_needs_selected_runs(tmp_path):
+    rec = {"sim": "nominal", "updates": 300, "own_sim": {"forward_speed": 0.5, "speed_error": 0.0, "upright": 1.0},
+           "train_cpu_minutes": 4.0, "wall_minutes": 5.0, "validation": []}
+    dep = {"args": {"episodes": 16}, "rows": {"nominal": {"forward_speed": 0.45, "speed_error": 0.05, "upright": 1.0}}}
+    arms = ("nominalsel", "nopush4sel")
+    for arm in arms:
+        (tmp_path / f"{arm}_s12.pt.json").write_text(json.dumps(rec))
+        (tmp_path / f"deploy_{arm}_s12.json").write_text(json.dumps(dep))
+    with pytest.raises(ValueError, match="no selection"):
+        S.collect(tmp_path, seeds=("12",), arms=arms)
+    for arm in arms:
+        (tmp_path / f"{arm}_s12.pt.json").write_text(json.dumps({**rec, "selection": {"kept": 250}}))
+    out = S.collect(tmp_path, seeds=("12",), arms=arms)
+    assert out["arms"]["nopush4sel"]["12"]["selected_update"] == 250
+    assert "diagnostic" in out["criterion"]  # one seed is not the pre-registered eight
+    assert S.PREREGISTERED[arms] == S.PREREGISTERED[("nominalsel", "nopush9sel")] == S.SELECT_SEEDS
