@@ -490,6 +490,19 @@ def truth_sim(sims=SIMS) -> dict:
             "from": "benchmarks/calibration_loop_scratch.py --truth-sim"}
 
 
+def _seeds(arg: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    """``--seeds S,S,...`` as a tuple of seed strings (``default`` when not given); refuses a seed that is not a
+    non-negative integer or one given twice."""
+    if not arg:
+        return default
+    seeds = tuple(x.strip() for x in arg.split(","))
+    bad = [x for x in seeds if not x.isdigit()]
+    if bad or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"--seeds {arg!r}: give distinct non-negative integers, S,S,... "
+                         + (f"(not {', '.join(map(repr, bad))})" if bad else "(one is repeated)"))
+    return seeds
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--collect", default=None, metavar="DIR",
@@ -539,7 +552,7 @@ def main(argv=None):
     if args.nominal_gap:
         torch.set_num_threads(1)
         warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
-        seeds = tuple(args.seeds.split(",")) if args.seeds else TRIM_SEEDS
+        seeds = _seeds(args.seeds, TRIM_SEEDS)
         res = nominal_gap(Path(args.nominal_gap), [int(g) for g in args.draws.split(",")], seeds=seeds)
         Path(args.out).write_text(json.dumps(res, indent=1))
         return res
@@ -559,7 +572,7 @@ def main(argv=None):
         arms = tuple(args.arms.split(","))
         if len(arms) != 2:
             ap.error(f"--arms needs two arms, A,B; got {args.arms!r}")
-        seeds = tuple(args.seeds.split(",")) if args.seeds else SEEDS
+        seeds = _seeds(args.seeds, SEEDS)
         res = collect(Path(args.collect), seeds=seeds, arms=arms, previous=prev)
         Path(args.out).write_text(json.dumps(res, indent=1))
         for a, rows in res["arms"].items():
@@ -571,7 +584,7 @@ def main(argv=None):
     if args.cross:
         torch.set_num_threads(1)
         sims = dict(x.split("=", 1) for x in args.sims.split(",")) if args.sims else CROSS_SIMS
-        seeds = tuple(args.seeds.split(",")) if args.seeds else SEEDS
+        seeds = _seeds(args.seeds, SEEDS)
         res = cross(Path(args.cross), seeds=seeds, sims=sims)
         Path(args.out).write_text(json.dumps(res, indent=1))
         return res

@@ -345,3 +345,12 @@ def test_a_select_arm_needs_selected_runs(tmp_path):
     assert out["arms"]["nopush4sel"]["12"]["selected_update"] == 250
     assert "diagnostic" in out["criterion"]  # one seed is not the pre-registered eight
     assert S.PREREGISTERED[arms] == S.PREREGISTERED[("nominalsel", "nopush9sel")] == S.SELECT_SEEDS
+
+
+def test_seeds_option_is_parsed_once_with_clear_errors():
+    assert S._seeds(None, S.SEEDS) == S.SEEDS
+    assert S._seeds("12, 13,14", S.SEEDS) == ("12", "13", "14")
+    with pytest.raises(SystemExit, match="not 'x'"):
+        S._seeds("12,x", S.SEEDS)
+    with pytest.raises(SystemExit, match="repeated"):
+        S._seeds("12,12", S.SEEDS)
