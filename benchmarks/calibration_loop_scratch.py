@@ -34,6 +34,10 @@ from an earlier ``--collect`` result, as recorded.
 The 19th session's test (``--trim STEM``): the command of ``STEM.pt`` is trimmed in its own training sim
 until it walks 0.5 m/s there (:func:`trim_command`), then the policy is deployed in draw 3's reality at that
 command and at 0.5 m/s, both errors measured against 0.5 m/s; ``--collect-trim DIR`` pairs the arms.
+
+The 20th session's tests (``--select``): the run keeps the checkpoint, among those after updates 200, 210,
+..., 300, that tracks 0.5 m/s best in its own training sim (:data:`SELECT`, :func:`selection_score`), not the
+last one; arms ``nominalsel``, ``nopush4sel`` (draw 4) and ``nopush9sel`` (draw 9), seeds 12-19.
 """
 
 from __future__ import annotations
