@@ -257,6 +257,15 @@ class QuadrupedWalk(DiffEnv):
             (minutes on a CPU); applies to nominal physics (with
             randomised friction, stiffness or base mass those steps run
             eagerly). ``docs/scaling.md``, *The per-step cost*, has its cost.
+        contact: the ground's :class:`~backdrive.contact.ContactParameters`
+            (default ``ContactParameters()``); with ``randomization``, the
+            randomised friction and stiffness scale are drawn around it.
+            A calibrated contact law goes here (docs/simulation.md,
+            *Training in the calibrated sim*).
+        action_delay: physics substeps (0 to ``substeps``) into each control
+            period before the new servo target acts; until then the
+            previous period's target holds, as on a robot whose commands
+            arrive late (``ContactFit``'s ``fit.delay``).
         dtype, device, autoreset: see :class:`DiffEnv`.
     """
 
@@ -282,12 +291,22 @@ class QuadrupedWalk(DiffEnv):
         gait_amplitude: float = 0.25,
         max_episode_steps: int = 500,
         compile: bool | str = False,
+        contact=None,
+        action_delay: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
         autoreset: bool = True,
     ) -> None:
         super().__init__(num_envs, dtype=dtype, device=device, autoreset=autoreset)
         from ..contact import ContactGeometry, ContactModel, ContactParameters
+
+        if contact is not None and not isinstance(contact, ContactParameters):
+            raise InputError(f"contact must be a ContactParameters or None, got {type(contact).__name__}")
+        if isinstance(action_delay, bool) or not isinstance(action_delay, int) or not 0 <= action_delay <= substeps:
+            raise InputError(f"action_delay must be an int of physics substeps from 0 to substeps ({substeps}), "
+                             f"got {action_delay!r}")
+        #: Physics substeps into each control period before a new target acts (the previous one holds).
+        self.action_delay = action_delay
         from ..data import load
         from ..model import RobotModel
         from ..sim import PDActuator, Simulator
@@ -367,7 +386,7 @@ class QuadrupedWalk(DiffEnv):
         self._safe_q = torch.cat([torch.tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0], **kw), self._q_stand_robot])
         self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
         self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
-        self.nominal_contact = ContactParameters()
+        self.nominal_contact = ContactParameters() if contact is None else contact
         self.geometry = ContactGeometry.spheres(robot, {f: spec["radius"] for f in self.feet})
         self._ContactModel, self._ContactParameters = ContactModel, ContactParameters
         self._actuator = PDActuator(kp=self.kp, kd=self.kd)
@@ -558,6 +577,14 @@ class QuadrupedWalk(DiffEnv):
             # kp scaled by the motor strength s: kp (q + s (t - q) - q) = s kp (t - q).
             qj = q[:, 7:]
             target = qj + p["motor_strength"] * (target - qj)
+        held = None
+        if self.action_delay:
+            # The previous control period's target (its action, at its phase) acts for the first substeps.
+            before = p["phase"] - 2 * math.pi * self.gait_frequency * self.dt
+            held = self.to_robot_order(self.q_stand + self.action_scale * p["last_action"] + self.gait_offsets(before))
+            if r is not None and r.motor_strength is not None:
+                held = q[:, 7:] + p["motor_strength"] * (held - q[:, 7:])
+            held = torch.where(torch.isfinite(held), held, target)
         groups = self._simulators(p)
         # A non-finite copy would stop the whole batch (the mass matrix's
         # Cholesky factorisation raises), so between substeps its rows are
@@ -566,10 +593,11 @@ class QuadrupedWalk(DiffEnv):
         bad = ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1) & torch.isfinite(target).all(-1))
         safe_q = self._safe_q.expand_as(q)
         effort2 = q.new_zeros(q.shape[0])
-        for _ in range(self.substeps):
+        for i in range(self.substeps):
             q = torch.where(bad[:, None], safe_q, q)
             v = torch.where(bad[:, None], torch.zeros_like(v), v)
-            u = torch.where(bad[:, None], self._q_stand_robot.expand_as(target), target)
+            acting = held if i < self.action_delay else target
+            u = torch.where(bad[:, None], self._q_stand_robot.expand_as(target), acting)
             q, v, effort, fn, slip = self._substep(groups, q, v, u)
             effort2 = effort2 + (effort ** 2).sum(-1) / self.substeps
             bad = bad | ~(torch.isfinite(q).all(-1) & torch.isfinite(v).all(-1))
