@@ -94,7 +94,7 @@ def test_action_delay_keeps_the_gradient():
 def test_contact_law_is_the_envs_ground():
     law = ContactParameters(stiffness=1.3e4, damping=180.0, friction=0.55)
     env = QuadrupedWalk(num_envs=2, contact=law)
-    assert env.nominal_contact is law and env.contact.params.friction == pytest.approx(0.55)
+    assert env.nominal_contact == law and env.contact.params.friction == pytest.approx(0.55)
     assert env.sim.contact is env.contact
     zero = torch.zeros(2, 12)
     moved = _rollout(env, [zero] * 25) - _rollout(QuadrupedWalk(num_envs=2), [zero] * 25)

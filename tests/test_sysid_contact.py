@@ -296,6 +296,14 @@ def test_quadruped_trunk_mass_friction_and_motor_strength_from_encoders_and_imu(
     assert fit.not_identified == []
     # Only the trunk's mass was fitted; the others keep the guess.
     assert torch.equal(fit.params["body_mass"][1:], robot.body_mass[1:])
+    # The walking env built from the fit, as docs/simulation.md (*Training in the calibrated sim*) shows.
+    from backdrive.envs import QuadrupedWalk
+
+    sim = fit.simulator
+    env = QuadrupedWalk(num_envs=2, robot=sim.robot.to(dtype=torch.float32), kp=float(sim.actuator.kp),
+                        kd=float(sim.actuator.kd), contact=sim.contact.params, action_delay=fit.delay)
+    assert rel(env.robot.body_mass[0], 5.6) < 1e-3 and rel(env.kp, 60.0 * 0.9) < 1e-3
+    assert rel(env.contact.params.friction, 0.6) < 1e-3 and env.action_delay == fit.delay
 
 
 def test_joint_damping_with_the_contact_law_and_strength(sled):

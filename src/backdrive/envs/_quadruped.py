@@ -258,8 +258,10 @@ class QuadrupedWalk(DiffEnv):
             randomised friction, stiffness or base mass those steps run
             eagerly). ``docs/scaling.md``, *The per-step cost*, has its cost.
         contact: the ground's :class:`~backdrive.contact.ContactParameters`
-            (default ``ContactParameters()``); with ``randomization``, the
-            randomised friction and stiffness scale are drawn around it.
+            (default ``ContactParameters()``; tensor values, such as a
+            fit's float64 ones, are converted to the env's dtype and
+            device); with ``randomization``, the randomised friction and
+            stiffness scale are drawn around it.
             A calibrated contact law goes here (docs/simulation.md,
             *Training in the calibrated sim*).
         action_delay: physics substeps (0 to ``substeps``) into each control
@@ -386,7 +388,12 @@ class QuadrupedWalk(DiffEnv):
         self._safe_q = torch.cat([torch.tensor([0.0, 0.0, self.stand_height, 1.0, 0.0, 0.0, 0.0], **kw), self._q_stand_robot])
         self._cmd_low = torch.tensor([ranges[k][0] for k in COMMAND_RANGES], **kw)
         self._cmd_high = torch.tensor([ranges[k][1] for k in COMMAND_RANGES], **kw)
-        self.nominal_contact = ContactParameters() if contact is None else contact
+        if contact is None:
+            contact = ContactParameters()
+        else:  # tensor values (a fit's, often float64) in the env's dtype and device
+            contact = contact.replace(**{f.name: getattr(contact, f.name).to(**kw) for f in dataclasses.fields(contact)
+                                         if isinstance(getattr(contact, f.name), torch.Tensor)})
+        self.nominal_contact = contact
         self.geometry = ContactGeometry.spheres(robot, {f: spec["radius"] for f in self.feet})
         self._ContactModel, self._ContactParameters = ContactModel, ContactParameters
         self._actuator = PDActuator(kp=self.kp, kd=self.kd)
