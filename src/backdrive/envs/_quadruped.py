@@ -301,14 +301,6 @@ class QuadrupedWalk(DiffEnv):
     ) -> None:
         super().__init__(num_envs, dtype=dtype, device=device, autoreset=autoreset)
         from ..contact import ContactGeometry, ContactModel, ContactParameters
-
-        if contact is not None and not isinstance(contact, ContactParameters):
-            raise InputError(f"contact must be a ContactParameters or None, got {type(contact).__name__}")
-        if isinstance(action_delay, bool) or not isinstance(action_delay, int) or not 0 <= action_delay <= substeps:
-            raise InputError(f"action_delay must be an int of physics substeps from 0 to substeps ({substeps}), "
-                             f"got {action_delay!r}")
-        #: Physics substeps into each control period before a new target acts (the previous one holds).
-        self.action_delay = action_delay
         from ..data import load
         from ..model import RobotModel
         from ..sim import PDActuator, Simulator
@@ -344,6 +336,13 @@ class QuadrupedWalk(DiffEnv):
         for k, x in (("substeps", substeps), ("max_episode_steps", max_episode_steps)):
             if isinstance(x, bool) or not isinstance(x, int) or x < 1:
                 raise InputError(f"{k} must be a positive int, got {x!r}")
+        if isinstance(action_delay, bool) or not isinstance(action_delay, int) or not 0 <= action_delay <= substeps:
+            raise InputError(f"action_delay must be an int of physics substeps from 0 to substeps ({substeps}), "
+                             f"got {action_delay!r}")
+        if contact is not None and not isinstance(contact, ContactParameters):
+            raise InputError(f"contact must be a ContactParameters or None, got {type(contact).__name__}")
+        #: Physics substeps into each control period before a new target acts (the previous one holds).
+        self.action_delay = action_delay
         if randomization is not None and not isinstance(randomization, Randomization):
             raise InputError(f"randomization must be a Randomization or None, got {type(randomization).__name__}")
         if not isinstance(compile, (bool, str)) or compile == "":
@@ -579,18 +578,19 @@ class QuadrupedWalk(DiffEnv):
             dv[:, :2] = self._uniform(-r.push_velocity, r.push_velocity, (n, 2), g) * hit[:, None]
             dv_base = quat_apply(quat_conjugate(q[:, 3:7]), dv)
             v = torch.cat([v[:, :3] + dv_base, v[:, 3:]], -1)
-        target = self.to_robot_order(self.q_stand + self.action_scale * action + self.gait_offsets(p["phase"]))
-        if r is not None and r.motor_strength is not None:
-            # kp scaled by the motor strength s: kp (q + s (t - q) - q) = s kp (t - q).
-            qj = q[:, 7:]
-            target = qj + p["motor_strength"] * (target - qj)
+        def servo_target(a, phase):
+            t = self.to_robot_order(self.q_stand + self.action_scale * a + self.gait_offsets(phase))
+            if r is not None and r.motor_strength is not None:
+                # kp scaled by the motor strength s: kp (q + s (t - q) - q) = s kp (t - q).
+                qj = q[:, 7:]
+                t = qj + p["motor_strength"] * (t - qj)
+            return t
+
+        target = servo_target(action, p["phase"])
         held = None
         if self.action_delay:
             # The previous control period's target (its action, at its phase) acts for the first substeps.
-            before = p["phase"] - 2 * math.pi * self.gait_frequency * self.dt
-            held = self.to_robot_order(self.q_stand + self.action_scale * p["last_action"] + self.gait_offsets(before))
-            if r is not None and r.motor_strength is not None:
-                held = q[:, 7:] + p["motor_strength"] * (held - q[:, 7:])
+            held = servo_target(p["last_action"], p["phase"] - 2 * math.pi * self.gait_frequency * self.dt)
             held = torch.where(torch.isfinite(held), held, target)
         groups = self._simulators(p)
         # A non-finite copy would stop the whole batch (the mass matrix's
