@@ -647,11 +647,11 @@ def main(argv=None):
     every = SELECT["every"] if args.select else args.validate_every
     if args.select and args.validate_every % every:
         ap.error(f"with --select, --validate-every must be a multiple of {every}")
+    if args.select and not any(selection_due(k) for k in range(1, updates + 1)):
+        ap.error(f"--select: no candidate (selection starts at update {SELECT['from']}, the run has {updates})")
     trainer = train_policy(env, preset=preset, updates=updates, seed=args.seed, eval_fn=eval_fn,
                            eval_every=every, log_csv=f"{stem}.csv", checkpoint=ckpt,
                            checkpoint_every=25, callback=callback, num_threads=1, keep_best=args.select)
-    if args.select and not candidates:
-        raise SystemExit(f"--select: no candidate (selection starts at update {SELECT['from']}, the run has {updates})")
     trainer.save(ckpt)  # with --select, the kept candidate's policy
     cpu = time.process_time() - cpu0
     wall = time.perf_counter() - t0

@@ -317,6 +317,9 @@ def test_selection_keeps_the_best_tracking_candidate(tmp_path, monkeypatch):
                   "--out", str(stem)])
     sel = rec["selection"]
     assert [c["update"] for c in sel["candidates"]] == [2, 4, 6]
+    with pytest.raises(SystemExit):  # a run too short for any candidate is refused before it trains
+        S.main(["--sim", "nominal", "--updates", "1", "--validate-every", "4", "--select", "--out", str(stem) + "x"])
+    assert not Path(f"{stem}x.csv").exists()
     best = max(sel["candidates"], key=S.selection_score)
     assert sel["kept"] == best["update"]
     assert [v["update"] for v in rec["validation"]] == [4, 6]
