@@ -1,6 +1,7 @@
 """``QuadrupedWalk(contact=, action_delay=)``: the physics a calibration gives (a contact law and a control
-delay) in the training env. The delay is checked against ``benchmarks/calibration_loop.DelayedWalk``, the
-benchmark's own version that the earlier sessions' closed-loop runs used."""
+delay) in the training env. The delay is checked against :class:`HookedDelay`, the version the benchmarks'
+``DelayedWalk`` used before the env had the setting (the earlier closed-loop runs'). The route from a real fit to
+the env is tested in ``tests/test_sysid_contact.py``."""
 
 from __future__ import annotations
 
@@ -108,21 +109,3 @@ def test_bad_physics_settings_are_refused(kw, match):
     with pytest.raises(InputError, match=match):
         QuadrupedWalk(num_envs=1, **kw)
 
-
-def test_a_calibrated_simulator_builds_the_training_env():
-    """The docs' route from ``fit.simulator`` and ``fit.delay`` to the walking env (docs/simulation.md,
-    *Training in the calibrated sim*), with a hand-made calibrated simulator in place of a fit."""
-    from backdrive.contact import ContactModel
-    from backdrive.sim import PDActuator, Simulator
-
-    base = QuadrupedWalk(num_envs=1, robot="go1")
-    robot = base.robot.replace(body_mass=base.robot.body_mass * 1.1).to(dtype=torch.float64)  # as a fit gives it
-    law = ContactParameters(stiffness=1.5e4, damping=130.0, friction=0.78)
-    sim = Simulator(robot, base.physics_dt, actuator=PDActuator(kp=40.0 * 0.92, kd=1.0 * 0.92),
-                    contact=ContactModel(robot, base.geometry, params=law))
-    env = QuadrupedWalk(num_envs=2, robot=sim.robot.to(dtype=torch.float32), kp=float(sim.actuator.kp),
-                        kd=float(sim.actuator.kd), contact=sim.contact.params, action_delay=1)
-    assert torch.allclose(env.robot.body_mass.double(), robot.body_mass) and env.kp == pytest.approx(36.8) and env.action_delay == 1
-    assert env.contact.params.stiffness == pytest.approx(1.5e4) and env.contact.params.friction == pytest.approx(0.78)
-    m = env.evaluate(lambda obs: torch.zeros(obs.shape[0], 12), (0.0, 0.0, 0.0), seconds=0.5, settle=0.2, seed=0)
-    assert m["upright"] == 1.0

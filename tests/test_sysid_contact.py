@@ -304,6 +304,8 @@ def test_quadruped_trunk_mass_friction_and_motor_strength_from_encoders_and_imu(
                         kd=float(sim.actuator.kd), contact=sim.contact.params, action_delay=fit.delay)
     assert rel(env.robot.body_mass[0], 5.6) < 1e-3 and rel(env.kp, 60.0 * 0.9) < 1e-3
     assert rel(env.contact.params.friction, 0.6) < 1e-3 and env.action_delay == fit.delay
+    m = env.evaluate(lambda obs: torch.zeros(obs.shape[0], 12), (0.0, 0.0, 0.0), seconds=0.5, settle=0.2, seed=0)
+    assert m["upright"] == 1.0
 
 
 def test_joint_damping_with_the_contact_law_and_strength(sled):
