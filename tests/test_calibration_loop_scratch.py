@@ -96,25 +96,26 @@ def test_check_refuses_other_physics():
         S.check_env(env, params)
 
 
-def test_collect_evaluates_the_criterion_only_with_every_seed(tmp_path):
-    def write(arm, seed, real_error):
-        rec = {"sim": arm, "updates": 300, "own_sim": {"forward_speed": 0.5, "speed_error": 0.02, "upright": 1.0},
-               "train_cpu_minutes": 9.0, "wall_minutes": 30.0, "validation": []}
-        dep = {"args": {"episodes": 16},
-               "rows": {"shipped": {}, "nominal": {"forward_speed": 0.5 + real_error, "speed_error": real_error,
-                                                   "upright": 1.0, "wall_s": 5.0}}}
-        (tmp_path / f"{arm}_s{seed}.pt.json").write_text(json.dumps(rec))
-        (tmp_path / f"deploy_{arm}_s{seed}.json").write_text(json.dumps(dep))
+def _write_run(d: Path, arm: str, seed, err: float, **record) -> None:
+    """A finished run in ``d``: its training record (with ``record`` added) and its deployment, ``err`` off 0.5."""
+    rec = {"sim": arm, "updates": 300, "own_sim": {"forward_speed": 0.5, "speed_error": 0.0, "upright": 1.0},
+           "train_cpu_minutes": 4.0, "wall_minutes": 5.0, "validation": [], **record}
+    dep = {"args": {"episodes": 16}, "rows": {"nominal": {"forward_speed": 0.5 - err, "speed_error": err,
+                                                          "upright": 1.0}}}
+    (d / f"{arm}_s{seed}.pt.json").write_text(json.dumps(rec))
+    (d / f"deploy_{arm}_s{seed}.json").write_text(json.dumps(dep))
 
+
+def test_collect_evaluates_the_criterion_only_with_every_seed(tmp_path):
     for s in range(5):
-        write("nominal", s, 0.10 + 0.01 * s)
-        write("calibrated", s, 0.05)
+        _write_run(tmp_path, "nominal", s, 0.10 + 0.01 * s)
+        _write_run(tmp_path, "calibrated", s, 0.05)
     part = S.collect(tmp_path)
     assert part["missing"] == ["nominal_s5", "calibrated_s5"] and "paired" not in part
     assert part["arms"]["nominal"]["2"]["real_error"] == pytest.approx(0.12)
     assert part["arms"]["nominal"]["2"]["real_upright"] == "16/16"
-    write("nominal", 5, 0.06)
-    write("calibrated", 5, 0.05)
+    _write_run(tmp_path, "nominal", 5, 0.06)
+    _write_run(tmp_path, "calibrated", 5, 0.05)
     full = S.collect(tmp_path)
     assert full["missing"] == [] and full["paired"]["seeds"] == ["0", "1", "2", "3", "4", "5"]
     assert full["paired"]["t_test_met"] and full["paired"]["mean"] > 0
@@ -132,7 +133,7 @@ def test_collect_evaluates_the_criterion_only_with_every_seed(tmp_path):
     assert merged["missing"] == [] and len(merged["from_previous"]) == 10
     assert merged["paired"] == full["paired"] and list(merged["arms"]["nominal"]) == list(S.SEEDS)
     # A run in both places with another result is a repeated run, and is refused.
-    write("nominal", 2, 0.5)
+    _write_run(tmp_path, "nominal", 2, 0.5)
     with pytest.raises(ValueError, match="nominal seed 2 .* repeated run"):
         S.collect(tmp_path, previous=part)
 
@@ -266,17 +267,9 @@ def test_nominal_gap_deploys_each_policy_in_each_draw(tmp_path):
 
 
 def test_a_pairing_is_preregistered_only_with_its_own_seeds(tmp_path):
-    def write(arm, seed, err):
-        rec = {"sim": arm, "updates": 300, "own_sim": {"forward_speed": 0.5, "speed_error": 0.0, "upright": 1.0},
-               "train_cpu_minutes": 4.0, "wall_minutes": 5.0, "validation": []}
-        dep = {"args": {"episodes": 16}, "rows": {"nominal": {"forward_speed": 0.5 - err, "speed_error": err,
-                                                              "upright": 1.0}}}
-        (tmp_path / f"{arm}_s{seed}.pt.json").write_text(json.dumps(rec))
-        (tmp_path / f"deploy_{arm}_s{seed}.json").write_text(json.dumps(dep))
-
     for s in range(12):
-        write("nominal", s, 0.07)
-        write("nopush4", s, 0.03 + 0.001 * s)
+        _write_run(tmp_path, "nominal", s, 0.07)
+        _write_run(tmp_path, "nopush4", s, 0.03 + 0.001 * s)
     d4 = ("6", "7", "8", "9", "10", "11")
     test = S.collect(tmp_path, seeds=d4, arms=("nominal", "nopush4"))
     assert test["paired"]["seeds"] == list(d4) and "diagnostic" not in test["criterion"]
@@ -333,17 +326,13 @@ def test_selection_keeps_the_best_tracking_candidate(tmp_path, monkeypatch):
 
 
 def test_a_select_arm_needs_selected_runs(tmp_path):
-    rec = {"sim": "nominal", "updates": 300, "own_sim": {"forward_speed": 0.5, "speed_error": 0.0, "upright": 1.0},
-           "train_cpu_minutes": 4.0, "wall_minutes": 5.0, "validation": []}
-    dep = {"args": {"episodes": 16}, "rows": {"nominal": {"forward_speed": 0.45, "speed_error": 0.05, "upright": 1.0}}}
     arms = ("nominalsel", "nopush4sel")
     for arm in arms:
-        (tmp_path / f"{arm}_s12.pt.json").write_text(json.dumps(rec))
-        (tmp_path / f"deploy_{arm}_s12.json").write_text(json.dumps(dep))
+        _write_run(tmp_path, arm, 12, 0.05)
     with pytest.raises(ValueError, match="no selection"):
         S.collect(tmp_path, seeds=("12",), arms=arms)
     for arm in arms:
-        (tmp_path / f"{arm}_s12.pt.json").write_text(json.dumps({**rec, "selection": {"kept": 250}}))
+        _write_run(tmp_path, arm, 12, 0.05, selection={"kept": 250})
     out = S.collect(tmp_path, seeds=("12",), arms=arms)
     assert out["arms"]["nopush4sel"]["12"]["selected_update"] == 250
     assert "diagnostic" in out["criterion"]  # one seed is not the pre-registered eight
