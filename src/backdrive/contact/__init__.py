@@ -14,6 +14,7 @@ from ._geometry import MESH_RULES, SHAPE_KINDS, ContactApproximationWarning, Con
 from ._law import DEFAULT_CONTACT, ContactParameters, contact_law, restitution
 from ._model import CONTACT_SCHEMES, ContactModel, ContactResult, ImplicitContact, stack_results
 from ._pairs import BOX_MODES, SelfCollision, closest_points_segments
+from ._soft import SoftContactParameters
 from ._scene import OBJECT_KINDS, PairResult, Scene, SceneResult, free_body
 from ._step import contact_step, integrate_world
 from ._terrain import GroundPlane, Heightfield, Terrain
@@ -25,6 +26,7 @@ __all__ = [
     "ContactGeometry",
     "ContactShape",
     "ContactParameters",
+    "SoftContactParameters",
     "SelfCollision",
     "Scene",
     "SceneResult",

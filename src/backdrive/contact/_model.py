@@ -22,6 +22,7 @@ from ..model import RobotModel
 from ._geometry import ContactGeometry
 from ._law import ContactParameters, contact_law, per_point, resolve_parameters
 from ._pairs import SelfCollision
+from ._soft import SoftContactParameters, invweight, resolve_soft, soft_acceleration
 from ._terrain import GroundPlane, Terrain
 
 __all__ = ["ContactModel", "ContactResult", "ImplicitContact", "CONTACT_SCHEMES", "stack_results"]
@@ -135,7 +136,10 @@ class ContactModel:
         geometry: :class:`ContactGeometry`; by default the URDF's collision
             shapes (:meth:`ContactGeometry.from_model`).
         terrain: :class:`GroundPlane` (default: ``z = 0``) or :class:`Heightfield`.
-        params: :class:`ContactParameters` (checked here, once).
+        params: :class:`ContactParameters` (the penalty law, checked here,
+            once) or :class:`SoftContactParameters` (MuJoCo's soft-constraint
+            contact, solved per step: :meth:`acceleration` only, no
+            self-collision pairs).
         self_collision: optional :class:`SelfCollision` pairs; their contacts
             follow the ground contacts in every result (``geometry.num_points``
             ground rows, then one row per pair; a pair row's normal points
@@ -183,7 +187,15 @@ class ContactModel:
         self.geometry = geometry
         self.terrain = terrain
         self.params = params
-        self._p = resolve_parameters(params, geometry.shape_links, robot.dtype, robot.device)
+        self._soft = None
+        if isinstance(params, SoftContactParameters):
+            if self_collision is not None:
+                raise InputError("SoftContactParameters cover ground contact only; self-collision pairs need "
+                                 "the penalty law (ContactParameters)")
+            self._soft = resolve_soft(params, geometry.shape_links, robot.dtype, robot.device)
+            self._p = {"friction": self._soft["friction"]}
+        else:
+            self._p = resolve_parameters(params, geometry.shape_links, robot.dtype, robot.device)
         if terrain.friction is not None:
             mu = terrain.friction
             if isinstance(mu, torch.Tensor):
@@ -198,6 +210,9 @@ class ContactModel:
         self._fingerprint = robot.fingerprint
         self._dtype, self._device = robot.dtype, robot.device
         self._support = point_support(robot, geometry.point_body)
+        if self._soft is not None:
+            # MuJoCo's constant inverse inertia of each point's link, from this robot.
+            self._invweight0 = invweight(robot, geometry) if geometry.num_points else robot.body_mass.new_zeros(0)
         if self_collision is not None:
             if not isinstance(self_collision, SelfCollision):
                 raise InputError(f"self_collision must be a SelfCollision, got {type(self_collision).__name__}")
@@ -211,6 +226,8 @@ class ContactModel:
 
     #: The default of :attr:`unilateral` for a model pickled before the switch existed.
     unilateral = True
+    #: The penalty law, for a model pickled before the soft contact existed.
+    _soft = None
 
     def replace(
         self, *, geometry=None, terrain=None, params=None, unilateral: bool | None = None, robot: RobotModel
@@ -271,6 +288,26 @@ class ContactModel:
             f"(row {row}, sample {sample}, penetration {pen * 1e3:.3g} mm)."
         )
 
+    @property
+    def soft(self) -> bool:
+        """Whether the contact is MuJoCo's soft constraint (:class:`SoftContactParameters`)."""
+        return self._soft is not None
+
+    @property
+    def _soft_friction(self) -> torch.Tensor:
+        return self._p["friction"]
+
+    def _invweight(self, robot: RobotModel) -> torch.Tensor:
+        """``(np,)`` the constant inverse inertia of every point's link (the model's robot)."""
+        return self._invweight0
+
+    def _not_soft(self, what: str) -> None:
+        if self._soft is not None:
+            raise InputError(
+                f"ContactModel.{what} evaluates the penalty law; this model's contact is MuJoCo's soft constraint "
+                "(SoftContactParameters), whose forces come from the step's solve: use acceleration(..., dt=...) "
+                "or a Simulator")
+
     def _check(self, robot: RobotModel) -> None:
         if robot.fingerprint != self._fingerprint or robot.dtype != self._dtype or robot.device != self._device:
             raise InputError(
@@ -293,6 +330,7 @@ class ContactModel:
             :class:`ContactResult` with batch shape ``broadcast(q, v)``.
         """
         self._check(robot)
+        self._not_soft("forces")
         robot.check_q(q)
         robot.check_vector(v, robot.nv, "v")
         g = self.geometry
@@ -460,6 +498,11 @@ class ContactModel:
         """
         if scheme not in CONTACT_SCHEMES:
             raise InputError(f"unknown contact scheme {scheme!r}; valid: {', '.join(CONTACT_SCHEMES)}")
+        if self._soft is not None:
+            if dt is None or not dt > 0:
+                raise InputError(f"the soft-constraint contact needs the step dt > 0, got {dt!r}")
+            self._check(robot)
+            return soft_acceleration(self, robot, q, v, tau, float(dt), gravity, extra_damping)
         if scheme == "explicit":
             res = self.forces(robot, q, v)
             return forward_dynamics(robot, q, v, tau, f_ext=res.f_ext, gravity=gravity), res
@@ -540,6 +583,7 @@ class ContactModel:
         """
         if dt is None or not dt > 0:
             raise InputError(f"the implicit contact scheme needs the step dt > 0, got {dt!r}")
+        self._not_soft("implicit_terms")
         res = self.forces(robot, q, v, _dt=dt, _kin=_kin)
         J = res.jacobian
         n = res.normal
