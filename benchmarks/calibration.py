@@ -74,7 +74,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _mujoco_contact as MC  # noqa: E402
 
-from backdrive.contact import ContactGeometry, ContactModel, ContactParameters  # noqa: E402
+from backdrive.contact import ContactGeometry, ContactModel, ContactParameters, SoftContactParameters  # noqa: E402
 from backdrive.data import load  # noqa: E402
 from backdrive.dynamics import difference  # noqa: E402
 from backdrive.optim import ContactFit, SolverOptions, identify  # noqa: E402
@@ -103,6 +103,12 @@ def reality(robot_key: str, seed: int, contact: str = "native"):
     """The MuJoCo model with hidden parameters, and the truth.
 
     ``contact="native"``: MuJoCo's own soft contact (``solref (0.02, 1)``).
+    ``"hidden"``: MuJoCo's own soft contact with a hidden ``solref``: time
+    constant in [0.01, 0.04] s and damping ratio in [0.5, 1.5] (drawn after
+    the other parameters, so the draws of ``"native"`` are shared), and the
+    model's mass-dependent constants (``body_invweight0``, which sets the
+    contact's regulariser) recomputed for the scaled masses by
+    ``mj_setConst``, as compiling the model with those masses would.
     ``"matched"``: MuJoCo's contact set up as backdrive's penalty law
     (``_mujoco_contact.build_model(native=False)``, implicit scheme, elliptic
     cone, backdrive's stiction slope) with a hidden stiffness in [1e4, 3e4]
@@ -118,8 +124,16 @@ def reality(robot_key: str, seed: int, contact: str = "native"):
              "strength": float(rng.uniform(0.8, 1.0)), "delay": int(rng.integers(1, 4))}
     if contact == "matched":
         truth["stiffness"], truth["contact_damping"] = float(rng.uniform(1e4, 3e4)), float(rng.uniform(100, 400))
+    if contact == "hidden":
+        truth["timeconst"], truth["dampratio"] = float(rng.uniform(0.01, 0.04)), float(rng.uniform(0.5, 1.5))
     truth["mass_factor"][0] = 1.0  # the world
     model.body_mass[:] = model.body_mass * truth["mass_factor"]
+    if contact == "hidden":
+        import mujoco
+
+        feet = MC._foot_geoms(model, MC.ROBOTS[robot_key])
+        model.geom_solref[feet] = (truth["timeconst"], truth["dampratio"])
+        mujoco.mj_setConst(model, mujoco.MjData(model))
     if contact == "matched":
         # The matched law's MuJoCo impedance depends on the masses (the
         # contact rows' inverse inertia), so it is set up for the scaled ones.
@@ -229,6 +243,18 @@ def segments(q, v, cmd, push, length: int):
     return q[idx], v[idx], cmd[idx[:, :-1]], np.array(out)
 
 
+# Commands kept from before each window's start: the largest candidate delay.
+HISTORY = 4
+
+
+def history(cmd, starts, n: int = HISTORY):
+    """``(W, n, nu)``: the ``n`` commands sent before each window's start
+    (the recording's first command before the recording began, as MuJoCo's
+    delayed servo received), for a delayed prediction's first steps."""
+    idx = np.clip(np.asarray(starts)[:, None] - n + np.arange(n), 0, None)
+    return cmd[idx]
+
+
 def with_noise(q, v, seed):
     """Encoder and IMU noise on the measured channels, estimator noise on the base position and velocity."""
     g = torch.Generator().manual_seed(seed)
@@ -298,15 +324,20 @@ def record_backdrive(sim, robot_key: str, seconds: float, seed: int, delay: int,
     return [(tr.q[b].numpy(), tr.v[b].numpy(), cmd[b].numpy(), np.zeros(n + 1, dtype=bool)) for b in range(batch)]
 
 
-def nominal(robot):
+def nominal(robot, law: str = "penalty"):
+    """backdrive's starting guess: the URDF, joint damping 0.1, the law's
+    default contact (``"penalty"``: :class:`ContactParameters`; ``"soft"``:
+    MuJoCo's soft contact with its default ``solref (0.02, 1)``), friction
+    0.75, motor strength 1."""
     feet = [n for n in robot.link_names if n.endswith("_foot")]
     robot = robot.replace(damping=torch.full((robot.num_joints,), 0.1, dtype=F64),
                           armature=torch.full((robot.num_joints,), ARMATURE, dtype=F64))
-    contact = ContactModel(robot, ContactGeometry.from_model(robot, links=feet), params=ContactParameters())
+    params = ContactParameters() if law == "penalty" else SoftContactParameters(friction=0.75)
+    contact = ContactModel(robot, ContactGeometry.from_model(robot, links=feet), params=params)
     return robot, Simulator(robot, DT, actuator=PDActuator(kp=KP, kd=KD, effort_limit=math.inf), contact=contact)
 
 
-def truth_simulator(robot, truth, contact_params=None):
+def truth_simulator(robot, truth, contact_params=None, law: str = "penalty"):
     """backdrive with every hidden parameter at its true value (masses,
     joint damping, motor strength; friction and, for a matched or backdrive
     reality, the contact law) and ``contact_params``' stiffness and damping
@@ -317,9 +348,14 @@ def truth_simulator(robot, truth, contact_params=None):
     true_robot = robot.replace(body_mass=torch.as_tensor(truth["mass"], dtype=F64),
                                damping=torch.as_tensor(truth["damping"], dtype=F64),
                                armature=torch.full((robot.num_joints,), ARMATURE, dtype=F64))
-    cp = contact_params if contact_params is not None else ContactParameters()
-    cp = cp.replace(friction=truth["friction"])
-    if "stiffness" in truth:
+    if law == "soft":
+        # MuJoCo's own law: the true solref (MuJoCo's default unless hidden).
+        cp = SoftContactParameters(timeconst=truth.get("timeconst", 0.02), dampratio=truth.get("dampratio", 1.0),
+                                   friction=truth["friction"])
+    else:
+        cp = contact_params if contact_params is not None else ContactParameters()
+        cp = cp.replace(friction=truth["friction"])
+    if "stiffness" in truth and law == "penalty":
         cp = cp.replace(stiffness=truth["stiffness"], damping=truth["contact_damping"])
     s = truth["strength"]
     contact = ContactModel(true_robot, ContactGeometry.from_model(true_robot, links=feet), params=cp)
@@ -327,15 +363,22 @@ def truth_simulator(robot, truth, contact_params=None):
                      contact=contact)
 
 
-def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None):
+def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None, history=None):
     """RMS joint-angle error (rad), base-orientation error (rad) and base
     angular-velocity error (rad/s, the gyro's channel) of ``horizon``-step
-    predictions from every ``horizon``-th recorded state (exact recordings)."""
+    predictions from every ``horizon``-th recorded state (exact recordings).
+    ``history`` ``(R, H, nu)``: the commands sent before each recording
+    (:func:`history`); without it a delayed prediction's first steps hold
+    the recording's first command."""
     T = cmd.shape[-2]
     starts = torch.arange(0, T - horizon + 1, horizon)
     idx = starts[:, None] + torch.arange(horizon + 1)
     qs, vs = q[:, idx], v[:, idx]
-    t = (idx[:, :-1] - delay).clamp_min(0)
+    lead = 0
+    if history is not None:
+        lead = history.shape[-2]
+        cmd = torch.cat([history, cmd], -2)
+    t = (idx[:, :-1] + lead - delay).clamp_min(0)
     u = cmd[:, t]
     if scale is not None:
         u = u * scale
@@ -346,6 +389,10 @@ def prediction_error(sim, q, v, cmd, delay: int, horizon: int, scale=None):
     dw = tr.v[..., 1:, 3:6] - vs[..., 1:, 3:6]
     return (float(dq.pow(2).mean().sqrt()), float(dR.pow(2).sum(-1).mean().sqrt()),
             float(dw.pow(2).sum(-1).mean().sqrt()))
+
+
+PENALTY_PARAMS = "contact_stiffness,contact_damping,contact_friction,motor_strength"
+SOFT_PARAMS = "contact_timeconst,contact_dampratio,contact_friction,motor_strength"
 
 
 def main(argv=None):
@@ -360,13 +407,18 @@ def main(argv=None):
                          "(the first is saved)")
     ap.add_argument("--iterations", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--params", default="contact_stiffness,contact_damping,contact_friction,motor_strength",
+    ap.add_argument("--params", default=PENALTY_PARAMS,
                     help="comma-separated parameters to fit (with the delay); e.g. add body_mass,damping "
                          "(see the docs: from encoders and IMU alone the masses, motor strength and contact "
                          "law share one force scale)")
-    ap.add_argument("--contact", default="native", choices=("native", "matched"),
-                    help="MuJoCo reality's contact: its own soft contact (the benchmark) or backdrive's penalty law "
-                         "with a hidden stiffness and damping (model class right, engines differ)")
+    ap.add_argument("--contact", default="native", choices=("native", "hidden", "matched"),
+                    help="MuJoCo reality's contact: its own soft contact with MuJoCo's default solref (the "
+                         "benchmark), with a hidden solref and its constants recomputed for the scaled masses, "
+                         "or backdrive's penalty law with a hidden stiffness and damping (model class right, "
+                         "engines differ)")
+    ap.add_argument("--law", default="penalty", choices=("penalty", "soft"),
+                    help="backdrive's contact: its penalty law (ContactParameters) or MuJoCo's soft constraint "
+                         "(SoftContactParameters; fit contact_timeconst, contact_dampratio)")
     ap.add_argument("--total-mass", action="store_true",
                     help="anchor the fitted masses on the robot's true total mass (the robot is weighed; "
                          "ContactFit.total_mass)")
@@ -414,15 +466,18 @@ def main(argv=None):
     t_record = time.perf_counter() - t0
 
     # Calibration data: push-free pieces of `segment` steps, a spread-out subset of `windows` of them.
-    pieces = [segments(q, v, cmd, push, args.segment)[:3] for q, v, cmd, push in train]
-    Q, V, U = (np.concatenate([p[i] for p in pieces]) for i in range(3))
+    pieces = [(*p[:3], history(cmd, p[3])) for p, cmd in
+              ((segments(q, v, cmd, push, args.segment), cmd) for q, v, cmd, push in train)]
+    Q, V, U, H = (np.concatenate([p[i] for p in pieces]) for i in range(4))
     pick = np.linspace(0, len(Q) - 1, min(args.windows, len(Q))).round().astype(int)
-    Q, V, U = (torch.as_tensor(x[pick], dtype=F64) for x in (Q, V, U))
+    Q, V, U, H = (torch.as_tensor(x[pick], dtype=F64) for x in (Q, V, U, H))
     Qn, Vn = with_noise(Q, V, args.seed + 10)
 
-    robot, sim0 = nominal(robot0)
+    if args.law == "soft" and args.params == PENALTY_PARAMS:
+        args.params = SOFT_PARAMS
+    robot, sim0 = nominal(robot0, args.law)
     if args.start == "truth":
-        sim0 = truth_simulator(robot0, truth)
+        sim0 = truth_simulator(robot0, truth, law=args.law)
         robot = sim0.robot
     true_total = float(np.sum(truth["mass"]))
 
@@ -431,7 +486,7 @@ def main(argv=None):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             f = identify(start_robot, Qn, Vn, dt=DT, params=params,
-                         method=ContactFit(start_sim, U, segment=args.segment, noise=NOISE, delays=delays,
+                         method=ContactFit(start_sim, U, segment=args.segment, noise=NOISE, delays=delays, history=H,
                                            delay_iterations=1, total_mass=true_total if anchored else None,
                                            total_mass_std=args.total_mass_std if anchored else None),
                          options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
@@ -451,7 +506,7 @@ def main(argv=None):
         t_fit = time.perf_counter() - t0
 
     floor_fit = None
-    if args.floor_fit and "stiffness" not in truth:
+    if args.floor_fit and "stiffness" not in truth and args.law == "penalty":
         t0 = time.perf_counter()
         tsim = truth_simulator(robot0, truth)
         floor_fit, n3 = calibrate(tsim.robot, tsim, ("contact_stiffness", "contact_damping"), (truth["delay"],),
@@ -460,8 +515,12 @@ def main(argv=None):
         t_floor = time.perf_counter() - t0
 
     # Held-out prediction errors (pieces of `horizon` steps between pushes, exact states).
-    cases = [("nominal", sim0, 0), ("true parameters, nominal contact law", truth_simulator(robot0, truth),
-                                     truth["delay"])]
+    cases = [("nominal", sim0, 0)]
+    if args.law == "soft":
+        cases.append(("TRUE parameters (MuJoCo's law, true solref)", truth_simulator(robot0, truth, law="soft"),
+                      truth["delay"]))
+    else:
+        cases.append(("true parameters, nominal contact law", truth_simulator(robot0, truth), truth["delay"]))
     if fits:
         cp = fits[0].simulator.contact.params
         if "stiffness" not in truth and "contact_stiffness" in fits[0].params:
@@ -485,9 +544,10 @@ def main(argv=None):
         for name, sim, delay in cases:
             errs = []
             for hq, hv, hc, hp in held:
-                a, b, c, _ = segments(hq, hv, hc, hp, horizon)
+                a, b, c, st = segments(hq, hv, hc, hp, horizon)
                 errs.append(prediction_error(sim, torch.as_tensor(a, dtype=F64), torch.as_tensor(b, dtype=F64),
-                                             torch.as_tensor(c, dtype=F64), delay, horizon))
+                                             torch.as_tensor(c, dtype=F64), delay, horizon,
+                                             history=torch.as_tensor(history(hc, st), dtype=F64)))
             rows.append((name, *(float(np.mean([e[i] for e in errs])) for i in range(3))))
     rows = tables[horizons[0]]
 
@@ -529,7 +589,9 @@ def main(argv=None):
                  bool(fit.identified["damping"][j]))
         for p, true in (("contact_friction", truth["friction"]), ("motor_strength", truth["strength"]),
                         ("contact_stiffness", truth.get("stiffness")),
-                        ("contact_damping", truth.get("contact_damping"))):
+                        ("contact_damping", truth.get("contact_damping")),
+                        ("contact_timeconst", truth.get("timeconst", 0.02 if args.reality == "mujoco" else None)),
+                        ("contact_dampratio", truth.get("dampratio", 1.0 if args.reality == "mujoco" else None))):
             if p not in fit.params:
                 continue
             f = strength if p == "motor_strength" else 1.0  # a later fit's strength multiplies the earlier one's
@@ -550,6 +612,8 @@ def main(argv=None):
                   f"{len(ok)} identified within 5 %; total {float(fit.params['body_mass'].sum()):.4g} kg "
                   f"(truth {true_total:.4g})")
         print()
+    if fits:
+        print(f"fit 1: identify {t_fit:.0f} s; not identified: {', '.join(fits[0].not_identified) or 'none'}\n")
     if floor_fit is not None:
         c = floor_fit.simulator.contact.params
         print(f"floor fit (contact stiffness and damping, every other parameter at its true value, {t_floor:.0f} s, "
@@ -570,10 +634,12 @@ def save(path: str, fit, truth, rows, args) -> None:
     cp = sim.contact.params
     kp = torch.as_tensor(sim.actuator.kp, dtype=F64).reshape(-1)
     f = lambda x: torch.as_tensor(x, dtype=F64).detach().reshape(-1).tolist()  # noqa: E731
+    law = ({"timeconst": f(cp.timeconst)[0], "dampratio": f(cp.dampratio)[0]} if sim.contact.soft
+           else {"stiffness": f(cp.stiffness)[0], "contact_damping": f(cp.damping)[0]})
     out = {
         "calibrated": {"body_mass": f(sim.robot.body_mass), "damping": f(sim.robot.damping),
-                       "motor_strength": float(kp.mean()) / KP, "stiffness": f(cp.stiffness)[0],
-                       "contact_damping": f(cp.damping)[0], "friction": f(cp.friction)[0], "delay": fit.delay},
+                       "motor_strength": float(kp.mean()) / KP, **law, "friction": f(cp.friction)[0],
+                       "delay": fit.delay},
         "truth": {k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x) for k, x in truth.items()},
         "prediction_error": {name: list(e) for name, *e in rows},
         "args": args,

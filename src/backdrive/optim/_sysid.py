@@ -682,7 +682,9 @@ def identify(
             ``"body_inertia"`` (rotational inertia about the centre of mass),
             ``"damping"``, ``"friction"``, ``"armature"``; with a
             :class:`ContactFit` also :data:`CONTACT_PARAMETERS`:
-            ``"contact_stiffness"``, ``"contact_damping"``,
+            ``"contact_stiffness"``, ``"contact_damping"`` (penalty law) or
+            ``"contact_timeconst"``, ``"contact_dampratio"`` (MuJoCo's soft
+            contact, :class:`~backdrive.contact.SoftContactParameters`),
             ``"contact_friction"``, ``"motor_strength"``, ``"kp"``, ``"kd"``.
         bodies: bodies (names or indices) whose inertial parameters are
             fitted; all moving bodies by default (with a fixed base the root

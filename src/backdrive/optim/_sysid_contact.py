@@ -52,7 +52,16 @@ __all__ = ["ContactFit", "CONTACT_PARAMETERS", "SENSOR_CHANNELS", "DEFAULT_NOISE
 
 #: Parameters only the contact route fits (besides the robot's own, see
 #: :data:`~backdrive.optim.IDENTIFIABLE_PARAMETERS`).
-CONTACT_PARAMETERS = ("contact_stiffness", "contact_damping", "contact_friction", "motor_strength", "kp", "kd")
+CONTACT_PARAMETERS = (
+    "contact_stiffness",
+    "contact_damping",
+    "contact_friction",
+    "contact_timeconst",
+    "contact_dampratio",
+    "motor_strength",
+    "kp",
+    "kd",
+)
 
 #: What a window's prediction is compared with: joint encoders, an IMU
 #: (orientation and angular velocity of the base), and, where a state
@@ -77,7 +86,16 @@ DEFAULT_NOISE = {
     "base_linear_velocity": 1e-2,
 }
 
-_CONTACT_FIELDS = {"contact_stiffness": "stiffness", "contact_damping": "damping", "contact_friction": "friction"}
+_CONTACT_FIELDS = {
+    "contact_stiffness": "stiffness",
+    "contact_damping": "damping",
+    "contact_friction": "friction",
+    "contact_timeconst": "timeconst",
+    "contact_dampratio": "dampratio",
+}
+# Which contact parameters belong to which law.
+_PENALTY_ONLY = ("contact_stiffness", "contact_damping")
+_SOFT_ONLY = ("contact_timeconst", "contact_dampratio")
 # Step of the central differences (coordinates are log-factors, metres or
 # Cholesky entries of order 1e-2..1: the truncation error ~ h^2 and the
 # rounding error ~ 1e-16 / h balance near 1e-5..1e-6).
@@ -119,8 +137,15 @@ class ContactFit:
             confidence intervals those of the stated noise model.
         delays: candidate control delays, whole steps (``(0,)``: no delay fit).
             The sent command ``u[t]`` acts over step ``t + d`` (the first
-            ``d`` steps of a recording hold ``u[0]``).
+            ``d`` steps of a recording take ``history``, or hold ``u[0]``
+            without it).
         delay_iterations: Gauss-Newton iterations of each candidate's short fit.
+        history: optional ``(..., H, nu)`` commands sent before each
+            recording's first sample (oldest first, the same columns as
+            ``controls``): what acts over a recording's first steps under a
+            delay of up to ``H`` steps. Recordings cut from a longer log
+            have them; without them a delayed recording's first ``d`` steps
+            hold ``u[0]``, an error at every window that starts a recording.
         per_joint_strength: fit one motor strength per actuated joint
             instead of one for all motors.
         joint_names: the joint order of the recording's joint columns (of
@@ -172,6 +197,7 @@ class ContactFit:
     noise: dict | None = None
     delays: tuple[int, ...] = (0,)
     delay_iterations: int = 3
+    history: torch.Tensor | None = field(default=None, compare=False, repr=False)
     per_joint_strength: bool = False
     joint_names: tuple[str, ...] | None = None
     jacobian: str = "forward_mode"
@@ -188,6 +214,14 @@ class ContactFit:
             )
         if not isinstance(self.controls, torch.Tensor):
             raise ConfigError(f"ContactFit.controls must be a (..., T, nu) tensor, got {type(self.controls).__name__}")
+        h = self.history
+        if h is not None and not (isinstance(h, torch.Tensor) and h.ndim == self.controls.ndim
+                                  and h.shape[:-2] == self.controls.shape[:-2] and h.shape[-1] == self.controls.shape[-1]
+                                  and h.dtype == self.controls.dtype and h.device == self.controls.device):
+            raise ConfigError(
+                "ContactFit.history must be a (..., H, nu) tensor with the recordings' batch axes and columns, and "
+                f"the dtype and device of controls {tuple(self.controls.shape)}, got "
+                f"{tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__}")
         for name in ("segment", "delay_iterations"):
             x = getattr(self, name)
             if not (isinstance(x, int) and not isinstance(x, bool) and x >= 1):
@@ -273,6 +307,14 @@ class _ContactParametrisation:
             if p not in params:
                 continue
             if p in _CONTACT_FIELDS:
+                if sim.contact.soft and p in _PENALTY_ONLY:
+                    raise InputError(f"{p} is a parameter of the penalty law; this simulator's contact is MuJoCo's "
+                                     "soft constraint (SoftContactParameters): fit contact_timeconst and "
+                                     "contact_dampratio instead")
+                if not sim.contact.soft and p in _SOFT_ONLY:
+                    raise InputError(f"{p} is a parameter of the soft-constraint contact (SoftContactParameters); "
+                                     "this simulator's contact is the penalty law: fit contact_stiffness and "
+                                     "contact_damping instead")
                 if p == "contact_friction" and sim.contact.terrain.friction is not None:
                     raise InputError("contact_friction cannot be fitted while the terrain sets its own friction "
                                      "(GroundPlane(friction=...)); give the friction in ContactParameters instead")
@@ -463,7 +505,13 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     controls = fit.controls
     if controls.ndim < 2:
         raise InputError(f"ContactFit.controls must be (..., T, nu), got {tuple(controls.shape)}")
-    q, v, controls = _reorder(robot, sim, q, v, controls, fit.joint_names)
+    hist = fit.history
+    if hist is not None:  # reordered with the controls (the same columns)
+        lead = hist.shape[-2]
+        q, v, both = _reorder(robot, sim, q, v, torch.cat([hist, controls], -2), fit.joint_names)
+        hist, controls = both[..., :lead, :], both[..., lead:, :]
+    else:
+        q, v, controls = _reorder(robot, sim, q, v, controls, fit.joint_names)
     robot.check_vector(q, robot.nq, "q")
     robot.check_vector(v, robot.nv, "v")
     if q.shape[-2] != v.shape[-2]:
@@ -482,6 +530,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     for x, name in ((q, "q"), (v, "v"), (controls, "controls")):
         _check_finite(x, name)
     controls = controls[..., :steps, :].detach()
+    lead = 0
+    if hist is not None:
+        _check_finite(hist, "history")
+        lead = hist.shape[-2]
+        controls = torch.cat([hist.detach(), controls], -2)
     q, v = q.detach(), v.detach()
     K = fit.segment
     if steps < K:
@@ -525,7 +578,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     opts = opts.with_defaults(damping=1.0)
 
     def problem(delay: int):
-        t = idx[:, :-1] - delay
+        t = idx[:, :-1] + lead - delay
         useg = controls[..., t.clamp_min(0), :]  # (..., S, K, nu) the commands acting at each step
 
         def fun(xi):
