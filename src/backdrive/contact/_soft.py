@@ -225,7 +225,10 @@ def _cone(jar, D, mu_r, mu, active, hessian: bool):
     if asked, the Hessian ``(..., P, 3, 3)`` of the elliptic soft cone."""
     U0 = jar[..., 0] * mu_r
     Ut = jar[..., 1:] * mu[..., None]
-    T = Ut.norm(dim=-1)
+    # |Ut| with a finite derivative at 0 (norm's is 0/0 there, NaN under autograd
+    # even where the result is masked out).
+    T2 = (Ut * Ut).sum(-1)
+    T = torch.where(T2 > 0, T2.clamp_min(torch.finfo(jar.dtype).tiny).sqrt(), torch.zeros_like(T2))
     N = U0
     top = (N >= mu_r * T) | ~active
     bottom = ~top & (mu_r * N + T <= 0)
