@@ -426,10 +426,6 @@ def main(argv=None):
                     help="standard deviation of the weighed total mass that anchors body_mass "
                          "(ContactFit.total_mass_std; default 0.1 %% of the mass, a prior residual that the data can "
                          "outweigh); 0 holds the weighed total exactly (a constraint, not a residual)")
-    ap.add_argument("--estimate-start", type=int, default=0, metavar="N",
-                    help="passes of start-state estimation in the fit (ContactFit.estimate_start): every window's "
-                         "start state re-estimated with the parameters so far, against the sensor and state-"
-                         "estimator noise, then the parameters refitted")
     ap.add_argument("--stage2", default="",
                     help="comma-separated parameters of a second fit that starts from the first one's simulator "
                          "(its contact law and delay kept), e.g. body_mass,damping,motor_strength")
@@ -491,9 +487,7 @@ def main(argv=None):
             warnings.simplefilter("always")
             f = identify(start_robot, Qn, Vn, dt=DT, params=params,
                          method=ContactFit(start_sim, U, segment=args.segment, delays=delays, history=H,
-                                           noise={**NOISE, "base_position": ESTIMATOR[0],
-                                                  "base_linear_velocity": ESTIMATOR[1]},
-                                           estimate_start=args.estimate_start, delay_iterations=1, total_mass=true_total if anchored else None,
+                                           noise=NOISE, delay_iterations=1, total_mass=true_total if anchored else None,
                                            total_mass_std=args.total_mass_std if anchored else None),
                          options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
         return f, [f"{seed_msg}: {w.message}" for w in caught if "torch.jit" not in str(w.message)]

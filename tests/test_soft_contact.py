@@ -327,3 +327,14 @@ def test_bad_soft_settings_give_typed_errors(quadruped):
                  method=ContactFit(penalty, torch.zeros(1, 20, 12, dtype=F64), segment=10))
     with pytest.raises(ConfigError, match="history"):
         ContactFit(sim, torch.zeros(1, 20, 12, dtype=F64), history=torch.zeros(2, 3, 12, dtype=F64))
+
+
+def test_joint_friction_with_the_soft_contact_is_refused(quadruped):
+    """The implicit joint friction is solved with the penalty contact only: a
+    Simulator with the soft contact and a robot with joint friction says so."""
+    robot, geo = quadruped
+    rough = robot.replace(friction=torch.full((12,), 0.2, dtype=F64))
+    with pytest.raises(InputError, match="joint friction"):
+        Simulator(rough, DT, actuator=PDActuator(kp=80.0, kd=2.0),
+                  contact=ContactModel(rough, geo, params=SoftContactParameters()))
+

@@ -184,19 +184,6 @@ class ContactFit:
             masses has no variance (a single fitted body's mass is the
             remainder, with the interval ``[m, m]``), and the fit's
             ``message`` says so.
-        estimate_start: passes of start-state estimation (default 0: every
-            window starts from the recorded state). A window's start state
-            comes from the same noisy sensors and state estimator as the
-            data, and on a robot standing on stiff contact a fraction of a
-            millimetre of wrong foot height is a large force: the fitted
-            parameters then absorb the start errors. Each pass re-estimates
-            every window's start state with the parameters fitted so far
-            (Gauss-Newton on the state's offset, three iterations, every
-            window at once: its own residuals plus the offset divided by the
-            ``noise`` level of the matching channel, e.g. ``base_position``
-            for the base position, which the data need not observe), then
-            refits the parameters from there. The intervals are those given
-            the estimated start states.
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
@@ -216,7 +203,6 @@ class ContactFit:
     jacobian: str = "forward_mode"
     total_mass: float | None = None
     total_mass_std: float | None = None
-    estimate_start: int = 0
 
     def __post_init__(self):
         if self.jacobian not in ("forward_mode", "differences"):
@@ -252,9 +238,6 @@ class ContactFit:
             if bad or not self.observe or isinstance(self.observe, str):
                 raise ConfigError(f"ContactFit.observe must name some of {', '.join(SENSOR_CHANNELS)}; got "
                                   f"{self.observe!r}")
-        x = self.estimate_start
-        if not (isinstance(x, int) and not isinstance(x, bool) and x >= 0):
-            raise ConfigError(f"ContactFit.estimate_start must be a whole number of passes >= 0, got {x!r}")
         x = self.total_mass
         if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
                                   and x > 0):
@@ -465,10 +448,8 @@ def _reorder(robot: RobotModel, sim: Simulator, q, v, controls, names):
     return q, v, controls
 
 
-def _channels(robot: RobotModel, observe, q_sim, v_sim, q_rec, v_rec, noise, per_window: bool = False) -> torch.Tensor:
-    """Residuals of the observed channels, each divided by its noise,
-    flattened (``per_window``: ``(..., n)`` per window, the window's samples
-    and channels flattened)."""
+def _channels(robot: RobotModel, observe, q_sim, v_sim, q_rec, v_rec, noise) -> torch.Tensor:
+    """Residuals of the observed channels, each divided by its noise, flattened."""
     nj = robot.num_joints
     oq, ov = robot.nq - nj, robot.nv - nj
     parts = []
@@ -488,9 +469,8 @@ def _channels(robot: RobotModel, observe, q_sim, v_sim, q_rec, v_rec, noise, per
             x = q_sim[..., :3] - q_rec[..., :3]
         else:
             x = v_sim[..., :3] - v_rec[..., :3]
-        x = x / noise[c]
-        parts.append(x.reshape(*x.shape[:-2], -1) if per_window else x.reshape(-1))
-    return torch.cat(parts, -1)
+        parts.append((x / noise[c]).reshape(-1))
+    return torch.cat(parts)
 
 
 def _channel_size(robot: RobotModel, channel: str) -> int:
@@ -563,7 +543,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     starts = torch.arange(0, steps - K + 1, stride, device=q.device)
     idx = starts[:, None] + torch.arange(K + 1, device=q.device)  # (S, K + 1)
     qseg, vseg = q[..., idx, :], v[..., idx, :]
-    starts = [State(qseg[..., 0, :], vseg[..., 0, :])]  # the windows' start states (estimate_start updates them)
+    state0 = State(qseg[..., 0, :], vseg[..., 0, :])
     q_rec, v_rec = qseg[..., 1:, :], vseg[..., 1:, :]
 
     robot_params = [p for p in params if p not in CONTACT_PARAMETERS]
@@ -605,7 +585,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             try:
                 s, scale = par.build(xi)
                 u = useg if scale is None else useg * scale
-                traj = s.rollout(starts[0], u, check_finite=False)
+                traj = s.rollout(state0, u, check_finite=False)
             except (torch.linalg.LinAlgError, InvalidValueError):
                 # A trial step of the solver so far off that a parameter
                 # overflowed or a mass matrix lost definiteness: an infinite
@@ -669,11 +649,6 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     else:
         delay = fit.delays[0]
         res, jac = solve(delay, par.xi0, opts)
-    for _ in range(fit.estimate_start):
-        t = idx[:, :-1] + lead - delay
-        useg = controls[..., t.clamp_min(0), :]
-        starts[0] = _estimate_starts(par, res.x, starts[0], useg, robot, observe, q_rec, v_rec, noise)
-        res, jac = solve(delay, res.x, opts)
     J = res.jacobian if res.jacobian is not None else jac(res.x)[1]
     count = J.shape[0]
     names = [p for p in helpers["IDENTIFIABLE_PARAMETERS"] if p in robot_params]
@@ -746,48 +721,6 @@ def _flag_weak(stats: dict, labels: list, out: dict, positive: tuple) -> None:
             stats["identified"][name][idx] = False
             stats["lower"][name][idx], stats["upper"][name][idx] = 0.0, math.inf
             stats["not_identified"].append(label)
-
-
-def _estimate_starts(par, xi, start: State, useg, robot: RobotModel, observe, q_rec, v_rec, noise,
-                     iterations: int = 3) -> State:
-    """Every window's start state re-estimated with the parameters ``xi``:
-    Gauss-Newton on the offsets ``(dq, dv)`` (tangent of ``q``, ``v``) of
-    all windows at once (each window's residuals depend on its own offset
-    only, so one forward-mode Jacobian over the ``2 nv`` offset directions,
-    applied to every window together, gives every window's block), with the
-    offsets' prior ``offset / noise`` of the matching state channel."""
-    from ..dynamics import integrate
-
-    nv, nj = robot.nv, robot.num_joints
-    sig = []
-    if robot.floating_base:
-        sig += [noise["base_position"]] * 3 + [noise["base_orientation"]] * 3
-    sig += [noise["joint_position"]] * nj
-    if robot.floating_base:
-        sig += [noise["base_linear_velocity"]] * 3 + [noise["base_angular_velocity"]] * 3
-    sig += [noise["joint_velocity"]] * nj
-    w = 1.0 / torch.tensor(sig, dtype=xi.dtype, device=xi.device) ** 2  # prior precision, (2 nv,)
-    with torch.no_grad():
-        s, scale = par.build(xi.detach())
-    u = useg if scale is None else useg * scale
-    q0, v0 = start.q.detach(), start.v.detach()
-    off = torch.zeros(*q0.shape[:-1], 2 * nv, dtype=q0.dtype, device=q0.device)
-
-    def residuals(c, base):
-        d = base + c
-        traj = s.rollout(State(integrate(robot, q0, d[..., :nv], 1.0), v0 + d[..., nv:]), u, check_finite=False)
-        return _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise, per_window=True)
-
-    for _ in range(iterations):
-        zero = off.new_zeros(2 * nv)
-        r = residuals(zero, off)
-        if not bool(torch.isfinite(r).all()):
-            break
-        J = torch.func.jacfwd(lambda c: residuals(c, off))(zero)  # (..., n, 2 nv): each window's own block
-        A = J.transpose(-1, -2) @ J + torch.diag_embed(w.expand(*off.shape[:-1], -1))
-        g = (J.transpose(-1, -2) @ r[..., None])[..., 0] + w * off
-        off = off - torch.linalg.solve(A, g)
-    return State(integrate(robot, q0, off[..., :nv], 1.0), v0 + off[..., nv:])
 
 
 def _detached(cp):

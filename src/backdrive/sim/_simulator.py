@@ -153,6 +153,11 @@ class Simulator:
             r, imp = self.robot, self._implicit
             plain = not (imp.has_damping or imp.has_friction or r.damping.requires_grad or r.friction.requires_grad)
             self._bare = r if plain else r.replace(damping=torch.zeros_like(r.damping), friction=torch.zeros_like(r.friction))
+            if imp.has_friction and self.contact.soft:
+                raise InputError(
+                    f"robot {r.name!r} has joint friction, which the implicit step solves together with the penalty "
+                    "contact; MuJoCo's soft contact (SoftContactParameters) does not take it yet: set the robot's "
+                    "friction to 0 (robot.replace(friction=...)), or use ContactParameters")
             if imp.has_friction:
                 self._friction = imp.fast_friction(self.contact, self._bare)
 
