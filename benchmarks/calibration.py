@@ -436,6 +436,10 @@ def main(argv=None):
                     help="start the fit from the nominal guess or from the true parameters (with --iterations 0: "
                          "the loss at the truth, to compare with the fit's)")
     ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
+    ap.add_argument("--exact-starts", action="store_true",
+                    help="diagnostic: the calibration windows start from the exact recorded state (the sensor "
+                         "noise stays on every later sample): how much of the fit's error the noisy start "
+                         "states cause")
     ap.add_argument("--law-scan", default="",
                     help="comma-separated stiffness:damping pairs (N/m:N s/m): a held-out row each for backdrive "
                          "with every other hidden parameter at its truth and that contact law (a direct floor scan)")
@@ -472,6 +476,8 @@ def main(argv=None):
     pick = np.linspace(0, len(Q) - 1, min(args.windows, len(Q))).round().astype(int)
     Q, V, U, H = (torch.as_tensor(x[pick], dtype=F64) for x in (Q, V, U, H))
     Qn, Vn = with_noise(Q, V, args.seed + 10)
+    if args.exact_starts:
+        Qn[:, 0], Vn[:, 0] = Q[:, 0], V[:, 0]
 
     if args.law == "soft" and args.params == PENALTY_PARAMS:
         args.params = SOFT_PARAMS

@@ -6,8 +6,10 @@ velocity, normal and friction forces, and the body wrenches ``f_ext`` that
 :func:`backdrive.dynamics.forward_dynamics` takes. ``acceleration`` adds the
 dynamics, explicitly or with the contact damping and stiffness treated
 implicitly. ``Scene`` steps a robot together with free objects
-(``free_body``) that it pushes. Every parameter is a tensor that may require grad. See
-``docs/contact.md`` for the equations, the parameter guide and the validation.
+(``free_body``) that it pushes. ``SoftContactParameters`` swaps the penalty
+law for MuJoCo's soft-constraint contact, solved per step. Every parameter is
+a tensor that may require grad. See ``docs/contact.md`` for the equations,
+the parameter guide and the validation.
 """
 
 from ._geometry import MESH_RULES, SHAPE_KINDS, ContactApproximationWarning, ContactGeometry, ContactShape
