@@ -77,7 +77,7 @@ import _mujoco_contact as MC  # noqa: E402
 from backdrive.contact import ContactGeometry, ContactModel, ContactParameters, SoftContactParameters  # noqa: E402
 from backdrive.data import load  # noqa: E402
 from backdrive.dynamics import difference  # noqa: E402
-from backdrive.optim import ContactFit, SolverOptions, identify  # noqa: E402
+from backdrive.optim import ContactFit, SolverOptions, identify, smooth_states  # noqa: E402
 from backdrive.sim import PDActuator, Simulator, State  # noqa: E402
 
 F64 = torch.float64
@@ -436,6 +436,10 @@ def main(argv=None):
                     help="start the fit from the nominal guess or from the true parameters (with --iterations 0: "
                          "the loss at the truth, to compare with the fit's)")
     ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
+    ap.add_argument("--smooth-starts", type=int, default=0, metavar="N",
+                    help="the windows start from states smoothed over +-N samples of the noisy recording "
+                         "(backdrive.optim.smooth_states, a local quadratic: a smoothing state estimator); the "
+                         "noise draws are then made on the whole recording")
     ap.add_argument("--exact-starts", action="store_true",
                     help="diagnostic: the calibration windows start from the exact recorded state (the sensor "
                          "noise stays on every later sample): how much of the fit's error the noisy start "
@@ -476,6 +480,19 @@ def main(argv=None):
     pick = np.linspace(0, len(Q) - 1, min(args.windows, len(Q))).round().astype(int)
     Q, V, U, H = (torch.as_tensor(x[pick], dtype=F64) for x in (Q, V, U, H))
     Qn, Vn = with_noise(Q, V, args.seed + 10)
+    if args.smooth_starts:
+        # Noise on each whole recording, its states smoothed; each window's
+        # later samples keep the noise, its start takes the smoothed state.
+        parts = []
+        for i, (q, v, cmd, push) in enumerate(train):
+            st = segments(q, v, cmd, push, args.segment)[3]
+            qn, vn = with_noise(torch.as_tensor(q, dtype=F64), torch.as_tensor(v, dtype=F64), args.seed + 10 + i)
+            qs, vs = smooth_states(robot0, qn, vn, args.smooth_starts)
+            idx = torch.as_tensor(st[:, None] + np.arange(args.segment + 1))
+            wq, wv = qn[idx].clone(), vn[idx].clone()
+            wq[:, 0], wv[:, 0] = qs[idx[:, 0]], vs[idx[:, 0]]
+            parts.append((wq, wv))
+        Qn, Vn = (torch.cat([p[k] for p in parts])[torch.as_tensor(pick)] for k in range(2))
     if args.exact_starts:
         Qn[:, 0], Vn[:, 0] = Q[:, 0], V[:, 0]
 

@@ -56,6 +56,7 @@ from ._policy import (
 )
 from ._policy.distributed import local_device, rank_seed
 from ._progress import ProgressBar
+from ._smoothing import smooth_states
 from ._solvers import (
     DEFAULT_ITERATIONS,
     OPTIMIZERS,
@@ -115,6 +116,7 @@ __all__ = [
     "TrajectoryOptimizationResult",
     "OPTIMIZERS",
     *_sysid.__all__,  # identify, its fits and results, the inertia parametrisation
+    "smooth_states",
     "minimize",
     "SolverOptions",
     "DEFAULT_ITERATIONS",
