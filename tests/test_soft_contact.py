@@ -338,3 +338,27 @@ def test_joint_friction_with_the_soft_contact_is_refused(quadruped):
         Simulator(rough, DT, actuator=PDActuator(kp=80.0, kd=2.0),
                   contact=ContactModel(rough, geo, params=SoftContactParameters()))
 
+
+
+def test_batched_step_equals_single_samples(quadruped):
+    """A batch of states with a friction per foot and a batch of time
+    constants gives each sample's own step, to 1e-12."""
+    robot, geo = quadruped
+    q = robot.neutral()
+    q[7:] = torch.tensor([0.0, 0.8, -1.6] * 4, dtype=F64)
+    q = ContactModel(robot, geo, params=SoftContactParameters()).place_on_terrain(robot, q, clearance=-5e-4)
+    g = torch.Generator().manual_seed(2)
+    qb = q.expand(3, -1).clone()
+    qb[:, 7:] += 0.02 * torch.randn(3, 12, generator=g, dtype=F64)
+    vb = 0.3 * torch.randn(3, robot.nv, generator=g, dtype=F64)
+    tau = torch.zeros(robot.nv, dtype=F64)
+    mu = torch.tensor([0.3, 0.6, 0.9, 1.2], dtype=F64)
+    tc = torch.tensor([[0.01], [0.02], [0.03]], dtype=F64)
+    a, res = ContactModel(robot, geo, params=SoftContactParameters(timeconst=tc, friction=mu)).acceleration(
+        robot, qb, vb, tau, dt=DT)
+    for i in range(3):
+        cm = ContactModel(robot, geo, params=SoftContactParameters(timeconst=float(tc[i]), friction=mu))
+        ai, ri = cm.acceleration(robot, qb[i], vb[i], tau, dt=DT)
+        assert torch.allclose(a[i], ai, rtol=1e-12, atol=1e-10)
+        assert torch.allclose(res.normal_force[i], ri.normal_force, rtol=1e-12, atol=1e-10)
+    assert float(res.normal_force.sum()) > 0

@@ -260,9 +260,11 @@ def _cone(jar, D, mu_r, mu, active, hessian: bool):
     return f, s, H
 
 
-def _newton(M, L, a0, Jc, aref, D, mu_r, mu, active):
-    """The minimiser of the soft-constraint cost, no gradient: ``(a, H)``
-    with ``H`` the Hessian at ``a``."""
+def _newton(M, a0, Jc, aref, D, mu_r, mu, active):
+    """The minimiser ``a`` of the soft-constraint cost (no gradient): Newton
+    steps with the exact cost evaluated along each step at every step size
+    ``2^0 .. 2^-19`` and 0, the best kept, until the step is at rounding
+    level (every iteration under torch.func transforms or compile)."""
     a = a0
     dtype = a.dtype
     tol = 1e3 * torch.finfo(dtype).eps
@@ -314,8 +316,6 @@ def soft_acceleration(model, robot, q, v, tau, dt, gravity=None, extra_damping=N
     t1, t2 = _tangents(n)
     frame = torch.stack([n, t1, t2], -2)  # (..., P, 3, 3) rows
     Jc = frame @ J
-    batch = torch.broadcast_shapes(Jc.shape[:-3], v.shape[:-1], tau.shape[:-1])
-    Jc = Jc.expand(*batch, *Jc.shape[-3:])
     vel = (Jc * v[..., None, None, :]).sum(-1)  # (..., P, 3)
 
     from ._law import per_point
@@ -344,24 +344,24 @@ def soft_acceleration(model, robot, q, v, tau, dt, gravity=None, extra_damping=N
     ratio = sp["impratio"]
     R1 = R0 / ratio
     D = torch.stack([1 / R0, 1 / R1, 1 / R1], -1)
-    mu = torch.broadcast_to(mu, phi.shape)
+    mu = torch.broadcast_to(mu, torch.broadcast_shapes(mu.shape, phi.shape))
     mu_r = mu * math.sqrt(1.0 / ratio)
-    active = phi > 0
 
-    M = mass_matrix(robot, q).expand(*batch, robot.nv, robot.nv)
     h = bias_forces(robot, q, v, gravity=gravity)
     qfrc = tau - h
     if _has_joint_forces(robot):
         qfrc = qfrc + joint_forces(robot, v)
-    qfrc = qfrc.expand(*batch, robot.nv)
-    aref, D, mu_r, mu = (torch.broadcast_to(x, (*batch, *x.shape[-2:]) if x.dim() >= 2 and x.shape[-1] == 3
-                                            else (*batch, x.shape[-1])) for x in (aref, D, mu_r, mu))
-    active = active.expand(*batch, active.shape[-1])
+    # Every per-step quantity over one batch shape.
+    P, nv = phi.shape[-1], robot.nv
+    batch = torch.broadcast_shapes(Jc.shape[:-3], qfrc.shape[:-1], aref.shape[:-2], D.shape[:-2], mu.shape[:-1])
+    M = mass_matrix(robot, q).expand(*batch, nv, nv)
+    Jc, qfrc = Jc.expand(*batch, P, 3, nv), qfrc.expand(*batch, nv)
+    aref, D = aref.expand(*batch, P, 3), D.expand(*batch, P, 3)
+    mu_r, mu, active = mu_r.expand(*batch, P), mu.expand(*batch, P), (phi > 0).expand(*batch, P)
     with torch.no_grad():
         Md, Jd, auxd = M.detach(), Jc.detach(), [x.detach() for x in (aref, D, mu_r, mu)]
-        L = torch.linalg.cholesky(Md)
-        a0 = torch.cholesky_solve(qfrc.detach()[..., None], L)[..., 0]
-        a_star = _newton(Md, L, a0, Jd, *auxd, active)
+        a0 = torch.cholesky_solve(qfrc.detach()[..., None], torch.linalg.cholesky(Md))[..., 0]
+        a_star = _newton(Md, a0, Jd, *auxd, active)
         jar = (Jd * a_star[..., None, None, :]).sum(-1) - auxd[0]
         _, _, Hc = _cone(jar, auxd[1], auxd[2], auxd[3], active, True)
         H = Md + torch.einsum("...pim,...pij,...pjn->...mn", Jd, Hc, Jd)
