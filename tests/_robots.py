@@ -240,3 +240,17 @@ def go1_robot(dtype=torch.float32):
         return load("example-robot-data:go1", floating_base=True, dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - example-robot-data is an optional install
         pytest.skip(f"example-robot-data's Go1 is not installed: {exc}")
+
+
+# ---------------------------------------------------------------- random PD targets (calibration tests)
+
+
+def random_targets(stand: torch.Tensor, batch: int, steps: int, seed: int, amplitude: float = 0.3) -> torch.Tensor:
+    """``(batch, steps, n)`` piecewise-linear PD targets through four random
+    knots within ``amplitude / 2`` of the pose ``stand`` ``(n,)``."""
+    g = torch.Generator().manual_seed(seed)
+    knots = stand + amplitude * (torch.rand(batch, 4, stand.shape[-1], generator=g, dtype=stand.dtype) - 0.5)
+    s = torch.linspace(0, 3, steps, dtype=stand.dtype)
+    lo = s.floor().long().clamp_max(2)
+    w = (s - lo)[None, :, None]
+    return knots[:, lo] * (1 - w) + knots[:, lo + 1] * w

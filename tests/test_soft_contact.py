@@ -21,7 +21,7 @@ from backdrive.data import load
 from backdrive.optim import ContactFit, SolverOptions, identify
 from backdrive.sim import PDActuator, Simulator, State
 
-from _robots import sphere_robot, state  # noqa: E402  (shared fixtures)
+from _robots import random_targets, sphere_robot, state  # noqa: E402  (shared fixtures)
 from test_sysid_contact import delayed  # noqa: E402  (commands acting d steps late)
 
 F64 = torch.float64
@@ -263,12 +263,7 @@ def test_contact_fit_recovers_the_soft_law_trunk_mass_strength_and_delay(quadrup
     q[7:] = qj
     q = ContactModel(robot, geo, params=SoftContactParameters()).place_on_terrain(robot, q, clearance=-3e-4)
     B, steps, lead = 2, 70, 3
-    g = torch.Generator().manual_seed(3)
-    knots = qj + 0.3 * (torch.rand(B, 4, 12, generator=g, dtype=F64) - 0.5)
-    s = torch.linspace(0, 3, steps, dtype=F64)
-    lo = s.floor().long().clamp_max(2)
-    w = (s - lo)[None, :, None]
-    u = knots[:, lo] * (1 - w) + knots[:, lo + 1] * w  # (B, steps, 12) piecewise-linear targets
+    u = random_targets(qj, B, steps, seed=3)  # (B, steps, 12)
     masses = robot.body_mass.clone()
     masses[0] = 5.6
     truth = robot.replace(body_mass=masses)

@@ -18,6 +18,7 @@ from backdrive.kinematics import forward_kinematics
 from backdrive.model import RobotModel
 from backdrive.optim import CONTACT_PARAMETERS, ContactFit, SolverOptions, identify
 from backdrive.sim import PDActuator, Simulator, State
+from _robots import random_targets  # noqa: E402  (shared PD targets)
 
 F64 = torch.float64
 DT = 0.002
@@ -267,12 +268,7 @@ def quadruped():
                          contact=cm)
 
     B, steps = 2, 60
-    g = torch.Generator().manual_seed(3)
-    knots = qj + 0.3 * (torch.rand(B, 4, 12, generator=g, dtype=F64) - 0.5)
-    s = torch.linspace(0, 3, steps, dtype=F64)
-    lo = s.floor().long().clamp_max(2)
-    w = (s - lo)[None, :, None]
-    u = knots[:, lo] * (1 - w) + knots[:, lo + 1] * w  # (B, steps, 12) piecewise-linear targets
+    u = random_targets(qj, B, steps, seed=3)  # (B, steps, 12)
     masses = robot.body_mass.clone()
     masses[0] = 5.6
     truth = robot.replace(body_mass=masses)

@@ -83,6 +83,46 @@ _POSITIVE = ("normal_width", "stiction_width")
 _NONNEGATIVE = ("stiffness", "damping", "friction")
 
 
+def resolve_value(kind: str, name: str, value, positive: bool, shape_links, dtype, device) -> torch.Tensor:
+    """One parameter as a checked tensor of the model's dtype: a float, or a
+    tensor of shape ``()``, ``(ns,)`` or ``(..., ns)`` / ``(..., 1)``.
+
+    Raises:
+        InvalidValueError: not a number, NaN, infinite, negative (or not
+            positive, with ``positive``), naming ``kind``, ``name`` and the
+            shape's link.
+        InputError: a wrong shape, dtype or device.
+    """
+    ns = len(shape_links)
+    if isinstance(value, torch.Tensor):
+        if value.dtype != dtype or value.device != torch.device(device):
+            raise InputError(f"{kind} {name} is {value.dtype} on {value.device}; the model is {dtype} on {device}")
+        t = value
+    else:
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            t = torch.as_tensor(float(value), dtype=dtype, device=device)
+        except (TypeError, ValueError):
+            raise InvalidValueError(f"{kind} {name} must be a number or a tensor, got {value!r}") from None
+    if t.ndim > 0 and t.shape[-1] not in (1, ns):
+        raise InputError(
+            f"{kind} {name} must have shape (), ({ns},) or (..., {ns}) for {ns} shapes, got {tuple(t.shape)}"
+        )
+    d = t.detach()
+    bad = ~torch.isfinite(d) | ((d <= 0) if positive else (d < 0))
+    if bool(bad.any()):
+        idx = torch.nonzero(bad.reshape(-1, d.shape[-1]) if d.ndim else bad.reshape(1, 1))[0]
+        where = ""
+        if d.ndim and d.shape[-1] == ns and ns:
+            k = int(idx[-1])
+            where = f" for shape {k} on link {shape_links[k]!r}"
+        rule = "positive" if positive else "non-negative"
+        bad_value = float(d.reshape(-1)[int(torch.nonzero(bad.reshape(-1))[0])])
+        raise InvalidValueError(f"{kind} {name} must be finite and {rule}{where}; got {bad_value}")
+    return t
+
+
 def resolve_parameters(params: ContactParameters, shape_links, dtype, device) -> dict:
     """Check every value once and turn it into a tensor of the model's dtype.
 
@@ -93,38 +133,10 @@ def resolve_parameters(params: ContactParameters, shape_links, dtype, device) ->
     """
     if not isinstance(params, ContactParameters):
         raise InputError(f"params must be ContactParameters, got {type(params).__name__}")
-    ns = len(shape_links)
     out = {}
     for name in _NONNEGATIVE + _POSITIVE:
-        value = getattr(params, name)
-        if isinstance(value, torch.Tensor):
-            if value.dtype != dtype or value.device != torch.device(device):
-                raise InputError(
-                    f"contact parameter {name} is {value.dtype} on {value.device}; the model is {dtype} on {device}"
-                )
-            t = value
-        else:
-            try:
-                t = torch.as_tensor(float(value), dtype=dtype, device=device)
-            except (TypeError, ValueError):
-                raise InvalidValueError(f"contact parameter {name} must be a number or a tensor, got {value!r}") from None
-        if t.ndim > 0 and t.shape[-1] not in (1, ns):
-            raise InputError(
-                f"contact parameter {name} must have shape (), ({ns},) or (..., {ns}) for {ns} shapes, "
-                f"got {tuple(t.shape)}"
-            )
-        d = t.detach()
-        bad = ~torch.isfinite(d) | ((d <= 0) if name in _POSITIVE else (d < 0))
-        if bool(bad.any()):
-            idx = torch.nonzero(bad.reshape(-1, d.shape[-1]) if d.ndim else bad.reshape(1, 1))[0]
-            where = ""
-            if d.ndim and d.shape[-1] == ns and ns:
-                s = int(idx[-1])
-                where = f" for shape {s} on link {shape_links[s]!r}"
-            rule = "positive" if name in _POSITIVE else "non-negative"
-            bad_value = float(d.reshape(-1)[int(torch.nonzero(bad.reshape(-1))[0])])
-            raise InvalidValueError(f"contact parameter {name} must be finite and {rule}{where}; got {bad_value}")
-        out[name] = t
+        out[name] = resolve_value("contact parameter", name, getattr(params, name), name in _POSITIVE, shape_links,
+                                  dtype, device)
     out["clamp_normal"] = bool(params.clamp_normal)
     return out
 

@@ -114,38 +114,12 @@ class SoftContactParameters:
 def resolve_soft(params: SoftContactParameters, shape_links, dtype, device) -> dict:
     """Check every value once; tensors of the model's dtype (``timeconst``,
     ``dampratio``, ``friction``) and floats (``impedance``, ``impratio``)."""
-    ns = len(shape_links)
-    out = {}
-    for name in ("timeconst", "dampratio", "friction"):
-        value = getattr(params, name)
-        if isinstance(value, torch.Tensor):
-            if value.dtype != dtype or value.device != torch.device(device):
-                raise InputError(
-                    f"soft contact parameter {name} is {value.dtype} on {value.device}; the model is {dtype} on {device}"
-                )
-            t = value
-        else:
-            if isinstance(value, bool):
-                raise InvalidValueError(f"soft contact parameter {name} must be a number or a tensor, got {value!r}")
-            try:
-                t = torch.as_tensor(float(value), dtype=dtype, device=device)
-            except (TypeError, ValueError):
-                raise InvalidValueError(
-                    f"soft contact parameter {name} must be a number or a tensor, got {value!r}") from None
-        if t.ndim > 0 and t.shape[-1] not in (1, ns):
-            raise InputError(
-                f"soft contact parameter {name} has shape {tuple(t.shape)}; its last axis must be 1 or the "
-                f"geometry's {ns} shapes ({', '.join(shape_links)})"
-            )
-        d = t.detach()
-        bad = ~torch.isfinite(d) | (d <= 0)
-        if bool(bad.any()):
-            where = ""
-            if t.ndim > 0 and t.shape[-1] == ns and ns > 1:
-                k = int(torch.nonzero(bad.reshape(-1, ns))[0, 1])
-                where = f" (shape on link {shape_links[k]!r})"
-            raise InvalidValueError(f"soft contact parameter {name} must be finite and > 0, got {d.tolist()}{where}")
-        out[name] = t
+    from ._law import resolve_value
+
+    if not isinstance(params, SoftContactParameters):
+        raise InputError(f"params must be SoftContactParameters, got {type(params).__name__}")
+    out = {name: resolve_value("soft contact parameter", name, getattr(params, name), True, shape_links, dtype, device)
+           for name in ("timeconst", "dampratio", "friction")}
     imp = params.impedance
     try:
         imp = tuple(float(x) for x in imp)
