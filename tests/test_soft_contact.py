@@ -357,3 +357,33 @@ def test_batched_step_equals_single_samples(quadruped):
         assert torch.allclose(a[i], ai, rtol=1e-12, atol=1e-10)
         assert torch.allclose(res.normal_force[i], ri.normal_force, rtol=1e-12, atol=1e-10)
     assert float(res.normal_force.sum()) > 0
+
+
+def test_states_and_gradients_stay_finite_under_fuzzing(quadruped):
+    """64 random states (feet from 5 mm above to 5 mm into the floor, random
+    attitude, velocities up to a few m/s, random torques): the step's
+    acceleration, forces and the gradient of both with respect to state,
+    torques and contact parameters are finite."""
+    robot, geo = quadruped
+    g = torch.Generator().manual_seed(11)
+    n = 64
+    q = robot.neutral().expand(n, -1).clone()
+    q[:, 7:] = torch.tensor([0.0, 0.8, -1.6] * 4, dtype=F64) + 0.3 * torch.randn(n, 12, generator=g, dtype=F64)
+    from backdrive.spatial import rotvec_to_quat
+
+    q[:, 3:7] = rotvec_to_quat(0.2 * torch.randn(n, 3, generator=g, dtype=F64))
+    base = ContactModel(robot, geo, params=SoftContactParameters())
+    q = base.place_on_terrain(robot, q) + 0.0
+    q[:, 2] += 0.01 * (torch.rand(n, generator=g, dtype=F64) - 0.5)
+    v = 2.0 * torch.randn(n, robot.nv, generator=g, dtype=F64)
+    tau = torch.cat([torch.zeros(n, 6, dtype=F64), 20.0 * torch.randn(n, 12, generator=g, dtype=F64)], -1)
+    x = torch.tensor([0.02, 1.0, 0.7], dtype=F64, requires_grad=True)
+    q.requires_grad_(True)
+    v.requires_grad_(True)
+    tau.requires_grad_(True)
+    cm = ContactModel(robot, geo, params=SoftContactParameters(timeconst=x[0], dampratio=x[1], friction=x[2]))
+    a, res = cm.acceleration(robot, q, v, tau, dt=DT, extra_damping=torch.full((18,), 2.0, dtype=F64))
+    assert bool(torch.isfinite(a).all()) and bool(torch.isfinite(res.force).all())
+    assert int((res.penetration > 0).sum()) > 20 and int((res.penetration <= 0).sum()) > 20
+    grads = torch.autograd.grad(a.sum() + res.force.sum(), (q, v, tau, x))
+    assert all(bool(torch.isfinite(gr).all()) for gr in grads)
