@@ -184,7 +184,8 @@ def _grad_case(robot, geo, q, v, tau, extra=None):
     def f(v, tau, tc, zeta, mu, mass):
         r = robot.replace(body_mass=mass)
         cm = ContactModel(r, geo, params=SoftContactParameters(timeconst=tc, dampratio=zeta, friction=mu))
-        return cm.acceleration(r, q, v, tau, dt=DT, extra_damping=extra)[0]
+        a, res = cm.acceleration(r, q, v, tau, dt=DT, extra_damping=extra)
+        return torch.cat([a, res.force.reshape(-1)])  # the step and the forces it applied
 
     args = (v.clone().requires_grad_(), tau.clone().requires_grad_(), torch.tensor(0.02, dtype=F64, requires_grad=True),
             torch.tensor(1.1, dtype=F64, requires_grad=True), torch.tensor(0.6, dtype=F64, requires_grad=True),
@@ -194,10 +195,10 @@ def _grad_case(robot, geo, q, v, tau, extra=None):
 
 def test_gradients_match_finite_differences_sticking(quadruped):
     """Standing with all four feet 0.7 mm in the floor (the impedance's
-    smooth part), feet sticking: the gradient of the acceleration with
-    respect to velocity, forces, time constant, damping ratio, friction and
-    masses passes ``gradcheck`` in float64 (the implicit-function gradient
-    of the converged solve)."""
+    smooth part), feet sticking: the gradient of the acceleration and of the
+    contact forces with respect to velocity, torques, time constant, damping
+    ratio, friction and masses passes ``gradcheck`` in float64 (the
+    implicit-function gradient of the converged solve)."""
     robot, geo = quadruped
     q = robot.neutral()
     q[7:] = torch.tensor([0.0, 0.8, -1.6] * 4, dtype=F64)
@@ -218,7 +219,7 @@ def test_gradients_match_finite_differences_sliding():
     q, _ = state(robot, (0.0, 0.0, 0.0995))
     v = torch.tensor([1.0, 0.3, -0.05, 0.5, -2.0, 1.0], dtype=F64)
     f, args = _grad_case(robot, geo, q, v, torch.zeros(6, dtype=F64))
-    a = f(*args)
+    a = f(*args).detach()
     assert float(a[0]) < -1.0  # friction decelerates it
     assert torch.autograd.gradcheck(f, args, eps=1e-6, atol=1e-6, rtol=1e-5)
 

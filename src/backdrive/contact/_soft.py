@@ -347,9 +347,9 @@ def soft_acceleration(model, robot, q, v, tau, dt, gravity=None, extra_damping=N
     JTf = (Jc * f[..., None]).sum((-3, -2))
     grad = (M @ a_star[..., None])[..., 0] - qfrc - JTf
     a = a_star - torch.cholesky_solve(grad[..., None], LH)[..., 0]
-    # The forces that act: f at the solution (its first-order change through
-    # a is carried by the Newton step above).
-    force_c = f
+    # The forces that act, at that solution: their gradient includes the
+    # solution's own (through a).
+    force_c, _, _ = _cone((Jc * a[..., None, None, :]).sum(-1) - aref, D, mu_r, mu, active, False)
     if extra_damping is not None:
         Mh = M + dt * torch.diag_embed(extra_damping.expand(*batch, robot.nv))
         rhs = (M @ a[..., None])[..., 0]
