@@ -293,14 +293,6 @@ class ContactModel:
         """Whether the contact is MuJoCo's soft constraint (:class:`SoftContactParameters`)."""
         return self._soft is not None
 
-    @property
-    def _soft_friction(self) -> torch.Tensor:
-        return self._p["friction"]
-
-    def _invweight(self, robot: RobotModel) -> torch.Tensor:
-        """``(np,)`` the constant inverse inertia of every point's link (the model's robot)."""
-        return self._invweight0
-
     def _not_soft(self, what: str) -> None:
         if self._soft is not None:
             raise InputError(

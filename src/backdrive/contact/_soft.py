@@ -150,7 +150,7 @@ def invweight(robot, geometry) -> torch.Tensor:
     the origin, joints at 0): a constant of the model, differentiable in the
     masses and inertias. Points on the same link share the value.
     """
-    q0 = robot.neutral() if hasattr(robot, "neutral") else None
+    q0 = robot.neutral()
     Rb, pb = body_transforms(robot, q0)
     body = geometry.point_body
     com = (Rb.index_select(-3, body) * robot.body_com.index_select(0, body)[:, None, :]).sum(-1) + pb.index_select(-2, body)
@@ -297,7 +297,7 @@ def soft_acceleration(model, robot, q, v, tau, dt, gravity=None, extra_damping=N
     ps = g.point_shape
     tc = per_point(sp["timeconst"], ps).clamp_min(2.0 * dt)
     zeta = per_point(sp["dampratio"], ps)
-    mu = per_point(model._soft_friction, ps).clamp_min(_MIN_MU)
+    mu = per_point(model._p["friction"], ps).clamp_min(_MIN_MU)  # a terrain's own friction is in _p
     imp_p = sp["impedance"]
     dmax = imp_p[1]
     imp = _impedance(-phi, imp_p)
@@ -313,7 +313,7 @@ def soft_acceleration(model, robot, q, v, tau, dt, gravity=None, extra_damping=N
         v_lin, w = v[..., :3], v[..., 3:6]
         c = torch.linalg.cross(w, v_lin)
         aref = aref - (Jc[..., :3] * c[..., None, None, :]).sum(-1)
-    diag = model._invweight(robot)
+    diag = model._invweight0  # MuJoCo's A~ of each point, from the model's robot
     R0 = ((1 - imp) * diag / imp).clamp_min(_MIN_VAL)
     ratio = sp["impratio"]
     R1 = R0 / ratio

@@ -506,12 +506,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     if controls.ndim < 2:
         raise InputError(f"ContactFit.controls must be (..., T, nu), got {tuple(controls.shape)}")
     hist = fit.history
-    if hist is not None:  # reordered with the controls (the same columns)
-        lead = hist.shape[-2]
-        q, v, both = _reorder(robot, sim, q, v, torch.cat([hist, controls], -2), fit.joint_names)
-        hist, controls = both[..., :lead, :], both[..., lead:, :]
-    else:
-        q, v, controls = _reorder(robot, sim, q, v, controls, fit.joint_names)
+    lead = 0 if hist is None else hist.shape[-2]
+    # The history's columns are the controls': reordered with them.
+    q, v, both = _reorder(robot, sim, q, v, controls if hist is None else torch.cat([hist, controls], -2),
+                          fit.joint_names)
+    hist, controls = (None, both) if hist is None else (both[..., :lead, :], both[..., lead:, :])
     robot.check_vector(q, robot.nq, "q")
     robot.check_vector(v, robot.nv, "v")
     if q.shape[-2] != v.shape[-2]:
@@ -527,13 +526,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                          f"{steps + 1} samples (T = {steps} intervals), got {tuple(controls.shape)}")
     if controls.dtype != robot.dtype or controls.device != robot.device:
         raise InputError(f"controls must be {robot.dtype} on {robot.device}, got {controls.dtype} on {controls.device}")
-    for x, name in ((q, "q"), (v, "v"), (controls, "controls")):
-        _check_finite(x, name)
+    for x, name in ((q, "q"), (v, "v"), (controls, "controls"), (hist, "history")):
+        if x is not None:
+            _check_finite(x, name)
     controls = controls[..., :steps, :].detach()
-    lead = 0
-    if hist is not None:
-        _check_finite(hist, "history")
-        lead = hist.shape[-2]
+    if hist is not None:  # the commands before each recording lead its controls
         controls = torch.cat([hist.detach(), controls], -2)
     q, v = q.detach(), v.detach()
     K = fit.segment
