@@ -55,7 +55,7 @@ from .._errors import InputError, InvalidValueError, UnknownNameError
 from ..dynamics import bias_forces, joint_forces, mass_matrix
 from ..dynamics._forward import _has_joint_forces
 from ..kinematics import body_transforms
-from ..kinematics._fk import point_jacobians
+from ..kinematics._fk import point_jacobians, point_support
 from ..kinematics._paths import transforms_active
 
 __all__ = ["SoftContactParameters", "soft_acceleration", "invweight"]
@@ -154,8 +154,6 @@ def invweight(robot, geometry) -> torch.Tensor:
     Rb, pb = body_transforms(robot, q0)
     body = geometry.point_body
     com = (Rb.index_select(-3, body) * robot.body_com.index_select(0, body)[:, None, :]).sum(-1) + pb.index_select(-2, body)
-    from ..kinematics._fk import point_support
-
     J = point_jacobians(robot, Rb, pb, com, point_support(robot, body))  # (np, 3, nv)
     M = mass_matrix(robot, q0)
     L = torch.linalg.cholesky(M)
@@ -357,14 +355,13 @@ def soft_acceleration(model, robot, q, v, tau, dt, gravity=None, extra_damping=N
     fw = (force_c[..., :, None] * frame).sum(-2)  # world force per point
     f_ext = model._wrenches(robot, Rb, pb, point, fw)
     zero = torch.zeros_like(phi)
-    vc = (J * v[..., None, None, :]).sum(-1)
-    v_n = (vc * n).sum(-1)
+    v_n = vel[..., 0]  # the contact frame's rows of the point velocity: normal, then the two tangents
     res = ContactResult(
         point=point,
         normal=n,
         penetration=phi,
         normal_velocity=v_n,
-        slip_velocity=vc - v_n[..., None] * n,
+        slip_velocity=(vel[..., 1:, None] * frame[..., 1:, :]).sum(-2),
         normal_force=force_c[..., 0],
         friction_force=fw - force_c[..., :1] * n,
         force=fw,

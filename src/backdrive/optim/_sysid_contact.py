@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -722,8 +722,6 @@ def _flag_weak(stats: dict, labels: list, out: dict, positive: tuple) -> None:
 
 def _detached(cp):
     """Contact parameters (either law) with every tensor detached."""
-    from dataclasses import fields
-
     return cp.replace(**{f.name: getattr(cp, f.name).detach() for f in fields(cp)
                          if isinstance(getattr(cp, f.name), torch.Tensor)})
 
