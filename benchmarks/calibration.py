@@ -92,6 +92,9 @@ KP, KD = 80.0, 2.0
 NOISE = {"joint_position": 5e-4, "joint_velocity": 2e-2, "base_orientation": 2e-3, "base_angular_velocity": 1e-2}
 # A state estimator's error on the base position and linear velocity (m, m/s).
 ESTIMATOR = (2e-4, 5e-3)
+# What the fit is told: the sensors' noise, and the estimator's for the base
+# position and velocity (not compared; the prior of an estimated window start).
+START_NOISE = {**NOISE, "base_position": ESTIMATOR[0], "base_linear_velocity": ESTIMATOR[1]}
 PUSH_EVERY, PUSH_LENGTH, SETTLE = 1.0, 0.1, 0.15
 # Amplitude of the random PD-target offsets per joint kind (rad) and their knot spacing (s).
 # (Larger and faster targets make the robot hop; its impacts then dominate
@@ -445,6 +448,9 @@ def main(argv=None):
                     help="the windows start from states smoothed over +-N samples of the noisy recording "
                          "(backdrive.optim.smooth_states, a local quadratic: a smoothing state estimator); the "
                          "noise draws are then made on the whole recording")
+    ap.add_argument("--estimate-starts", action="store_true",
+                    help="fit each calibration window's start state too (ContactFit.estimate_starts: the noisy "
+                         "recorded start is a prior, weighted by the sensor and estimator noise)")
     ap.add_argument("--exact-starts", action="store_true",
                     help="diagnostic: the calibration windows start from the exact recorded state (the sensor "
                          "noise stays on every later sample): how much of the fit's error the noisy start "
@@ -515,7 +521,9 @@ def main(argv=None):
             warnings.simplefilter("always")
             f = identify(start_robot, Qn, Vn, dt=DT, params=params,
                          method=ContactFit(start_sim, U, segment=args.segment, delays=delays, history=H,
-                                           noise=NOISE, delay_iterations=1, total_mass=true_total if anchored else None,
+                                           noise=START_NOISE, delay_iterations=1,
+                                           estimate_starts=args.estimate_starts,
+                                           total_mass=true_total if anchored else None,
                                            total_mass_std=args.total_mass_std if anchored else None),
                          options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
         return f, [f"{seed_msg}: {w.message}" for w in caught if "torch.jit" not in str(w.message)]

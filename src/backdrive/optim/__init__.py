@@ -59,6 +59,7 @@ from ._progress import ProgressBar
 from ._smoothing import smooth_states
 from ._solvers import (
     DEFAULT_ITERATIONS,
+    BlockJacobian,
     OPTIMIZERS,
     SolverOptions,
     SolverResult,
@@ -124,6 +125,7 @@ __all__ = [
     "lbfgs",
     "levenberg_marquardt",
     "jacobian",
+    "BlockJacobian",
     "SolverResult",
     "ProgressBar",
     "mass_spring_damper_problem",

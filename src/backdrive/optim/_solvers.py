@@ -620,7 +620,9 @@ def _levenberg_marquardt(fun: Objective, x0: torch.Tensor, opts: SolverOptions, 
     otherwise ``lam`` grows by 4 and the step is retried.
 
     ``fun(x)`` must be a vector (not a scalar); ``damping`` is the initial
-    ``lam``; ``jacobian_fun`` (``x -> (r, J)``) replaces :func:`jacobian`.
+    ``lam``; ``jacobian_fun`` (``x -> (r, J)``) replaces :func:`jacobian`
+    and may give ``J`` as a :class:`BlockJacobian` (per-window unknowns,
+    eliminated by a Schur complement).
     """
     iterations, damping, max_time = opts.get("iterations"), opts.get("damping"), opts.max_time
     tolerance, tolerance_grad = opts.get("tolerance"), opts.get("gradient_tolerance")
@@ -636,21 +638,18 @@ def _levenberg_marquardt(fun: Objective, x0: torch.Tensor, opts: SolverOptions, 
     res.losses.append(f)
     report(0, x, f)
     lam = damping
-    eye = torch.eye(x.numel(), dtype=x.dtype, device=x.device)
     for k in range(iterations):
-        g = J.T @ r
+        g, solve = _normal_equations(J, r)
         if float(g.abs().max()) <= tolerance_grad:
             res.converged, res.message = True, "gradient below tolerance"
             break
         if max_time is not None and time.perf_counter() - start > max_time:
             res.message = "time limit"
             break
-        A = J.T @ J
-        diag = torch.diagonal(A).clamp_min(1e-12 * float(torch.diagonal(A).max().clamp_min(1e-300)))
         accepted = False
         for _ in range(30):
             try:
-                step = torch.linalg.solve(A + lam * torch.diag(diag) + 1e-15 * eye, -g)
+                step = solve(lam)
             except RuntimeError:
                 lam *= 4.0
                 continue
@@ -684,3 +683,88 @@ def _levenberg_marquardt(fun: Objective, x0: torch.Tensor, opts: SolverOptions, 
     res.jacobian = J
     res.wall_time = time.perf_counter() - start
     return res
+
+
+def _floored(d: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """Levenberg-Marquardt's scaling diagonal, floored at ``1e-12`` of its
+    largest entry so that an unexcited coordinate stays put."""
+    return d.clamp_min(1e-12 * float(top.clamp_min(1e-300)))
+
+
+def _normal_equations(J, r: torch.Tensor):
+    """The gradient ``J^T r`` and ``lam -> step``, the solution of
+    ``(J^T J + lam diag(J^T J)) step = -J^T r``, for a dense ``J`` or a
+    :class:`BlockJacobian`."""
+    if isinstance(J, BlockJacobian):
+        return J.normal_equations(r)
+    g = J.T @ r
+    A = J.T @ J
+    diag = _floored(torch.diagonal(A), torch.diagonal(A).max())
+    eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
+    return g, lambda lam: torch.linalg.solve(A + lam * torch.diag(diag) + 1e-15 * eye, -g)
+
+
+@dataclass(frozen=True)
+class BlockJacobian:
+    """A residual Jacobian with the arrow structure of multiple shooting with
+    unknowns of each window's own (e.g. its start state).
+
+    The unknowns are ``x = [theta (p), s_1 (n), ..., s_W (n)]`` and the
+    residuals ``r = [r_1 (m), ..., r_W (m), r_extra (e)]``: window ``w``'s
+    rows depend on the shared ``theta`` and on its own ``s_w`` only, the
+    extra rows (priors on ``theta``) on ``theta`` only. Stored are the
+    non-zero blocks; a Gauss-Newton step then costs ``W`` small ``(n, n)``
+    solves and one ``(p, p)`` solve (the Schur complement of the local
+    blocks), not a solve with ``p + W n`` unknowns.
+
+    Attributes:
+        shared: ``(W, m, p)`` d r_w / d theta.
+        local: ``(W, m, n)`` d r_w / d s_w.
+        extra: ``(e, p)`` d r_extra / d theta (``e`` may be 0).
+    """
+
+    shared: torch.Tensor
+    local: torch.Tensor
+    extra: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        W, m, p = self.shared.shape
+        return W * m + self.extra.shape[0], p + W * self.local.shape[-1]
+
+    def normal_equations(self, r: torch.Tensor):
+        """``(g, solve)`` as :func:`_normal_equations`, by block elimination."""
+        Js, Jl, Je = self.shared, self.local, self.extra
+        W, m, p = Js.shape
+        n = Jl.shape[-1]
+        rw, re = r[: W * m].reshape(W, m), r[W * m:]
+        g_t = torch.einsum("wmp,wm->p", Js, rw) + Je.T @ re
+        g_s = torch.einsum("wmn,wm->wn", Jl, rw)
+        A_tt = torch.einsum("wmp,wmq->pq", Js, Js) + Je.T @ Je
+        A_ts = torch.einsum("wmp,wmn->wpn", Js, Jl)
+        A_ss = torch.einsum("wmn,wmk->wnk", Jl, Jl)
+        d_t, d_s = torch.diagonal(A_tt), torch.diagonal(A_ss, dim1=-2, dim2=-1)
+        top = torch.maximum(d_t.max() if p else d_t.new_zeros(()), d_s.max())
+        d_t, d_s = _floored(d_t, top), _floored(d_s, top)
+        eye_t = torch.eye(p, dtype=r.dtype, device=r.device)
+        eye_s = torch.eye(n, dtype=r.dtype, device=r.device)
+
+        def solve(lam):
+            B = A_ss + torch.diag_embed(lam * d_s) + 1e-15 * eye_s
+            X = torch.linalg.solve(B, A_ts.transpose(-1, -2))  # (W, n, p)
+            y = torch.linalg.solve(B, g_s.unsqueeze(-1)).squeeze(-1)  # (W, n)
+            S = A_tt + torch.diag(lam * d_t) + 1e-15 * eye_t - torch.einsum("wpn,wnq->pq", A_ts, X)
+            step_t = torch.linalg.solve(S, -g_t + torch.einsum("wpn,wn->p", A_ts, y))
+            step_s = -(y + torch.einsum("wnp,p->wn", X, step_t))
+            return torch.cat([step_t, step_s.reshape(-1)])
+
+        return torch.cat([g_t, g_s.reshape(-1)]), solve
+
+    def reduced(self) -> torch.Tensor:
+        """``(W m + e, p)``: the shared columns with each window's local
+        directions projected out, whose ``J^T J`` is the Schur complement:
+        the information on ``theta`` with the local unknowns marginalised
+        (what Cramer-Rao intervals of ``theta`` need)."""
+        Q = torch.linalg.qr(self.local, mode="reduced").Q  # (W, m, n)
+        proj = self.shared - Q @ (Q.transpose(-1, -2) @ self.shared)
+        return torch.cat([proj.reshape(-1, self.shared.shape[-1]), self.extra])

@@ -5,8 +5,9 @@ stiffness, damping and friction, the motors' strength, the PD gains and the
 delay between a command and its effect. This route fits all of them, with
 the masses, inertias and joint damping, friction and armature, by rolling the
 contact :class:`~backdrive.sim.Simulator` out over short windows of the
-recording (multiple shooting: each window starts from the recorded state, so
-a long recording never back-propagates through more than ``segment`` steps)
+recording (multiple shooting: each window starts from the recorded state, or
+with ``estimate_starts`` from a fitted offset on it, so a long recording
+never back-propagates through more than ``segment`` steps)
 and comparing what the robot's own sensors would have seen: joint encoders
 (positions and rates) and an IMU (base orientation and angular velocity).
 
@@ -44,9 +45,10 @@ import torch
 
 from .._errors import ConfigError, InputError, InvalidValueError, UnknownNameError
 from ..contact import ContactModel
-from ..dynamics import difference
+from ..dynamics import difference, integrate
 from ..model import RobotModel
 from ..sim import PDActuator, Simulator, State, TorqueActuator
+from ._solvers import BlockJacobian
 
 __all__ = ["ContactFit", "CONTACT_PARAMETERS", "SENSOR_CHANNELS", "DEFAULT_NOISE"]
 
@@ -184,6 +186,27 @@ class ContactFit:
             masses has no variance (a single fitted body's mass is the
             remainder, with the interval ``[m, m]``), and the fit's
             ``message`` says so.
+        estimate_starts: fit each window's start state too, instead of
+            starting it from the recorded one. A recorded start carries the
+            sensors' noise, and a wrong start velocity leaves an offset over
+            the whole window that the physical parameters then absorb (on the
+            quadruped against MuJoCo this noise, not the model, limited the
+            parameter errors). With this setting every window has ``2 nv``
+            more unknowns, an offset ``ds = (dq, dv)`` on its recorded start
+            (``q = integrate(q_rec, dq)``, ``v = v_rec + dv``) with the
+            recording as a Gaussian prior: one residual ``ds / noise`` per
+            coordinate, weighted by the ``noise`` of its channel (base
+            position and linear velocity included when they are not
+            observed: there the noise is the state estimator's). The fit
+            runs from the recorded starts first (delay search included),
+            then with the offsets from that result (``iterations`` each):
+            from a far start the offsets would absorb the model's error.
+            With Gauss-Newton each step eliminates the offsets window by
+            window (a Schur complement, :class:`~backdrive.optim.BlockJacobian`),
+            so a step's linear algebra stays about the size of the
+            parameters'; the Jacobian has ``2 nv`` more columns (forward
+            mode: about ``(p + 2 nv) / p`` times the time). The confidence
+            intervals are marginal over the offsets.
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
@@ -203,6 +226,7 @@ class ContactFit:
     jacobian: str = "forward_mode"
     total_mass: float | None = None
     total_mass_std: float | None = None
+    estimate_starts: bool = False
 
     def __post_init__(self):
         if self.jacobian not in ("forward_mode", "differences"):
@@ -247,6 +271,8 @@ class ContactFit:
                                   and x >= 0):
             raise ConfigError(f"ContactFit.total_mass_std must be a positive number of kg, 0 (the total is exact) "
                               f"or None, got {x!r}")
+        if not isinstance(self.estimate_starts, bool):
+            raise ConfigError(f"ContactFit.estimate_starts must be True or False, got {self.estimate_starts!r}")
         if self.total_mass_std is not None and self.total_mass is None:
             raise ConfigError("ContactFit.total_mass_std is given without total_mass (the weighed mass, kg)")
         if self.noise is not None:
@@ -449,7 +475,8 @@ def _reorder(robot: RobotModel, sim: Simulator, q, v, controls, names):
 
 
 def _channels(robot: RobotModel, observe, q_sim, v_sim, q_rec, v_rec, noise) -> torch.Tensor:
-    """Residuals of the observed channels, each divided by its noise, flattened."""
+    """Residuals of the observed channels, each divided by its noise:
+    ``(W, m)``, one row per window (of ``(..., K, n)`` samples)."""
     nj = robot.num_joints
     oq, ov = robot.nq - nj, robot.nv - nj
     parts = []
@@ -469,8 +496,20 @@ def _channels(robot: RobotModel, observe, q_sim, v_sim, q_rec, v_rec, noise) -> 
             x = q_sim[..., :3] - q_rec[..., :3]
         else:
             x = v_sim[..., :3] - v_rec[..., :3]
-        parts.append((x / noise[c]).reshape(-1))
-    return torch.cat(parts)
+        parts.append((x / noise[c]).flatten(-2).flatten(0, -2))
+    return torch.cat(parts, -1)
+
+
+def _start_noise(robot: RobotModel, noise: dict) -> torch.Tensor:
+    """``(2 nv,)``: the noise of each coordinate of a start-state offset
+    ``(dq, dv)`` (tangent of the configuration, then the velocity)."""
+    nj = robot.num_joints
+    if robot.floating_base:
+        names = (["base_position"] * 3 + ["base_orientation"] * 3 + ["joint_position"] * nj
+                 + ["base_linear_velocity"] * 3 + ["base_angular_velocity"] * 3 + ["joint_velocity"] * nj)
+    else:
+        names = ["joint_position"] * nj + ["joint_velocity"] * nj
+    return torch.tensor([noise[c] for c in names], dtype=robot.dtype, device=robot.device)
 
 
 def _channel_size(robot: RobotModel, channel: str) -> int:
@@ -570,53 +609,86 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     par = _ContactParametrisation(base, sim, robot, params, fit.per_joint_strength, fitted_mass)
 
     n_res = sum(int(q_rec[..., 0].numel()) * _channel_size(robot, c) for c in observe) + (anchor is not None)
+    P = par.xi0.numel()
+    # Estimated starts: per window an offset (dq, dv) on its recorded start.
+    windows = int(state0.q[..., 0].numel())
+    ns = 2 * robot.nv if fit.estimate_starts else 0
+    start_sigma = _start_noise(robot, noise) if ns else None
     # Levenberg-Marquardt's first steps start cautious here: a wild trial step
     # through stiff contact costs a rollout and is refused anyway.
     opts = opts.with_defaults(damping=1.0)
 
-    def problem(delay: int):
+    def problem(delay: int, starts: bool):
         t = idx[:, :-1] + lead - delay
         useg = controls[..., t.clamp_min(0), :]  # (..., S, K, nu) the commands acting at each step
+        n_own = ns if starts else 0  # unknowns of each window's own (its start offset), or none
+        rows = n_res + windows * n_own
 
-        def fun(xi):
+        def fun(x):
+            xi = x[:P]
             try:
                 s, scale = par.build(xi)
                 u = useg if scale is None else useg * scale
-                traj = s.rollout(state0, u, check_finite=False)
+                start = state0
+                if n_own:
+                    ds = x[P:].reshape(*state0.q.shape[:-1], n_own)
+                    start = State(integrate(robot, state0.q, ds[..., :robot.nv]), state0.v + ds[..., robot.nv:])
+                traj = s.rollout(start, u, check_finite=False)
             except (torch.linalg.LinAlgError, InvalidValueError):
                 # A trial step of the solver so far off that a parameter
                 # overflowed or a mass matrix lost definiteness: an infinite
                 # loss, so the step is refused.
-                return torch.full((n_res,), math.inf, dtype=xi.dtype, device=xi.device)
+                return torch.full((rows,), math.inf, dtype=x.dtype, device=x.device)
             r = _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
+            if n_own:  # window-major: each window's prior rows, then its samples
+                r = torch.cat([ds.reshape(windows, n_own) / start_sigma, r], -1)
+            r = r.reshape(-1)
             if anchor is not None:
                 total = s.robot.body_mass.sum()
                 r = torch.cat([r, ((total - anchor[0]) / anchor[1]).reshape(1)])
             return r
 
-        def jac(xi):
-            xi = xi.detach()
+        def jac(x):
+            x = x.detach()
+            xi, e0 = x[:P], x.new_zeros(n_own)
+
+            def both(xi, e):
+                # d r / d s_w of every window at once: window w's rows depend
+                # on its own offset only, so moving every window's k-th
+                # coordinate together gives each window's k-th column.
+                return fun(torch.cat([xi, (x[P:].reshape(windows, n_own) + e).reshape(-1)]))
+
             with torch.no_grad():
-                r = fun(xi)
+                r = fun(x)
                 if fit.jacobian == "differences":
                     cols = []
-                    for i in range(xi.numel()):
-                        e = torch.zeros_like(xi)
-                        e[i] = _FD_STEP
-                        cols.append((fun(xi + e) - fun(xi - e)) / (2 * _FD_STEP))
-                    return r, torch.stack(cols, -1)
-            return r, torch.func.jacfwd(fun)(xi)
+                    for arg in range(P + n_own):
+                        d = torch.zeros(P + n_own, dtype=x.dtype, device=x.device)
+                        d[arg] = _FD_STEP
+                        cols.append((both(xi + d[:P], e0 + d[P:]) - both(xi - d[:P], e0 - d[P:])) / (2 * _FD_STEP))
+                    J = torch.stack(cols, -1)
+            if fit.jacobian != "differences":
+                J = torch.cat(torch.func.jacfwd(both, argnums=(0, 1))(xi, e0), -1) if n_own else torch.func.jacfwd(fun)(xi)
+            if not n_own:
+                return r, J
+            wm = rows - int(anchor is not None)  # the windows' rows (the anchor's last)
+            return r, BlockJacobian(J[:wm, :P].reshape(windows, -1, P), J[:wm, P:].reshape(windows, -1, n_own),
+                                    J[wm:, :P])
 
         return fun, jac
 
     minimize = helpers["minimize"]
 
-    def solve(d, start, options):
-        fun, jac = problem(d)
+    def solve(d, start, options, starts):
+        fun, jac = problem(d, starts)
         return minimize(fun, start.clone(), options, jacobian_fun=jac, label=f"identify[contact, delay {d}]"), jac
 
-    delay_losses = {}
-    if len(fit.delays) > 1:
+    def search(start, starts, delay=None):
+        """The fit with the delay search: every candidate's short fit (unless
+        ``delay`` is given), the full fit at the best, the neighbours' refits."""
+        if len(fit.delays) == 1:
+            res, jac = solve(fit.delays[0], start, opts, starts)
+            return res, jac, fit.delays[0], {}, {}
         # Every candidate gets the same short fit from the same start, so
         # that none wins by having had more iterations; the full fit runs at
         # the best, then the others are refitted briefly from its result (a
@@ -624,42 +696,53 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         # likelihood-ratio test). Should one of them do better, the full fit
         # moves there, once.
         short = opts.replace(iterations=min(fit.delay_iterations, opts.get("iterations")))
-        first = {d: solve(d, par.xi0, short)[0].losses[-1] for d in fit.delays}
-        delay = min(first, key=first.get)
-        res, jac = solve(delay, par.xi0, opts)
+        first = {}
+        if delay is None:
+            first = {d: solve(d, start, short, starts)[0].losses[-1] for d in fit.delays}
+            delay = min(first, key=first.get)
+        res, jac = solve(delay, start, opts, starts)
         for attempt in range(2):
             compared = {delay: res.losses[-1]}
             # The loss of a zero-order-hold delay is close to convex in the
             # delay: the neighbours of the best candidate decide whether it is.
             near = [d for d in fit.delays if d != delay and abs(d - delay) <= 1] or [
                 d for d in fit.delays if d != delay]
-            others = {d: solve(d, res.x, short)[0] for d in near}
+            others = {d: solve(d, res.x, short, starts)[0] for d in near}
             compared.update({d: r.losses[-1] for d, r in others.items()})
             better = min(compared, key=compared.get)
             if better == delay or attempt == 1:
                 break
             delay = better
-            res, jac = solve(delay, others[better].x, opts)
+            res, jac = solve(delay, others[better].x, opts, starts)
         # Reported: the short fits from the start, replaced by the refits
         # near the optimum where there are some.
-        delay_losses = {**first, **compared}
-    else:
-        delay = fit.delays[0]
-        res, jac = solve(delay, par.xi0, opts)
+        return res, jac, delay, {**first, **compared}, compared
+
+    res, jac, delay, delay_losses, compared = search(par.xi0, False)
+    if ns:
+        # The start offsets join from the first fit's result: from a far
+        # start they would absorb the model's error (a window's offsets can
+        # mimic much of a wrong parameter over its short span) and the fit
+        # would settle there.
+        res, jac, delay, delay_losses, compared = search(torch.cat([res.x, res.x.new_zeros(windows * ns)]), True, delay)
     J = res.jacobian if res.jacobian is not None else jac(res.x)[1]
     count = J.shape[0]
+    xi = res.x[:P]
+    if isinstance(J, BlockJacobian):  # the information on the parameters, the start offsets marginalised
+        J = J.reduced()
     names = [p for p in helpers["IDENTIFIABLE_PARAMETERS"] if p in robot_params]
-    fitted_robot = par.robot_model(res.x)
+    fitted_robot = par.robot_model(xi)
     out = {p: getattr(fitted_robot, p).detach() for p in names}
     initial = {p: getattr(robot, p).detach() for p in names}
-    ex_out, ex_init = par.output(res.x)
+    ex_out, ex_init = par.output(xi)
     out.update(ex_out)
     initial.update(ex_init)
     fitted_robot = robot.replace(**{p: out[p] for p in names}) if names else robot
-    stats = helpers["uncertainty"](par, res.x, J, res.losses[-1], count, out, initial)
+    # (The residual variance's degrees of freedom discount the offsets too.)
+    stats = helpers["uncertainty"](par, xi, J, res.losses[-1], count - windows * ns, out, initial)
     _flag_weak(stats, par.labels(), out, ("body_mass", "damping", "friction", "armature") + CONTACT_PARAMETERS)
     with torch.no_grad():
-        sim_fit, _ = par.build(res.x)
+        sim_fit, _ = par.build(xi)
     delay_identified = True
     if len(fit.delays) > 1:
         rank_dof = max(count - int(res.x.numel()), 1)
