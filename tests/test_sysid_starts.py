@@ -81,11 +81,11 @@ def test_estimated_starts_remove_the_bias_of_noisy_starts():
     s/m, friction 0.6, trunk 5.6 kg, motor strength 0.9), 2 x 0.3 s recorded
     with encoder, IMU and state-estimator noise, fitted in windows of 25
     steps from friction 0.8, trunk 5.0 kg, strength 1 and the default law.
-    From the recorded (noisy) starts the contact law, trunk mass and
-    strength come back 3-10 % off, the truth outside their 95 % intervals
-    and the residual far above the noise; with the starts estimated every
-    value is within 2.5 %, at a residual of the noise's size, and at least 4
-    of the 5 95 % intervals hold the truth."""
+    From the recorded (noisy) starts the values come back 2-14 % off (the
+    contact law worst), every truth outside its 95 % interval, at an rms
+    residual of 3 noise levels; with the starts estimated every value is
+    within 1.3 % (asserted: 2.5 %), at a residual of the noise's size, and
+    4 of the 5 intervals hold the truth (measured once)."""
     robot = load("quadruped", floating_base=True, dtype=F64)
     feet = [n for n in robot.link_names if n.endswith("_foot")]
     geo = ContactGeometry.from_model(robot, links=feet)
@@ -127,8 +127,8 @@ def test_estimated_starts_remove_the_bias_of_noisy_starts():
 
     recorded, estimated = run(False), run(True)
     e_rec, e_est = errors(recorded), errors(estimated)
-    assert max(abs(e) for e in e_rec.values()) > 0.03, e_rec
-    assert not all(covered(recorded))
+    assert max(abs(e) for e in e_rec.values()) > 0.05, e_rec
+    assert not any(covered(recorded))
     assert recorded.rms_residual > 1.5
     assert max(abs(e) for e in e_est.values()) < 0.025, e_est
     assert sum(covered(estimated)) >= 4, (estimated.lower, estimated.upper)
