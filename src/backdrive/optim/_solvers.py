@@ -754,7 +754,8 @@ class BlockJacobian:
             X = torch.linalg.solve(B, A_ts.transpose(-1, -2))  # (W, n, p)
             y = torch.linalg.solve(B, g_s.unsqueeze(-1)).squeeze(-1)  # (W, n)
             S = A_tt + torch.diag(lam * d_t) + 1e-15 * eye_t - torch.einsum("wpn,wnq->pq", A_ts, X)
-            step_t = torch.linalg.solve(S, -g_t + torch.einsum("wpn,wn->p", A_ts, y))
+            rhs = -g_t + torch.einsum("wpn,wn->p", A_ts, y)
+            step_t = torch.linalg.solve(S, rhs) if p else rhs
             step_s = -(y + torch.einsum("wnp,p->wn", X, step_t))
             return torch.cat([step_t, step_s.reshape(-1)])
 
@@ -767,4 +768,5 @@ class BlockJacobian:
         (what Cramer-Rao intervals of ``theta`` need)."""
         Q = torch.linalg.qr(self.local, mode="reduced").Q  # (W, m, n)
         proj = self.shared - Q @ (Q.transpose(-1, -2) @ self.shared)
-        return torch.cat([proj.reshape(-1, self.shared.shape[-1]), self.extra])
+        W, m, p = self.shared.shape
+        return torch.cat([proj.reshape(W * m, p), self.extra])

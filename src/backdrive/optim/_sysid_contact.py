@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from .._errors import ConfigError, InputError, InvalidValueError, UnknownNameError
+from .._errors import ConfigError, InputError, InvalidValueError, NonFiniteError, UnknownNameError
 from ..contact import ContactModel
 from ..dynamics import difference, integrate
 from ..model import RobotModel
@@ -199,8 +199,11 @@ class ContactFit:
             position and linear velocity included when they are not
             observed: there the noise is the state estimator's). The fit
             runs from the recorded starts first (delay search included),
-            then with the offsets from that result (``iterations`` each):
-            from a far start the offsets would absorb the model's error.
+            then fits the offsets with those parameters held, then both
+            together (``iterations`` each): from a far start the offsets
+            would absorb the model's error, and a joint step from the first
+            stage's parameters is often poor in them, which with one
+            Levenberg-Marquardt damping holds the offsets back too.
             With Gauss-Newton each step eliminates the offsets window by
             window (a Schur complement, :class:`~backdrive.optim.BlockJacobian`),
             so a step's linear algebra stays about the size of the
@@ -618,7 +621,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     # through stiff contact costs a rollout and is refused anyway.
     opts = opts.with_defaults(damping=1.0)
 
-    def problem(delay: int, starts: bool):
+    def problem(delay: int, starts: bool, held: torch.Tensor | None = None):
         t = idx[:, :-1] + lead - delay
         useg = controls[..., t.clamp_min(0), :]  # (..., S, K, nu) the commands acting at each step
         n_own = ns if starts else 0  # unknowns of each window's own (its start offset), or none
@@ -634,10 +637,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                     ds = x[P:].reshape(*state0.q.shape[:-1], n_own)
                     start = State(integrate(robot, state0.q, ds[..., :robot.nv]), state0.v + ds[..., robot.nv:])
                 traj = s.rollout(start, u, check_finite=False)
-            except (torch.linalg.LinAlgError, InvalidValueError):
+            except (torch.linalg.LinAlgError, InvalidValueError, NonFiniteError):
                 # A trial step of the solver so far off that a parameter
-                # overflowed or a mass matrix lost definiteness: an infinite
-                # loss, so the step is refused.
+                # overflowed or a mass matrix lost definiteness (in the
+                # parameters or in a step of the rollout): an infinite loss,
+                # so the step is refused.
                 return torch.full((rows,), math.inf, dtype=x.dtype, device=x.device)
             r = _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
             if n_own:  # window-major: each window's prior rows, then its samples
@@ -648,9 +652,10 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                 r = torch.cat([r, ((total - anchor[0]) / anchor[1]).reshape(1)])
             return r
 
-        def jac(x):
+        def jac(x, shared=True):
             x = x.detach()
             xi, e0 = x[:P], x.new_zeros(n_own)
+            p = P if shared else 0  # the parameters' columns, or none (offsets only)
 
             def both(xi, e):
                 # d r / d s_w of every window at once: window w's rows depend
@@ -662,24 +667,42 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                 r = fun(x)
                 if fit.jacobian == "differences":
                     cols = []
-                    for arg in range(P + n_own):
+                    for arg in range(P - p, P + n_own):
                         d = torch.zeros(P + n_own, dtype=x.dtype, device=x.device)
                         d[arg] = _FD_STEP
                         cols.append((both(xi + d[:P], e0 + d[P:]) - both(xi - d[:P], e0 - d[P:])) / (2 * _FD_STEP))
                     J = torch.stack(cols, -1)
             if fit.jacobian != "differences":
-                J = torch.cat(torch.func.jacfwd(both, argnums=(0, 1))(xi, e0), -1) if n_own else torch.func.jacfwd(fun)(xi)
+                if not n_own:
+                    J = torch.func.jacfwd(fun)(xi)
+                elif shared:
+                    J = torch.cat(torch.func.jacfwd(both, argnums=(0, 1))(xi, e0), -1)
+                else:
+                    J = torch.func.jacfwd(lambda e: both(xi, e))(e0)
             if not n_own:
                 return r, J
             wm = rows - int(anchor is not None)  # the windows' rows (the anchor's last)
-            return r, BlockJacobian(J[:wm, :P].reshape(windows, -1, P), J[:wm, P:].reshape(windows, -1, n_own),
-                                    J[wm:, :P])
+            m = wm // windows
+            return r, BlockJacobian(J[:wm, :p].reshape(windows, m, p), J[:wm, p:].reshape(windows, m, n_own),
+                                    J[wm:, :p])
 
-        return fun, jac
+        if held is None:
+            return fun, jac
+        # The parameters held at ``held``: the offsets are the only unknowns.
+        return (lambda s: fun(torch.cat([held, s]))), (lambda s: jac(torch.cat([held, s]), shared=False))
 
     minimize = helpers["minimize"]
 
     def solve(d, start, options, starts):
+        if starts:
+            # The offsets first, with the parameters held: from the first
+            # stage's parameters a joint step is often poor in them (their
+            # loss is curved there), and Levenberg-Marquardt's one damping
+            # would then hold the offsets back too.
+            fun, jac = problem(d, True, held=start[:P])
+            pre = minimize(fun, start[P:].clone(), options, jacobian_fun=jac,
+                           label=f"identify[contact, delay {d}, start offsets]")
+            start = torch.cat([start[:P], pre.x])
         fun, jac = problem(d, starts)
         return minimize(fun, start.clone(), options, jacobian_fun=jac, label=f"identify[contact, delay {d}]"), jac
 
