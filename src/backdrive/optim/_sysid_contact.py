@@ -199,11 +199,11 @@ class ContactFit:
             position and linear velocity included when they are not
             observed: there the noise is the state estimator's). The fit
             runs from the recorded starts first (delay search included),
-            then fits the offsets with those parameters held, then both
-            together (``iterations`` each): from a far start the offsets
-            would absorb the model's error, and a joint step from the first
-            stage's parameters is often poor in them, which with one
-            Levenberg-Marquardt damping holds the offsets back too.
+            then fits the offsets with those parameters held (each window
+            its own Levenberg-Marquardt damping), then both together
+            (``iterations`` each): from a far start the offsets would absorb
+            the model's error, and one damping for all windows lets the
+            hardest window hold the others back.
             With Gauss-Newton each step eliminates the offsets window by
             window (a Schur complement, :class:`~backdrive.optim.BlockJacobian`),
             so a step's linear algebra stays about the size of the
@@ -695,14 +695,12 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
 
     def solve(d, start, options, starts):
         if starts:
-            # The offsets first, with the parameters held: from the first
-            # stage's parameters a joint step is often poor in them (their
-            # loss is curved there), and Levenberg-Marquardt's one damping
-            # would then hold the offsets back too.
+            # The offsets first, with the parameters held, every window with
+            # its own damping: from the first stage's parameters a joint step
+            # is often poor, and Levenberg-Marquardt's one damping would then
+            # hold every window's offsets back.
             fun, jac = problem(d, True, held=start[:P])
-            pre = minimize(fun, start[P:].clone(), options, jacobian_fun=jac,
-                           label=f"identify[contact, delay {d}, start offsets]")
-            start = torch.cat([start[:P], pre.x])
+            start = torch.cat([start[:P], _fit_windows(fun, jac, start[P:], windows, options.get("iterations"))])
         fun, jac = problem(d, starts)
         return minimize(fun, start.clone(), options, jacobian_fun=jac, label=f"identify[contact, delay {d}]"), jac
 
@@ -808,6 +806,52 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             stacklevel=3,
         )
     return result
+
+
+def _fit_windows(fun, jac, s: torch.Tensor, windows: int, iterations: int) -> torch.Tensor:
+    """Levenberg-Marquardt on unknowns of each window's own only (``jac``
+    gives a :class:`BlockJacobian` without shared columns): the windows are
+    independent problems, so each gets its own damping and accepts or
+    refuses its own step (one damping for all would let the hardest window,
+    say one through a contact switch, hold every other one back)."""
+    r, J = jac(s)
+    m, n = J.local.shape[1], J.local.shape[2]
+    s = s.reshape(windows, n)
+
+    def losses(r):
+        return r[: windows * m].reshape(windows, m).pow(2).sum(1)
+
+    f = losses(r)
+    lam = torch.ones(windows, dtype=s.dtype, device=s.device)
+    eye = torch.eye(n, dtype=s.dtype, device=s.device)
+    for _ in range(iterations):
+        rw = r[: windows * m].reshape(windows, m)
+        g = torch.einsum("wmn,wm->wn", J.local, rw)
+        A = J.local.transpose(-1, -2) @ J.local
+        d = torch.diagonal(A, dim1=-2, dim2=-1)
+        d = d.clamp_min(1e-12 * d.amax(-1, keepdim=True).clamp_min(1e-300))
+        new, done = s.clone(), torch.zeros(windows, dtype=torch.bool, device=s.device)
+        for _ in range(20):
+            try:
+                step = -torch.linalg.solve(A + torch.diag_embed(lam[:, None] * d) + 1e-15 * eye, g)
+            except RuntimeError:
+                lam = torch.where(done, lam, lam * 4)
+                continue
+            trial = torch.where(done[:, None], new, s + step)
+            with torch.no_grad():
+                f_t = losses(fun(trial.reshape(-1)))
+            ok = torch.isfinite(f_t) & (f_t < f) & ~done
+            new = torch.where(ok[:, None], trial, new)
+            lam = torch.where(ok, (lam / 10).clamp_min(1e-12), torch.where(done, lam, lam * 4))
+            done |= ok
+            if bool(done.all()):
+                break
+        if not bool(done.any()):
+            break
+        s = new
+        r, J = jac(s.reshape(-1))
+        f = losses(r)
+    return s.reshape(-1)
 
 
 def _flag_weak(stats: dict, labels: list, out: dict, positive: tuple) -> None:
