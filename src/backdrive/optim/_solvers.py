@@ -200,7 +200,8 @@ class SolverResult:
         wall_time: seconds.
         method: the solver that ran.
         jacobian: ``(m, n)`` residual Jacobian at ``x`` where the solver
-            computed it (Gauss-Newton), else ``None``.
+            computed it (Gauss-Newton; a :class:`BlockJacobian` where the
+            ``jacobian_fun`` gave one), else ``None``.
     """
 
     x: torch.Tensor
