@@ -814,17 +814,19 @@ def _fit_windows(fun, jac, s: torch.Tensor, windows: int, iterations: int) -> to
     independent problems, so each gets its own damping and accepts or
     refuses its own step (one damping for all would let the hardest window,
     say one through a contact switch, hold every other one back)."""
-    r, J = jac(s)
-    m, n = J.local.shape[1], J.local.shape[2]
+    n = s.numel() // windows
     s = s.reshape(windows, n)
+    lam = torch.ones(windows, dtype=s.dtype, device=s.device)
+    eye = torch.eye(n, dtype=s.dtype, device=s.device)
 
     def losses(r):
         return r[: windows * m].reshape(windows, m).pow(2).sum(1)
 
-    f = losses(r)
-    lam = torch.ones(windows, dtype=s.dtype, device=s.device)
-    eye = torch.eye(n, dtype=s.dtype, device=s.device)
     for _ in range(iterations):
+        # (The Jacobian at the top of each iteration: none after the last.)
+        r, J = jac(s.reshape(-1))
+        m = J.local.shape[1]
+        f = losses(r)
         rw = r[: windows * m].reshape(windows, m)
         g = torch.einsum("wmn,wm->wn", J.local, rw)
         A = J.local.transpose(-1, -2) @ J.local
@@ -849,8 +851,6 @@ def _fit_windows(fun, jac, s: torch.Tensor, windows: int, iterations: int) -> to
         if not bool(done.any()):
             break
         s = new
-        r, J = jac(s.reshape(-1))
-        f = losses(r)
     return s.reshape(-1)
 
 
