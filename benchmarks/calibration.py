@@ -67,6 +67,7 @@ Run (prints markdown tables, minutes to tens of minutes on a loaded 2-core machi
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -440,17 +441,20 @@ def main(argv=None):
     ap.add_argument("--save", default=None,
                     help="write the calibrated simulator's parameters (masses, joint damping, motor strength, "
                          "contact law, delay) and the truth to this JSON file (for benchmarks/calibration_loop.py)")
-    ap.add_argument("--start", default="nominal", choices=("nominal", "truth"),
-                    help="start the fit from the nominal guess or from the true parameters (with --iterations 0: "
-                         "the loss at the truth, to compare with the fit's)")
+    ap.add_argument("--start", default="nominal",
+                    help="start the fit from the nominal guess ('nominal'), from the true parameters ('truth'; "
+                         "with --iterations 0: the loss at the truth, to compare with the fit's), or from a "
+                         "calibration saved by --save (a JSON path, same --seed, --law soft: its values and its "
+                         "delay, no delay search)")
     ap.add_argument("--no-fit", action="store_true", help="only the nominal and true-parameter (floor) rows")
     ap.add_argument("--smooth-starts", type=int, default=0, metavar="N",
                     help="the windows start from states smoothed over +-N samples of the noisy recording "
                          "(backdrive.optim.smooth_states, a local quadratic: a smoothing state estimator); the "
                          "noise draws are then made on the whole recording")
-    ap.add_argument("--estimate-starts", action="store_true",
+    ap.add_argument("--estimate-starts", nargs="?", const="fit", default=False, choices=("fit", "linear"),
                     help="fit each calibration window's start state too (ContactFit.estimate_starts: the noisy "
-                         "recorded start is a prior, weighted by the sensor and estimator noise)")
+                         "recorded start is a prior, weighted by the sensor and estimator noise): 'fit' (the "
+                         "default) rolls the offsets out, 'linear' solves them from the residuals' linearisation")
     ap.add_argument("--exact-starts", action="store_true",
                     help="diagnostic: the calibration windows start from the exact recorded state (the sensor "
                          "noise stays on every later sample): how much of the fit's error the noisy start "
@@ -510,9 +514,21 @@ def main(argv=None):
     if args.law == "soft" and args.params == PENALTY_PARAMS:
         args.params = SOFT_PARAMS
     robot, sim0 = nominal(robot0, args.law)
+    delays = (0, 1, 2, 3, 4)
     if args.start == "truth":
         sim0 = truth_simulator(robot0, truth, law=args.law)
         robot = sim0.robot
+    elif args.start != "nominal":
+        saved = json.loads(Path(args.start).read_text())
+        if saved["truth"] != json.loads(json.dumps({k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x)
+                                                    for k, x in truth.items()})) or args.law != "soft":
+            raise SystemExit(f"--start {args.start}: saved for another draw (--seed) or law; this run is seed "
+                             f"{args.seed}, --law {args.law}")
+        c = saved["calibrated"]
+        sim0 = truth_simulator(robot0, {"mass": c["body_mass"], "damping": c["damping"], "strength": c["motor_strength"],
+                                        "timeconst": c["timeconst"], "dampratio": c["dampratio"],
+                                        "friction": c["friction"]}, law="soft")
+        robot, delays = sim0.robot, (c["delay"],)
     true_total = float(np.sum(truth["mass"]))
 
     def calibrate(start_robot, start_sim, params, delays, seed_msg):
@@ -531,7 +547,7 @@ def main(argv=None):
     fits, notes, t_fit = [], [], 0.0
     if not args.no_fit:
         t0 = time.perf_counter()
-        fit, n1 = calibrate(robot, sim0, tuple(args.params.split(",")), (0, 1, 2, 3, 4), "fit")
+        fit, n1 = calibrate(robot, sim0, tuple(args.params.split(",")), delays, "fit")
         fits.append(fit)
         notes += n1
         if args.stage2:
@@ -664,8 +680,6 @@ def main(argv=None):
 
 def save(path: str, fit, truth, rows, args) -> None:
     """The calibrated simulator's parameters as JSON (what :mod:`calibration_loop` builds its sim from)."""
-    import json
-
     sim = fit.simulator
     cp = sim.contact.params
     kp = torch.as_tensor(sim.actuator.kp, dtype=F64).reshape(-1)

@@ -162,5 +162,28 @@ def test_differences_and_forward_mode_agree(sled):
 
 def test_bad_estimate_starts_is_a_config_error(sled):
     robot, traj, u = sled
-    with pytest.raises(ConfigError, match="estimate_starts must be True or False"):
-        ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="yes")
+    for bad in ("yes", 1, None):
+        with pytest.raises(ConfigError, match="estimate_starts must be False, True .* or 'linear'"):
+            ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts=bad)
+    with pytest.raises(ConfigError, match="'linear' needs jacobian='forward_mode'"):
+        ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", jacobian="differences")
+
+
+def test_linear_starts_on_noise_free_data(sled):
+    """``estimate_starts='linear'`` on noise-free recordings from the same
+    simulator: the truth comes back, the linear offsets are zero there, so no
+    window is set aside, and the intervals are finite."""
+    robot, traj, u = sled
+    start = robot.replace(body_mass=torch.tensor([2.0, 1.0], dtype=F64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = identify(start, traj.q, traj.v, dt=DT, params=("body_mass", "contact_friction"),
+                       method=ContactFit(sled_sim(start, TRUTH["stiffness"], TRUTH["damping"], GUESS["friction"],
+                                                  TRUTH["strength"]), u, segment=10, stride=30, observe=ALL_CHANNELS,
+                                         delays=(TRUTH["delay"],), estimate_starts="linear"),
+                       options=SolverOptions("gauss_newton", iterations=6, progress=False))
+    assert float(fit.params["contact_friction"]) == pytest.approx(TRUTH["friction"], rel=1e-4)
+    torch.testing.assert_close(fit.params["body_mass"], torch.tensor(TRUTH["mass"], dtype=F64), rtol=1e-4, atol=0)
+    assert "set aside" not in fit.message
+    assert fit.rms_residual < 1e-3
+    assert bool(torch.isfinite(fit.upper["body_mass"]).all())

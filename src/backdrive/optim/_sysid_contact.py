@@ -108,6 +108,11 @@ _FD_STEP = 1e-6
 _WEAK_RELATIVE_STD = 0.5
 # A chi-square with one degree of freedom exceeds this with probability 5 %.
 _CHI2_95 = 3.841458820694124
+# estimate_starts='linear' sets a window aside when its linearised start
+# offset is beyond this many noise levels in some coordinate (for 2 nv = 36
+# Gaussian coordinates the chance is about 0.2 %): its start error is then
+# not what the linearisation says.
+_LINEAR_START_SIGMAS = 4.0
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,18 @@ class ContactFit:
             parameters'; the Jacobian has ``2 nv`` more columns (forward
             mode: about ``(p + 2 nv) / p`` times the time). The confidence
             intervals are marginal over the offsets.
+            ``'linear'``: the offsets are never rolled out. At every value of
+            the parameters each window's offset is solved in closed form
+            from the residuals' linearisation in its start (the forward-mode
+            Jacobian at the recorded start) with the same prior, and the fit
+            minimises what is left (the linearised errors-in-variables
+            loss; its Gauss-Newton Jacobian holds the offsets at their
+            optimum). Where the rollout is only piecewise smooth in its start
+            (MuJoCo's soft contact switches at touch-down) this keeps the
+            loss as smooth in the parameters as the recorded-start fit's, at
+            the price of a linearisation error when the start errors are
+            large. Each loss costs a ``2 nv``-column forward-mode Jacobian.
+            Runs after the recorded-start fit, like ``True``.
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
@@ -229,7 +246,7 @@ class ContactFit:
     jacobian: str = "forward_mode"
     total_mass: float | None = None
     total_mass_std: float | None = None
-    estimate_starts: bool = False
+    estimate_starts: bool | str = False
 
     def __post_init__(self):
         if self.jacobian not in ("forward_mode", "differences"):
@@ -274,8 +291,12 @@ class ContactFit:
                                   and x >= 0):
             raise ConfigError(f"ContactFit.total_mass_std must be a positive number of kg, 0 (the total is exact) "
                               f"or None, got {x!r}")
-        if not isinstance(self.estimate_starts, bool):
-            raise ConfigError(f"ContactFit.estimate_starts must be True or False, got {self.estimate_starts!r}")
+        e = self.estimate_starts
+        if not (isinstance(e, bool) or e in ("fit", "linear")):
+            raise ConfigError(f"ContactFit.estimate_starts must be False, True (= 'fit') or 'linear', got {e!r}")
+        if e == "linear" and self.jacobian != "forward_mode":
+            raise ConfigError("ContactFit.estimate_starts='linear' needs jacobian='forward_mode' (its residual "
+                              f"holds the start-state Jacobian), got jacobian={self.jacobian!r}")
         if self.total_mass_std is not None and self.total_mass is None:
             raise ConfigError("ContactFit.total_mass_std is given without total_mass (the weighed mass, kg)")
         if self.noise is not None:
@@ -615,7 +636,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     P = par.xi0.numel()
     # Estimated starts: per window an offset (dq, dv) on its recorded start.
     windows = int(state0.q[..., 0].numel())
-    ns = 2 * robot.nv if fit.estimate_starts else 0
+    start_mode = {False: None, True: "fit"}.get(fit.estimate_starts, fit.estimate_starts)
+    ns = 2 * robot.nv if start_mode else 0
     start_sigma = _start_noise(robot, noise) if ns else None
     # Levenberg-Marquardt's first steps start cautious here: a wild trial step
     # through stiff contact costs a rollout and is refused anyway.
@@ -691,9 +713,97 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         # The parameters held at ``held``: the offsets are the only unknowns.
         return (lambda s: fun(torch.cat([held, s]))), (lambda s: jac(torch.cat([held, s]), shared=False))
 
+    nq, nv, m_w = robot.nq, robot.nv, (n_res - int(anchor is not None)) // max(windows, 1)
+    flat = (state0.q.reshape(-1, nq), state0.v.reshape(-1, nv), q_rec.reshape(windows, K, nq),
+            v_rec.reshape(windows, K, nv))
+
+    def linear_parts(delay: int, keep: torch.Tensor):
+        """``estimate_starts='linear'`` on the windows ``keep``: the start
+        residuals ``r`` and Jacobians ``(dr/dxi, dr/ds)`` at the recorded
+        starts, and the closed-form offsets of the linearisation."""
+        t = idx[:, :-1] + lead - delay
+        useg = controls[..., t.clamp_min(0), :].reshape(windows, K, -1)[keep]
+        q0, v0, qr, vr = (x[keep] for x in flat)
+
+        def channels(xi, e, ds=None):
+            # Every window's start moved by the same ``e`` (window w's rows
+            # depend on its own start only, so d/de is each window's block),
+            # or each by its own ``ds``.
+            s, scale = par.build(xi)
+            u = useg if scale is None else useg * scale
+            d = e.expand(len(q0), -1) if ds is None else ds
+            traj = s.rollout(State(integrate(robot, q0, d[..., :nv]), v0 + d[..., nv:]), u, check_finite=False)
+            r = _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], qr, vr, noise)
+            return r, r
+
+        def offsets(r, Js):
+            # Per window: min over d of |r + Js d|^2 + |d / sigma|^2.
+            A = Js.transpose(-1, -2) @ Js + torch.diag(start_sigma.pow(-2))
+            d = -torch.linalg.solve(A, torch.einsum("wmn,wm->wn", Js, r))
+            return A, d, torch.cat([d / start_sigma, r + torch.einsum("wmn,wn->wm", Js, d)], -1)
+
+        return channels, offsets, state0.v.new_zeros(ns)
+
+    def linear_problem(delay: int, keep: torch.Tensor):
+        """The parameters' problem of ``estimate_starts='linear'``: at each of
+        their values every kept window's start offset is solved from the
+        residuals' linearisation in it (a Gauss-Newton step from the
+        recorded start, with the prior), never rolled out."""
+        channels, offsets, e0 = linear_parts(delay, keep)
+        n_rows = len(keep) * (ns + m_w)
+
+        def anchor_row(xi):
+            return ((par.build(xi)[0].robot.body_mass.sum() - anchor[0]) / anchor[1]).reshape(1)
+
+        def fun(xi):
+            xi = xi.detach()
+            try:
+                Js, r = torch.func.jacfwd(lambda e: channels(xi, e), has_aux=True)(e0)
+                out = offsets(r, Js)[2].reshape(-1)
+            except (torch.linalg.LinAlgError, InvalidValueError, NonFiniteError):
+                return torch.full((n_rows + (anchor is not None),), math.inf, dtype=xi.dtype, device=xi.device)
+            return out if anchor is None else torch.cat([out, anchor_row(xi)])
+
+        def jac(xi):
+            xi = xi.detach()
+            (Jt, Js), r = torch.func.jacfwd(channels, argnums=(0, 1), has_aux=True)(xi, e0)
+            A, _, out = offsets(r, Js)
+            # Gauss-Newton's Jacobian with the offsets held at their optimum
+            # (d offsets / d xi = -C; the change of dr/ds itself left out).
+            C = torch.linalg.solve(A, Js.transpose(-1, -2) @ Jt)
+            J = torch.cat([-C / start_sigma[:, None], Jt - Js @ C], 1).reshape(-1, P)
+            out = out.reshape(-1)
+            if anchor is not None:
+                out = torch.cat([out, anchor_row(xi)])
+                J = torch.cat([J, torch.func.jacfwd(anchor_row)(xi)])
+            return out, J
+
+        return fun, jac
+
+    def screen(xi: torch.Tensor, delay: int) -> torch.Tensor:
+        """The windows whose start error the linearisation explains: its
+        offset plausible under the prior (every coordinate within
+        :data:`_LINEAR_START_SIGMAS` noise levels) and the rolled-out loss at
+        that offset equal to the linear prediction within the loss's own
+        noise (``sqrt(2 m)``, a chi-square's standard deviation for ``m``
+        residuals)."""
+        every = torch.arange(windows, device=q.device)
+        channels, offsets, e0 = linear_parts(delay, every)
+        xi = xi.detach()
+        with torch.no_grad():
+            Js, r = torch.func.jacfwd(lambda e: channels(xi, e), has_aux=True)(e0)
+            _, d, rows = offsets(r, Js)
+            rolled = channels(xi, e0, d)[0].pow(2).sum(-1) + (d / start_sigma).pow(2).sum(-1)
+        ok = ((rolled - rows.pow(2).sum(-1)).abs() <= math.sqrt(2 * m_w)) & \
+             ((d / start_sigma).abs().amax(-1) <= _LINEAR_START_SIGMAS)
+        return every[ok] if bool(ok.any()) else every
+
     minimize = helpers["minimize"]
 
     def solve(d, start, options, starts):
+        if starts == "linear":
+            fun, jac = linear_problem(d, kept)
+            return minimize(fun, start.clone(), options, jacobian_fun=jac, label=f"identify[contact, delay {d}]"), jac
         if starts:
             # The offsets first, with the parameters held, every window with
             # its own damping: from the first stage's parameters a joint step
@@ -740,7 +850,18 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         return res, jac, delay, {**first, **compared}, compared
 
     res, jac, delay, delay_losses, compared = search(par.xi0, False)
-    if ns:
+    kept = None
+    if start_mode == "linear":
+        # From the first fit's result, on the windows whose start error the
+        # linearisation explains there; screened again at the fit, and
+        # refitted once should the set have changed.
+        for _ in range(2):
+            again = screen(res.x, delay)
+            if kept is not None and torch.equal(again, kept):
+                break
+            kept = again
+            res, jac, delay, delay_losses, compared = search(res.x, "linear", delay)
+    elif ns:
         # The start offsets join from the first fit's result: from a far
         # start they would absorb the model's error (a window's offsets can
         # mimic much of a wrong parameter over its short span) and the fit
@@ -760,7 +881,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     initial.update(ex_init)
     fitted_robot = robot.replace(**{p: out[p] for p in names}) if names else robot
     # (The residual variance's degrees of freedom discount the offsets too.)
-    stats = helpers["uncertainty"](par, xi, J, res.losses[-1], count - windows * ns, out, initial)
+    used = windows if kept is None else len(kept)
+    stats = helpers["uncertainty"](par, xi, J, res.losses[-1], count - used * ns, out, initial)
     _flag_weak(stats, par.labels(), out, ("body_mass", "damping", "friction", "armature") + CONTACT_PARAMETERS)
     with torch.no_grad():
         sim_fit, _ = par.build(xi)
@@ -783,7 +905,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         iterations=res.iterations,
         evaluations=res.evaluations,
         wall_time=res.wall_time,
-        message=res.message + ("" if fitted_mass is None else
+        message=res.message + ("" if kept is None or len(kept) == windows else
+                               f"; {windows - len(kept)} of {windows} windows set aside (their start's effect "
+                               f"is not linear within the noise): "
+                               f"{_listed(sorted(set(range(windows)) - set(kept.tolist())))}")
+        + ("" if fitted_mass is None else
                                f"; body masses summed to total_mass {fit.total_mass:g} kg exactly (their sum has "
                                "no variance: the intervals are given that total)"),
         method="contact",
@@ -806,6 +932,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             stacklevel=3,
         )
     return result
+
+
+def _listed(items: list, most: int = 12) -> str:
+    shown = ", ".join(str(i) for i in items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 def _fit_windows(fun, jac, s: torch.Tensor, windows: int, iterations: int) -> torch.Tensor:
