@@ -225,8 +225,16 @@ class ContactFit:
             (MuJoCo's soft contact switches at touch-down) this keeps the
             loss as smooth in the parameters as the recorded-start fit's, at
             the price of a linearisation error when the start errors are
-            large. Each loss costs a ``2 nv``-column forward-mode Jacobian.
-            Runs after the recorded-start fit, like ``True``.
+            large. So windows whose start error the linearisation does not
+            explain are set aside: at the recorded-start fit's parameters
+            each window's linear offset is rolled out, and the window is
+            kept if that loss equals the linear prediction within the
+            loss's own noise (``sqrt(2 m)`` for ``m`` residuals) and the
+            offset is within 4 noise levels in every coordinate; screened
+            again at the result (one more fit if the set changed). The
+            ``message`` names the windows set aside. Each loss costs a
+            ``2 nv``-column forward-mode Jacobian. Runs after the
+            recorded-start fit, like ``True``.
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
