@@ -451,6 +451,9 @@ def main(argv=None):
                     help="the windows start from states smoothed over +-N samples of the noisy recording "
                          "(backdrive.optim.smooth_states, a local quadratic: a smoothing state estimator); the "
                          "noise draws are then made on the whole recording")
+    ap.add_argument("--delays", default="0,1,2,3,4",
+                    help="comma-separated candidate control delays in steps (ContactFit.delays); one value gives "
+                         "the fit the delay (a diagnostic when it is the truth)")
     ap.add_argument("--estimate-starts", nargs="?", const="fit", default=False, choices=("fit", "linear"),
                     help="fit each calibration window's start state too (ContactFit.estimate_starts: the noisy "
                          "recorded start is a prior, weighted by the sensor and estimator noise): 'fit' (the "
@@ -514,7 +517,7 @@ def main(argv=None):
     if args.law == "soft" and args.params == PENALTY_PARAMS:
         args.params = SOFT_PARAMS
     robot, sim0 = nominal(robot0, args.law)
-    delays = (0, 1, 2, 3, 4)
+    delays = tuple(int(d) for d in args.delays.split(","))
     if args.start == "truth":
         sim0 = truth_simulator(robot0, truth, law=args.law)
         robot = sim0.robot
