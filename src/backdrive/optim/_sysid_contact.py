@@ -804,7 +804,12 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             rolled = channels(xi, e0, d)[0].pow(2).sum(-1) + (d / start_sigma).pow(2).sum(-1)
         ok = ((rolled - rows.pow(2).sum(-1)).abs() <= math.sqrt(2 * m_w)) & \
              ((d / start_sigma).abs().amax(-1) <= _LINEAR_START_SIGMAS)
-        return every[ok] if bool(ok.any()) else every
+        if not bool(ok.any()):
+            warnings.warn("identify: estimate_starts='linear': no window's start error is linear within the noise "
+                          "at these parameters, so every window is used (the recorded starts' bias then stays in "
+                          "part; longer data or a closer start may help)", UserWarning, stacklevel=4)
+            return every
+        return every[ok]
 
     minimize = helpers["minimize"]
 
