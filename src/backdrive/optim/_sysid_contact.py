@@ -851,7 +851,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             # delay: the neighbours of the best candidate decide whether it is.
             near = [d for d in fit.delays if d != delay and abs(d - delay) <= 1] or [
                 d for d in fit.delays if d != delay]
-            others = {d: solve(d, res.x, short, starts)[0] for d in near}
+            # (Linearised starts: the neighbours get full fits. A short refit
+            # from the chosen delay's optimum favours that delay, where the
+            # joint dampings can stand in for a step of delay; measured on
+            # the stiff-contact MuJoCo draw, whose delay it missed.)
+            others = {d: solve(d, res.x, opts if starts == "linear" else short, starts)[0] for d in near}
             compared.update({d: r.losses[-1] for d, r in others.items()})
             better = min(compared, key=compared.get)
             if better == delay or attempt == 1:
