@@ -231,7 +231,8 @@ class ContactFit:
             kept if that loss equals the linear prediction within the
             loss's own noise (``sqrt(2 m)`` for ``m`` residuals) and the
             offset is within 4 noise levels in every coordinate; screened
-            again at the result (one more fit if the set changed). The
+            again at the result (one more fit if the set changed); the
+            delay's neighbours get full fits there, not short ones. The
             ``message`` names the windows set aside. Each loss costs a
             ``2 nv``-column forward-mode Jacobian. Runs after the
             recorded-start fit, like ``True``.
