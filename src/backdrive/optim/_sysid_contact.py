@@ -943,8 +943,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     )
     if result.not_identified:
         warnings.warn(
-            f"identify: the data do not determine {', '.join(result.not_identified[:8])}"
-            + (f" and {len(result.not_identified) - 8} more" if len(result.not_identified) > 8 else "")
+            f"identify: the data do not determine {_listed(result.not_identified, 8)}"
             + ": other values fit the data equally well; see IdentificationResult.identified and .summary()",
             UserWarning,
             stacklevel=3,
