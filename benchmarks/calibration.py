@@ -523,8 +523,7 @@ def main(argv=None):
         robot = sim0.robot
     elif args.start != "nominal":
         saved = json.loads(Path(args.start).read_text())
-        if saved["truth"] != json.loads(json.dumps({k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x)
-                                                    for k, x in truth.items()})) or args.law != "soft":
+        if saved["truth"] != json.loads(json.dumps(_jsonable(truth))) or args.law != "soft":
             raise SystemExit(f"--start {args.start}: saved for another draw (--seed) or law; this run is seed "
                              f"{args.seed}, --law {args.law}")
         c = saved["calibrated"]
@@ -681,6 +680,11 @@ def main(argv=None):
     return fits, rows, truth
 
 
+def _jsonable(truth: dict) -> dict:
+    """The truth with its arrays as lists (as :func:`save` writes it)."""
+    return {k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x) for k, x in truth.items()}
+
+
 def save(path: str, fit, truth, rows, args) -> None:
     """The calibrated simulator's parameters as JSON (what :mod:`calibration_loop` builds its sim from)."""
     sim = fit.simulator
@@ -693,7 +697,7 @@ def save(path: str, fit, truth, rows, args) -> None:
         "calibrated": {"body_mass": f(sim.robot.body_mass), "damping": f(sim.robot.damping),
                        "motor_strength": float(kp.mean()) / KP, **law, "friction": f(cp.friction)[0],
                        "delay": fit.delay},
-        "truth": {k: (np.asarray(x).tolist() if isinstance(x, np.ndarray) else x) for k, x in truth.items()},
+        "truth": _jsonable(truth),
         "prediction_error": {name: list(e) for name, *e in rows},
         "args": args,
     }
