@@ -215,23 +215,30 @@ class ContactFit:
             parameters'; the Jacobian has ``2 nv`` more columns (forward
             mode: about ``(p + 2 nv) / p`` times the time). The confidence
             intervals are marginal over the offsets.
-            ``'linear'``: the offsets are never rolled out. At every value of
-            the parameters each window's offset is solved in closed form
-            from the residuals' linearisation in its start (the forward-mode
-            Jacobian at the recorded start) with the same prior, and the fit
+            ``'linear'``: the offsets are not rolled out during the fit. At
+            every value of the parameters each window's offset is solved in
+            closed form from the residuals' linearisation in its start (the
+            forward-mode Jacobian at the window's centre) with the same
+            prior, and the fit
             minimises what is left (the linearised errors-in-variables
             loss; its Gauss-Newton Jacobian holds the offsets at their
             optimum). Where the rollout is only piecewise smooth in its start
             (MuJoCo's soft contact switches at touch-down) this keeps the
             loss as smooth in the parameters as the recorded-start fit's, at
             the price of a linearisation error when the start errors are
-            large. So windows whose start error the linearisation does not
-            explain are set aside: at the recorded-start fit's parameters
-            each window's linear offset is rolled out, and the window is
-            kept if that loss equals the linear prediction within the
-            loss's own noise (``sqrt(2 m)`` for ``m`` residuals) and the
-            offset is within 4 noise levels in every coordinate; screened
-            again at the result (one more fit if the set changed); the
+            large. The centres: at the recorded-start fit's parameters each
+            window's offset is first fitted through rolled-out steps (its
+            own Levenberg-Marquardt, parameters held, as for ``True``); near
+            its own optimum a window is often linear in its start where at
+            the recorded start it is not (a stance foot whose penetration is
+            as large as the noise on its height). Windows whose start error
+            the linearisation still does not explain are set aside: each
+            window's linear offset from its centre is rolled out, and the
+            window is kept if that loss equals the linear prediction within
+            the loss's own noise (``sqrt(2 m)`` for ``m`` residuals) and the
+            whole offset is within 4 noise levels in every coordinate;
+            centred and screened again at the result (one more fit if the
+            set changed); the
             delay's neighbours get full fits there, not short ones. The
             ``message`` names the windows set aside. Each loss costs a
             ``2 nv``-column forward-mode Jacobian. Runs after the
@@ -652,29 +659,36 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     # through stiff contact costs a rollout and is refused anyway.
     opts = opts.with_defaults(damping=1.0)
 
+    nq, nv, m_w = robot.nq, robot.nv, (n_res - int(anchor is not None)) // max(windows, 1)
+
+    def commands(delay: int) -> torch.Tensor:
+        """(..., S, K, nu): the commands acting at each step of each window."""
+        return controls[..., (idx[:, :-1] + lead - delay).clamp_min(0), :]
+
+    def residuals(xi, u, q0, v0, qr, vr, ds=None):
+        """The simulator at ``xi`` and its windows' normalised residuals,
+        rolled out from ``(q0, v0)``, moved by the offsets ``ds`` if given."""
+        s, scale = par.build(xi)
+        start = State(q0, v0) if ds is None else State(integrate(robot, q0, ds[..., :nv]), v0 + ds[..., nv:])
+        traj = s.rollout(start, u if scale is None else u * scale, check_finite=False)
+        return s, _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], qr, vr, noise)
+
     def problem(delay: int, starts: bool, held: torch.Tensor | None = None):
-        t = idx[:, :-1] + lead - delay
-        useg = controls[..., t.clamp_min(0), :]  # (..., S, K, nu) the commands acting at each step
+        useg = commands(delay)
         n_own = ns if starts else 0  # unknowns of each window's own (its start offset), or none
         rows = n_res + windows * n_own
 
         def fun(x):
             xi = x[:P]
+            ds = x[P:].reshape(*state0.q.shape[:-1], n_own) if n_own else None
             try:
-                s, scale = par.build(xi)
-                u = useg if scale is None else useg * scale
-                start = state0
-                if n_own:
-                    ds = x[P:].reshape(*state0.q.shape[:-1], n_own)
-                    start = State(integrate(robot, state0.q, ds[..., :robot.nv]), state0.v + ds[..., robot.nv:])
-                traj = s.rollout(start, u, check_finite=False)
+                s, r = residuals(xi, useg, state0.q, state0.v, q_rec, v_rec, ds)
             except (torch.linalg.LinAlgError, InvalidValueError, NonFiniteError):
                 # A trial step of the solver so far off that a parameter
                 # overflowed or a mass matrix lost definiteness (in the
                 # parameters or in a step of the rollout): an infinite loss,
                 # so the step is refused.
                 return torch.full((rows,), math.inf, dtype=x.dtype, device=x.device)
-            r = _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], q_rec, v_rec, noise)
             if n_own:  # window-major: each window's prior rows, then its samples
                 r = torch.cat([ds.reshape(windows, n_own) / start_sigma, r], -1)
             r = r.reshape(-1)
@@ -722,34 +736,33 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         # The parameters held at ``held``: the offsets are the only unknowns.
         return (lambda s: fun(torch.cat([held, s]))), (lambda s: jac(torch.cat([held, s]), shared=False))
 
-    nq, nv, m_w = robot.nq, robot.nv, (n_res - int(anchor is not None)) // max(windows, 1)
     flat = (state0.q.reshape(-1, nq), state0.v.reshape(-1, nv), q_rec.reshape(windows, K, nq),
             v_rec.reshape(windows, K, nv))
 
     def linear_parts(delay: int, keep: torch.Tensor):
         """``estimate_starts='linear'`` on the windows ``keep``: the start
-        residuals ``r`` and Jacobians ``(dr/dxi, dr/ds)`` at the recorded
-        starts, and the closed-form offsets of the linearisation."""
-        t = idx[:, :-1] + lead - delay
-        useg = controls[..., t.clamp_min(0), :].reshape(windows, K, -1)[keep]
+        residuals ``r`` and Jacobians ``(dr/dxi, dr/ds)`` at each window's
+        centre (its recorded start moved by ``centre``, the offset its own
+        rolled-out fit found), and the closed-form offsets of the
+        linearisation there."""
+        useg = commands(delay).reshape(windows, K, -1)[keep]
         q0, v0, qr, vr = (x[keep] for x in flat)
+        c = centre[keep]
+        q0, v0 = integrate(robot, q0, c[..., :nv]), v0 + c[..., nv:]
 
         def channels(xi, e, ds=None):
             # Every window's start moved by the same ``e`` (window w's rows
             # depend on its own start only, so d/de is each window's block),
             # or each by its own ``ds``.
-            s, scale = par.build(xi)
-            u = useg if scale is None else useg * scale
-            d = e.expand(len(q0), -1) if ds is None else ds
-            traj = s.rollout(State(integrate(robot, q0, d[..., :nv]), v0 + d[..., nv:]), u, check_finite=False)
-            r = _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], qr, vr, noise)
+            r = residuals(xi, useg, q0, v0, qr, vr, e.expand(len(q0), -1) if ds is None else ds)[1]
             return r, r
 
         def offsets(r, Js):
-            # Per window: min over d of |r + Js d|^2 + |d / sigma|^2.
+            # Per window: min over d of |r + Js d|^2 + |(c + d) / sigma|^2
+            # (the prior on the whole offset from the recorded start).
             A = Js.transpose(-1, -2) @ Js + torch.diag(start_sigma.pow(-2))
-            d = -torch.linalg.solve(A, torch.einsum("wmn,wm->wn", Js, r))
-            return A, d, torch.cat([d / start_sigma, r + torch.einsum("wmn,wn->wm", Js, d)], -1)
+            d = -torch.linalg.solve(A, torch.einsum("wmn,wm->wn", Js, r) + c / start_sigma.pow(2))
+            return A, d, torch.cat([(c + d) / start_sigma, r + torch.einsum("wmn,wn->wm", Js, d)], -1)
 
         return channels, offsets, state0.v.new_zeros(ns)
 
@@ -790,27 +803,38 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         return fun, jac
 
     def screen(xi: torch.Tensor, delay: int) -> torch.Tensor:
-        """The windows whose start error the linearisation explains: its
-        offset plausible under the prior (every coordinate within
-        :data:`_LINEAR_START_SIGMAS` noise levels) and the rolled-out loss at
-        that offset equal to the linear prediction within the loss's own
-        noise (``sqrt(2 m)``, a chi-square's standard deviation for ``m``
-        residuals)."""
+        """The windows whose start error the linearisation at their centre
+        explains: the whole offset plausible under the prior (every
+        coordinate within :data:`_LINEAR_START_SIGMAS` noise levels) and the
+        rolled-out loss at the linear offset equal to the linear prediction
+        within the loss's own noise (``sqrt(2 m)``, a chi-square's standard
+        deviation for ``m`` residuals)."""
         every = torch.arange(windows, device=q.device)
         channels, offsets, e0 = linear_parts(delay, every)
         xi = xi.detach()
         with torch.no_grad():
             Js, r = torch.func.jacfwd(lambda e: channels(xi, e), has_aux=True)(e0)
             _, d, rows = offsets(r, Js)
-            rolled = channels(xi, e0, d)[0].pow(2).sum(-1) + (d / start_sigma).pow(2).sum(-1)
+            whole = (centre + d) / start_sigma
+            rolled = channels(xi, e0, d)[0].pow(2).sum(-1) + whole.pow(2).sum(-1)
         ok = ((rolled - rows.pow(2).sum(-1)).abs() <= math.sqrt(2 * m_w)) & \
-             ((d / start_sigma).abs().amax(-1) <= _LINEAR_START_SIGMAS)
+             (whole.abs().amax(-1) <= _LINEAR_START_SIGMAS)
         if not bool(ok.any()):
             warnings.warn("identify: estimate_starts='linear': no window's start error is linear within the noise "
                           "at these parameters, so every window is used (the recorded starts' bias then stays in "
                           "part; longer data or a closer start may help)", UserWarning, stacklevel=4)
             return every
         return every[ok]
+
+    def centred(xi: torch.Tensor, delay: int, s: torch.Tensor) -> torch.Tensor:
+        """Every window's start offset fitted through rolled-out steps with
+        the parameters held at ``xi`` (from ``s``): the centres the
+        linearisation of ``estimate_starts='linear'`` starts from. Near its
+        own optimum a window's residuals are often linear in the start
+        where at the recorded start they are not (a stance foot's
+        penetration as large as the noise on its height)."""
+        fun, jac = problem(delay, True, held=xi.detach())
+        return _fit_windows(fun, jac, s.reshape(-1), windows, opts.get("iterations")).reshape(windows, ns)
 
     minimize = helpers["minimize"]
 
@@ -868,12 +892,15 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         return res, jac, delay, {**first, **compared}, compared
 
     res, jac, delay, delay_losses, compared = search(par.xi0, False)
-    kept = None
+    kept, centre = None, None
     if start_mode == "linear":
-        # From the first fit's result, on the windows whose start error the
-        # linearisation explains there; screened again at the fit, and
-        # refitted once should the set have changed.
+        # From the first fit's result: every window's offset fitted rolled
+        # out, then the fit on the windows whose start error the
+        # linearisation at that offset explains; centred and screened again
+        # at the fit, and refitted once should the set have changed.
+        centre = state0.v.new_zeros(windows, ns)
         for _ in range(2):
+            centre = centred(res.x, delay, centre)
             again = screen(res.x, delay)
             if kept is not None and torch.equal(again, kept):
                 break
