@@ -815,7 +815,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         with torch.no_grad():
             Js, r = torch.func.jacfwd(lambda e: channels(xi, e), has_aux=True)(e0)
             _, d, rows = offsets(r, Js)
-            whole = (centre + d) / start_sigma
+            whole = rows[..., :ns]  # (c + d) / sigma
             rolled = channels(xi, e0, d)[0].pow(2).sum(-1) + whole.pow(2).sum(-1)
         ok = ((rolled - rows.pow(2).sum(-1)).abs() <= math.sqrt(2 * m_w)) & \
              (whole.abs().amax(-1) <= _LINEAR_START_SIGMAS)
@@ -826,15 +826,16 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             return every
         return every[ok]
 
-    def centred(xi: torch.Tensor, delay: int, s: torch.Tensor) -> torch.Tensor:
+    def centred(xi: torch.Tensor, delay: int, s: torch.Tensor, iterations: int) -> torch.Tensor:
         """Every window's start offset fitted through rolled-out steps with
-        the parameters held at ``xi`` (from ``s``): the centres the
-        linearisation of ``estimate_starts='linear'`` starts from. Near its
-        own optimum a window's residuals are often linear in the start
-        where at the recorded start they are not (a stance foot's
-        penetration as large as the noise on its height)."""
+        the parameters held at ``xi`` (from ``s``), flat: the offsets'
+        first stage of ``estimate_starts=True`` and the centres the
+        linearisation of ``'linear'`` starts from. Near its own optimum a
+        window's residuals are often linear in the start where at the
+        recorded start they are not (a stance foot's penetration as large
+        as the noise on its height)."""
         fun, jac = problem(delay, True, held=xi.detach())
-        return _fit_windows(fun, jac, s.reshape(-1), windows, opts.get("iterations")).reshape(windows, ns)
+        return _fit_windows(fun, jac, s.reshape(-1), windows, iterations)
 
     minimize = helpers["minimize"]
 
@@ -847,8 +848,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             # its own damping: from the first stage's parameters a joint step
             # is often poor, and Levenberg-Marquardt's one damping would then
             # hold every window's offsets back.
-            fun, jac = problem(d, True, held=start[:P])
-            start = torch.cat([start[:P], _fit_windows(fun, jac, start[P:], windows, options.get("iterations"))])
+            start = torch.cat([start[:P], centred(start[:P], d, start[P:], options.get("iterations"))])
         fun, jac = problem(d, starts)
         return minimize(fun, start.clone(), options, jacobian_fun=jac, label=f"identify[contact, delay {d}]"), jac
 
@@ -900,7 +900,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         # at the fit, and refitted once should the set have changed.
         centre = state0.v.new_zeros(windows, ns)
         for _ in range(2):
-            centre = centred(res.x, delay, centre)
+            centre = centred(res.x, delay, centre, opts.get("iterations")).reshape(windows, ns)
             again = screen(res.x, delay)
             if kept is not None and torch.equal(again, kept):
                 break
