@@ -219,8 +219,7 @@ class ContactFit:
             every value of the parameters each window's offset is solved in
             closed form from the residuals' linearisation in its start (the
             forward-mode Jacobian at the window's centre) with the same
-            prior, and the fit
-            minimises what is left (the linearised errors-in-variables
+            prior, and the fit minimises what is left (the linearised errors-in-variables
             loss; its Gauss-Newton Jacobian holds the offsets at their
             optimum). Where the rollout is only piecewise smooth in its start
             (MuJoCo's soft contact switches at touch-down) this keeps the
@@ -238,8 +237,8 @@ class ContactFit:
             the loss's own noise (``sqrt(2 m)`` for ``m`` residuals) and the
             whole offset is within 4 noise levels in every coordinate;
             centred and screened again at the result (one more fit if the
-            set changed); the
-            delay's neighbours get full fits there, not short ones. The
+            set changed); the delay's neighbours get full fits there, not
+            short ones. The
             ``message`` names the windows set aside. Each loss costs a
             ``2 nv``-column forward-mode Jacobian. Runs after the
             recorded-start fit, like ``True``.
@@ -770,7 +769,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         """The parameters' problem of ``estimate_starts='linear'``: at each of
         their values every kept window's start offset is solved from the
         residuals' linearisation in it (a Gauss-Newton step from the
-        recorded start, with the prior), never rolled out."""
+        window's centre, with the prior), not rolled out."""
         channels, offsets, e0 = linear_parts(delay, keep)
         n_rows = len(keep) * (ns + m_w)
 
