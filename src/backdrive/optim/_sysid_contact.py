@@ -672,6 +672,10 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         traj = s.rollout(start, u if scale is None else u * scale, check_finite=False)
         return s, _channels(robot, observe, traj.q[..., 1:, :], traj.v[..., 1:, :], qr, vr, noise)
 
+    def anchor_row(model: RobotModel) -> torch.Tensor:
+        """(1,) the weighed total's residual of ``model``'s masses."""
+        return ((model.body_mass.sum() - anchor[0]) / anchor[1]).reshape(1)
+
     def problem(delay: int, starts: bool, held: torch.Tensor | None = None):
         useg = commands(delay)
         n_own = ns if starts else 0  # unknowns of each window's own (its start offset), or none
@@ -692,8 +696,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                 r = torch.cat([ds.reshape(windows, n_own) / start_sigma, r], -1)
             r = r.reshape(-1)
             if anchor is not None:
-                total = s.robot.body_mass.sum()
-                r = torch.cat([r, ((total - anchor[0]) / anchor[1]).reshape(1)])
+                r = torch.cat([r, anchor_row(s.robot)])
             return r
 
         def jac(x, shared=True):
@@ -773,8 +776,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         channels, offsets, e0 = linear_parts(delay, keep)
         n_rows = len(keep) * (ns + m_w)
 
-        def anchor_row(xi):
-            return ((par.build(xi)[0].robot.body_mass.sum() - anchor[0]) / anchor[1]).reshape(1)
+        def anchored(xi):
+            return anchor_row(par.build(xi)[0].robot)
 
         def fun(xi):
             xi = xi.detach()
@@ -783,7 +786,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                 out = offsets(r, Js)[2].reshape(-1)
             except (torch.linalg.LinAlgError, InvalidValueError, NonFiniteError):
                 return torch.full((n_rows + (anchor is not None),), math.inf, dtype=xi.dtype, device=xi.device)
-            return out if anchor is None else torch.cat([out, anchor_row(xi)])
+            return out if anchor is None else torch.cat([out, anchored(xi)])
 
         def jac(xi):
             xi = xi.detach()
@@ -795,8 +798,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             J = torch.cat([-C / start_sigma[:, None], Jt - Js @ C], 1).reshape(-1, P)
             out = out.reshape(-1)
             if anchor is not None:
-                out = torch.cat([out, anchor_row(xi)])
-                J = torch.cat([J, torch.func.jacfwd(anchor_row)(xi)])
+                out = torch.cat([out, anchored(xi)])
+                J = torch.cat([J, torch.func.jacfwd(anchored)(xi)])
             return out, J
 
         return fun, jac
