@@ -247,9 +247,10 @@ class ContactFit:
             window is kept if that loss equals the linear prediction within
             the loss's own noise (``sqrt(2 m)`` for ``m`` residuals) and the
             whole offset is within 4 noise levels in every coordinate;
-            centred and screened again at the result (one more fit if the
-            set changed); the delay's neighbours get full fits there, not
-            short ones. The
+            a window whose loss is an outlier among the windows' is set
+            aside too; then rounds of centring at the last fit, screening and
+            refitting until the set stays and the loss stops dropping (at
+            most 4); the delay's neighbours get full fits, not short ones. The
             ``message`` names the windows set aside. Each loss costs a
             ``2 nv``-column forward-mode Jacobian. Runs after the
             recorded-start fit, like ``True``.
