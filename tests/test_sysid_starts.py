@@ -209,4 +209,3 @@ def test_linear_starts_on_noise_free_data(sled):
     assert "set aside" not in fit.message
     assert fit.rms_residual < 1e-3
     assert bool(torch.isfinite(fit.upper["body_mass"]).all())
-

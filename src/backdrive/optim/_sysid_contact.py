@@ -866,8 +866,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         moved = centred(xi, delay, c, iterations).reshape(windows, ns)
         fun = problem(delay, True, held=xi.detach())[0]
         with torch.no_grad():
-            loss = [fun(x.reshape(-1))[: windows * (ns + m_w)].reshape(windows, -1).pow(2).sum(-1)
-                    for x in (fresh, moved)]
+            loss = [_window_losses(fun(x.reshape(-1)), windows, ns + m_w) for x in (fresh, moved)]
         return torch.where((loss[1] < loss[0])[:, None], moved, fresh)
 
     minimize = helpers["minimize"]
@@ -1028,6 +1027,12 @@ def _listed(items: list, most: int = 12) -> str:
     return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
+def _window_losses(r: torch.Tensor, windows: int, m: int) -> torch.Tensor:
+    """(windows,) each window's loss from window-major residuals ``r``
+    (``m`` rows per window, then any shared rows, left out)."""
+    return r[: windows * m].reshape(windows, m).pow(2).sum(1)
+
+
 def _fit_windows(fun, jac, s: torch.Tensor, windows: int, iterations: int) -> torch.Tensor:
     """Levenberg-Marquardt on unknowns of each window's own only (``jac``
     gives a :class:`BlockJacobian` without shared columns): the windows are
@@ -1039,14 +1044,11 @@ def _fit_windows(fun, jac, s: torch.Tensor, windows: int, iterations: int) -> to
     lam = torch.ones(windows, dtype=s.dtype, device=s.device)
     eye = torch.eye(n, dtype=s.dtype, device=s.device)
 
-    def losses(r):
-        return r[: windows * m].reshape(windows, m).pow(2).sum(1)
-
     for _ in range(iterations):
         # (The Jacobian at the top of each iteration: none after the last.)
         r, J = jac(s.reshape(-1))
         m = J.local.shape[1]
-        f = losses(r)
+        f = _window_losses(r, windows, m)
         rw = r[: windows * m].reshape(windows, m)
         g = torch.einsum("wmn,wm->wn", J.local, rw)
         A = J.local.transpose(-1, -2) @ J.local
@@ -1061,7 +1063,7 @@ def _fit_windows(fun, jac, s: torch.Tensor, windows: int, iterations: int) -> to
                 continue
             trial = torch.where(done[:, None], new, s + step)
             with torch.no_grad():
-                f_t = losses(fun(trial.reshape(-1)))
+                f_t = _window_losses(fun(trial.reshape(-1)), windows, m)
             ok = torch.isfinite(f_t) & (f_t < f) & ~done
             new = torch.where(ok[:, None], trial, new)
             lam = torch.where(ok, (lam / 10).clamp_min(1e-12), torch.where(done, lam, lam * 4))
