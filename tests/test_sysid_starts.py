@@ -14,7 +14,7 @@ import torch
 from backdrive._errors import ConfigError
 from backdrive.contact import ContactGeometry, ContactModel, ContactParameters
 from backdrive.data import load
-from backdrive.optim import BlockJacobian, ContactFit, SolverOptions, identify
+from backdrive.optim import DEFAULT_NOISE, BlockJacobian, ContactFit, SolverOptions, identify
 from backdrive.optim._solvers import _normal_equations
 from backdrive.sim import PDActuator, Simulator, State
 from backdrive.spatial import quat_multiply, rotvec_to_quat
@@ -191,21 +191,29 @@ def test_bad_estimate_starts_is_a_config_error(sled):
         ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", jacobian="differences")
 
 
-def test_linear_starts_on_noise_free_data(sled):
+def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled):
     """``estimate_starts='linear'`` on noise-free recordings from the same
-    simulator: the truth comes back, the linear offsets are zero there, so no
-    window is set aside, and the intervals are finite."""
+    simulator, one window of which holds an encoder glitch (four joint-rate
+    samples 10 noise levels off, alternating in sign: nothing a start offset
+    or a parameter can follow, so the window is linear in its start and its
+    offset small). The outlier screen sets that window aside and only it;
+    the truth comes back from the others and the intervals are finite.
+    Without the outlier screen the window is kept and the friction ends
+    2.3 % low, the masses 0.6-0.7 % high (measured once)."""
     robot, traj, u = sled
+    v = traj.v.clone()
+    for k, sign in zip((33, 35, 37, 39), (1, -1, 1, -1)):  # the second window (stride 30) of recording 0
+        v[0, k, -1] += sign * 10 * DEFAULT_NOISE["joint_velocity"]
     start = robot.replace(body_mass=torch.tensor([2.0, 1.0], dtype=F64))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = identify(start, traj.q, traj.v, dt=DT, params=("body_mass", "contact_friction"),
+        fit = identify(start, traj.q, v, dt=DT, params=("body_mass", "contact_friction"),
                        method=ContactFit(sled_sim(start, TRUTH["stiffness"], TRUTH["damping"], GUESS["friction"],
                                                   TRUTH["strength"]), u, segment=10, stride=30, observe=ALL_CHANNELS,
                                          delays=(TRUTH["delay"],), estimate_starts="linear"),
                        options=SolverOptions("gauss_newton", iterations=6, progress=False))
+    assert "1 of 8 windows set aside" in fit.message and fit.message.endswith(": 1"), fit.message
     assert float(fit.params["contact_friction"]) == pytest.approx(TRUTH["friction"], rel=1e-4)
     torch.testing.assert_close(fit.params["body_mass"], torch.tensor(TRUTH["mass"], dtype=F64), rtol=1e-4, atol=0)
-    assert "set aside" not in fit.message
     assert fit.rms_residual < 1e-3
     assert bool(torch.isfinite(fit.upper["body_mass"]).all())

@@ -72,6 +72,8 @@ from ._solvers import (
 from . import _sysid
 from ._sysid import (
     CONTACT_PARAMETERS,
+    DEFAULT_NOISE,
+    SENSOR_CHANNELS,
     IDENTIFIABLE_PARAMETERS,
     ContactFit,
     IdentificationResult,

@@ -40,7 +40,7 @@ from ..dynamics import DEFAULT_FRICTION_WIDTH, difference, inverse_dynamics, joi
 from ..model import RobotModel
 from ..sim import Simulator, State, TorqueActuator
 from ._solvers import SolverOptions, minimize, options_from_keywords
-from ._sysid_contact import CONTACT_PARAMETERS, ContactFit, _check_finite, identify_contact
+from ._sysid_contact import CONTACT_PARAMETERS, DEFAULT_NOISE, SENSOR_CHANNELS, ContactFit, _check_finite, identify_contact
 
 __all__ = [
     "identify",
@@ -50,6 +50,8 @@ __all__ = [
     "ContactFit",
     "IDENTIFIABLE_PARAMETERS",
     "CONTACT_PARAMETERS",
+    "SENSOR_CHANNELS",
+    "DEFAULT_NOISE",
     "inertia_from_cholesky",
     "cholesky_from_inertia",
     "physically_consistent",

@@ -996,7 +996,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         wall_time=res.wall_time,
         message=res.message + ("" if kept is None or len(kept) == windows else
                                f"; {windows - len(kept)} of {windows} windows set aside (their start's effect "
-                               f"is not linear within the noise): "
+                               f"is not linear within the noise, or their loss is an outlier): "
                                f"{_listed(sorted(set(range(windows)) - set(kept.tolist())))}")
         + ("" if fitted_mass is None else
                                f"; body masses summed to total_mass {fit.total_mass:g} kg exactly (their sum has "
