@@ -58,7 +58,7 @@ Run (prints markdown tables, minutes to tens of minutes on a loaded 2-core machi
     python benchmarks/calibration.py --total-mass --params body_mass,contact_stiffness,contact_damping,\
         contact_friction,motor_strength --windows 24 --iterations 6 --save outputs/calibration.json
     # MuJoCo's contact model in backdrive against MuJoCo with a hidden solref (docs/simulation.md,
-    # *MuJoCo's contact model in backdrive*):
+    # *Sim-to-real benchmark*; every session's runs in docs/calibration_history.md):
     python benchmarks/calibration.py --law soft --contact hidden --total-mass --params \
         body_mass,damping,contact_timeconst,contact_dampratio,contact_friction,motor_strength \
         --segment 50 --windows 32 --iterations 12 --horizon 100,25 [--smooth-starts 10] [--seed N]

@@ -194,7 +194,7 @@ def walk(env, policy, command=LT.COMMAND, **kw) -> dict:
 
 ARMS = ("nominal", "calibrated")
 # The pairings whose criterion was fixed before their runs: the 17th session's test, and the 18th session's
-# second test (the push-free calibration against the same nominal runs; docs/simulation.md).
+# second test (the push-free calibration against the same nominal runs; docs/calibration_history.md).
 # The 19th session's fifth test: draw 4's reality, the push-free calibration on draw 4 (arm "nopush4") against
 # the nominal arm's policies of seeds 6-11.
 SEEDS = SEEDS_0_5 = ("0", "1", "2", "3", "4", "5")  # the pre-registered seeds of the first tests
@@ -332,7 +332,7 @@ def cross(d: Path, seeds=SEEDS, arms=(*ARMS, "truth", "nopush"), sims=CROSS_SIMS
     return out
 
 
-# The 19th session's pre-registered test (docs/simulation.md, "the command trimmed in each arm's own sim").
+# The 19th session's pre-registered test (docs/calibration_history.md, "the command trimmed in each arm's own sim").
 TRIM = {"target": 0.5, "tolerance": 0.003, "max_walks": 6, "low": 0.2, "high": 0.8, "min_slope": 0.2}
 TRIM_ARMS = ("nominal", "nopush")
 TRIM_SEEDS = ("6", "7", "8", "9", "10", "11")
