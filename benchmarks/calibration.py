@@ -712,6 +712,11 @@ def save(path: str, fit, truth, rows, args) -> None:
                        "motor_strength": float(kp.mean()) / KP, **law, "friction": f(cp.friction)[0],
                        "delay": fit.delay},
         "truth": _jsonable(truth),
+        # The fit's 95 % intervals (for the fitted entries; the motor strength is this fit's factor on the
+        # earlier fits' gains) and whether the data determine each entry.
+        "interval": {p: {"lower": f(fit.lower[p]), "upper": f(fit.upper[p]),
+                         "identified": torch.as_tensor(fit.identified[p]).reshape(-1).tolist()}
+                     for p in fit.params},
         "prediction_error": {name: list(e) for name, *e in rows},
         "args": args,
     }
