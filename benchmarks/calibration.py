@@ -47,7 +47,8 @@ calibrated simulator; each parameter against the truth with its
 masses on the robot's weighed total (``ContactFit.total_mass``);
 ``--stage2`` runs a second fit from the first one's simulator (e.g. the
 contact law, strength and delay first, then masses); ``--save`` writes the
-calibrated parameters for ``benchmarks/calibration_loop.py``; ``--start
+calibrated parameters for ``benchmarks/calibration_loop.py`` (with the
+truth, the last fit's 95 % intervals and the held-out errors); ``--start
 truth --iterations 0`` gives the fit's loss at the true parameters (is the
 objective's minimum the truth?).
 
