@@ -19,8 +19,10 @@ damping implicit as in backdrive) and both are told the rotor inertia
 (armature 0.01 kg m^2 per joint).
 
 The robot is driven by random PD targets around its standing pose and
-pushed every second. The recordings carry sensor noise (encoders, IMU) and
-the window start states a small state-estimator noise. backdrive starts from
+pushed every second; a fall ends a piece of the recording (the robot is put
+back standing and the steps around it are not used). The recordings carry
+sensor noise (encoders, IMU) and the window start states a small
+state-estimator noise. backdrive starts from
 the URDF, a damping guess of 0.1 N m s/rad, its default contact law
 (k 4e4 N/m, d 1e4 N s/m, mu 0.75), motor strength 1 and no delay, and
 calibrates with ``identify(..., method=ContactFit(...))``: by default the
@@ -176,21 +178,42 @@ def rematched(model, robot_key: str, stiffness: float, damping: float, friction:
     return model
 
 
-def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int):
+def amplitudes(robot, amplitude: dict | None = None) -> np.ndarray:
+    """``(nu,)`` PD-target offset amplitudes (rad) in ``robot``'s joint order:
+    :data:`AMPLITUDE` by joint kind, with ``amplitude``'s entries in its place."""
+    amp = {**AMPLITUDE, **(amplitude or {})}
+    return np.array([amp[next(k for k in amp if f"_{k}_" in name)] for name in robot.joint_names])
+
+
+def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int, amplitude: dict | None = None):
     """Drive MuJoCo with random PD targets and pushes; return backdrive-ordered
-    ``q (N+1, nq)``, ``v (N+1, nv)`` (exact), the commands ``(N, 12)`` and the
-    push mask ``(N+1,)``."""
+    ``q (N+1, nq)``, ``v (N+1, nv)`` (exact), the commands ``(N, 12)``, the
+    mask ``(N+1,)`` of steps not to use (pushes and falls) and the steps at
+    which the robot fell.
+    ``amplitude`` overrides :data:`AMPLITUDE` per joint kind (e.g.
+    ``{"hip": 0.16}``).
+
+    Only the feet collide with the floor (both engines), so a robot that tips
+    over would sink through it and hang from its feet. A fall (:func:`fallen`)
+    therefore ends the piece, as an operator would pick the robot up: the
+    ``FALL_MARGIN`` s before it and ``FALL_MARGIN`` s after the reset are
+    masked, and the robot is put back standing (2 mm above the floor, at rest,
+    where it is) while the commands go on. Steps with a knee on the ground are
+    masked too."""
     import mujoco
 
     rng = np.random.default_rng(seed)
     data = mujoco.MjData(model)
     qpos, ctrl0 = MC.standing_state(model, robot_key)
-    data.qpos[:] = MC.drop_state(model, robot_key, 0.002)[0]
+    start = MC.drop_state(model, robot_key, 0.002)[0]
+    data.qpos[:] = start
     mujoco.mj_forward(model, data)
+    margin = int(round(FALL_MARGIN / DT))
+    falls = []
     perm = MC.joint_permutation(model, robot.joint_names)
     n = int(round(seconds / DT))
     stand = ctrl0[perm]  # backdrive order
-    amp = np.array([AMPLITUDE[next(k for k in AMPLITUDE if f"_{k}_" in name)] for name in robot.joint_names])
+    amp = amplitudes(robot, amplitude)
     knots = int(math.ceil(seconds / KNOT)) + 2
     offs = rng.uniform(-1, 1, (knots, 12)) * amp
     offs[0] = 0.0
@@ -226,12 +249,37 @@ def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int):
         ctrl[perm] = cmd[max(k - delay, 0)]
         data.ctrl[:] = ctrl
         mujoco.mj_step(model, data)
+        down, touching = fallen(model, data, robot_key)
+        push[k + 1] |= touching
+        if down:
+            push[max(k + 1 - margin, 0):k + 2 + margin] = True
+            falls.append(k + 1)
+            data.qpos[:2], data.qpos[2:] = data.qpos[:2], start[2:]
+            data.qvel[:] = 0.0
+            data.xfrc_applied[trunk] = 0.0
+            mujoco.mj_forward(model, data)
     q, v = state()
     qs.append(q)
     vs.append(v)
     if not np.isfinite(np.array(qs)).all():
         raise FloatingPointError("MuJoCo diverged")
-    return np.array(qs), np.array(vs), cmd, push
+    return np.array(qs), np.array(vs), cmd, push, falls
+
+
+# Seconds masked before a fall and after the reset that ends it.
+FALL_MARGIN = 0.3
+
+
+def fallen(model, data, robot_key: str) -> tuple[bool, bool]:
+    """``(fallen, touching)``: the robot's trunk tilted more than 60 degrees or
+    lower than half its standing height (it has fallen), and a knee (a calf
+    body's origin) within 3 cm of the floor (a real robot's knee would touch
+    the ground there; the models collide with the feet only)."""
+    rs = MC.ROBOTS[robot_key]
+    trunk = model.body(rs.root_link).id
+    down = data.xmat[trunk, 8] < 0.5 or data.xpos[trunk, 2] < 0.5 * rs.stand_height
+    calves = [b for b in range(model.nbody) if "calf" in model.body(b).name]
+    return bool(down), bool((data.xpos[calves, 2] < 0.03).any())
 
 
 def segments(q, v, cmd, push, length: int):
@@ -305,7 +353,8 @@ def backdrive_reality(robot, seed: int):
     return sim, truth
 
 
-def record_backdrive(sim, robot_key: str, seconds: float, seed: int, delay: int, batch: int):
+def record_backdrive(sim, robot_key: str, seconds: float, seed: int, delay: int, batch: int,
+                     amplitude: dict | None = None):
     """``batch`` recordings of ``seconds`` from backdrive's own simulator (no pushes)."""
     from backdrive.kinematics import forward_kinematics
 
@@ -313,7 +362,7 @@ def record_backdrive(sim, robot_key: str, seconds: float, seed: int, delay: int,
     rng = np.random.default_rng(seed)
     rs = MC.ROBOTS[robot_key]
     stand = np.array([rs.stand[next(k for k in rs.stand if f"_{k}_" in n)] for n in robot.joint_names])
-    amp = np.array([AMPLITUDE[next(k for k in AMPLITUDE if f"_{k}_" in name)] for name in robot.joint_names])
+    amp = amplitudes(robot, amplitude)
     n = int(round(seconds / DT))
     knots = int(math.ceil(seconds / KNOT)) + 2
     t = np.arange(n) * DT
@@ -473,7 +522,17 @@ def main(argv=None):
                     help="who plays the real robot: MuJoCo (the benchmark) or backdrive itself with the same "
                          "hidden draws and a hidden contact law (8 recordings of seconds/8, no pushes): the "
                          "method's accuracy without an engine mismatch")
+    ap.add_argument("--excite", default="", metavar="KIND=RAD,...",
+                    help="PD-target amplitudes of the calibration recording per joint kind, e.g. hip=0.16 (the "
+                         "held-out recordings keep the defaults, hip 0.08, thigh and calf 0.2 rad): an excitation "
+                         "motion for the parameters the everyday motion hardly moves")
     args = ap.parse_args(argv)
+    excite = {}
+    for item in filter(None, args.excite.split(",")):
+        kind, _, value = item.partition("=")
+        if kind not in AMPLITUDE or not value:
+            raise SystemExit(f"--excite {item!r}: expected KIND=RAD with KIND one of {sorted(AMPLITUDE)}")
+        excite[kind] = float(value)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
 
@@ -484,12 +543,15 @@ def main(argv=None):
         perm = MC.joint_permutation(model, robot0.joint_names)
         truth["mass"] = np.array([model.body_mass[model.body(name).id] for name in robot0.body_names])
         truth["damping"] = truth["damping"][perm]
-        train = [record(model, args.robot, robot0, args.seconds, args.seed + 1, truth["delay"])]
+        train = [record(model, args.robot, robot0, args.seconds, args.seed + 1, truth["delay"], excite)]
         held = [record(model, args.robot, robot0, args.heldout, args.seed + 2 + i, truth["delay"]) for i in range(2)]
+        falls = [sum(len(r[4]) for r in recs) for recs in (train, held)]
+        train, held = [r[:4] for r in train], [r[:4] for r in held]
     else:
         bsim, truth = backdrive_reality(robot0, args.seed)
-        train = record_backdrive(bsim, args.robot, args.seconds / 8, args.seed + 1, truth["delay"], 8)
+        train = record_backdrive(bsim, args.robot, args.seconds / 8, args.seed + 1, truth["delay"], 8, excite)
         held = record_backdrive(bsim, args.robot, args.heldout, args.seed + 2, truth["delay"], 2)
+        falls = None
     t_record = time.perf_counter() - t0
 
     # Calibration data: push-free pieces of `segment` steps, a spread-out subset of `windows` of them.
@@ -611,6 +673,10 @@ def main(argv=None):
           + (f" ({args.contact} contact)" if args.reality == "mujoco" else "") + f", seed {args.seed}\n")
     print(f"recording {args.seconds:g} s (+2 x {args.heldout:g} s held out) at {DT * 1e3:g} ms; "
           f"{len(pick)} windows of {args.segment} steps ({len(pick) * args.segment * DT:.2f} s of data) used; "
+          + (f"falls (pieces ended, not used): {falls[0]} in the calibration recording, {falls[1]} held out; "
+             if falls is not None else "")
+          + (f"calibration targets {args.excite} rad; " if args.excite else "")
+          + 
           f"recording {t_record:.1f} s, identify {t_fit:.1f} s"
           + "".join(f"; fit {k + 1}: {f.iterations} Gauss-Newton iterations, {f.message}, rms residual {f.rms_residual:.4g}" for k, f in enumerate(fits))
           + (f"; masses anchored on the weighed total {true_total:.4g} kg" if args.total_mass else "") + "\n")

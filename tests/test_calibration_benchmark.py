@@ -76,3 +76,26 @@ def test_soft_law_floor_against_hidden_mujoco(capsys):
     assert true[0].startswith("TRUE parameters")
     assert all(n / t > 1000 for n, t in zip(nominal[1:], true[1:]))
     assert "hidden contact" in capsys.readouterr().out
+
+
+def test_a_fall_ends_a_piece_and_no_window_holds_a_fallen_robot():
+    """Seed 2's calibration recording tips the robot over after its second
+    push (its feet alone collide, so it used to sink through the floor and hang
+    from its feet for the rest of the recording). Now each fall is reset to
+    standing, the steps around it are masked, and every calibration window
+    holds an upright robot with its trunk well above the floor."""
+    robot = load("quadruped", floating_base=True)
+    model, truth = CAL.reality("quadruped", 2, "hidden")
+    q, v, cmd, mask, falls = CAL.record(model, "quadruped", robot, 20.0, 3, truth["delay"])
+    assert len(falls) >= 1 and np.isfinite(q).all()
+    stand = CAL.MC.ROBOTS["quadruped"].stand_height
+    # the reset: the step after a fall is standing at rest
+    for k in falls:
+        assert mask[k] and q[k, 2] == pytest.approx(q[0, 2], abs=1e-9) and not v[k].any()
+    wq, wv, wc, starts = CAL.segments(q, v, cmd, mask, 50)
+    assert len(starts) > 100
+    up = 1 - 2 * (wq[..., 4] ** 2 + wq[..., 5] ** 2)  # the trunk's z axis, world z component (w, x, y, z)
+    assert (wq[..., 2] > 0.5 * stand).all() and (up > 0.5).all()
+    # windows never straddle a reset
+    for k in falls:
+        assert not ((starts <= k) & (k <= starts + 50)).any()
