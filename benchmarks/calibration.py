@@ -254,7 +254,7 @@ def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int, 
         if down:
             push[max(k + 1 - margin, 0):k + 2 + margin] = True
             falls.append(k + 1)
-            data.qpos[:2], data.qpos[2:] = data.qpos[:2], start[2:]
+            data.qpos[2:] = start[2:]  # standing where it fell
             data.qvel[:] = 0.0
             data.xfrc_applied[trunk] = 0.0
             mujoco.mj_forward(model, data)
@@ -530,9 +530,12 @@ def main(argv=None):
     excite = {}
     for item in filter(None, args.excite.split(",")):
         kind, _, value = item.partition("=")
-        if kind not in AMPLITUDE or not value:
-            raise SystemExit(f"--excite {item!r}: expected KIND=RAD with KIND one of {sorted(AMPLITUDE)}")
-        excite[kind] = float(value)
+        try:
+            excite[kind] = float(value)
+        except ValueError:
+            excite[kind] = math.nan
+        if kind not in AMPLITUDE or not 0 <= excite[kind] < math.inf:
+            raise SystemExit(f"--excite {item!r}: expected KIND=RAD, RAD >= 0, with KIND one of {sorted(AMPLITUDE)}")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
 
