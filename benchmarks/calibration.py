@@ -209,6 +209,7 @@ def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int, 
     data.qpos[:] = start
     mujoco.mj_forward(model, data)
     margin = int(round(FALL_MARGIN / DT))
+    calves = [b for b in range(model.nbody) if "calf" in model.body(b).name]
     falls = []
     perm = MC.joint_permutation(model, robot.joint_names)
     n = int(round(seconds / DT))
@@ -249,7 +250,7 @@ def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int, 
         ctrl[perm] = cmd[max(k - delay, 0)]
         data.ctrl[:] = ctrl
         mujoco.mj_step(model, data)
-        down, touching = fallen(model, data, robot_key)
+        down, touching = fallen(model, data, robot_key, calves)
         push[k + 1] |= touching
         if down:
             push[max(k + 1 - margin, 0):k + 2 + margin] = True
@@ -270,15 +271,17 @@ def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int, 
 FALL_MARGIN = 0.3
 
 
-def fallen(model, data, robot_key: str) -> tuple[bool, bool]:
+def fallen(model, data, robot_key: str, calves=None) -> tuple[bool, bool]:
     """``(fallen, touching)``: the robot's trunk tilted more than 60 degrees or
     lower than half its standing height (it has fallen), and a knee (a calf
-    body's origin) within 3 cm of the floor (a real robot's knee would touch
-    the ground there; the models collide with the feet only)."""
+    body's origin; ``calves``: their body ids, found by name if not given)
+    within 3 cm of the floor (a real robot's knee would touch the ground
+    there; the models collide with the feet only)."""
     rs = MC.ROBOTS[robot_key]
     trunk = model.body(rs.root_link).id
     down = data.xmat[trunk, 8] < 0.5 or data.xpos[trunk, 2] < 0.5 * rs.stand_height
-    calves = [b for b in range(model.nbody) if "calf" in model.body(b).name]
+    if calves is None:
+        calves = [b for b in range(model.nbody) if "calf" in model.body(b).name]
     return bool(down), bool((data.xpos[calves, 2] < 0.03).any())
 
 
