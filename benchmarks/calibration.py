@@ -271,17 +271,15 @@ def record(model, robot_key: str, robot, seconds: float, seed: int, delay: int, 
 FALL_MARGIN = 0.3
 
 
-def fallen(model, data, robot_key: str, calves=None) -> tuple[bool, bool]:
+def fallen(model, data, robot_key: str, calves: list) -> tuple[bool, bool]:
     """``(fallen, touching)``: the robot's trunk tilted more than 60 degrees or
-    lower than half its standing height (it has fallen), and a knee (a calf
-    body's origin; ``calves``: their body ids, found by name if not given)
-    within 3 cm of the floor (a real robot's knee would touch the ground
-    there; the models collide with the feet only)."""
+    lower than half its standing height (it has fallen), and a knee (the
+    origin of a body in ``calves``, the calf bodies' ids) within 3 cm of the
+    floor (a real robot's knee would touch the ground there; the models
+    collide with the feet only)."""
     rs = MC.ROBOTS[robot_key]
     trunk = model.body(rs.root_link).id
     down = data.xmat[trunk, 8] < 0.5 or data.xpos[trunk, 2] < 0.5 * rs.stand_height
-    if calves is None:
-        calves = [b for b in range(model.nbody) if "calf" in model.body(b).name]
     return bool(down), bool((data.xpos[calves, 2] < 0.03).any())
 
 
@@ -682,8 +680,7 @@ def main(argv=None):
           + (f"falls (pieces ended, not used): {falls[0]} in the calibration recording, {falls[1]} held out; "
              if falls is not None else "")
           + (f"calibration targets {args.excite} rad; " if args.excite else "")
-          + 
-          f"recording {t_record:.1f} s, identify {t_fit:.1f} s"
+          + f"recording {t_record:.1f} s, identify {t_fit:.1f} s"
           + "".join(f"; fit {k + 1}: {f.iterations} Gauss-Newton iterations, {f.message}, rms residual {f.rms_residual:.4g}" for k, f in enumerate(fits))
           + (f"; masses anchored on the weighed total {true_total:.4g} kg" if args.total_mass else "") + "\n")
     for horizon, table in tables.items():
