@@ -699,8 +699,11 @@ class QuadrupedWalk(DiffEnv):
         """
         if self.gait_frequency == 0.0:
             return torch.zeros(phase.shape[:-1] + (12,), dtype=phase.dtype, device=phase.device)
-        off = torch.tensor([0.0, math.pi, math.pi, 0.0], dtype=phase.dtype, device=phase.device)
-        s = torch.clamp_min(torch.sin(phase + off), 0.0) ** 2  # (..., 4)
+        # Legs FL, FR, RL, RR at phase offsets 0, pi, pi, 0 (built from
+        # ``phase`` itself: a constant tensor would be copied to a GPU, a
+        # host synchronisation, at every step).
+        shifted = phase + math.pi
+        s = torch.clamp_min(torch.sin(torch.cat([phase, shifted, shifted, phase], -1)), 0.0) ** 2  # (..., 4)
         a = self.gait_amplitude * s
         return torch.stack([torch.zeros_like(a), a, -2.0 * a], -1).flatten(-2)
 

@@ -53,11 +53,17 @@ def smooth_saturation(x: torch.Tensor, limit: torch.Tensor, knee: float = 0.9) -
     return torch.where(finite & over, bent, x)
 
 
-def _as_param(x, like: torch.Tensor, name: str) -> torch.Tensor:
+def _as_param(x, like: torch.Tensor, name: str) -> torch.Tensor | float:
+    """A gain as the efforts use it: a tensor checked against ``like``, a
+    plain number kept a Python float (a multiplier; made a tensor on a GPU it
+    would be copied there, a host synchronisation, at every step), anything
+    else (a list, an array) made a tensor like ``like``."""
     if isinstance(x, torch.Tensor):
         if x.dtype != like.dtype or x.device != like.device:
             raise InputError(f"{name} must be {like.dtype} on {like.device}, got {x.dtype} on {x.device}")
         return x
+    if isinstance(x, (int, float)):
+        return float(x)
     return torch.as_tensor(x, dtype=like.dtype, device=like.device)
 
 
