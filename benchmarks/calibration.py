@@ -509,6 +509,10 @@ def main(argv=None):
                     help="fit each calibration window's start state too (ContactFit.estimate_starts: the noisy "
                          "recorded start is a prior, weighted by the sensor and estimator noise): 'fit' (the "
                          "default) rolls the offsets out, 'linear' solves them from the residuals' linearisation")
+    ap.add_argument("--polish", type=int, default=0, metavar="N",
+                    help="with --estimate-starts linear: N Levenberg-Marquardt iterations at the end on the "
+                         "rolled-out problem of the kept windows (parameters and start offsets together; "
+                         "ContactFit.polish)")
     ap.add_argument("--exact-starts", action="store_true",
                     help="diagnostic: the calibration windows start from the exact recorded state (the sensor "
                          "noise stays on every later sample): how much of the fit's error the noisy start "
@@ -537,6 +541,9 @@ def main(argv=None):
             excite[kind] = math.nan
         if kind not in AMPLITUDE or not 0 <= excite[kind] < math.inf:
             raise SystemExit(f"--excite {item!r}: expected KIND=RAD, RAD >= 0, with KIND one of {sorted(AMPLITUDE)}")
+    if args.polish < 0 or (args.polish and args.estimate_starts != "linear"):
+        raise SystemExit(f"--polish {args.polish}: expected a whole number of iterations >= 0, with "
+                         "--estimate-starts linear")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
 
@@ -607,7 +614,7 @@ def main(argv=None):
             f = identify(start_robot, Qn, Vn, dt=DT, params=params,
                          method=ContactFit(start_sim, U, segment=args.segment, delays=delays, history=H,
                                            noise=START_NOISE, delay_iterations=1,
-                                           estimate_starts=args.estimate_starts,
+                                           estimate_starts=args.estimate_starts, polish=args.polish,
                                            total_mass=true_total if anchored else None,
                                            total_mass_std=args.total_mass_std if anchored else None),
                          options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))

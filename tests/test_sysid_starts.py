@@ -6,6 +6,7 @@ agreeing, and bad settings."""
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -189,6 +190,12 @@ def test_bad_estimate_starts_is_a_config_error(sled):
             ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts=bad)
     with pytest.raises(ConfigError, match="'linear' needs jacobian='forward_mode'"):
         ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", jacobian="differences")
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="polish must be a whole number of iterations >= 0"):
+            ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", polish=bad)
+    for mode in (False, True):
+        with pytest.raises(ConfigError, match="polish=3 refines the estimate_starts='linear' fit"):
+            ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts=mode, polish=3)
 
 
 def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled):
@@ -200,7 +207,8 @@ def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled):
     the truth comes back from the others and the intervals are finite (the
     masses summed to the weighed total exactly, ``total_mass_std=0``).
     Without the outlier screen the window is kept and the friction ends
-    2.3 % low, the masses 0.6-0.7 % high (measured once)."""
+    2.3 % low, the masses 0.6-0.7 % high (measured once). The rolled-out
+    polish (``polish``) then runs on the 7 kept windows and keeps the truth."""
     robot, traj, u = sled
     v = traj.v.clone()
     for k, sign in zip((33, 35, 37, 39), (1, -1, 1, -1)):  # the second window (stride 30) of recording 0
@@ -211,11 +219,14 @@ def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled):
         fit = identify(start, traj.q, v, dt=DT, params=("body_mass", "contact_friction"),
                        method=ContactFit(sled_sim(start, TRUTH["stiffness"], TRUTH["damping"], GUESS["friction"],
                                                   TRUTH["strength"]), u, segment=10, stride=30, observe=ALL_CHANNELS,
-                                         delays=(TRUTH["delay"],), estimate_starts="linear",
+                                         delays=(TRUTH["delay"],), estimate_starts="linear", polish=2,
                                          total_mass=sum(TRUTH["mass"]), total_mass_std=0),
                        options=SolverOptions("gauss_newton", iterations=6, progress=False))
     assert "1 of 8 windows set aside" in fit.message and ": 1;" in fit.message, fit.message
     assert "summed to total_mass" in fit.message
+    polished = re.search(r"rolled out on the 7 kept windows: loss (\S+) -> (\S+) in", fit.message)
+    assert polished, fit.message
+    assert float(polished[2]) <= float(polished[1]) < 1e-2  # noise-free: next to nothing left to fit
     assert float(fit.params["contact_friction"]) == pytest.approx(TRUTH["friction"], rel=1e-4)
     torch.testing.assert_close(fit.params["body_mass"], torch.tensor(TRUTH["mass"], dtype=F64), rtol=1e-4, atol=0)
     assert fit.rms_residual < 1e-3
