@@ -885,6 +885,24 @@ class _InverseMasses(torch.autograd.Function):
 # ---------------------------------------------------------------- the solve
 
 
+def _spd_factor(A: torch.Tensor, check: bool | None = None) -> torch.Tensor:
+    """The Cholesky factor ``L (..., n, n)`` of ``A`` (:func:`spd_solve`).
+
+    On the CPU ``torch.linalg.cholesky``: a matrix that is not positive
+    definite raises ``LinAlgError``, which the simulator reports as the step
+    that could not be solved. On a GPU that error check would read the
+    factorisation's status on the host, a synchronisation at every solve;
+    there ``cholesky_ex`` (no check, the same factor) instead, with the factor
+    of a matrix that is not positive definite made NaN: that sample's state
+    turns non-finite, which the rollout reports (``check_finite``) and an env
+    resets. ``check`` overrides the choice (``True``: raise; ``False``: NaN).
+    """
+    if (A.device.type == "cpu") if check is None else check:
+        return torch.linalg.cholesky(A)
+    L, info = torch.linalg.cholesky_ex(A)
+    return torch.where((info == 0)[..., None, None], L, math.nan)
+
+
 class _SPDSolve(torch.autograd.Function):
     """``x = A^-1 b`` for symmetric positive definite ``A`` by a Cholesky
     factorisation, with the backward written out: ``g_b = A^-1 g_x`` (one
@@ -896,7 +914,7 @@ class _SPDSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, b):
-        L = torch.linalg.cholesky(A)
+        L = _spd_factor(A)
         x = torch.cholesky_solve(b[..., None], L)[..., 0]
         ctx.save_for_backward(A, b, L, x)
         return x
@@ -905,7 +923,7 @@ class _SPDSolve(torch.autograd.Function):
     def backward(ctx, gx):
         A, b, L, x = ctx.saved_tensors
         if torch.is_grad_enabled():
-            L = torch.linalg.cholesky(A)
+            L = _spd_factor(A)
         y = torch.cholesky_solve(gx[..., None], L)[..., 0]
         gA = -y[..., :, None] * x[..., None, :]
         return gA.sum_to_size(A.shape), y.sum_to_size(b.shape)
@@ -920,7 +938,7 @@ def spd_solve(A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     not take part in) and without autograd.
     """
     if transforms_active() or not (A.requires_grad or b.requires_grad) or not torch.is_grad_enabled():
-        return torch.cholesky_solve(b[..., None], torch.linalg.cholesky(A))[..., 0]
+        return torch.cholesky_solve(b[..., None], _spd_factor(A))[..., 0]
     shape = torch.broadcast_shapes(A.shape[:-2], b.shape[:-1])
     if A.shape[:-2] != shape:
         A = A.expand(*shape, *A.shape[-2:])

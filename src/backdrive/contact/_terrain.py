@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from .._constants import constant
 from .._errors import InputError, InvalidValueError
 
 __all__ = ["GroundPlane", "Heightfield", "Terrain"]
@@ -57,6 +58,9 @@ class GroundPlane(Terrain):
         if n.shape != (3,) or not bool(torch.isfinite(n).all()) or float(n.norm()) < 1e-9:
             raise InvalidValueError(f"ground plane normal must be a finite nonzero (3,) vector, got {normal!r}")
         self._normal = normal
+        # A normal given as numbers: its values, for a constant made once per
+        # dtype and device (not copied to a GPU at every query).
+        self._normal_values = None if isinstance(normal, torch.Tensor) else tuple(float(x) for x in n.tolist())
         if friction is not None:
             _param(friction, "friction", "ground plane")
             if not bool((torch.as_tensor(friction).detach() >= 0).all()):
@@ -72,13 +76,19 @@ class GroundPlane(Terrain):
 
     def normal(self, like: torch.Tensor) -> torch.Tensor:
         """``(3,)`` unit normal in ``like``'s dtype and device."""
-        n = torch.as_tensor(self._normal, dtype=like.dtype, device=like.device)
+        if self._normal_values is None:  # a tensor (it may require grad)
+            n = torch.as_tensor(self._normal, dtype=like.dtype, device=like.device)
+        else:
+            n = constant(self._normal_values, like.dtype, like.device)
         return n / n.norm()
 
     def query(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Signed distance ``(...)`` and normal ``(..., 3)`` of world points ``(..., 3)``."""
         n = self.normal(points)
-        h = torch.as_tensor(self.height, dtype=points.dtype, device=points.device)
+        h = self.height
+        # A number stays a Python float (made a tensor it would be copied to a
+        # GPU at every query); either way the product is taken in points' dtype.
+        h = torch.as_tensor(h, dtype=points.dtype, device=points.device) if isinstance(h, torch.Tensor) else float(h)
         dist = points @ n - h * n[2]
         return dist, n.expand(points.shape)
 

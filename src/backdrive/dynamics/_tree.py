@@ -511,7 +511,9 @@ def _mass_constants(model: RobotModel, o: int) -> dict:
         anc = tree_schedule(m).anc
         cols = ([0] * 6 if m.floating_base else []) + list(range(1, m.num_bodies))
         mask = anc[o:][:, cols][..., None].contiguous()
-        T = torch.zeros(13, 6, 6, dtype=m.dtype, device=m.device)
+        # Filled entry by entry on the CPU, then moved once: on a GPU each
+        # entry written there would be a host-to-device copy of its own.
+        T = torch.zeros(13, 6, 6, dtype=m.dtype, device="cpu")
         for i in range(3):
             T[0, i, i] = 1.0
             for j in range(3):
@@ -521,10 +523,11 @@ def _mass_constants(model: RobotModel, o: int) -> dict:
             comp = (0, 0, 1, 1, 2, 2)[k]
             T[1 + comp, 3 + i, j] = sg
             T[1 + comp, j, 3 + i] = sg
-        to6 = T.reshape(13, 36).contiguous()
-        scatter = torch.zeros(m.num_bodies - o, len(cols), dtype=m.dtype, device=m.device)
+        to6 = T.reshape(13, 36).contiguous().to(m.device)
+        scatter = torch.zeros(m.num_bodies - o, len(cols), dtype=m.dtype, device="cpu")
         for k, b in enumerate(cols):
             scatter[b - o, k] = 1.0
+        scatter = scatter.to(m.device)
         return {"mask": mask, "to6": to6, "from6": to6.T.contiguous(), "scatter": scatter}
 
     return geometry_constants(model, f"dynamics.mass_constants.{o}", build)

@@ -16,6 +16,7 @@ episode counters, automatic resets, seeding and checkpointable state.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -23,6 +24,12 @@ import torch
 from .._errors import InputError
 
 __all__ = ["DiffEnv"]
+
+
+@functools.lru_cache(maxsize=256)
+def _width(low: float, high: float, dtype: torch.dtype) -> float:
+    """``high - low`` as a subtraction in ``dtype`` gives it (of the two rounded to ``dtype``), a Python float."""
+    return float(torch.tensor(high, dtype=dtype, device="cpu") - torch.tensor(low, dtype=dtype, device="cpu"))
 
 
 class DiffEnv:
@@ -289,6 +296,11 @@ class DiffEnv:
     def _uniform(self, low, high, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
         """Uniform samples in ``[low, high)`` of the env's dtype."""
         u = torch.rand(shape, generator=generator, dtype=self.dtype, device=self.device)
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            # Numbers stay Python floats (made tensors they would be copied to a
+            # GPU, a host synchronisation, at every draw); the width rounded as
+            # the dtype's subtraction rounds it, so the samples are the same.
+            return low + _width(float(low), float(high), self.dtype) * u
         low = torch.as_tensor(low, dtype=self.dtype, device=self.device)
         high = torch.as_tensor(high, dtype=self.dtype, device=self.device)
         return low + (high - low) * u

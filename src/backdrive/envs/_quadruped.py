@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
+from .._constants import constant
 from .._errors import InputError, InvalidValueError, PolicyConfigError
 from ..spatial import quat_apply, quat_conjugate
 from ._base import DiffEnv
@@ -83,7 +84,8 @@ def gravity_in_base(state: torch.Tensor) -> torch.Tensor:
     """Gravity's direction in the floating base's frame ``(..., 3)`` from a
     state whose ``[..., 3:7]`` is the base quaternion (``(0, 0, -1)`` upright)."""
     quat = state[..., 3:7]
-    down = torch.tensor([0.0, 0.0, -1.0], dtype=state.dtype, device=state.device).expand(quat.shape[:-1] + (3,))
+    # Made once per dtype and device (a constant made here would be copied to a GPU at every step).
+    down = constant((0.0, 0.0, -1.0), state.dtype, state.device).expand(quat.shape[:-1] + (3,))
     return quat_apply(quat_conjugate(quat), down)
 
 
@@ -410,6 +412,9 @@ class QuadrupedWalk(DiffEnv):
         # dynamics take one mass per link for the whole batch.
         levels = (1.0,) if randomization is None or randomization.base_mass is None else randomization.base_mass
         self.mass_levels = torch.tensor(levels, **kw)
+        # Whether initial_state draws a base-mass factor (decided here: reading
+        # mass_levels there would be a host synchronisation at every step on a GPU).
+        self._draws_mass = len(levels) > 1 or float(levels[0]) != 1.0
         self._robots = [self._with_base_mass(f) for f in levels]
 
     def _with_base_mass(self, factor: float):
@@ -499,14 +504,15 @@ class QuadrupedWalk(DiffEnv):
         contact = torch.ones(n, 4, **kw)
         r = self.randomization
         dr = torch.ones(n, 3, **kw)
-        dr[:, 0] = float(self.nominal_contact.friction)
+        friction = self.nominal_contact.friction  # a tensor (a fit's) copied on the device, not read on the host
+        dr[:, 0] = friction.detach().reshape(()) if isinstance(friction, torch.Tensor) else float(friction)
         if r is not None:
             for i, rng in enumerate((r.friction, r.stiffness_scale, r.motor_strength)):
                 if rng is not None:
                     dr[:, i] = self._uniform(rng[0], rng[1], (n,), generator)
         phase = self._uniform(0.0, 2 * math.pi, (n, 1), generator)
         mass = torch.ones(n, 1, **kw)
-        if len(self.mass_levels) > 1 or float(self.mass_levels[0]) != 1.0:
+        if self._draws_mass:
             # Drawn last, so the draws above are those of an env without it.
             pick = torch.randint(len(self.mass_levels), (n,), generator=generator, device=generator.device)
             mass = self.mass_levels[pick.to(self.device)][:, None]
@@ -645,7 +651,7 @@ class QuadrupedWalk(DiffEnv):
         p = self.split(next_state)
         q, v, cmd = p["q"], p["v"], p["command"]
         quat = q[:, 3:7]
-        g = quat_apply(quat_conjugate(quat), torch.tensor([0.0, 0.0, -1.0], dtype=q.dtype, device=q.device))
+        g = quat_apply(quat_conjugate(quat), constant((0.0, 0.0, -1.0), q.dtype, q.device))
         world_v = quat_apply(quat, v[:, :3])
         c = p["contact"]
         moving = (torch.linalg.vector_norm(cmd, dim=-1) > 0.1).to(q.dtype)

@@ -392,7 +392,13 @@ class Simulator:
         """``(nv,)`` the PD actuator's ``kd`` on its joints (treated implicitly), or ``None``."""
         if not isinstance(self.actuator, PDActuator):
             return None
-        kd = torch.as_tensor(self.actuator.kd, dtype=self.dtype, device=self.device).expand(self.nu)
+        kd = self.actuator.kd
+        if isinstance(kd, (int, float)):
+            # A number filled in on the device (torch.as_tensor would copy it
+            # there, a host synchronisation, at every step); a tensor kept.
+            kd = torch.full((self.nu,), float(kd), dtype=self.dtype, device=self.device)
+        else:
+            kd = torch.as_tensor(kd, dtype=self.dtype, device=self.device).expand(self.nu)
         kd = kd @ self._select
         if self.robot.floating_base:
             kd = torch.cat([kd.new_zeros(6), kd])
