@@ -788,7 +788,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         residuals ``r`` and Jacobians ``(dr/dxi, dr/ds)`` at each window's
         centre (its recorded start moved by ``centre``, the offset its own
         rolled-out fit found), and the closed-form offsets of the
-        linearisation there."""
+        linearisation there (``offsets(r, Js)``; ``solved(xi)`` gives them
+        at the parameters ``xi``)."""
         useg = commands(delay).reshape(windows, K, -1)[keep]
         q0, v0, qr, vr = (x[keep] for x in flat)
         c = centre[keep]
@@ -808,14 +809,21 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             d = -torch.linalg.solve(A, torch.einsum("wmn,wm->wn", Js, r) + c / start_sigma.pow(2))
             return A, d, torch.cat([(c + d) / start_sigma, r + torch.einsum("wmn,wn->wm", Js, d)], -1)
 
-        return channels, offsets, state0.v.new_zeros(ns)
+        e0 = state0.v.new_zeros(ns)
+
+        def solved(xi):
+            # ``offsets`` at ``xi``, from the start Jacobian at the centres.
+            Js, r = torch.func.jacfwd(lambda e: channels(xi, e), has_aux=True)(e0)
+            return offsets(r, Js)
+
+        return channels, offsets, solved, e0
 
     def linear_problem(delay: int, keep: torch.Tensor):
         """The parameters' problem of ``estimate_starts='linear'``: at each of
         their values every kept window's start offset is solved from the
         residuals' linearisation in it (a Gauss-Newton step from the
         window's centre, with the prior), not rolled out."""
-        channels, offsets, e0 = linear_parts(delay, keep)
+        channels, offsets, solved, e0 = linear_parts(delay, keep)
         n_rows = len(keep) * (ns + m_w)
 
         def anchored(xi):
@@ -824,8 +832,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         def fun(xi):
             xi = xi.detach()
             try:
-                Js, r = torch.func.jacfwd(lambda e: channels(xi, e), has_aux=True)(e0)
-                out = offsets(r, Js)[2].reshape(-1)
+                out = solved(xi)[2].reshape(-1)
             except (torch.linalg.LinAlgError, InvalidValueError, NonFiniteError):
                 return torch.full((n_rows + (anchor is not None),), math.inf, dtype=xi.dtype, device=xi.device)
             return out if anchor is None else torch.cat([out, anchored(xi)])
@@ -855,11 +862,10 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         deviation for ``m`` residuals), and that loss no outlier among the
         windows' (:data:`_LINEAR_WINDOW_SIGMAS`)."""
         every = torch.arange(windows, device=q.device)
-        channels, offsets, e0 = linear_parts(delay, every)
+        channels, _, solved, e0 = linear_parts(delay, every)
         xi = xi.detach()
         with torch.no_grad():
-            Js, r = torch.func.jacfwd(lambda e: channels(xi, e), has_aux=True)(e0)
-            _, d, rows = offsets(r, Js)
+            _, d, rows = solved(xi)
             whole = rows[..., :ns]  # (c + d) / sigma
             rolled = channels(xi, e0, d)[0].pow(2).sum(-1) + whole.pow(2).sum(-1)
         ok = ((rolled - rows.pow(2).sum(-1)).abs() <= math.sqrt(2 * m_w)) & \
@@ -983,10 +989,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         if fit.polish:
             # Each kept window from its centre moved by its linear offset at
             # the fit: the rolled-out problem's loss there is the screen's.
-            channels, offsets, e0 = linear_parts(delay, kept)
             with torch.no_grad():
-                Js, r = torch.func.jacfwd(lambda e: channels(res.x.detach(), e), has_aux=True)(e0)
-                d = offsets(r, Js)[1]
+                d = linear_parts(delay, kept)[2](res.x.detach())[1]
             fun, jac = problem(delay, True, keep=kept)
             res = minimize(fun, torch.cat([res.x[:P], d.reshape(-1)]), opts.replace(iterations=fit.polish),
                            jacobian_fun=jac, label=f"identify[contact, delay {delay}, rolled out]")
