@@ -124,7 +124,7 @@ def _bptt_ddp_vs_flat(preset, env, reps: int) -> dict:
     policy = MLPPolicy(env.obs_dim, env.action_dim, env.action_low, env.action_high, c.hidden, c.activation, c.squash)
     policy = policy.to(dtype=env.dtype, device=env.device)
     ddp = DDP(policy)
-    dp = DataParallel(dist.get_rank(), dist.get_world_size(), dist.group.WORLD, dist.get_backend(), env.device)
+    dp = DataParallel(dist.get_rank(), dist.get_world_size(), dist.get_backend(), env.device)
     params = list(policy.parameters())
 
     def window(module):
@@ -476,6 +476,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        import torch.distributed as dist
+
+        if dist.is_initialized():  # closed while the interpreter is whole (see DataParallel)
+            dist.destroy_process_group()
         return
     if args.compile_step:
         compile_step_bench(args)

@@ -43,6 +43,7 @@ also stops the remaining workers when one exits with an error.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import datetime
 import hashlib
@@ -111,6 +112,12 @@ def local_device() -> torch.device:
     return torch.device("cpu")
 
 
+def _destroy_default_group() -> None:
+    """Destroy the default process group if it is still open (the exit hook of a group :meth:`DataParallel.setup` made)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _launched() -> bool:
     """Whether a launcher (torchrun) started this process as one of several."""
     try:
@@ -165,23 +172,33 @@ class DataParallel:
     (no process group is needed), so the trainer calls them unconditionally.
 
     Build it with :meth:`setup`. Attributes: ``rank``, ``world_size``,
-    ``group`` (``None`` in one process), ``backend``, ``device`` (where the
-    collectives' tensors live: the env's device).
+    ``backend``, ``device`` (where the collectives' tensors live: the env's
+    device) and the property ``group``.
+
+    It trains in torch's default (world) process group and holds no
+    reference to it: the group is looked up at each collective. A reference
+    kept by a trainer that outlives ``destroy_process_group()`` would free
+    the gloo group only during interpreter shutdown, which aborts the
+    process ("terminate called without an active exception") about every
+    other run with torch 2.13.
     """
 
     def __init__(
         self,
         rank: int = 0,
         world_size: int = 1,
-        group=None,
         backend: str | None = None,
         device: torch.device | str = "cpu",
     ) -> None:
         self.rank = rank
         self.world_size = world_size
-        self.group = group
         self.backend = backend
         self.device = torch.device(device)
+
+    @property
+    def group(self):
+        """The default process group (``None`` in one process or once it was destroyed)."""
+        return dist.group.WORLD if self.active and dist.is_initialized() else None
 
     # ---------------------------------------------------------------- setup
     @classmethod
@@ -237,13 +254,16 @@ class DataParallel:
                 torch.cuda.set_device(device)
             timeout = datetime.timedelta(seconds=float(timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S))
             dist.init_process_group(backend=backend, timeout=timeout)
-        group = dist.group.WORLD
-        actual = dist.get_backend(group)
+            # Closed at exit while the interpreter is whole: a gloo group
+            # still open when the interpreter shuts down aborts the process
+            # about every other run (torch 2.13).
+            atexit.register(_destroy_default_group)
+        actual = dist.get_backend()
         if backend is not None and actual != backend:
             raise PolicyConfigError(f"backend {backend!r} asked for, but the process group uses {actual!r}")
         if actual == "nccl" and device.type != "cuda":
             raise PolicyConfigError(f"the process group uses nccl, which needs CUDA tensors; the env is on {device}")
-        return cls(dist.get_rank(group), dist.get_world_size(group), group, actual, device)
+        return cls(dist.get_rank(), dist.get_world_size(), actual, device)
 
     @property
     def active(self) -> bool:
