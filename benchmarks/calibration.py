@@ -513,6 +513,9 @@ def main(argv=None):
                     help="with --estimate-starts linear: N Levenberg-Marquardt iterations at the end on the "
                          "rolled-out problem of the kept windows (parameters and start offsets together; "
                          "ContactFit.polish)")
+    ap.add_argument("--polish-windows", default="kept", choices=("kept", "plausible"),
+                    help="the windows the polish rolls out (ContactFit.polish_windows): the linear screen's "
+                         "kept ones, or every window whose rolled-out loss is no outlier")
     ap.add_argument("--exact-starts", action="store_true",
                     help="diagnostic: the calibration windows start from the exact recorded state (the sensor "
                          "noise stays on every later sample): how much of the fit's error the noisy start "
@@ -544,6 +547,8 @@ def main(argv=None):
     if args.polish < 0 or (args.polish and args.estimate_starts != "linear"):
         raise SystemExit(f"--polish {args.polish}: expected a whole number of iterations >= 0, with "
                          "--estimate-starts linear")
+    if args.polish_windows != "kept" and not args.polish:
+        raise SystemExit(f"--polish-windows {args.polish_windows}: needs --polish N with N >= 1")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
 
@@ -615,6 +620,7 @@ def main(argv=None):
                          method=ContactFit(start_sim, U, segment=args.segment, delays=delays, history=H,
                                            noise=START_NOISE, delay_iterations=1,
                                            estimate_starts=args.estimate_starts, polish=args.polish,
+                                           polish_windows=args.polish_windows,
                                            total_mass=true_total if anchored else None,
                                            total_mass_std=args.total_mass_std if anchored else None),
                          options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))

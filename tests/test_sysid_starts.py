@@ -196,9 +196,15 @@ def test_bad_estimate_starts_is_a_config_error(sled):
     for mode in (False, True):
         with pytest.raises(ConfigError, match="polish=3 refines the estimate_starts='linear' fit"):
             ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts=mode, polish=3)
+    for bad in ("all", None, 1):
+        with pytest.raises(ConfigError, match="polish_windows must be 'kept' or 'plausible'"):
+            ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", polish=2, polish_windows=bad)
+    with pytest.raises(ConfigError, match="polish is 0; set polish"):
+        ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", polish_windows="plausible")
 
 
-def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled):
+@pytest.mark.parametrize("windows", ["kept", "plausible"])
+def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled, windows):
     """``estimate_starts='linear'`` on noise-free recordings from the same
     simulator, one window of which holds an encoder glitch (four joint-rate
     samples 10 noise levels off, alternating in sign: nothing a start offset
@@ -208,7 +214,9 @@ def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled):
     masses summed to the weighed total exactly, ``total_mass_std=0``).
     Without the outlier screen the window is kept and the friction ends
     2.3 % low, the masses 0.6-0.7 % high (measured once). The rolled-out
-    polish (``polish``) then runs on the 7 kept windows and keeps the truth."""
+    polish (``polish``) then runs on the 7 kept windows and keeps the truth;
+    with ``polish_windows='plausible'`` the glitched window's rolled-out
+    loss is an outlier too, so the polish runs on the same 7."""
     robot, traj, u = sled
     v = traj.v.clone()
     for k, sign in zip((33, 35, 37, 39), (1, -1, 1, -1)):  # the second window (stride 30) of recording 0
@@ -220,11 +228,13 @@ def test_linear_starts_on_noise_free_data_set_a_glitched_window_aside(sled):
                        method=ContactFit(sled_sim(start, TRUTH["stiffness"], TRUTH["damping"], GUESS["friction"],
                                                   TRUTH["strength"]), u, segment=10, stride=30, observe=ALL_CHANNELS,
                                          delays=(TRUTH["delay"],), estimate_starts="linear", polish=2,
+                                         polish_windows=windows,
                                          total_mass=sum(TRUTH["mass"]), total_mass_std=0),
                        options=SolverOptions("gauss_newton", iterations=6, progress=False))
     assert "1 of 8 windows set aside" in fit.message and ": 1;" in fit.message, fit.message
     assert "summed to total_mass" in fit.message
-    polished = re.search(r"rolled out on the 7 kept windows: loss (\S+) -> (\S+) in", fit.message)
+    which = "7 kept windows" if windows == "kept" else r"7 plausible windows \(the screen kept 7; 0 more\)"
+    polished = re.search(which + r": loss (\S+) -> (\S+) in", fit.message)
     assert polished, fit.message
     assert float(polished[2]) <= float(polished[1]) < 1e-2  # noise-free: next to nothing left to fit
     assert float(fit.params["contact_friction"]) == pytest.approx(TRUTH["friction"], rel=1e-4)

@@ -265,6 +265,15 @@ class ContactFit:
             its minimum can sit off the rolled-out one; the polish removes
             that approximation (0: none, the default). The ``message`` gives
             the rolled-out loss before and after.
+        polish_windows: the windows the polish rolls out. ``'kept'`` (the
+            default): those the linear screen kept, each from its linear
+            offset. ``'plausible'``: every window whose rolled-out loss at
+            the fit, from the better of its centre and its linear offset, is
+            no outlier (the screen's rule, with the kept windows' median as
+            the typical loss) and whose whole offset is within 4 noise
+            levels in every coordinate. The rolled-out problem needs no
+            linearity, so windows the screen set aside for their
+            non-linear start can count again; the ``message`` says how many.
 
     Raises:
         ConfigError: a setting out of range or of the wrong type.
@@ -286,6 +295,7 @@ class ContactFit:
     total_mass_std: float | None = None
     estimate_starts: bool | str = False
     polish: int = 0
+    polish_windows: str = "kept"
 
     def __post_init__(self):
         if self.jacobian not in ("forward_mode", "differences"):
@@ -342,6 +352,11 @@ class ContactFit:
         if x and e != "linear":
             raise ConfigError(f"ContactFit.polish={x} refines the estimate_starts='linear' fit, but estimate_starts is "
                               f"{e!r}; set estimate_starts='linear', or polish=0")
+        if self.polish_windows not in ("kept", "plausible"):
+            raise ConfigError(f"ContactFit.polish_windows must be 'kept' or 'plausible', got {self.polish_windows!r}")
+        if self.polish_windows != "kept" and not x:
+            raise ConfigError(f"ContactFit.polish_windows={self.polish_windows!r} chooses the windows of the polish, "
+                              "but polish is 0; set polish to a number of iterations")
         if self.total_mass_std is not None and self.total_mass is None:
             raise ConfigError("ContactFit.total_mass_std is given without total_mass (the weighed mass, kg)")
         if self.noise is not None:
@@ -880,6 +895,33 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             return every
         return every[ok]
 
+    def plausible(xi: torch.Tensor, delay: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The windows of ``polish_windows='plausible'`` and their start
+        offsets from the centres: every window from the better (by rolled-out
+        loss at ``xi``) of its centre and its linear offset, kept when that
+        whole offset is plausible under the prior and its loss no outlier
+        (the typical loss taken from the screen's kept windows)."""
+        every = torch.arange(windows, device=q.device)
+        channels, _, solved, e0 = linear_parts(delay, every)
+        xi = xi.detach()
+        with torch.no_grad():
+            zero = torch.zeros_like(centre)
+            d = solved(xi)[1]
+            d = torch.where(torch.isfinite(d).all(-1, keepdim=True), d, zero)
+            loss = [channels(xi, e0, x)[0].pow(2).sum(-1) + ((centre + x) / start_sigma).pow(2).sum(-1)
+                    for x in (zero, d)]
+            loss = [torch.where(torch.isfinite(l), l, torch.full_like(l, math.inf)) for l in loss]
+            linear = loss[1] < loss[0]
+            best, start = torch.where(linear, loss[1], loss[0]), torch.where(linear[:, None], d, zero)
+        typical = best[kept]
+        scale = max(float(typical[torch.isfinite(typical)].median()) / m_w, 1.0) if bool(
+            torch.isfinite(typical).any()) else 1.0
+        ok = torch.isfinite(best) & (((centre + start) / start_sigma).abs().amax(-1) <= _LINEAR_START_SIGMAS) & (
+            best <= scale * (m_w + _LINEAR_WINDOW_SIGMAS * math.sqrt(2 * m_w)))
+        if not bool(ok.any()):
+            return kept, linear_parts(delay, kept)[2](xi)[1]
+        return every[ok], start[ok]
+
     def centred(xi: torch.Tensor, delay: int, s: torch.Tensor, iterations: int) -> torch.Tensor:
         """Every window's start offset fitted through rolled-out steps with
         the parameters held at ``xi`` (from ``s``), flat: the offsets'
@@ -989,12 +1031,19 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         if fit.polish:
             # Each kept window from its centre moved by its linear offset at
             # the fit: the rolled-out problem's loss there is the screen's.
-            with torch.no_grad():
-                d = linear_parts(delay, kept)[2](res.x.detach())[1]
+            screened, screened_set = len(kept), kept.tolist()
+            if fit.polish_windows == "plausible":
+                kept, d = plausible(res.x, delay)
+                which = (f"{len(kept)} plausible windows (the screen kept {screened}; "
+                         f"{len(set(kept.tolist()) - set(screened_set))} more)")
+            else:
+                with torch.no_grad():
+                    d = linear_parts(delay, kept)[2](res.x.detach())[1]
+                which = f"{len(kept)} kept windows"
             fun, jac = problem(delay, True, keep=kept)
             res = minimize(fun, torch.cat([res.x[:P], d.reshape(-1)]), opts.replace(iterations=fit.polish),
                            jacobian_fun=jac, label=f"identify[contact, delay {delay}, rolled out]")
-            polished = (f"; rolled out on the {len(kept)} kept windows: loss {res.losses[0]:.8g} -> "
+            polished = (f"; rolled out on the {which}: loss {res.losses[0]:.8g} -> "
                         f"{res.losses[-1]:.8g} in {res.iterations} iterations ({res.message})")
     elif ns:
         # The start offsets join from the first fit's result: from a far
@@ -1041,8 +1090,11 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         evaluations=res.evaluations,
         wall_time=res.wall_time,
         message=res.message + ("" if kept is None or len(kept) == windows else
-                               f"; {windows - len(kept)} of {windows} windows set aside (their start's effect "
-                               f"is not linear within the noise, or their loss is an outlier): "
+                               f"; {windows - len(kept)} of {windows} windows set aside ("
+                               + ("their rolled-out loss is an outlier or their start offset implausible"
+                                  if fit.polish and fit.polish_windows == "plausible" else
+                                  "their start's effect is not linear within the noise, or their loss is an "
+                                  "outlier") + "): "
                                f"{_listed(sorted(set(range(windows)) - set(kept.tolist())))}") + polished
         + ("" if fitted_mass is None else
                                f"; body masses summed to total_mass {fit.total_mass:g} kg exactly (their sum has "

@@ -113,7 +113,9 @@ def local_device() -> torch.device:
 
 
 def _destroy_default_group() -> None:
-    """Destroy the default process group if it is still open (the exit hook of a group :meth:`DataParallel.setup` made)."""
+    """Destroy the default process group if it is still open.
+
+    The exit hook of a group that :meth:`DataParallel.setup` created."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
