@@ -509,10 +509,10 @@ def main(argv=None):
                     help="fit each calibration window's start state too (ContactFit.estimate_starts: the noisy "
                          "recorded start is a prior, weighted by the sensor and estimator noise): 'fit' (the "
                          "default) rolls the offsets out, 'linear' solves them from the residuals' linearisation")
-    ap.add_argument("--polish", type=int, default=0, metavar="N",
+    ap.add_argument("--polish", type=int, default=None, metavar="N",
                     help="with --estimate-starts linear: N Levenberg-Marquardt iterations at the end on the "
                          "rolled-out problem of the kept windows (parameters and start offsets together; "
-                         "ContactFit.polish)")
+                         "ContactFit.polish; default: the library's, 12 after linear starts; 0: none)")
     ap.add_argument("--polish-windows", default="kept", choices=("kept", "plausible"),
                     help="the windows the polish rolls out (ContactFit.polish_windows): the linear screen's "
                          "kept ones, or every window whose rolled-out loss is no outlier")
@@ -544,11 +544,12 @@ def main(argv=None):
             excite[kind] = math.nan
         if kind not in AMPLITUDE or not 0 <= excite[kind] < math.inf:
             raise SystemExit(f"--excite {item!r}: expected KIND=RAD, RAD >= 0, with KIND one of {sorted(AMPLITUDE)}")
-    if args.polish < 0 or (args.polish and args.estimate_starts != "linear"):
+    if args.polish is not None and (args.polish < 0 or (args.polish and args.estimate_starts != "linear")):
         raise SystemExit(f"--polish {args.polish}: expected a whole number of iterations >= 0, with "
                          "--estimate-starts linear")
-    if args.polish_windows != "kept" and not args.polish:
-        raise SystemExit(f"--polish-windows {args.polish_windows}: needs --polish N with N >= 1")
+    if args.polish_windows != "kept" and (args.polish == 0 or args.estimate_starts != "linear"):
+        raise SystemExit(f"--polish-windows {args.polish_windows}: needs the polish (--estimate-starts linear, "
+                         "--polish N >= 1 or its default)")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*torch.jit.script.*")
 

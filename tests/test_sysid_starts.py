@@ -17,6 +17,7 @@ from backdrive.contact import ContactGeometry, ContactModel, ContactParameters
 from backdrive.data import load
 from backdrive.optim import DEFAULT_NOISE, BlockJacobian, ContactFit, SolverOptions, identify
 from backdrive.optim._solvers import _normal_equations
+from backdrive.optim._sysid_contact import DEFAULT_POLISH
 from backdrive.sim import PDActuator, Simulator, State
 from backdrive.spatial import quat_multiply, rotvec_to_quat
 
@@ -199,8 +200,22 @@ def test_bad_estimate_starts_is_a_config_error(sled):
     for bad in ("all", None, 1):
         with pytest.raises(ConfigError, match="polish_windows must be 'kept' or 'plausible'"):
             ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", polish=2, polish_windows=bad)
-    with pytest.raises(ConfigError, match="polish is 0; set polish"):
-        ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, estimate_starts="linear", polish_windows="plausible")
+    for kw in ({"estimate_starts": "linear", "polish": 0}, {"estimate_starts": True}):
+        with pytest.raises(ConfigError, match="but no polish runs"):
+            ContactFit(sled_sim(robot, 3e4, 400.0, 0.5), u, polish_windows="plausible", **kw)
+
+
+def test_the_polish_is_on_by_default_after_linear_starts(sled):
+    """``polish=None`` (the default): DEFAULT_POLISH iterations after
+    ``estimate_starts='linear'``, none otherwise; an explicit value wins."""
+    robot, traj, u = sled
+    sim = sled_sim(robot, 3e4, 400.0, 0.5)
+    assert DEFAULT_POLISH == 12
+    assert ContactFit(sim, u, estimate_starts="linear").polish_iterations == DEFAULT_POLISH
+    assert ContactFit(sim, u, estimate_starts="linear", polish=0).polish_iterations == 0
+    assert ContactFit(sim, u, estimate_starts="linear", polish=3).polish_iterations == 3
+    for mode in (False, True, "fit"):
+        assert ContactFit(sim, u, estimate_starts=mode).polish_iterations == 0
 
 
 @pytest.mark.parametrize("windows", ["kept", "plausible"])
