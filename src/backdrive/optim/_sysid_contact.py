@@ -888,6 +888,25 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
 
         return fun, jac
 
+    def rolled_loss(channels, xi: torch.Tensor, e0: torch.Tensor, ds: torch.Tensor) -> torch.Tensor:
+        """(windows,) each window's rolled-out loss from its centre moved by
+        ``ds`` (``channels`` of :func:`linear_parts` on every window), the
+        prior on the whole offset ``centre + ds`` included."""
+        return channels(xi, e0, ds)[0].pow(2).sum(-1) + ((centre + ds) / start_sigma).pow(2).sum(-1)
+
+    def plausible_offset(ds: torch.Tensor) -> torch.Tensor:
+        """Whether each whole offset ``centre + ds`` is within
+        :data:`_LINEAR_START_SIGMAS` noise levels in every coordinate."""
+        return ((centre + ds) / start_sigma).abs().amax(-1) <= _LINEAR_START_SIGMAS
+
+    def no_outlier(loss: torch.Tensor, typical: torch.Tensor) -> torch.Tensor:
+        """Whether each window's ``loss`` is within
+        :data:`_LINEAR_WINDOW_SIGMAS` chi-square standard deviations of the
+        typical window's (the median of ``typical``, per residual at least
+        the noise's 1)."""
+        scale = max(float(typical.median()) / m_w, 1.0)
+        return loss <= scale * (m_w + _LINEAR_WINDOW_SIGMAS * math.sqrt(2 * m_w))
+
     def screen(xi: torch.Tensor, delay: int) -> torch.Tensor:
         """The windows whose start error the linearisation at their centre
         explains: the whole offset plausible under the prior (every
@@ -901,13 +920,10 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         xi = xi.detach()
         with torch.no_grad():
             _, d, rows = solved(xi)
-            whole = rows[..., :ns]  # (c + d) / sigma
-            rolled = channels(xi, e0, d)[0].pow(2).sum(-1) + whole.pow(2).sum(-1)
-        ok = ((rolled - rows.pow(2).sum(-1)).abs() <= math.sqrt(2 * m_w)) & \
-             (whole.abs().amax(-1) <= _LINEAR_START_SIGMAS)
+            rolled = rolled_loss(channels, xi, e0, d)
+        ok = ((rolled - rows.pow(2).sum(-1)).abs() <= math.sqrt(2 * m_w)) & plausible_offset(d)
         if bool(ok.any()):
-            scale = max(float(rolled[ok].median()) / m_w, 1.0)
-            ok &= rolled <= scale * (m_w + _LINEAR_WINDOW_SIGMAS * math.sqrt(2 * m_w))
+            ok &= no_outlier(rolled, rolled[ok])
         if not bool(ok.any()):
             warnings.warn("identify: estimate_starts='linear': no window's start error is linear within the noise "
                           "at these parameters, so every window is used (the recorded starts' bias then stays in "
@@ -928,16 +944,14 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             zero = torch.zeros_like(centre)
             d = solved(xi)[1]
             d = torch.where(torch.isfinite(d).all(-1, keepdim=True), d, zero)
-            loss = [channels(xi, e0, x)[0].pow(2).sum(-1) + ((centre + x) / start_sigma).pow(2).sum(-1)
-                    for x in (zero, d)]
+            loss = [rolled_loss(channels, xi, e0, x) for x in (zero, d)]
             loss = [torch.where(torch.isfinite(l), l, torch.full_like(l, math.inf)) for l in loss]
             linear = loss[1] < loss[0]
             best, start = torch.where(linear, loss[1], loss[0]), torch.where(linear[:, None], d, zero)
-        typical = best[kept]
-        scale = max(float(typical[torch.isfinite(typical)].median()) / m_w, 1.0) if bool(
-            torch.isfinite(typical).any()) else 1.0
-        ok = torch.isfinite(best) & (((centre + start) / start_sigma).abs().amax(-1) <= _LINEAR_START_SIGMAS) & (
-            best <= scale * (m_w + _LINEAR_WINDOW_SIGMAS * math.sqrt(2 * m_w)))
+        typical = best[kept][torch.isfinite(best[kept])]
+        if not typical.numel():  # no kept window's loss to go by: the noise's own
+            typical = best.new_full((1,), float(m_w))
+        ok = torch.isfinite(best) & plausible_offset(start) & no_outlier(best, typical)
         if not bool(ok.any()):
             return kept, linear_parts(delay, kept)[2](xi)[1]
         return every[ok], start[ok]
