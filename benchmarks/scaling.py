@@ -476,10 +476,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         worker(args)
-        import torch.distributed as dist
-
-        if dist.is_initialized():  # closed while the interpreter is whole (see DataParallel)
-            dist.destroy_process_group()
         return
     if args.compile_step:
         compile_step_bench(args)

@@ -952,8 +952,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         if not typical.numel():  # no kept window's loss to go by: the noise's own
             typical = best.new_full((1,), float(m_w))
         ok = torch.isfinite(best) & plausible_offset(start) & no_outlier(best, typical)
-        if not bool(ok.any()):
-            return kept, linear_parts(delay, kept)[2](xi)[1]
+        if not bool(ok.any()):  # the screen's windows, each from its linear offset
+            return kept, d[kept]
         return every[ok], start[ok]
 
     def centred(xi: torch.Tensor, delay: int, s: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -1065,11 +1065,10 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         if fit.polish_iterations:
             # Each kept window from its centre moved by its linear offset at
             # the fit: the rolled-out problem's loss there is the screen's.
-            screened, screened_set = len(kept), kept.tolist()
             if fit.polish_windows == "plausible":
-                kept, d = plausible(res.x, delay)
-                which = (f"{len(kept)} plausible windows (the screen kept {screened}; "
-                         f"{len(set(kept.tolist()) - set(screened_set))} more)")
+                screened, (kept, d) = kept, plausible(res.x, delay)
+                which = (f"{len(kept)} plausible windows (the screen kept {len(screened)}; "
+                         f"{int((~torch.isin(kept, screened)).sum())} more)")
             else:
                 with torch.no_grad():
                     d = linear_parts(delay, kept)[2](res.x.detach())[1]
@@ -1126,7 +1125,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         message=res.message + ("" if kept is None or len(kept) == windows else
                                f"; {windows - len(kept)} of {windows} windows set aside ("
                                + ("their rolled-out loss is an outlier or their start offset implausible"
-                                  if fit.polish_iterations and fit.polish_windows == "plausible" else
+                                  if fit.polish_windows == "plausible" else
                                   "their start's effect is not linear within the noise, or their loss is an "
                                   "outlier") + "): "
                                f"{_listed(sorted(set(range(windows)) - set(kept.tolist())))}") + polished
