@@ -516,6 +516,9 @@ def main(argv=None):
     ap.add_argument("--polish-windows", default="kept", choices=("kept", "plausible"),
                     help="the windows the polish rolls out (ContactFit.polish_windows): the linear screen's "
                          "kept ones, or every window whose rolled-out loss is no outlier")
+    ap.add_argument("--select-windows", type=int, default=None, metavar="N",
+                    help="of the --windows drawn, fit the N whose rollout at the starting guess switches contact "
+                         "least (ContactFit.select_windows; default: all)")
     ap.add_argument("--exact-starts", action="store_true",
                     help="diagnostic: the calibration windows start from the exact recorded state (the sensor "
                          "noise stays on every later sample): how much of the fit's error the noisy start "
@@ -547,6 +550,8 @@ def main(argv=None):
     if args.polish is not None and (args.polish < 0 or (args.polish and args.estimate_starts != "linear")):
         raise SystemExit(f"--polish {args.polish}: expected a whole number of iterations >= 0, with "
                          "--estimate-starts linear")
+    if args.select_windows is not None and args.select_windows < 1:
+        raise SystemExit(f"--select-windows {args.select_windows}: expected a positive number of windows")
     if args.polish_windows != "kept" and (args.polish == 0 or args.estimate_starts != "linear"):
         raise SystemExit(f"--polish-windows {args.polish_windows}: needs the polish (--estimate-starts linear, "
                          "--polish N >= 1 or its default)")
@@ -621,7 +626,7 @@ def main(argv=None):
                          method=ContactFit(start_sim, U, segment=args.segment, delays=delays, history=H,
                                            noise=START_NOISE, delay_iterations=1,
                                            estimate_starts=args.estimate_starts, polish=args.polish,
-                                           polish_windows=args.polish_windows,
+                                           polish_windows=args.polish_windows, select_windows=args.select_windows,
                                            total_mass=true_total if anchored else None,
                                            total_mass_std=args.total_mass_std if anchored else None),
                          options=SolverOptions("gauss_newton", iterations=args.iterations, progress=False))
@@ -690,7 +695,10 @@ def main(argv=None):
     print(f"# calibration benchmark: {args.robot}, {args.reality} as reality"
           + (f" ({args.contact} contact)" if args.reality == "mujoco" else "") + f", seed {args.seed}\n")
     print(f"recording {args.seconds:g} s (+2 x {args.heldout:g} s held out) at {DT * 1e3:g} ms; "
-          f"{len(pick)} windows of {args.segment} steps ({len(pick) * args.segment * DT:.2f} s of data) used; "
+          + (f"{used} of {len(pick)} windows of {args.segment} steps drawn ({used * args.segment * DT:.2f} s of "
+             "data) used, those whose rollout at the starting guess switches contact least; "
+             if (used := min(args.select_windows or len(pick), len(pick))) < len(pick) else
+             f"{len(pick)} windows of {args.segment} steps ({len(pick) * args.segment * DT:.2f} s of data) used; ")
           + (f"falls (pieces ended, not used): {falls[0]} in the calibration recording, {falls[1]} held out; "
              if falls is not None else "")
           + (f"calibration targets {args.excite} rad; " if args.excite else "")

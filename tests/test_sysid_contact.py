@@ -420,6 +420,9 @@ def test_contact_fit_settings_are_checked(sled):
     assert ContactFit(sim, u, total_mass=3.0, total_mass_std=0).total_mass_std == 0  # an exact total
     with pytest.raises(ConfigError, match="total_mass_std is given without total_mass"):
         ContactFit(sim, u, total_mass_std=0.1)
+    for bad in (0, -2, 1.5, True, "8"):
+        with pytest.raises(ConfigError, match="select_windows must be a positive number of windows or None"):
+            ContactFit(sim, u, select_windows=bad)
     # kp/kd are PD gains: a torque-controlled simulator has none.
     from backdrive.sim import TorqueActuator
 
@@ -428,6 +431,52 @@ def test_contact_fit_settings_are_checked(sled):
         identify(robot, traj.q[:, :41], traj.v[:, :41], dt=DT, params=("kp",),
                  method=ContactFit(tsim, u[:, :40]), options=SolverOptions("gauss_newton", iterations=1))
     assert set(CONTACT_PARAMETERS) >= {"contact_stiffness", "contact_damping", "contact_friction", "motor_strength"}
+
+
+def test_select_windows_fits_the_windows_whose_guess_switches_contact_least(sled):
+    """``select_windows=n``: the fit uses the ``n`` windows whose rollout at
+    the starting guess from the recorded start has the fewest contact
+    switches (counted here independently, ties to the earlier window), and
+    it is the same fit as on recordings cut to exactly those windows, each
+    with the commands sent before it as its history."""
+    robot, traj, u = sled
+    start = robot.replace(body_mass=torch.tensor([2.0, 1.0], dtype=F64))
+    sim = sled_sim(start, GUESS["stiffness"], GUESS["damping"], GUESS["friction"], TRUTH["strength"])
+    K, d = 10, TRUTH["delay"]
+    B, T = u.shape[0], u.shape[1]
+    cut = [(b, s) for b in range(B) for s in range(0, T - K + 1, K)]  # recording-major, as identify cuts them
+    steps = torch.arange(K)
+    sent = torch.stack([u[b, (s + steps - d).clamp_min(0)] for b, s in cut])
+    q0 = torch.stack([traj.q[b, s] for b, s in cut])
+    v0 = torch.stack([traj.v[b, s] for b, s in cut])
+    with torch.no_grad():
+        inside = sim.rollout(State(q0, v0), sent, contact_record=("penetration",)).contact.penetration > 0
+    switches = (inside[:, 1:] != inside[:, :-1]).flatten(1).sum(1)
+    n = int((switches == 0).sum())  # every window whose guess keeps its contacts
+    assert 0 < n < len(cut)  # a real choice
+    chosen = sorted(sorted(range(len(cut)), key=lambda w: int(switches[w]))[:n])
+    assert any(int(switches[w]) > 0 for w in set(range(len(cut))) - set(chosen))
+    params = ("body_mass", "contact_stiffness", "contact_damping", "contact_friction")
+    options = SolverOptions("gauss_newton", iterations=3, progress=False)
+    fit = fit_quiet(start, traj.q, traj.v, dt=DT, params=params, options=options,
+                    method=ContactFit(sim, u, segment=K, observe=ALL_CHANNELS, delays=(d,), jacobian="differences",
+                                      select_windows=n))
+    assert f"{n} of {len(cut)} windows used (the fewest contact switches at the starting guess)" in fit.message
+    pick = [cut[w] for w in chosen]
+    qs = torch.stack([traj.q[b, s:s + K + 1] for b, s in pick])
+    vs = torch.stack([traj.v[b, s:s + K + 1] for b, s in pick])
+    us = torch.stack([u[b, s:s + K] for b, s in pick])
+    hist = torch.stack([u[b, (s - d + torch.arange(d)).clamp_min(0)] for b, s in pick])
+    same = fit_quiet(start, qs, vs, dt=DT, params=params, options=options,
+                     method=ContactFit(sim, us, segment=K, observe=ALL_CHANNELS, delays=(d,),
+                                       jacobian="differences", history=hist))
+    for name in params:
+        assert torch.allclose(fit.params[name], same.params[name], rtol=1e-10, atol=0), name
+    # Asking for as many windows as there are (or more) uses them all.
+    every = fit_quiet(start, traj.q, traj.v, dt=DT, params=params, options=options,
+                      method=ContactFit(sim, u, segment=K, observe=ALL_CHANNELS, delays=(d,), jacobian="differences",
+                                        select_windows=len(cut) + 5))
+    assert "windows used" not in every.message
 
 
 def test_a_positive_parameter_with_a_huge_interval_is_not_identified():
