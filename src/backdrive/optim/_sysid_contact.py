@@ -294,7 +294,7 @@ class ContactFit:
             finds the recorded motion, and ``estimate_starts='linear'`` sets
             such a window aside after paying for its Jacobians. Measured on
             the MuJoCo benchmark's stiff-contact draw (docs/simulation.md,
-            *Results*): at the true parameters the windows whose start
+            *Window start states*): at the true parameters the windows whose start
             offset could not be fitted had a median of 15 switches, the
             others 2. Long recordings can thus be cut into many windows, and
             the fit spends its time on those it can use. Counted in one
@@ -710,7 +710,7 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
     qseg, vseg = q[..., idx, :].reshape(-1, K + 1, robot.nq), v[..., idx, :].reshape(-1, K + 1, robot.nv)
     most = max(fit.delays)
     sent = controls[..., (starts[:, None] + lead - most + torch.arange(K + most, device=q.device)).clamp_min(0), :]
-    sent = sent_all = sent.reshape(-1, K + most, sent.shape[-1])
+    sent = sent.reshape(-1, K + most, sent.shape[-1])
 
     robot_params = [p for p in params if p not in CONTACT_PARAMETERS]
     base = None
@@ -738,15 +738,15 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
             anchor = (float(fit.total_mass), float(m_std))
     par = _ContactParametrisation(base, sim, robot, params, fit.per_joint_strength, fitted_mass)
 
-    def commands(delay: int, among: torch.Tensor | None = None) -> torch.Tensor:
+    def commands(delay: int) -> torch.Tensor:
         """(windows, K, nu): the commands acting at each step of each window."""
-        u = sent[:, most - delay: most - delay + K]
-        return u if among is None else u[among]
+        return sent[:, most - delay: most - delay + K]
 
     # The windows used: all, or the ``select_windows`` whose rollout at the
     # starting guess switches contact least (``origin``: their numbers).
     origin = torch.arange(qseg.shape[0], device=q.device)
-    if fit.select_windows is not None and fit.select_windows < len(origin):
+    cut = len(origin)
+    if fit.select_windows is not None and fit.select_windows < cut:
         switches = _contact_switches(par, qseg[:, 0], vseg[:, 0], [commands(d) for d in fit.delays])
         origin = torch.sort(torch.argsort(switches, stable=True)[: fit.select_windows]).values
         qseg, vseg, sent = qseg[origin], vseg[origin], sent[origin]
@@ -787,8 +787,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         q0, v0, qr, vr, w = state0.q, state0.v, q_rec, v_rec, windows
         about = None
         if keep is not None:
-            useg = useg.reshape(windows, K, -1)[keep]
-            q0, v0, qr, vr = (x[keep] for x in flat)
+            useg = useg[keep]
+            q0, v0, qr, vr = (x[keep] for x in (q0, v0, qr, vr))
             about, w = centre[keep], len(keep)
             q0, v0 = integrate(robot, q0, about[..., :nv]), v0 + about[..., nv:]
         n_own = ns if starts else 0  # unknowns of each window's own (its start offset), or none
@@ -852,9 +852,6 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         # The parameters held at ``held``: the offsets are the only unknowns.
         return (lambda s: fun(torch.cat([held, s]))), (lambda s: jac(torch.cat([held, s]), shared=False))
 
-    flat = (state0.q.reshape(-1, nq), state0.v.reshape(-1, nv), q_rec.reshape(windows, K, nq),
-            v_rec.reshape(windows, K, nv))
-
     def linear_parts(delay: int, keep: torch.Tensor):
         """``estimate_starts='linear'`` on the windows ``keep``: the start
         residuals ``r`` and Jacobians ``(dr/dxi, dr/ds)`` at each window's
@@ -862,8 +859,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
         rolled-out fit found), and the closed-form offsets of the
         linearisation there (``offsets(r, Js)``; ``solved(xi)`` gives them
         at the parameters ``xi``)."""
-        useg = commands(delay).reshape(windows, K, -1)[keep]
-        q0, v0, qr, vr = (x[keep] for x in flat)
+        useg = commands(delay)[keep]
+        q0, v0, qr, vr = (x[keep] for x in (state0.q, state0.v, q_rec, v_rec))
         c = centre[keep]
         q0, v0 = integrate(robot, q0, c[..., :nv]), v0 + c[..., nv:]
 
@@ -1166,8 +1163,8 @@ def identify_contact(robot, q, v, dt, params, bodies, joints, fit: ContactFit, o
                                   "their start's effect is not linear within the noise, or their loss is an "
                                   "outlier") + "): "
                                f"{_listed([int(origin[i]) for i in sorted(set(range(windows)) - set(kept.tolist()))])}")
-        + ("" if windows == len(sent_all) else
-           f"; {windows} of {len(sent_all)} windows used (the fewest contact switches at the starting guess)")
+        + ("" if windows == cut else
+           f"; {windows} of {cut} windows used (the fewest contact switches at the starting guess)")
         + polished
         + ("" if fitted_mass is None else
                                f"; body masses summed to total_mass {fit.total_mass:g} kg exactly (their sum has "
