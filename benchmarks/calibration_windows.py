@@ -95,12 +95,12 @@ def main(argv=None):
     keep = torch.arange(len(Q))
     if args.pool:
         keep = torch.sort(torch.argsort(ranked, stable=True)[: args.windows]).values
-    Q, V, Qn, Vn, U, ranked = (x[keep] for x in (Q, V, Qn, Vn, sent, ranked))
+    Q, V, Qn, Vn, sent, ranked = (x[keep] for x in (Q, V, Qn, Vn, sent, ranked))
     W = len(keep)
 
     sim = CAL.truth_simulator(robot0, truth, law="soft")
     robot, nv = sim.robot, sim.robot.nv
-    u = U[:, (torch.arange(K) + lead - truth["delay"]).clamp_min(0)]
+    u = acting(truth["delay"])
     sigma = _start_noise(robot, CAL.START_NOISE)
 
     def fun(s):

@@ -99,3 +99,22 @@ def test_a_fall_ends_a_piece_and_no_window_holds_a_fallen_robot():
     # windows never straddle a reset
     for k in falls:
         assert not ((starts <= k) & (k <= starts + 50)).any()
+
+
+def test_window_start_diagnostic_reports_noise_level_exact_starts(capsys):
+    """``benchmarks/calibration_windows.py``: from the exact start at the
+    true parameters every window's loss is the noise's (about ``m`` for
+    ``m`` residuals and start-prior rows), and the fitted start never does
+    worse than the recorded one (Levenberg-Marquardt only accepts
+    improvements)."""
+    import calibration_windows as CW
+
+    CW.main(["--seed", "2", "--windows", "3", "--iterations", "1", "--segment", "10"])
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 3
+    m = 10 * (12 + 12 + 3 + 3) + 36  # residuals of 10 steps, plus the 2 nv start-prior rows
+    for window, exact, recorded, fitted, *_ in rows:
+        exact, recorded, fitted = float(exact), float(recorded), float(fitted)
+        assert abs(exact - m) < 6 * (2 * m) ** 0.5, (window, exact)
+        assert fitted <= recorded, (window, fitted, recorded)
