@@ -10,6 +10,7 @@ fails the test instead of blocking the suite.
 
 from __future__ import annotations
 
+import atexit
 import csv
 import functools
 import math
@@ -471,6 +472,13 @@ def _torchrun_job(out_dir: str):
 
     sys.addaudithook(audit)
     torch.set_num_threads(1)
+    threads_before = _threads()
+
+    def at_exit():  # registered first, so it runs after the exit hook train_policy registers
+        with open(os.path.join(out_dir, f"result{rank}_exit.txt"), "w") as f:
+            f.write(f"{threads_before} {_threads()}")
+
+    atexit.register(at_exit)
     t = train_policy(_env(), updates=TORCHRUN_UPDATES, checkpoint=os.path.join(out_dir, "run.pt"),
                      checkpoint_every=TORCHRUN_UPDATES, log_csv=os.path.join(out_dir, "run.csv"),
                      timeout_s=60, progress=False, **SETTINGS)
@@ -484,9 +492,16 @@ def _torchrun_job(out_dir: str):
     # No destroy_process_group(): the script ends as docs/scaling.md's does,
     # and the trainer lives until the interpreter exits. The group that
     # train_policy created is closed by its exit hook while the interpreter
-    # is whole (left to interpreter shutdown, gloo aborts the process about
-    # every other run, which fails this test's return-code check).
+    # is whole, and nothing else may hold it: a gloo group whose threads run
+    # on into interpreter shutdown aborts the process now and then, which
+    # fails this test's return-code check only by chance, so at_exit counts
+    # the threads left once the group is closed (gloo's are joined then).
     return t
+
+
+def _threads() -> int:
+    """The number of threads this process runs (Linux: /proc/self/task)."""
+    return len(os.listdir("/proc/self/task"))
 
 
 @pytest.mark.slow
@@ -505,6 +520,11 @@ def test_torchrun_two_processes_match_one_process(tmp_path):
     assert r1["writes"] == []
     assert ("open", "run.csv") in r0["writes"] and ("rename", "run.pt") in r0["writes"]
     assert sorted(p for p in os.listdir(tmp_path) if not p.startswith("result")) == ["run.csv", "run.pt"]
+    # Once the exit hook closed the group, gloo's threads are gone: nothing
+    # (a torch module's default argument, the trainer) kept the group alive.
+    for r in range(2):
+        before, at_exit = map(int, (tmp_path / f"result{r}_exit.txt").read_text().split())
+        assert at_exit == before, f"rank {r}: {at_exit} threads at exit after the group was closed, {before} before it"
     with open(tmp_path / "run.csv") as f:
         assert [int(r["update"]) for r in csv.DictReader(f)] == list(range(1, TORCHRUN_UPDATES + 1))
     assert ckpt_mod.read_checkpoint(tmp_path / "run.pt")["world_size"] == 2
