@@ -281,7 +281,6 @@ class DataParallel:
             if backend == "nccl" and device.index is not None:
                 torch.cuda.set_device(device)
             timeout = datetime.timedelta(seconds=float(timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S))
-            _import_group_defaults()  # before the group exists (a no-op once imported)
             dist.init_process_group(backend=backend, timeout=timeout)
             # Closed at exit while the interpreter is whole: a gloo group
             # still open when the interpreter shuts down aborts the process
