@@ -40,7 +40,8 @@ from ..dynamics import DEFAULT_FRICTION_WIDTH, difference, inverse_dynamics, joi
 from ..model import RobotModel
 from ..sim import Simulator, State, TorqueActuator
 from ._solvers import SolverOptions, minimize, options_from_keywords
-from ._sysid_contact import CONTACT_PARAMETERS, DEFAULT_NOISE, SENSOR_CHANNELS, ContactFit, _check_finite, identify_contact
+from ._sysid_contact import (CONTACT_PARAMETERS, DEFAULT_NOISE, SENSOR_CHANNELS, ContactFit, _check_finite, _restart_note,
+                             _restarted, identify_contact)
 
 __all__ = [
     "identify",
@@ -224,6 +225,19 @@ class _Parametrisation:
             parts.append(v["I"][:, iu[0], iu[1]].reshape(nbs * 6))
         parts += [v[name] for name in _JOINT if name in self.params]
         return torch.cat(parts)
+
+    def log_coordinates(self) -> list[tuple[int, str]]:
+        """``(index into xi, readable name)`` of each coordinate that is the
+        logarithm of one positive physical entry (a mass, a joint's damping,
+        friction or armature)."""
+        r, out, k = self.robot, [], 0
+        for name, n in self.sizes:
+            if name == "body_mass":
+                out += [(k + i, f"body_mass[{r.body_names[b]}]") for i, b in enumerate(self.bodies)]
+            elif name in _JOINT:
+                out += [(k + i, f"{name}[{r.joint_names[j]}]") for i, j in enumerate(self.joints)]
+            k += n
+        return out
 
     def labels(self) -> list[tuple[str, tuple[int, ...], str]]:
         """``(parameter, index into the full model tensor, readable name)`` of
@@ -778,6 +792,7 @@ def identify(
     else:
         fun, count, jac = _sim_problem(robot, par, q, v, tau, dt, fit)
     res = minimize(fun, par.xi0.clone(), opts, jacobian_fun=jac, label=f"identify[{method}]")
+    res, restarts = _restarted(minimize, fun, jac, res, opts, f"identify[{method}]", par.log_coordinates(), par.xi0)
     fitted = par.model(res.x)
     names = [p for p in IDENTIFIABLE_PARAMETERS if p in params]
     out = {p: getattr(fitted, p).detach() for p in names}
@@ -798,7 +813,7 @@ def identify(
         iterations=res.iterations,
         evaluations=res.evaluations,
         wall_time=res.wall_time,
-        message=res.message,
+        message=res.message + _restart_note(restarts),
         method=method,
         options=opts,
         **stats,
