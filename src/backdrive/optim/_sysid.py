@@ -24,6 +24,9 @@ triangular with a log-diagonal, which is exactly the condition that the
 pseudo-inertia ``[[S_o, h], [h^T, m]]`` be positive definite (the inertia is
 realisable by a positive mass density: positive principal moments obeying
 the triangle inequalities); damping, friction and armature ``= exp(xi)``.
+A log-coordinate that the solver drove more than a factor 1000 below the
+starting guess has lost its gradient (``d exp(xi) / dxi = exp(xi)``): it is
+set back to the guess and the fit rerun, kept when the loss is lower.
 """
 
 from __future__ import annotations
